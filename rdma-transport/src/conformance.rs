@@ -1,0 +1,430 @@
+//! The transport conformance suite: written once, run against every [`Transport`].
+//!
+//! Each check panics with a message naming the broken guarantee, so a backend's test is just
+//!
+//! ```text
+//! rdma_transport::conformance::run_all(&my_transport, Scratch::new(0, 0, 1 << 20));
+//! ```
+//!
+//! Checks only touch the scratch range they are given, and leave it in an unspecified state.
+//! [`peer_exchange`] is the two-party check: two endpoints — two threads, or two processes that
+//! attached to the same memory — each see the other's WRITEs and atomics.
+
+use std::time::{Duration, Instant};
+
+use crate::{Endpoint, RemoteAddr, Stats, Transport, TransportError, Verb};
+
+/// The remote range a check may use freely: `len` bytes at `base` on memory node `node`.
+#[derive(Debug, Clone, Copy)]
+pub struct Scratch {
+    /// Memory node id.
+    pub node: u16,
+    /// First byte of the range (8-byte aligned).
+    pub base: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// Smallest scratch range [`run_all`] accepts.
+pub const MIN_SCRATCH: u64 = 64 * 1024;
+
+impl Scratch {
+    /// `len` bytes at `base` on memory node `node`.
+    pub fn new(node: u16, base: u64, len: u64) -> Self {
+        Self { node, base, len }
+    }
+
+    /// Address of byte `offset` of the scratch range.
+    pub fn at(&self, offset: u64) -> RemoteAddr {
+        assert!(
+            offset < self.len,
+            "conformance check ran past its scratch range"
+        );
+        RemoteAddr::new(self.node, self.base + offset).expect("scratch range within 48 bits")
+    }
+}
+
+/// Run every single-party check in order, then [`concurrent_faa_is_unique`] with 4 threads, and
+/// [`peer_exchange`] between two threads.
+pub fn run_all<T: Transport>(transport: &T, scratch: Scratch) {
+    assert!(
+        scratch.len >= MIN_SCRATCH && scratch.base % 8 == 0,
+        "conformance needs an 8-byte-aligned scratch range of at least {MIN_SCRATCH} bytes"
+    );
+    let mut ep = transport.endpoint().expect("open an endpoint");
+    read_after_write(&mut ep, scratch);
+    cas_returns_old_value(&mut ep, scratch);
+    faa_returns_old_value_and_adds(&mut ep, scratch);
+    batch_executes_in_order(&mut ep, scratch);
+    counters_are_exact(&mut ep, scratch);
+    malformed_verbs_are_errors(transport, &mut ep, scratch);
+    concurrent_faa_is_unique(transport, scratch, 4, 2_000);
+    peer_exchange_in_threads(transport, scratch, 500);
+}
+
+fn zero<E: Endpoint>(ep: &mut E, scratch: Scratch, offset: u64, len: usize) {
+    ep.write(scratch.at(offset), &vec![0u8; len])
+        .expect("zero scratch");
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ 0x5a)
+        .collect()
+}
+
+/// A READ returns exactly what the last WRITE put there, for aligned and unaligned ranges of many
+/// lengths, and leaves neighbouring bytes alone.
+pub fn read_after_write<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    for (i, (offset, len)) in [
+        (0u64, 8usize),
+        (8, 1),
+        (13, 7),
+        (21, 13),
+        (64, 256),
+        (333, 4096),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let span = len + 16;
+        let base = offset.saturating_sub(8);
+        zero(ep, scratch, base, span);
+        let data = pattern(len, i as u8);
+        ep.write(scratch.at(offset), &data).expect("write");
+        let mut back = vec![0u8; len];
+        ep.read(scratch.at(offset), &mut back).expect("read");
+        assert_eq!(back, data, "read-after-write: {len} bytes at +{offset}");
+        let mut around = vec![0u8; span];
+        ep.read(scratch.at(base), &mut around).expect("read");
+        let lead = (offset - base) as usize;
+        assert!(
+            around[..lead].iter().all(|&b| b == 0) && around[lead + len..].iter().all(|&b| b == 0),
+            "a {len}-byte WRITE at +{offset} changed bytes outside its range"
+        );
+    }
+    ep.write_word(scratch.at(0), 0x0123_4567_89ab_cdef)
+        .expect("write word");
+    assert_eq!(
+        ep.read_word(scratch.at(0)).expect("read word"),
+        0x0123_4567_89ab_cdef
+    );
+}
+
+/// CAS swaps only on equality, and returns the previous value on success and on failure.
+pub fn cas_returns_old_value<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let w = scratch.at(64);
+    ep.write_word(w, 10).expect("write");
+    assert_eq!(
+        ep.cas(w, 10, 20).expect("cas"),
+        10,
+        "successful CAS must return the old value"
+    );
+    assert_eq!(
+        ep.read_word(w).expect("read"),
+        20,
+        "successful CAS must swap"
+    );
+    assert_eq!(
+        ep.cas(w, 10, 30).expect("cas"),
+        20,
+        "failed CAS must return the current value"
+    );
+    assert_eq!(
+        ep.read_word(w).expect("read"),
+        20,
+        "failed CAS must not swap"
+    );
+    assert_eq!(ep.cas(w, 20, u64::MAX).expect("cas"), 20);
+    assert_eq!(ep.read_word(w).expect("read"), u64::MAX);
+}
+
+/// FAA returns the previous value and adds, with wrapping arithmetic.
+pub fn faa_returns_old_value_and_adds<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let w = scratch.at(72);
+    ep.write_word(w, 5).expect("write");
+    assert_eq!(
+        ep.faa(w, 3).expect("faa"),
+        5,
+        "FAA must return the old value"
+    );
+    assert_eq!(ep.faa(w, 0).expect("faa"), 8, "FAA must add");
+    ep.write_word(w, u64::MAX).expect("write");
+    assert_eq!(ep.faa(w, 2).expect("faa"), u64::MAX);
+    assert_eq!(
+        ep.read_word(w).expect("read"),
+        1,
+        "FAA must wrap like a NIC"
+    );
+}
+
+/// Verbs of one batch execute in order: later (fenced) verbs see earlier verbs' effects.
+pub fn batch_executes_in_order<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let w = scratch.at(80);
+    ep.write_word(w, 0).expect("write");
+    let one = 1u64.to_le_bytes();
+    let two = 2u64.to_le_bytes();
+    let mut seen = [0u8; 8];
+    let mut verbs = [
+        Verb::write(w, &one),
+        Verb::cas(w, 1, 7).fenced(),
+        Verb::faa(w, 3).fenced(),
+        Verb::read(w, &mut seen).fenced(),
+        Verb::write(w, &two),
+    ];
+    ep.batch(&mut verbs).expect("batch");
+    assert_eq!(
+        verbs[1].cas_succeeded(),
+        Some(true),
+        "a fenced CAS must see the WRITE before it"
+    );
+    assert_eq!(
+        verbs[2].old_value(),
+        Some(7),
+        "a fenced FAA must see the CAS before it"
+    );
+    assert_eq!(
+        u64::from_le_bytes(seen),
+        10,
+        "a fenced READ must see the FAA before it"
+    );
+    assert_eq!(
+        ep.read_word(w).expect("read"),
+        2,
+        "the last WRITE of a batch must win"
+    );
+}
+
+/// One batch is one round trip, and every verb and byte is counted exactly.
+pub fn counters_are_exact<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let before = ep.stats();
+    let data = [7u8; 40];
+    let mut buf = [0u8; 256];
+    let mut verbs = [
+        Verb::write(scratch.at(128), &data),
+        Verb::read(scratch.at(512), &mut buf).fenced(),
+        Verb::cas(scratch.at(96), 0, 0),
+        Verb::faa(scratch.at(104), 1),
+    ];
+    ep.batch(&mut verbs).expect("batch");
+    let d = ep.stats() - before;
+    let expected = Stats {
+        batches: 1,
+        reads: 1,
+        writes: 1,
+        cas: 1,
+        faa: 1,
+        bytes_read: 256 + 8 + 8,
+        bytes_written: 40 + 16 + 8,
+    };
+    assert_eq!(
+        d, expected,
+        "a 4-verb batch must count as one round trip with exact verb counts"
+    );
+
+    let before = ep.stats();
+    ep.batch(&mut []).expect("empty batch");
+    assert_eq!(ep.stats(), before, "an empty batch must cost nothing");
+
+    let before = ep.stats();
+    ep.read_word(scratch.at(96)).expect("read");
+    ep.faa(scratch.at(104), 1).expect("faa");
+    let d = ep.stats() - before;
+    assert_eq!(
+        (d.batches, d.reads, d.faa),
+        (2, 1, 1),
+        "single verbs are batches of one"
+    );
+}
+
+/// Out-of-bounds ranges, misaligned atomics and unknown nodes are errors, never panics; a batch
+/// with one bad verb executes none of its verbs and counts nothing.
+pub fn malformed_verbs_are_errors<T: Transport>(
+    transport: &T,
+    ep: &mut T::Endpoint,
+    scratch: Scratch,
+) {
+    let node = transport
+        .memory_node(scratch.node)
+        .expect("scratch node is known");
+    let last = RemoteAddr::new(scratch.node, node.region_len - 4).expect("valid addr");
+    let mut buf = [0u8; 8];
+    assert!(
+        matches!(
+            ep.read(last, &mut buf),
+            Err(TransportError::OutOfBounds { .. })
+        ),
+        "a READ past the region's end must be OutOfBounds"
+    );
+    assert!(
+        matches!(
+            ep.write(last, &buf),
+            Err(TransportError::OutOfBounds { .. })
+        ),
+        "a WRITE past the region's end must be OutOfBounds"
+    );
+    let misaligned = scratch.at(68);
+    assert_eq!(
+        ep.cas(misaligned, 0, 1),
+        Err(TransportError::Misaligned(misaligned))
+    );
+    assert_eq!(
+        ep.faa(misaligned, 1),
+        Err(TransportError::Misaligned(misaligned))
+    );
+    let unknown_id = (0..=u16::MAX)
+        .find(|id| transport.memory_node(*id).is_none())
+        .expect("some node id is unused");
+    let unknown = RemoteAddr::new(unknown_id, 0).expect("valid addr");
+    assert_eq!(
+        ep.faa(unknown, 1),
+        Err(TransportError::UnknownNode(unknown_id))
+    );
+
+    let w = scratch.at(112);
+    ep.write_word(w, 0).expect("write");
+    let before = ep.stats();
+    let one = 1u64.to_le_bytes();
+    let result = ep.batch(&mut [Verb::write(w, &one), Verb::faa(misaligned, 1)]);
+    assert_eq!(result, Err(TransportError::Misaligned(misaligned)));
+    assert_eq!(ep.stats(), before, "a rejected batch must not be counted");
+    assert_eq!(
+        ep.read_word(w).expect("read"),
+        0,
+        "a rejected batch must execute none of its verbs"
+    );
+}
+
+/// FAA from `threads` threads, `per_thread` times each, hands out every value exactly once.
+pub fn concurrent_faa_is_unique<T: Transport>(
+    transport: &T,
+    scratch: Scratch,
+    threads: usize,
+    per_thread: usize,
+) {
+    let counter = scratch.at(120);
+    transport
+        .endpoint()
+        .and_then(|mut ep| ep.write_word(counter, 0))
+        .expect("reset counter");
+    let mut all: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut ep = transport.endpoint().expect("endpoint");
+                    (0..per_thread)
+                        .map(|_| ep.faa(counter, 1).expect("faa"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("FAA thread panicked"))
+            .collect()
+    });
+    all.sort_unstable();
+    let n = (threads * per_thread) as u64;
+    assert!(
+        all.iter().copied().eq(0..n),
+        "concurrent FAA must hand out each of 0..{n} exactly once"
+    );
+}
+
+/// Bytes [`peer_exchange`] uses for `rounds` rounds.
+pub fn peer_exchange_len(rounds: usize) -> u64 {
+    PEER_RESULTS + 2 * 8 * rounds as u64
+}
+
+const PEER_COUNTER: u64 = 0;
+const PEER_DONE: u64 = 8;
+const PEER_HELLO: u64 = 16; // one word per role
+const PEER_RESULTS: u64 = 64; // `rounds` words per role
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn hello_value(role: usize) -> u64 {
+    0x4845_4c4c_4f00_0000 | (role as u64 + 1)
+}
+
+/// One half of a two-party check over a shared, **zeroed** range of [`peer_exchange_len`] bytes.
+///
+/// Role 0 and role 1 run concurrently on different endpoints (threads, or processes attached to
+/// the same memory). Each WRITEs a greeting and waits to READ the other's, takes `rounds` values
+/// from a shared FAA counter and WRITEs them out, signals completion with FAA, waits for the
+/// other, then checks that the two sides together received every counter value exactly once.
+pub fn peer_exchange<E: Endpoint>(ep: &mut E, shared: Scratch, role: usize, rounds: usize) {
+    assert!(role < 2, "peer_exchange has roles 0 and 1");
+    assert!(
+        shared.len >= peer_exchange_len(rounds),
+        "peer_exchange range too small"
+    );
+    let other = 1 - role;
+    ep.write_word(shared.at(PEER_HELLO + 8 * role as u64), hello_value(role))
+        .expect("write greeting");
+    wait_until(
+        ep,
+        shared.at(PEER_HELLO + 8 * other as u64),
+        |v| v == hello_value(other),
+        "the other side's greeting",
+    );
+
+    let mine = PEER_RESULTS + 8 * (role * rounds) as u64;
+    for i in 0..rounds {
+        let v = ep.faa(shared.at(PEER_COUNTER), 1).expect("faa");
+        ep.write_word(shared.at(mine + 8 * i as u64), v)
+            .expect("write result");
+    }
+    ep.faa(shared.at(PEER_DONE), 1).expect("faa done");
+    wait_until(
+        ep,
+        shared.at(PEER_DONE),
+        |v| v == 2,
+        "the other side to finish",
+    );
+
+    let mut bytes = vec![0u8; 16 * rounds];
+    ep.read(shared.at(PEER_RESULTS), &mut bytes)
+        .expect("read results");
+    let mut values: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+        .collect();
+    values.sort_unstable();
+    assert!(
+        values.iter().copied().eq(0..2 * rounds as u64),
+        "role {role}: the two peers' FAAs must hand out each of 0..{} exactly once",
+        2 * rounds
+    );
+    assert_eq!(
+        ep.read_word(shared.at(PEER_COUNTER)).expect("read"),
+        2 * rounds as u64
+    );
+}
+
+fn wait_until<E: Endpoint>(ep: &mut E, addr: RemoteAddr, done: impl Fn(u64) -> bool, what: &str) {
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    loop {
+        if done(ep.read_word(addr).expect("poll")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// [`peer_exchange`] between two threads of this process on two endpoints.
+pub fn peer_exchange_in_threads<T: Transport>(transport: &T, scratch: Scratch, rounds: usize) {
+    let shared = Scratch::new(scratch.node, scratch.base + 4096, peer_exchange_len(rounds));
+    transport
+        .endpoint()
+        .and_then(|mut ep| ep.write(shared.at(0), &vec![0u8; shared.len as usize]))
+        .expect("zero the shared range");
+    std::thread::scope(|s| {
+        for role in 0..2 {
+            s.spawn(move || {
+                let mut ep = transport.endpoint().expect("endpoint");
+                peer_exchange(&mut ep, shared, role, rounds);
+            });
+        }
+    });
+}

@@ -1,0 +1,141 @@
+//! The `Transport` and `Endpoint` traits.
+
+use crate::{RemoteAddr, Stats, TransportError, Verb};
+
+/// What a process knows about one memory node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryNodeInfo {
+    /// The node's id, as used in [`RemoteAddr::node`].
+    pub id: u16,
+    /// Size in bytes of the node's registered region; valid offsets are `0..region_len`.
+    pub region_len: u64,
+}
+
+/// A process's handle on the memory nodes. Cheap to share between threads; each thread takes its
+/// own [`Endpoint`].
+pub trait Transport: Send + Sync {
+    /// The per-thread endpoint type.
+    type Endpoint: Endpoint;
+
+    /// A new endpoint (on real hardware, a connected RC queue pair to every memory node).
+    fn endpoint(&self) -> Result<Self::Endpoint, TransportError>;
+
+    /// The memory nodes this transport reaches, in id order.
+    fn memory_nodes(&self) -> &[MemoryNodeInfo];
+
+    /// The memory node with id `id`, if known.
+    fn memory_node(&self, id: u16) -> Option<MemoryNodeInfo> {
+        self.memory_nodes().iter().copied().find(|n| n.id == id)
+    }
+}
+
+/// One thread's connection to the memory nodes. `Send` but not meant to be shared.
+///
+/// Guarantees every implementation gives (checked by [`crate::conformance`]):
+/// * the verbs of one [`Endpoint::batch`] execute in order and count as **one** round trip;
+/// * CAS and FAA return the remote word's previous value; CAS swaps only on equality;
+/// * a malformed verb (out of bounds, misaligned atomic, unknown memory node) is an error, and a
+///   batch containing one executes none of its verbs.
+pub trait Endpoint: Send {
+    /// Execute `verbs` as one doorbell batch: posted together, executed in order, one completion,
+    /// one round trip. Atomics' `old` fields are filled in. An empty batch costs nothing.
+    ///
+    /// If the batch fails after validation (a broken connection, an injected fault), verbs before
+    /// the failing one may have executed, as on a real queue pair.
+    fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError>;
+
+    /// Counters accumulated by this endpoint since it was created.
+    fn stats(&self) -> Stats;
+
+    /// READ `buf.len()` bytes at `addr` (one round trip).
+    fn read(&mut self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), TransportError> {
+        self.batch(&mut [Verb::read(addr, buf)])
+    }
+
+    /// WRITE `data` at `addr` (one round trip).
+    fn write(&mut self, addr: RemoteAddr, data: &[u8]) -> Result<(), TransportError> {
+        self.batch(&mut [Verb::write(addr, data)])
+    }
+
+    /// CAS the word at `addr` from `expected` to `desired`; returns the previous value, so the
+    /// swap happened iff the result equals `expected` (one round trip).
+    fn cas(
+        &mut self,
+        addr: RemoteAddr,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, TransportError> {
+        let mut verbs = [Verb::cas(addr, expected, desired)];
+        self.batch(&mut verbs)?;
+        Ok(verbs[0].old_value().unwrap_or_default())
+    }
+
+    /// FAA `add` to the word at `addr`; returns the previous value (one round trip).
+    fn faa(&mut self, addr: RemoteAddr, add: u64) -> Result<u64, TransportError> {
+        let mut verbs = [Verb::faa(addr, add)];
+        self.batch(&mut verbs)?;
+        Ok(verbs[0].old_value().unwrap_or_default())
+    }
+
+    /// READ one 8-byte word at `addr` (one round trip).
+    fn read_word(&mut self, addr: RemoteAddr) -> Result<u64, TransportError> {
+        let mut buf = [0u8; 8];
+        self.read(addr, &mut buf)?;
+        Ok(u64::from_le_bytes(buf))
+    }
+
+    /// WRITE one 8-byte word at `addr` (one round trip).
+    fn write_word(&mut self, addr: RemoteAddr, value: u64) -> Result<(), TransportError> {
+        self.write(addr, &value.to_le_bytes())
+    }
+}
+
+/// Checks that `verb` is well formed against the memory nodes in `nodes`: a known node, a range
+/// inside its region, and 8-byte alignment for atomics. Backends call this for every verb of a
+/// batch before executing any of them.
+pub fn validate_verb(verb: &Verb<'_>, nodes: &[MemoryNodeInfo]) -> Result<(), TransportError> {
+    let addr = verb.addr();
+    let node = nodes
+        .iter()
+        .find(|n| n.id == addr.node())
+        .ok_or(TransportError::UnknownNode(addr.node()))?;
+    if verb.is_atomic() && !addr.is_word_aligned() {
+        return Err(TransportError::Misaligned(addr));
+    }
+    let len = verb.len();
+    let end = addr.offset().checked_add(len as u64);
+    if end.is_none_or(|end| end > node.region_len) {
+        return Err(TransportError::OutOfBounds {
+            addr,
+            len,
+            region_len: node.region_len,
+        });
+    }
+    Ok(())
+}
+
+impl Stats {
+    /// Account one executed verb. Backends call this so every implementation counts alike.
+    pub fn record_verb(&mut self, verb: &Verb<'_>) {
+        match verb {
+            Verb::Read { buf, .. } => {
+                self.reads += 1;
+                self.bytes_read += buf.len() as u64;
+            }
+            Verb::Write { data, .. } => {
+                self.writes += 1;
+                self.bytes_written += data.len() as u64;
+            }
+            Verb::Cas { .. } => {
+                self.cas += 1;
+                self.bytes_read += 8;
+                self.bytes_written += 16;
+            }
+            Verb::Faa { .. } => {
+                self.faa += 1;
+                self.bytes_read += 8;
+                self.bytes_written += 8;
+            }
+        }
+    }
+}

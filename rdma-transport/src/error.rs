@@ -1,0 +1,37 @@
+//! Transport errors.
+
+use crate::RemoteAddr;
+
+/// Why a verb or a connection failed. Every malformed request is reported here; none panics.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The verb's byte range does not lie inside the memory node's region.
+    #[error("{len} bytes at {addr} run past the end of memory node {}'s {region_len}-byte region", addr.node())]
+    OutOfBounds {
+        /// Start of the offending range.
+        addr: RemoteAddr,
+        /// Its length in bytes.
+        len: usize,
+        /// Size of the memory node's region.
+        region_len: u64,
+    },
+    /// An atomic (CAS/FAA) whose address is not 8-byte aligned.
+    #[error("remote atomic at {0} is not 8-byte aligned")]
+    Misaligned(RemoteAddr),
+    /// The address names a memory node this transport does not know.
+    #[error("memory node {0} is unknown to this transport")]
+    UnknownNode(u16),
+    /// No RDMA device is present (verbs backend).
+    #[error("no RDMA device found: {0}")]
+    NoDevice(String),
+    /// Connecting to, or talking to, a memory node failed.
+    #[error("connection failed: {0}")]
+    Connection(String),
+    /// A verb failed because the test harness asked it to (simulator fault injection).
+    #[error("injected fault")]
+    InjectedFault,
+    /// The endpoint has crashed (simulator fault injection) and executes nothing more.
+    #[error("endpoint crashed")]
+    Crashed,
+}

@@ -1,0 +1,161 @@
+//! One-sided verbs, as posted in a doorbell batch.
+
+use crate::RemoteAddr;
+
+/// One one-sided verb inside a doorbell batch (see [`crate::Endpoint::batch`]).
+///
+/// Buffers are borrowed for the duration of the batch; atomics carry an `old` slot that the
+/// endpoint fills with the value the remote word held before the atomic executed.
+///
+/// **Ordering.** The memory node executes a batch's verbs in order. On real hardware a READ or an
+/// atomic may still start before an earlier READ or atomic of the same batch has completed; a verb
+/// that must observe the effect of an earlier verb in its batch is therefore marked *fenced*
+/// (`IBV_SEND_FENCE`). WRITEs are always placed in order and need no fence.
+#[derive(Debug)]
+pub enum Verb<'a> {
+    /// `READ`: copy `buf.len()` bytes from `addr` into `buf`.
+    Read {
+        /// Remote source.
+        addr: RemoteAddr,
+        /// Local destination; its length is the READ's length.
+        buf: &'a mut [u8],
+        /// Execute only after every earlier verb of the batch has completed.
+        fenced: bool,
+    },
+    /// `WRITE`: copy `data` to `addr`.
+    Write {
+        /// Remote destination.
+        addr: RemoteAddr,
+        /// Local source; its length is the WRITE's length.
+        data: &'a [u8],
+    },
+    /// `CAS`: if the 8-byte word at `addr` equals `expected`, replace it with `desired`.
+    Cas {
+        /// Remote word; must be 8-byte aligned.
+        addr: RemoteAddr,
+        /// Value the word must hold for the swap to happen.
+        expected: u64,
+        /// Value written on success.
+        desired: u64,
+        /// Execute only after every earlier verb of the batch has completed.
+        fenced: bool,
+        /// Filled by the endpoint: the word's value before the CAS, on success and failure alike.
+        old: u64,
+    },
+    /// `FAA`: add `add` (wrapping) to the 8-byte word at `addr`.
+    Faa {
+        /// Remote word; must be 8-byte aligned.
+        addr: RemoteAddr,
+        /// Addend (wrapping arithmetic, as on RDMA NICs).
+        add: u64,
+        /// Execute only after every earlier verb of the batch has completed.
+        fenced: bool,
+        /// Filled by the endpoint: the word's value before the addition.
+        old: u64,
+    },
+}
+
+impl<'a> Verb<'a> {
+    /// An unfenced READ of `buf.len()` bytes at `addr`.
+    pub fn read(addr: RemoteAddr, buf: &'a mut [u8]) -> Self {
+        Verb::Read {
+            addr,
+            buf,
+            fenced: false,
+        }
+    }
+
+    /// A WRITE of `data` to `addr`.
+    pub fn write(addr: RemoteAddr, data: &'a [u8]) -> Self {
+        Verb::Write { addr, data }
+    }
+
+    /// An unfenced CAS of the word at `addr` from `expected` to `desired`.
+    pub fn cas(addr: RemoteAddr, expected: u64, desired: u64) -> Self {
+        Verb::Cas {
+            addr,
+            expected,
+            desired,
+            fenced: false,
+            old: 0,
+        }
+    }
+
+    /// An unfenced FAA of `add` to the word at `addr`.
+    pub fn faa(addr: RemoteAddr, add: u64) -> Self {
+        Verb::Faa {
+            addr,
+            add,
+            fenced: false,
+            old: 0,
+        }
+    }
+
+    /// The same verb, marked fenced: it observes every earlier verb of its batch.
+    /// WRITEs are always ordered, so fencing one changes nothing.
+    #[must_use]
+    pub fn fenced(mut self) -> Self {
+        match &mut self {
+            Verb::Read { fenced, .. } | Verb::Cas { fenced, .. } | Verb::Faa { fenced, .. } => {
+                *fenced = true;
+            }
+            Verb::Write { .. } => {}
+        }
+        self
+    }
+
+    /// Whether the verb waits for every earlier verb of its batch.
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            Verb::Read { fenced, .. } | Verb::Cas { fenced, .. } | Verb::Faa { fenced, .. } => {
+                *fenced
+            }
+            Verb::Write { .. } => false,
+        }
+    }
+
+    /// The remote address the verb targets.
+    pub fn addr(&self) -> RemoteAddr {
+        match self {
+            Verb::Read { addr, .. }
+            | Verb::Write { addr, .. }
+            | Verb::Cas { addr, .. }
+            | Verb::Faa { addr, .. } => *addr,
+        }
+    }
+
+    /// Number of remote bytes the verb touches.
+    pub fn len(&self) -> usize {
+        match self {
+            Verb::Read { buf, .. } => buf.len(),
+            Verb::Write { data, .. } => data.len(),
+            Verb::Cas { .. } | Verb::Faa { .. } => 8,
+        }
+    }
+
+    /// Whether the verb touches no bytes (a zero-length READ or WRITE).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the verb is a CAS or FAA.
+    pub fn is_atomic(&self) -> bool {
+        matches!(self, Verb::Cas { .. } | Verb::Faa { .. })
+    }
+
+    /// For a CAS or FAA that has executed: the word's value before it. `None` for READ and WRITE.
+    pub fn old_value(&self) -> Option<u64> {
+        match self {
+            Verb::Cas { old, .. } | Verb::Faa { old, .. } => Some(*old),
+            Verb::Read { .. } | Verb::Write { .. } => None,
+        }
+    }
+
+    /// For a CAS that has executed: whether it swapped. `None` for every other verb.
+    pub fn cas_succeeded(&self) -> Option<bool> {
+        match self {
+            Verb::Cas { expected, old, .. } => Some(old == expected),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! The simulator's `Endpoint`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rdma_transport::{Endpoint, Stats, TransportError, Verb, validate_verb};
+
+use crate::transport::Shared;
+
+/// One thread's endpoint on a [`crate::SimTransport`]. Executes verbs directly on the pools'
+/// atomic words, in order, and counts them like a NIC would.
+#[derive(Debug)]
+pub struct SimEndpoint {
+    shared: Arc<Shared>,
+    stats: Stats,
+    /// Verbs still to fail with `InjectedFault`.
+    fail_next: u64,
+    /// Verbs still allowed before the endpoint crashes; `None` = no crash planned.
+    crash_after: Option<u64>,
+    crashed: bool,
+    /// xorshift state for torn-mode yields.
+    rng: u64,
+}
+
+static ENDPOINT_SEED: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+
+impl SimEndpoint {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let rng = ENDPOINT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1;
+        Self {
+            shared,
+            stats: Stats::default(),
+            fail_next: 0,
+            crash_after: None,
+            crashed: false,
+            rng,
+        }
+    }
+
+    /// Fault injection: the next `n` verbs of this endpoint fail with
+    /// [`TransportError::InjectedFault`]; each failure ends its batch (earlier verbs of the batch
+    /// have executed).
+    pub fn fail_next(&mut self, n: u64) {
+        self.fail_next = n;
+    }
+
+    /// Fault injection: execute `n` more verbs, then crash — every later verb, including the rest
+    /// of the batch in flight, fails with [`TransportError::Crashed`]. Models a compute node dying
+    /// in the middle of a protocol.
+    pub fn crash_after(&mut self, n: u64) {
+        self.crash_after = Some(n);
+    }
+
+    /// Whether the endpoint has crashed.
+    pub fn is_crashed(&self) -> bool {
+        self.crashed
+    }
+
+    fn injected_fault(&mut self) -> Option<TransportError> {
+        if self.crashed {
+            return Some(TransportError::Crashed);
+        }
+        if let Some(left) = self.crash_after.as_mut() {
+            if *left == 0 {
+                self.crashed = true;
+                return Some(TransportError::Crashed);
+            }
+            *left -= 1;
+        }
+        if self.fail_next > 0 {
+            self.fail_next -= 1;
+            return Some(TransportError::InjectedFault);
+        }
+        let shared = &self.shared.fail_verbs;
+        if shared.load(Ordering::Relaxed) > 0
+            && shared
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Some(TransportError::InjectedFault);
+        }
+        None
+    }
+
+    fn execute(&mut self, verb: &mut Verb<'_>) {
+        let torn = self.shared.config.torn && !cfg!(loom);
+        let rng = &mut self.rng;
+        let mut between_words = || {
+            if torn {
+                *rng ^= *rng << 13;
+                *rng ^= *rng >> 7;
+                *rng ^= *rng << 17;
+                if *rng & 3 == 0 {
+                    crate::sync::yield_now();
+                }
+            }
+        };
+        let pool = &self.shared.pools[usize::from(verb.addr().node())];
+        match verb {
+            Verb::Read { addr, buf, .. } => pool.read_bytes(addr.offset(), buf, &mut between_words),
+            Verb::Write { addr, data } => pool.write_bytes(addr.offset(), data, &mut between_words),
+            Verb::Cas {
+                addr,
+                expected,
+                desired,
+                old,
+                ..
+            } => *old = pool.cas(addr.offset(), *expected, *desired),
+            Verb::Faa { addr, add, old, .. } => *old = pool.faa(addr.offset(), *add),
+        }
+    }
+}
+
+impl Endpoint for SimEndpoint {
+    fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if verbs.is_empty() {
+            return Ok(());
+        }
+        if self.crashed {
+            return Err(TransportError::Crashed);
+        }
+        for verb in verbs.iter() {
+            validate_verb(verb, &self.shared.nodes)?;
+        }
+        if let Some(delay) = self.shared.config.batch_delay {
+            let until = Instant::now() + delay;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+        self.stats.batches += 1;
+        // The simulator executes strictly in order, so fenced and unfenced verbs behave alike.
+        for verb in verbs.iter_mut() {
+            if let Some(fault) = self.injected_fault() {
+                return Err(fault);
+            }
+            self.execute(verb);
+            self.stats.record_verb(verb);
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use rdma_transport::{RemoteAddr, Transport};
+
+    use super::*;
+    use crate::{SimConfig, SimTransport};
+
+    fn addr(offset: u64) -> RemoteAddr {
+        RemoteAddr::new(0, offset).expect("addr")
+    }
+
+    #[test]
+    fn fail_next_fails_exactly_n_verbs_then_recovers() {
+        let t = SimTransport::anonymous(&[4096]).expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        ep.fail_next(2);
+        assert_eq!(ep.faa(addr(0), 1), Err(TransportError::InjectedFault));
+        // The first verb of this batch fails, so the second does not run either.
+        let mut verbs = [Verb::faa(addr(0), 1), Verb::faa(addr(0), 1)];
+        assert_eq!(ep.batch(&mut verbs), Err(TransportError::InjectedFault));
+        assert_eq!(
+            ep.faa(addr(0), 1),
+            Ok(0),
+            "failed verbs must not have executed"
+        );
+        assert_eq!(ep.read_word(addr(0)), Ok(1));
+    }
+
+    #[test]
+    fn crash_after_stops_mid_batch_and_stays_crashed() {
+        let t = SimTransport::anonymous(&[4096]).expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        ep.crash_after(2);
+        let mut verbs = [
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+        ];
+        assert_eq!(ep.batch(&mut verbs), Err(TransportError::Crashed));
+        assert!(ep.is_crashed());
+        assert_eq!(ep.read_word(addr(0)), Err(TransportError::Crashed));
+        let mut other = t.endpoint().expect("endpoint");
+        assert_eq!(
+            other.read_word(addr(0)),
+            Ok(2),
+            "exactly the verbs before the crash ran"
+        );
+    }
+
+    #[test]
+    fn transport_wide_faults_hit_any_endpoint() {
+        let t = SimTransport::anonymous(&[4096]).expect("pool");
+        let (mut a, mut b) = (
+            t.endpoint().expect("endpoint"),
+            t.endpoint().expect("endpoint"),
+        );
+        t.fail_next_verbs(2);
+        assert_eq!(a.faa(addr(0), 1), Err(TransportError::InjectedFault));
+        assert_eq!(b.faa(addr(0), 1), Err(TransportError::InjectedFault));
+        assert_eq!(a.faa(addr(0), 1), Ok(0));
+    }
+
+    /// In torn mode a READ racing WRITEs of all-zero and all-one blocks must observe a mixture:
+    /// this is what makes the checksum-validation paths of the layers above run in tests.
+    #[test]
+    fn torn_mode_makes_reads_tear() {
+        let t = SimTransport::anonymous_with(&[4096], SimConfig::torn()).expect("pool");
+        let stop = AtomicBool::new(false);
+        let torn_seen = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut ep = t.endpoint().expect("endpoint");
+                let (zeros, ones) = ([0u8; 256], [0xffu8; 256]);
+                while !stop.load(Ordering::Relaxed) {
+                    ep.write(addr(0), &zeros).expect("write");
+                    ep.write(addr(0), &ones).expect("write");
+                }
+            });
+            let mut ep = t.endpoint().expect("endpoint");
+            let mut buf = [0u8; 256];
+            let mut seen = false;
+            for _ in 0..200_000 {
+                ep.read(addr(0), &mut buf).expect("read");
+                if buf.contains(&0) && buf.contains(&0xff) {
+                    seen = true;
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            seen
+        });
+        assert!(torn_seen, "torn mode never produced a torn READ");
+    }
+
+    #[test]
+    fn torn_reads_tear_only_at_word_boundaries() {
+        let t = SimTransport::anonymous_with(&[4096], SimConfig::torn()).expect("pool");
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut ep = t.endpoint().expect("endpoint");
+                let (zeros, ones) = ([0u8; 128], [0xffu8; 128]);
+                while !stop.load(Ordering::Relaxed) {
+                    ep.write(addr(8), &zeros).expect("write");
+                    ep.write(addr(8), &ones).expect("write");
+                }
+            });
+            let mut ep = t.endpoint().expect("endpoint");
+            let mut buf = [0u8; 128];
+            for _ in 0..20_000 {
+                ep.read(addr(8), &mut buf).expect("read");
+                for word in buf.chunks_exact(8) {
+                    assert!(
+                        word.iter().all(|&b| b == word[0]),
+                        "a single 8-byte word tore: {word:?}"
+                    );
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}

@@ -1,0 +1,115 @@
+//! The simulator's `Transport`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rdma_transport::{MemoryNodeInfo, Transport, TransportError};
+
+use crate::{Pool, PoolError, SimEndpoint};
+
+/// How the simulator's endpoints behave.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Torn-read mode: endpoints yield the CPU between the words of a READ or WRITE (about one
+    /// word in four, pseudo-randomly), so concurrent multi-word accesses tear often.
+    pub torn: bool,
+    /// Busy-wait this long before executing each batch (a crude network delay).
+    pub batch_delay: Option<Duration>,
+}
+
+impl SimConfig {
+    /// The default configuration with torn-read mode switched on.
+    pub fn torn() -> Self {
+        Self {
+            torn: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// State shared by a transport and all its endpoints.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) pools: Vec<Pool>,
+    pub(crate) nodes: Vec<MemoryNodeInfo>,
+    pub(crate) config: SimConfig,
+    /// Transport-wide fault injection: this many upcoming verbs, on any endpoint, fail.
+    pub(crate) fail_verbs: AtomicU64,
+}
+
+/// A simulated RDMA fabric: memory node `i` is the `i`-th pool.
+///
+/// Cloning is cheap and shares the pools.
+#[derive(Debug, Clone)]
+pub struct SimTransport {
+    shared: Arc<Shared>,
+}
+
+impl SimTransport {
+    /// A transport over `pools`; pool `i` becomes memory node `i`.
+    ///
+    /// # Panics
+    /// If more than 65,536 pools are given (memory-node ids are 16 bits).
+    pub fn new(pools: Vec<Pool>, config: SimConfig) -> Self {
+        assert!(pools.len() <= 1 << 16, "at most 65,536 memory nodes");
+        let nodes = pools
+            .iter()
+            .enumerate()
+            .map(|(id, pool)| MemoryNodeInfo {
+                id: id as u16,
+                region_len: pool.len(),
+            })
+            .collect();
+        Self {
+            shared: Arc::new(Shared {
+                pools,
+                nodes,
+                config,
+                fail_verbs: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A transport over fresh anonymous pools of the given sizes, default configuration.
+    pub fn anonymous(node_sizes: &[u64]) -> Result<Self, PoolError> {
+        Self::anonymous_with(node_sizes, SimConfig::default())
+    }
+
+    /// A transport over fresh anonymous pools of the given sizes.
+    pub fn anonymous_with(node_sizes: &[u64], config: SimConfig) -> Result<Self, PoolError> {
+        let pools = node_sizes
+            .iter()
+            .map(|&len| Pool::anonymous(len))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(pools, config))
+    }
+
+    /// The configuration its endpoints run with.
+    pub fn config(&self) -> SimConfig {
+        self.shared.config
+    }
+
+    /// The pool behind memory node `id`.
+    pub fn pool(&self, id: u16) -> Option<&Pool> {
+        self.shared.pools.get(usize::from(id))
+    }
+
+    /// Fault injection: the next `n` verbs executed by any endpoint of this transport fail with
+    /// [`TransportError::InjectedFault`] (each failure ends its batch).
+    pub fn fail_next_verbs(&self, n: u64) {
+        self.shared.fail_verbs.store(n, Ordering::SeqCst);
+    }
+}
+
+impl Transport for SimTransport {
+    type Endpoint = SimEndpoint;
+
+    fn endpoint(&self) -> Result<SimEndpoint, TransportError> {
+        Ok(SimEndpoint::new(Arc::clone(&self.shared)))
+    }
+
+    fn memory_nodes(&self) -> &[MemoryNodeInfo] {
+        &self.shared.nodes
+    }
+}
