@@ -1,0 +1,589 @@
+//! OptimalPLR: the minimal number of segments with every trained key within ε of its position.
+//!
+//! Xie et al. (2014), as used by the PGM-index: one pass over points `(x, y)` with increasing `x`;
+//! the current segment is extended while some line stays within the error band of every point,
+//! which is decided in amortised O(1) per point by maintaining two convex hulls of the band's
+//! endpoints and the extreme feasible lines. The greedy longest extension is optimal.
+//!
+//! Exactness: hull arithmetic is exact (`i128`), with `y` doubled so the band of every point is
+//! the integer range `[2·pos + 1 − 2ε, 2·pos + 1 + 2ε]` (the real band `pos + ½ ± ε`). The stored
+//! predictor floors, so its admissible range is `[pos − ε, pos + ε + 1)`: half a position of slack
+//! on each side of the trained band. The slope is rounded to fixed point and the intercept is then
+//! chosen exactly, from the hull vertices, so the bound holds by construction.
+//!
+//! The slope tried first is the middle of the feasible window (computed in `f64`). Should no
+//! exact intercept exist for it (the window narrower than the rounding), the steepest feasible
+//! line's slope is used, rounded exactly: that line is feasible, and re-pivoting it around the
+//! middle of the segment with a slope off by at most 2^-65 moves no prediction by more than ¼
+//! position (spans are below 2^64), well inside the ½-position slack — so an intercept always
+//! exists. No point is buffered: memory is the two hulls, however long a segment grows.
+
+use crate::segment::Segment;
+use crate::{MAX_POSITION, TrainError};
+
+/// A band endpoint: `x` is the key's offset from the segment's first key, `y` a doubled position
+/// (below 2^50 in magnitude, see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Point {
+    x: u64,
+    y: i64,
+}
+
+/// `dx · dy` exactly, for `dx ≥ 0` and `|dy| < 2^63`: one widening 64×64 multiply (the product is
+/// below 2^114, so it fits an `i128`).
+#[inline]
+fn mul(dx: u64, dy: i64) -> i128 {
+    let magnitude = (u128::from(dx) * u128::from(dy.unsigned_abs())) as i128;
+    if dy < 0 { -magnitude } else { magnitude }
+}
+
+/// Cross product of `(a − o)` and `(b − o)` for `o.x ≤ a.x ≤ b.x`: positive if `o → a → b` turns
+/// left.
+#[inline]
+fn cross(o: Point, a: Point, b: Point) -> i128 {
+    mul(a.x - o.x, b.y - o.y) - mul(b.x - o.x, a.y - o.y)
+}
+
+/// Whether the slope of `p → q` is less than that of `r → s` (`p.x < q.x`, `r.x < s.x`).
+#[inline]
+fn slope_less(p: Point, q: Point, r: Point, s: Point) -> bool {
+    mul(s.x - r.x, q.y - p.y) < mul(q.x - p.x, s.y - r.y)
+}
+
+/// A line through two points, `from.x < to.x`.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    from: Point,
+    to: Point,
+}
+
+impl Line {
+    fn slope(&self) -> f64 {
+        (self.to.y - self.from.y) as f64 / (self.to.x - self.from.x) as f64
+    }
+
+    /// The line's slope in positions per key unit (y is doubled), rounded to the nearest fixed-point
+    /// value with 64 fractional bits, computed exactly; 0 for a falling line.
+    fn fixed_point_slope(&self) -> u128 {
+        let Ok(rise) = u64::try_from(self.to.y - self.from.y) else {
+            return 0;
+        };
+        // rise < 2^51, so rise·2^64 < 2^115; run·2 < 2^65.
+        let numerator = u128::from(rise) << 64;
+        let denominator = 2 * u128::from(self.to.x - self.from.x);
+        (numerator + denominator / 2) / denominator
+    }
+}
+
+/// Appends `p` to a hull kept from index `start` on, first dropping its last points while
+/// `drop(cross(second last, last, p))` holds.
+#[inline(always)]
+fn push_hull(hull: &mut Vec<Point>, start: usize, p: Point, drop: impl Fn(i128) -> bool) {
+    let mut len = hull.len();
+    if len >= start + 2 {
+        let mut last = hull[len - 1];
+        while len >= start + 2 {
+            let before = hull[len - 2];
+            if !drop(cross(before, last, p)) {
+                break;
+            }
+            last = before;
+            len -= 1;
+        }
+        hull.truncate(len);
+    }
+    hull.push(p);
+}
+
+/// The hull state of the segment being built.
+#[derive(Debug, Default)]
+struct Hulls {
+    /// Upper convex hull of the band's lower endpoints, from `lower_start` on.
+    lower: Vec<Point>,
+    lower_start: usize,
+    /// Lower convex hull of the band's upper endpoints, from `upper_start` on.
+    upper: Vec<Point>,
+    upper_start: usize,
+    /// Steepest feasible line: through a lower endpoint (left) and an upper endpoint (right).
+    max_line: Option<Line>,
+    /// Flattest feasible line: through an upper endpoint (left) and a lower endpoint (right).
+    min_line: Option<Line>,
+    points: usize,
+}
+
+impl Hulls {
+    fn clear(&mut self) {
+        self.lower.clear();
+        self.upper.clear();
+        self.lower_start = 0;
+        self.upper_start = 0;
+        self.max_line = None;
+        self.min_line = None;
+        self.points = 0;
+    }
+
+    /// Adds the band `[lo, hi]` at `x` (larger than every earlier x) if some line still stabs
+    /// every band; returns false, changing nothing, if none does.
+    fn add(&mut self, x: u64, lo: i64, hi: i64) -> bool {
+        let low = Point { x, y: lo };
+        let high = Point { x, y: hi };
+        match self.points {
+            0 => {}
+            1 => {
+                self.max_line = Some(Line {
+                    from: self.lower[0],
+                    to: high,
+                });
+                self.min_line = Some(Line {
+                    from: self.upper[0],
+                    to: low,
+                });
+            }
+            _ => {
+                let (Some(max_line), Some(min_line)) = (self.max_line, self.min_line) else {
+                    return false;
+                };
+                // `low` and `high` share x, so each line's test of `low` follows from its test of
+                // `high`: cross(L, low) = cross(L, high) − (L.to.x − L.from.x)·(high.y − low.y).
+                let height = hi - lo;
+                let max_high = cross(max_line.from, max_line.to, high);
+                let min_high = cross(min_line.from, min_line.to, high);
+                let max_low = max_high - mul(max_line.to.x - max_line.from.x, height);
+                let min_low = min_high - mul(min_line.to.x - min_line.from.x, height);
+                // A point strictly below a line has a negative cross product, above a positive one.
+                if min_high < 0 || max_low > 0 {
+                    return false;
+                }
+                if max_high < 0 {
+                    // The new upper endpoint caps the steepest line: pivot it on the lower-hull
+                    // point that gives the flattest slope to `high`.
+                    let mut best = self.lower_start;
+                    for i in self.lower_start + 1..self.lower.len() {
+                        if slope_less(self.lower[i], high, self.lower[best], high) {
+                            best = i;
+                        } else {
+                            break;
+                        }
+                    }
+                    self.max_line = Some(Line {
+                        from: self.lower[best],
+                        to: high,
+                    });
+                    self.lower_start = best;
+                }
+                if min_low > 0 {
+                    // The new lower endpoint lifts the flattest line: pivot it on the upper-hull
+                    // point that gives the steepest slope to `low`.
+                    let mut best = self.upper_start;
+                    for i in self.upper_start + 1..self.upper.len() {
+                        if slope_less(self.upper[best], low, self.upper[i], low) {
+                            best = i;
+                        } else {
+                            break;
+                        }
+                    }
+                    self.min_line = Some(Line {
+                        from: self.upper[best],
+                        to: low,
+                    });
+                    self.upper_start = best;
+                }
+            }
+        }
+        // Upper hull of the lower endpoints: drop points that no longer make a right turn.
+        push_hull(&mut self.lower, self.lower_start, low, |turn| turn >= 0);
+        // Lower hull of the upper endpoints: drop points that no longer make a left turn.
+        push_hull(&mut self.upper, self.upper_start, high, |turn| turn <= 0);
+        self.points += 1;
+        true
+    }
+
+    /// The admissible fixed-point intercepts for fixed-point `slope`, from the hull vertices only:
+    /// each bound is linear in a point, so its extreme over all points is reached at a vertex of
+    /// the matching hull (points popped from a hull lie below/above a chord of it and are
+    /// dominated; points before the start indices are kept and only add candidates).
+    ///
+    /// `floor((A + slope·dx) / 2^64) ∈ [pos − ε, pos + ε]` ⇔
+    /// `A ∈ [(pos − ε)·2^64 − slope·dx, (pos + ε + 1)·2^64 − 1 − slope·dx]`, and with the doubled
+    /// band ends `lo = 2·pos + 1 − 2ε`, `hi = 2·pos + 1 + 2ε` those are
+    /// `(lo − 1)·2^63 − slope·dx` and `(hi + 1)·2^63 − 1 − slope·dx`.
+    fn intercept_range(&self, slope: u128) -> Option<(i128, i128)> {
+        const HALF: i128 = 1 << 63;
+        let scaled = |x: u64| {
+            slope
+                .checked_mul(u128::from(x))
+                .and_then(|s| i128::try_from(s).ok())
+        };
+        let mut low = i128::MIN;
+        for p in &self.lower {
+            low = low.max((i128::from(p.y) - 1) * HALF - scaled(p.x)?);
+        }
+        let mut high = i128::MAX;
+        for p in &self.upper {
+            high = high.min((i128::from(p.y) + 1) * HALF - 1 - scaled(p.x)?);
+        }
+        (low <= high).then_some((low, high))
+    }
+
+    /// A slope (positions per key unit, ≥ 0) in the middle of the feasible window.
+    fn middle_slope(&self) -> f64 {
+        match (self.max_line, self.min_line) {
+            (Some(max), Some(min)) => {
+                // Doubled y: halve to get positions per key unit.
+                let steep = max.slope() / 2.0;
+                let flat = (min.slope() / 2.0).max(0.0);
+                ((steep + flat) / 2.0).max(0.0)
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// Streaming OptimalPLR trainer.
+///
+/// Push `(key, position)` pairs with strictly increasing keys and non-decreasing positions below
+/// 2^48; [`PlrBuilder::finish`] returns the minimal number of [`Segment`]s such that every pushed
+/// key's prediction is within ε of its position (exactly, see the module docs).
+#[derive(Debug)]
+pub struct PlrBuilder {
+    epsilon: u64,
+    hulls: Hulls,
+    /// First and last key of the segment being built, if it has any point.
+    current: Option<(u64, u64)>,
+    segments: Vec<Segment>,
+    last: Option<(u64, u64)>,
+    /// Segments whose middle slope admitted no exact intercept, so the steepest line's was used.
+    steepest_slope_fallbacks: u64,
+    /// Tests: skip the middle slope, so the fallback path is exercised on every segment.
+    #[cfg(test)]
+    force_steepest_slope: bool,
+}
+
+impl PlrBuilder {
+    /// A trainer with error bound `epsilon` (at least 1, at most [`crate::MAX_EPSILON`]).
+    pub fn new(epsilon: u64) -> Result<Self, TrainError> {
+        if epsilon == 0 || epsilon > crate::MAX_EPSILON {
+            return Err(TrainError::InvalidEpsilon(epsilon));
+        }
+        Ok(Self {
+            epsilon,
+            hulls: Hulls::default(),
+            current: None,
+            segments: Vec::new(),
+            last: None,
+            steepest_slope_fallbacks: 0,
+            #[cfg(test)]
+            force_steepest_slope: false,
+        })
+    }
+
+    /// Adds one trained point.
+    pub fn push(&mut self, key: u64, position: u64) -> Result<(), TrainError> {
+        if position > MAX_POSITION {
+            return Err(TrainError::PositionTooLarge(position));
+        }
+        if let Some((last_key, last_pos)) = self.last {
+            if key <= last_key {
+                return Err(TrainError::KeysNotIncreasing {
+                    previous: last_key,
+                    key,
+                });
+            }
+            if position < last_pos {
+                return Err(TrainError::PositionsDecreasing { key, position });
+            }
+        }
+        self.last = Some((key, position));
+        self.add(key, position)
+    }
+
+    fn add(&mut self, key: u64, position: u64) -> Result<(), TrainError> {
+        if let Some((first, _)) = self.current {
+            let (x, lo, hi) = self.band(first, key, position);
+            if self.hulls.add(x, lo, hi) {
+                self.current = Some((first, key));
+                return Ok(());
+            }
+            self.close_segment()?;
+        }
+        let (x, lo, hi) = self.band(key, key, position);
+        let added = self.hulls.add(x, lo, hi);
+        debug_assert!(added, "a single point is always feasible");
+        self.current = Some((key, key));
+        Ok(())
+    }
+
+    fn band(&self, first_key: u64, key: u64, position: u64) -> (u64, i64, i64) {
+        // position < 2^48 and ε ≤ 2^20, so these stay far below 2^63.
+        let y = 2 * position as i64 + 1;
+        let e = 2 * self.epsilon as i64;
+        (key - first_key, y - e, y + e)
+    }
+
+    /// Turns the current points into one segment.
+    fn close_segment(&mut self) -> Result<(), TrainError> {
+        let Some((first_key, last_key)) = self.current.take() else {
+            return Ok(());
+        };
+        let mut slope = fixed_point_slope(self.hulls.middle_slope());
+        let mut range = self.hulls.intercept_range(slope);
+        #[cfg(test)]
+        if self.force_steepest_slope {
+            range = None;
+        }
+        if range.is_none() {
+            self.steepest_slope_fallbacks += 1;
+            slope = self
+                .hulls
+                .max_line
+                .map_or(0, |line| line.fixed_point_slope());
+            range = self.hulls.intercept_range(slope);
+        }
+        self.hulls.clear();
+        // Proven non-empty (module docs); an error rather than a wrong model if that were false.
+        let (low, high) = range.ok_or(TrainError::NoExactIntercept { first_key })?;
+        self.segments.push(Segment {
+            first_key,
+            max_dx: last_key - first_key,
+            slope,
+            intercept: low + (high - low) / 2,
+        });
+        Ok(())
+    }
+
+    /// Segments whose middle slope admitted no exact intercept, so the steepest feasible line's
+    /// exactly rounded slope was used instead (rare; never affects the bound).
+    pub fn steepest_slope_fallbacks(&self) -> u64 {
+        self.steepest_slope_fallbacks
+    }
+
+    /// Segments so far, counting the one being built.
+    pub fn segments_so_far(&self) -> usize {
+        self.segments.len() + usize::from(self.current.is_some())
+    }
+
+    /// Closes the last segment and returns all of them, ordered by `first_key`. Empty if nothing
+    /// was pushed.
+    pub fn finish(mut self) -> Result<Vec<Segment>, TrainError> {
+        self.close_segment()?;
+        Ok(self.segments)
+    }
+}
+
+/// Rounds a non-negative slope in positions per key unit to fixed point (64 fractional bits).
+fn fixed_point_slope(slope: f64) -> u128 {
+    let scaled = slope * 18_446_744_073_709_551_616.0; // 2^64
+    if scaled.is_finite() && scaled > 0.0 {
+        scaled as u128 // saturating cast
+    } else {
+        0
+    }
+}
+
+/// Trains segments over `(key, position)` pairs; see [`PlrBuilder`].
+pub fn train(
+    points: impl IntoIterator<Item = (u64, u64)>,
+    epsilon: u64,
+) -> Result<Vec<Segment>, TrainError> {
+    let mut builder = PlrBuilder::new(epsilon)?;
+    for (key, position) in points {
+        builder.push(key, position)?;
+    }
+    builder.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use quickcheck::{QuickCheck, TestResult};
+
+    use super::*;
+    use crate::reference::optimal_segment_count;
+    use crate::test_support::KeySet;
+
+    fn check_bound(
+        points: &[(u64, u64)],
+        segments: &[Segment],
+        epsilon: u64,
+    ) -> Result<(), String> {
+        for &(key, position) in points {
+            let i = segments.partition_point(|s| s.first_key <= key);
+            let pred = segments[i - 1].predict(key);
+            if pred.abs_diff(position) > epsilon {
+                return Err(format!(
+                    "key {key}: predicted {pred}, position {position}, ε {epsilon}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_trained_key_is_within_epsilon_of_its_rank() {
+        fn prop(keys: KeySet, e: u16) -> TestResult {
+            let epsilon = u64::from(e % 256) + 1;
+            let points: Vec<_> = keys
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| (k, i as u64))
+                .collect();
+            let segments = train(points.iter().copied(), epsilon).expect("valid input");
+            match check_bound(&points, &segments, epsilon) {
+                Ok(()) => TestResult::passed(),
+                Err(e) => TestResult::error(e),
+            }
+        }
+        QuickCheck::new()
+            .tests(500)
+            .quickcheck(prop as fn(KeySet, u16) -> TestResult);
+    }
+
+    #[test]
+    fn every_trained_key_is_within_epsilon_of_a_staircase_position() {
+        // Leaf-major positions with gaps (fill < δ) and repeated jumps.
+        fn prop(keys: KeySet, e: u8, gap: u8) -> TestResult {
+            let epsilon = u64::from(e % 64) + 1;
+            let stride = u64::from(gap % 32) + 3;
+            let points: Vec<_> = keys
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| (k, i as u64 / 3 * stride + i as u64 % 3))
+                .collect();
+            let segments = train(points.iter().copied(), epsilon).expect("valid input");
+            match check_bound(&points, &segments, epsilon) {
+                Ok(()) => TestResult::passed(),
+                Err(e) => TestResult::error(e),
+            }
+        }
+        QuickCheck::new()
+            .tests(300)
+            .quickcheck(prop as fn(KeySet, u8, u8) -> TestResult);
+    }
+
+    /// The fallback slope (the steepest line's, rounded exactly) must always admit an intercept
+    /// and keep the bound: force it on every segment.
+    #[test]
+    fn the_steepest_slope_fallback_keeps_the_bound() {
+        fn prop(keys: KeySet, e: u16, stride: u8) -> TestResult {
+            let epsilon = u64::from(e % 256) + 1;
+            let stride = u64::from(stride % 20) + 1;
+            let points: Vec<_> = keys
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| (k, i as u64 * stride))
+                .collect();
+            let mut builder = PlrBuilder::new(epsilon).expect("epsilon");
+            builder.force_steepest_slope = true;
+            for &(k, p) in &points {
+                if let Err(e) = builder.push(k, p) {
+                    return TestResult::error(format!("{e}"));
+                }
+            }
+            let segments = match builder.finish() {
+                Ok(segments) => segments,
+                Err(e) => return TestResult::error(format!("{e}")),
+            };
+            match check_bound(&points, &segments, epsilon) {
+                Ok(()) => TestResult::passed(),
+                Err(e) => TestResult::error(e),
+            }
+        }
+        QuickCheck::new()
+            .tests(500)
+            .quickcheck(prop as fn(KeySet, u16, u8) -> TestResult);
+    }
+
+    #[test]
+    fn segment_count_is_optimal_on_small_inputs() {
+        fn prop(keys: KeySet, e: u8, stride: u8) -> TestResult {
+            let keys = &keys.0[..keys.0.len().min(36)];
+            let epsilon = u64::from(e % 6) + 1;
+            let stride = u64::from(stride % 4) + 1;
+            let points: Vec<_> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| (k, i as u64 * stride))
+                .collect();
+            let mut builder = PlrBuilder::new(epsilon).expect("epsilon");
+            for &(k, p) in &points {
+                builder.push(k, p).expect("valid input");
+            }
+            let fast = builder.finish().expect("train").len();
+            let optimal = optimal_segment_count(&points, epsilon);
+            if fast == optimal {
+                TestResult::passed()
+            } else {
+                TestResult::error(format!("{fast} segments, optimal is {optimal}"))
+            }
+        }
+        QuickCheck::new()
+            .tests(400)
+            .quickcheck(prop as fn(KeySet, u8, u8) -> TestResult);
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        assert_eq!(
+            PlrBuilder::new(0).err(),
+            Some(TrainError::InvalidEpsilon(0))
+        );
+        let mut b = PlrBuilder::new(4).expect("epsilon");
+        b.push(10, 0).expect("first point");
+        assert_eq!(
+            b.push(10, 1),
+            Err(TrainError::KeysNotIncreasing {
+                previous: 10,
+                key: 10
+            })
+        );
+        assert_eq!(
+            b.push(5, 1),
+            Err(TrainError::KeysNotIncreasing {
+                previous: 10,
+                key: 5
+            })
+        );
+        b.push(11, 5).expect("increasing");
+        assert_eq!(
+            b.push(12, 4),
+            Err(TrainError::PositionsDecreasing {
+                key: 12,
+                position: 4
+            })
+        );
+        assert_eq!(
+            b.push(13, 1 << 48),
+            Err(TrainError::PositionTooLarge(1 << 48))
+        );
+        assert!(
+            train(std::iter::empty(), 4)
+                .expect("empty is fine")
+                .is_empty()
+        );
+        // A single segment of many points keeps no per-point buffer (memory is the hulls).
+        let one = train((0..1_000_000u64).map(|k| (k, k)), 1).expect("train");
+        assert_eq!(one.len(), 1);
+    }
+
+    /// The paper's Table 1 reports 5,153 models for 5·10^6 uniform random keys (ε = 16 at full
+    /// leaves, i.e. positions = ranks). Optimal PLR must not need more.
+    #[test]
+    fn table_1_uniform_5m_keys_needs_at_most_5153_segments() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut keys: Vec<u64> = (0..5_000_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let segments =
+            train(keys.iter().enumerate().map(|(i, &k)| (k, i as u64)), 16).expect("train");
+        assert!(segments.len() <= 5_153, "{} segments", segments.len());
+    }
+}
