@@ -114,9 +114,7 @@ impl LeafModel {
                 .ok_or(TrainError::PositionTooLarge(
                     count.saturating_mul(params.delta),
                 ))?;
-            for (j, &key) in keys.iter().enumerate() {
-                builder.push(key, base + j as u64)?;
-            }
+            builder.push_leaf(keys, base)?;
             count += 1;
         }
         if count == 0 {

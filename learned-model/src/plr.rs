@@ -23,7 +23,7 @@ use crate::{MAX_POSITION, TrainError};
 
 /// A band endpoint: `x` is the key's offset from the segment's first key, `y` a doubled position
 /// (below 2^50 in magnitude, see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Point {
     x: u64,
     y: i64,
@@ -51,7 +51,7 @@ fn slope_less(p: Point, q: Point, r: Point, s: Point) -> bool {
 }
 
 /// A line through two points, `from.x < to.x`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Line {
     from: Point,
     to: Point,
@@ -75,16 +75,28 @@ impl Line {
     }
 }
 
-/// Appends `p` to a hull kept from index `start` on, first dropping its last points while
-/// `drop(cross(second last, last, p))` holds.
+/// Appends `p` to a hull kept from index `start` on, first dropping its last points while the
+/// turn `second last → last → p` goes the wrong way: for the upper hull (`UPPER`) a left turn or
+/// straight on, for the lower hull a right turn or straight on.
+///
+/// Along either hull y never decreases (positions never do), so the turn is decided by comparing
+/// two unsigned products, `(a.x − o.x)(b.y − o.y)` against `(b.x − o.x)(a.y − o.y)`.
 #[inline(always)]
-fn push_hull(hull: &mut Vec<Point>, start: usize, p: Point, drop: impl Fn(i128) -> bool) {
+fn push_hull<const UPPER: bool>(hull: &mut Vec<Point>, start: usize, p: Point) {
     let mut len = hull.len();
     if len >= start + 2 {
         let mut last = hull[len - 1];
         while len >= start + 2 {
             let before = hull[len - 2];
-            if !drop(cross(before, last, p)) {
+            debug_assert!(before.y <= last.y && last.y <= p.y);
+            let ahead = u128::from(last.x - before.x) * u128::from((p.y - before.y) as u64);
+            let behind = u128::from(p.x - before.x) * u128::from((last.y - before.y) as u64);
+            let drop = if UPPER {
+                ahead >= behind
+            } else {
+                ahead <= behind
+            };
+            if !drop {
                 break;
             }
             last = before;
@@ -105,9 +117,11 @@ struct Hulls {
     upper: Vec<Point>,
     upper_start: usize,
     /// Steepest feasible line: through a lower endpoint (left) and an upper endpoint (right).
-    max_line: Option<Line>,
+    /// Meaningful once two points were added.
+    max_line: Line,
     /// Flattest feasible line: through an upper endpoint (left) and a lower endpoint (right).
-    min_line: Option<Line>,
+    /// Meaningful once two points were added.
+    min_line: Line,
     points: usize,
 }
 
@@ -117,44 +131,46 @@ impl Hulls {
         self.upper.clear();
         self.lower_start = 0;
         self.upper_start = 0;
-        self.max_line = None;
-        self.min_line = None;
         self.points = 0;
     }
 
     /// Adds the band `[lo, hi]` at `x` (larger than every earlier x) if some line still stabs
     /// every band; returns false, changing nothing, if none does.
+    #[inline]
     fn add(&mut self, x: u64, lo: i64, hi: i64) -> bool {
         let low = Point { x, y: lo };
         let high = Point { x, y: hi };
         match self.points {
             0 => {}
             1 => {
-                self.max_line = Some(Line {
+                self.max_line = Line {
                     from: self.lower[0],
                     to: high,
-                });
-                self.min_line = Some(Line {
+                };
+                self.min_line = Line {
                     from: self.upper[0],
                     to: low,
-                });
+                };
             }
             _ => {
-                let (Some(max_line), Some(min_line)) = (self.max_line, self.min_line) else {
-                    return false;
-                };
-                // `low` and `high` share x, so each line's test of `low` follows from its test of
-                // `high`: cross(L, low) = cross(L, high) − (L.to.x − L.from.x)·(high.y − low.y).
-                let height = hi - lo;
-                let max_high = cross(max_line.from, max_line.to, high);
+                let (max_line, min_line) = (self.max_line, self.min_line);
+                // Steepest line: from a lower endpoint to a later upper endpoint. Every y
+                // difference against it is non-negative, so unsigned products decide the sides.
+                let (from, to) = (max_line.from, max_line.to);
+                debug_assert!(from.y <= to.y && from.y <= low.y);
+                let run = u128::from(to.x - from.x);
+                let rise = u128::from(high.x - from.x) * u128::from((to.y - from.y) as u64);
+                let high_below_max = run * u128::from((high.y - from.y) as u64) < rise;
+                let low_above_max = run * u128::from((low.y - from.y) as u64) > rise;
+                // Flattest line: `low` and `high` share x, so its test of `low` follows from its
+                // test of `high`: cross(L, low) = cross(L, high) − (L.to.x − L.from.x)·(hi − lo).
                 let min_high = cross(min_line.from, min_line.to, high);
-                let max_low = max_high - mul(max_line.to.x - max_line.from.x, height);
-                let min_low = min_high - mul(min_line.to.x - min_line.from.x, height);
+                let min_low = min_high - mul(min_line.to.x - min_line.from.x, hi - lo);
                 // A point strictly below a line has a negative cross product, above a positive one.
-                if min_high < 0 || max_low > 0 {
+                if min_high < 0 || low_above_max {
                     return false;
                 }
-                if max_high < 0 {
+                if high_below_max {
                     // The new upper endpoint caps the steepest line: pivot it on the lower-hull
                     // point that gives the flattest slope to `high`.
                     let mut best = self.lower_start;
@@ -165,10 +181,10 @@ impl Hulls {
                             break;
                         }
                     }
-                    self.max_line = Some(Line {
+                    self.max_line = Line {
                         from: self.lower[best],
                         to: high,
-                    });
+                    };
                     self.lower_start = best;
                 }
                 if min_low > 0 {
@@ -182,18 +198,18 @@ impl Hulls {
                             break;
                         }
                     }
-                    self.min_line = Some(Line {
+                    self.min_line = Line {
                         from: self.upper[best],
                         to: low,
-                    });
+                    };
                     self.upper_start = best;
                 }
             }
         }
         // Upper hull of the lower endpoints: drop points that no longer make a right turn.
-        push_hull(&mut self.lower, self.lower_start, low, |turn| turn >= 0);
+        push_hull::<true>(&mut self.lower, self.lower_start, low);
         // Lower hull of the upper endpoints: drop points that no longer make a left turn.
-        push_hull(&mut self.upper, self.upper_start, high, |turn| turn <= 0);
+        push_hull::<false>(&mut self.upper, self.upper_start, high);
         self.points += 1;
         true
     }
@@ -227,15 +243,13 @@ impl Hulls {
 
     /// A slope (positions per key unit, ≥ 0) in the middle of the feasible window.
     fn middle_slope(&self) -> f64 {
-        match (self.max_line, self.min_line) {
-            (Some(max), Some(min)) => {
-                // Doubled y: halve to get positions per key unit.
-                let steep = max.slope() / 2.0;
-                let flat = (min.slope() / 2.0).max(0.0);
-                ((steep + flat) / 2.0).max(0.0)
-            }
-            _ => 0.0,
+        if self.points < 2 {
+            return 0.0;
         }
+        // Doubled y: halve to get positions per key unit.
+        let steep = self.max_line.slope() / 2.0;
+        let flat = (self.min_line.slope() / 2.0).max(0.0);
+        ((steep + flat) / 2.0).max(0.0)
     }
 }
 
@@ -278,6 +292,7 @@ impl PlrBuilder {
     }
 
     /// Adds one trained point.
+    #[inline]
     pub fn push(&mut self, key: u64, position: u64) -> Result<(), TrainError> {
         if position > MAX_POSITION {
             return Err(TrainError::PositionTooLarge(position));
@@ -297,6 +312,28 @@ impl PlrBuilder {
         self.add(key, position)
     }
 
+    /// Pushes one trained leaf: `keys` at positions `base, base + 1, …`. The caller guarantees
+    /// the positions are at least the previous point's and at most [`MAX_POSITION`]; keys are
+    /// checked here.
+    #[inline]
+    pub(crate) fn push_leaf(&mut self, keys: &[u64], base: u64) -> Result<(), TrainError> {
+        debug_assert!(base + keys.len() as u64 <= MAX_POSITION + 1);
+        debug_assert!(self.last.is_none_or(|(_, p)| p <= base));
+        let mut previous = self.last.map(|(k, _)| k);
+        for (j, &key) in keys.iter().enumerate() {
+            if let Some(previous) = previous.filter(|&p| key <= p) {
+                return Err(TrainError::KeysNotIncreasing { previous, key });
+            }
+            previous = Some(key);
+            self.add(key, base + j as u64)?;
+        }
+        if let (Some(&key), Some(_)) = (keys.last(), previous) {
+            self.last = Some((key, base + keys.len() as u64 - 1));
+        }
+        Ok(())
+    }
+
+    #[inline]
     fn add(&mut self, key: u64, position: u64) -> Result<(), TrainError> {
         if let Some((first, _)) = self.current {
             let (x, lo, hi) = self.band(first, key, position);
@@ -333,10 +370,11 @@ impl PlrBuilder {
         }
         if range.is_none() {
             self.steepest_slope_fallbacks += 1;
-            slope = self
-                .hulls
-                .max_line
-                .map_or(0, |line| line.fixed_point_slope());
+            slope = if self.hulls.points < 2 {
+                0
+            } else {
+                self.hulls.max_line.fixed_point_slope()
+            };
             range = self.hulls.intercept_range(slope);
         }
         self.hulls.clear();
