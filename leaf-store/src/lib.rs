@@ -1,1 +1,46 @@
-//! ROLEX's remote memory layout and the verbs that act on it. (Issue 4 builds this crate.)
+//! ROLEX's remote memory layout, and the one-sided verbs that act on it.
+//!
+//! Everything a compute node reads and writes on a memory node is defined here, once, with a
+//! bit/byte diagram: the [`Superblock`] at offset 0 (all a client needs to attach), the leaf region
+//! (`[alloc_num][capacity]` then fixed-size [`Leaf`]s, allocated with one FAA), the 64-bit
+//! [`LeafTableEntry`] of the LT and SLT (with its lock bit), the model slot table, the model
+//! records with their [`ModelHeader`] word, and the retraining ring.
+//!
+//! The memory-node side builds a pool with [`bulk_load`]; [`verify`] walks a whole pool through an
+//! `Endpoint` and checks every structural invariant, returning a report instead of panicking.
+//!
+//! Every function reaches remote memory only through an [`rdma_transport::Endpoint`], so the same
+//! code runs over the simulator and over real RDMA.
+
+mod alloc;
+mod bulk;
+mod entry;
+mod error;
+mod header;
+mod layout;
+mod leaf;
+mod lock;
+mod record;
+mod ring;
+mod verify;
+mod walk;
+
+pub use alloc::{alloc_leaf, alloc_leaf_verb, check_allocation};
+pub use bulk::{
+    BulkLoadConfig, BulkLoadReport, Phase, bulk_load, bulk_load_with_progress, required_pool_bytes,
+};
+pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_LEAF_REGION};
+pub use error::LeafStoreError;
+pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
+pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};
+pub use leaf::{Leaf, leaf_bytes, leaf_checksum};
+pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
+pub use record::{ModelRecord, RecordLayout};
+pub use ring::{RING_VALID, RingLayout};
+pub use verify::{Problem, VerifyReport, verify};
+pub use walk::{read_all_entries, read_leaf, read_record, read_slot_table, walk_chain};
+
+#[cfg(target_endian = "big")]
+compile_error!(
+    "ROLEX lays remote words out in little-endian byte order; big-endian hosts are not supported"
+);

@@ -1,0 +1,436 @@
+//! Bulk load: the memory node builds a pool from sorted key-value pairs.
+
+use std::time::{Duration, Instant};
+
+use learned_model::{LeafModel, ModelParams};
+use rdma_transport::{Endpoint, MemoryNodeInfo};
+
+use crate::layout::{LAYOUT_VERSION, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC};
+use crate::record::RECORD_FIXED_BYTES;
+use crate::ring::RingLayout;
+use crate::{
+    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, SLT_SLOTS, Superblock,
+    leaf_bytes,
+};
+
+/// How to lay out a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BulkLoadConfig {
+    /// Model error bound ε (default 16).
+    pub epsilon: u64,
+    /// Key slots per leaf δ (default 16).
+    pub delta: u64,
+    /// Keys per bulk-loaded leaf, `1..=δ` (default 12: room for 4 inserts before a leaf splits).
+    pub fill: u64,
+    /// Trained leaves per model slot (default 64).
+    pub slot_leaves: u64,
+    /// Leaves the leaf region holds; `None` (default) gives it all space left after the other
+    /// regions.
+    pub leaf_capacity: Option<u64>,
+    /// The model region holds this many times the bulk-loaded records' bytes (default 4), room for
+    /// retrained records beside the ones they replace.
+    pub model_region_factor: u64,
+    /// Retraining-ring entries; `None` (default) gives one per slot (at least 64).
+    pub ring_capacity: Option<u64>,
+    /// This memory node's index among `node_count` range-partitioned nodes (default 0 of 1).
+    pub node_index: u64,
+    /// Number of memory nodes (default 1).
+    pub node_count: u64,
+    /// Smallest key this node serves (default 0). Slot 0 owns every key from here.
+    pub key_lo: u64,
+    /// Largest key this node serves (default `u64::MAX`).
+    pub key_hi: u64,
+}
+
+impl Default for BulkLoadConfig {
+    fn default() -> Self {
+        Self {
+            epsilon: 16,
+            delta: 16,
+            fill: 12,
+            slot_leaves: 64,
+            leaf_capacity: None,
+            model_region_factor: 4,
+            ring_capacity: None,
+            node_index: 0,
+            node_count: 1,
+            key_lo: 0,
+            key_hi: u64::MAX,
+        }
+    }
+}
+
+/// What a bulk load built, and what it cost.
+#[derive(Debug, Clone)]
+pub struct BulkLoadReport {
+    /// The pool's layout (as a compute node attaching now would see it).
+    pub layout: Layout,
+    /// Keys loaded.
+    pub keys: u64,
+    /// Trained leaves written.
+    pub trained_leaves: u64,
+    /// Model slots.
+    pub slots: u64,
+    /// PLR segments over all slots.
+    pub segments: u64,
+    /// Bytes of all model records.
+    pub record_bytes: u64,
+    /// Bytes the pool uses now (superblock to the last trained leaf, not the free leaves).
+    pub used_bytes: u64,
+    /// Time spent sorting and checking the input.
+    pub sort_time: Duration,
+    /// Time spent training models.
+    pub train_time: Duration,
+    /// Time spent writing the pool.
+    pub write_time: Duration,
+}
+
+/// Where bulk-load time goes, for progress displays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Sorting and checking input.
+    Sort,
+    /// Training the slots' models.
+    Train,
+    /// Writing leaves.
+    WriteLeaves,
+    /// Writing records and tables.
+    WriteRecords,
+}
+
+impl BulkLoadConfig {
+    fn check(&self) -> Result<ModelParams, LeafStoreError> {
+        let params = ModelParams::new(self.epsilon, self.delta)?;
+        if self.fill == 0 || self.fill > self.delta {
+            return Err(LeafStoreError::InvalidConfig(format!(
+                "fill must be between 1 and δ = {}, not {}",
+                self.delta, self.fill
+            )));
+        }
+        if self.slot_leaves == 0 || self.slot_leaves > 1 << 20 {
+            return Err(LeafStoreError::InvalidConfig(format!(
+                "slot_leaves must be between 1 and 1048576, not {}",
+                self.slot_leaves
+            )));
+        }
+        if self.model_region_factor == 0 || self.model_region_factor > 64 {
+            return Err(LeafStoreError::InvalidConfig(
+                "model_region_factor must be between 1 and 64".into(),
+            ));
+        }
+        if self.node_count == 0 || self.node_index >= self.node_count || self.key_lo > self.key_hi {
+            return Err(LeafStoreError::InvalidConfig(
+                "node index, node count or key range inconsistent".into(),
+            ));
+        }
+        Ok(params)
+    }
+}
+
+/// Bytes a pool needs for `keys` keys under `config` plus `spare_leaves` free leaves for inserts,
+/// assuming models of at most one segment per 64 keys (true of every distribution measured; a
+/// bulk load that needs more says so with [`LeafStoreError::PoolTooSmall`]).
+pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64) -> u64 {
+    let fill = config.fill.clamp(1, config.delta.max(1));
+    let leaves = keys.div_ceil(fill).max(1);
+    let slots = leaves.div_ceil(config.slot_leaves.max(1));
+    let segments = slots + keys / 64;
+    let records =
+        slots * (RECORD_FIXED_BYTES + 64 + 8 * SLT_SLOTS as u64) + 16 * leaves + 48 * segments;
+    let ring = config.ring_capacity.unwrap_or(slots.max(64));
+    SUPERBLOCK_BYTES
+        + 16 * slots
+        + RingLayout::bytes(ring, slots)
+        + 16
+        + records.saturating_mul(config.model_region_factor.max(1))
+        + 16
+        + (leaves + spare_leaves).saturating_mul(leaf_bytes(config.delta))
+}
+
+/// [`bulk_load_with_progress`] without progress reports.
+pub fn bulk_load<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
+    pairs: Vec<(u64, u64)>,
+    config: &BulkLoadConfig,
+) -> Result<BulkLoadReport, LeafStoreError> {
+    bulk_load_with_progress(ep, node, pairs, config, |_, _, _| {})
+}
+
+/// Builds a pool on memory node `node` from `(key, value)` pairs: sorts them (unsorted input is
+/// fine), trains one model per slot of `slot_leaves` trained leaves, writes the leaves `fill` keys
+/// each, the records, slot table, ring and leaf-region header, and the superblock last.
+///
+/// Everything is checked before the first write — parameters, duplicate keys, keys outside the
+/// node's range, the pool's size — so bad input gets an error and leaves the pool untouched. Once
+/// writing starts, the old superblock (if any) is invalidated first, so an interrupted load never
+/// leaves an attachable pool describing half-written data.
+///
+/// `progress(phase, done, total)` is called as the work advances.
+pub fn bulk_load_with_progress<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
+    mut pairs: Vec<(u64, u64)>,
+    config: &BulkLoadConfig,
+    mut progress: impl FnMut(Phase, u64, u64),
+) -> Result<BulkLoadReport, LeafStoreError> {
+    let params = config.check()?;
+    let started = Instant::now();
+    progress(Phase::Sort, 0, pairs.len() as u64);
+    if pairs.is_empty() {
+        return Err(LeafStoreError::NoKeys);
+    }
+    if !pairs.is_sorted_by_key(|p| p.0) {
+        pairs.sort_unstable_by_key(|p| p.0);
+    }
+    if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(LeafStoreError::DuplicateKey(w[0].0));
+    }
+    let (lo, hi) = (config.key_lo, config.key_hi);
+    if let Some(&(key, _)) = pairs.iter().find(|p| p.0 < lo || p.0 > hi) {
+        return Err(LeafStoreError::KeyOutOfRange { key, lo, hi });
+    }
+    progress(Phase::Sort, pairs.len() as u64, pairs.len() as u64);
+    let sort_time = started.elapsed();
+
+    // Train every slot's model (in parallel: slots are independent).
+    let started = Instant::now();
+    let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+    let fill = config.fill as usize;
+    let keys_per_slot = fill * config.slot_leaves as usize;
+    let slot_keys: Vec<&[u64]> = keys.chunks(keys_per_slot).collect();
+    let slots = slot_keys.len() as u64;
+    let models = train_slots(&slot_keys, params, config.fill, &mut progress)?;
+    drop(slot_keys);
+    let train_time = started.elapsed();
+
+    // Lay the regions out and check the pool is large enough, still before writing anything.
+    let trained_leaves = keys.len().div_ceil(fill) as u64;
+    let record_sizes: Vec<u64> = models
+        .iter()
+        .map(|m| {
+            RECORD_FIXED_BYTES
+                + (learned_model::serial::HEADER_LEN as u64 + 48 * m.segments().len() as u64)
+                    .next_multiple_of(8)
+                + 16 * m.leaves()
+                + 8 * SLT_SLOTS as u64
+        })
+        .collect();
+    let record_bytes: u64 = record_sizes.iter().sum();
+    let segments: u64 = models.iter().map(|m| m.segments().len() as u64).sum();
+    let ring_capacity = config.ring_capacity.unwrap_or(slots.max(64));
+    let slot_table_offset = SUPERBLOCK_BYTES;
+    let ring_offset = slot_table_offset + 16 * slots;
+    let model_region_offset = ring_offset + RingLayout::bytes(ring_capacity, slots);
+    let model_region_bytes =
+        (16 + record_bytes.saturating_mul(config.model_region_factor)).next_multiple_of(8);
+    let leaf_region_offset = model_region_offset.saturating_add(model_region_bytes);
+    let leaf_size = leaf_bytes(config.delta);
+    let room = node
+        .region_len
+        .saturating_sub(leaf_region_offset.saturating_add(16))
+        / leaf_size;
+    let leaf_capacity = config.leaf_capacity.unwrap_or(room);
+    let needed = leaf_region_offset
+        .saturating_add(16)
+        .saturating_add(leaf_capacity.max(trained_leaves).saturating_mul(leaf_size));
+    if leaf_capacity < trained_leaves || needed > node.region_len {
+        return Err(LeafStoreError::PoolTooSmall {
+            needed: needed.max(leaf_region_offset + 16 + trained_leaves * leaf_size),
+            available: node.region_len,
+        });
+    }
+    if leaf_capacity > crate::MAX_LEAF_NUM {
+        return Err(LeafStoreError::InvalidConfig(
+            "leaf capacity beyond 48-bit leaf numbers".into(),
+        ));
+    }
+    let sb = Superblock {
+        magic: SUPERBLOCK_MAGIC,
+        version: LAYOUT_VERSION,
+        epsilon: config.epsilon,
+        delta: config.delta,
+        fill: config.fill,
+        slot_leaves: config.slot_leaves,
+        node_id: u64::from(node.id),
+        node_count: config.node_count,
+        key_lo: lo,
+        key_hi: hi,
+        pool_bytes: needed,
+        leaf_region_offset,
+        leaf_capacity,
+        leaf_bytes: leaf_size,
+        slot_table_offset,
+        slots,
+        model_region_offset,
+        model_region_bytes,
+        ring_offset,
+        ring_capacity,
+        keys_loaded: keys.len() as u64,
+        trained_leaves,
+        record_bytes_loaded: record_bytes,
+        reserved: [0; 8],
+        checksum: 0,
+    }
+    .sealed();
+    let layout = Layout::from_superblock(node.id, sb);
+
+    // Write. First make any old pool unattachable.
+    let started = Instant::now();
+    ep.write(layout.at(0), &[0u8; 8])?;
+    write_leaves(ep, &layout, &pairs, &mut progress)?;
+    drop(pairs);
+    progress(Phase::WriteRecords, 0, slots);
+    let records_start = model_region_offset + 16;
+    let mut slot_table = Vec::with_capacity(16 * slots as usize);
+    let mut buffer = Vec::new();
+    let mut buffer_start = records_start;
+    let mut offset = records_start;
+    for (slot, (model, size)) in models.into_iter().zip(&record_sizes).enumerate() {
+        let slot = slot as u64;
+        let first_leaf = slot * config.slot_leaves;
+        let slot_first = keys[(first_leaf * config.fill) as usize];
+        let record = ModelRecord {
+            header: ModelHeader::new(0),
+            slot,
+            first_key: if slot == 0 { lo } else { slot_first },
+            pivots: keys[(first_leaf * config.fill) as usize..]
+                .chunks(fill)
+                .take(model.leaves() as usize)
+                .map(|c| c[0])
+                .collect(),
+            lt: (first_leaf..first_leaf + model.leaves())
+                .map(|n| LeafTableEntry::new(0, n).unwrap_or_default())
+                .collect(),
+            slt: vec![LeafTableEntry::default(); SLT_SLOTS],
+            model,
+        };
+        let bytes = record.encode();
+        debug_assert_eq!(bytes.len() as u64, *size);
+        slot_table.extend_from_slice(&layout.at(offset).pack().to_le_bytes());
+        slot_table.extend_from_slice(&record.first_key.to_le_bytes());
+        buffer.extend_from_slice(&bytes);
+        offset += size;
+        if buffer.len() >= 1 << 20 {
+            ep.write(layout.at(buffer_start), &buffer)?;
+            buffer_start = offset;
+            buffer.clear();
+            progress(Phase::WriteRecords, slot + 1, slots);
+        }
+    }
+    ep.write(layout.at(buffer_start), &buffer)?;
+    let mut region_header = offset.to_le_bytes().to_vec();
+    region_header.extend_from_slice(&(model_region_offset + model_region_bytes).to_le_bytes());
+    ep.write(layout.model_region_addr(), &region_header)?;
+    write_chunked(ep, &layout, slot_table_offset, &slot_table)?;
+    let mut ring = vec![0u8; RingLayout::bytes(ring_capacity, slots) as usize];
+    ring[16..24].copy_from_slice(&ring_capacity.to_le_bytes());
+    write_chunked(ep, &layout, ring_offset, &ring)?;
+    let mut leaf_header = trained_leaves.to_le_bytes().to_vec();
+    leaf_header.extend_from_slice(&leaf_capacity.to_le_bytes());
+    ep.write(layout.alloc_num_addr(), &leaf_header)?;
+    ep.write(layout.at(0), &sb.to_bytes())?;
+    progress(Phase::WriteRecords, slots, slots);
+    let write_time = started.elapsed();
+
+    Ok(BulkLoadReport {
+        layout,
+        keys: keys.len() as u64,
+        trained_leaves,
+        slots,
+        segments,
+        record_bytes,
+        used_bytes: leaf_region_offset + 16 + trained_leaves * leaf_size,
+        sort_time,
+        train_time,
+        write_time,
+    })
+}
+
+/// Writes `bytes` at `offset` in WRITEs of at most 1 MiB.
+fn write_chunked<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<(), LeafStoreError> {
+    const CHUNK: usize = 1 << 20;
+    for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
+        ep.write(layout.at(offset + (i * CHUNK) as u64), chunk)?;
+    }
+    Ok(())
+}
+
+fn train_slots(
+    slot_keys: &[&[u64]],
+    params: ModelParams,
+    fill: u64,
+    progress: &mut impl FnMut(Phase, u64, u64),
+) -> Result<Vec<LeafModel>, LeafStoreError> {
+    let total = slot_keys.len() as u64;
+    progress(Phase::Train, 0, total);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(slot_keys.len())
+        .max(1);
+    let per_thread = slot_keys.len().div_ceil(threads);
+    let results: Vec<Result<Vec<LeafModel>, LeafStoreError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = slot_keys
+            .chunks(per_thread)
+            .map(|chunk| {
+                s.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|keys| {
+                            LeafModel::train_filled(params, keys, fill)
+                                .map_err(LeafStoreError::from)
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(LeafStoreError::InvalidConfig(
+                        "training thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut models = Vec::with_capacity(slot_keys.len());
+    for r in results {
+        models.extend(r?);
+    }
+    progress(Phase::Train, total, total);
+    Ok(models)
+}
+
+fn write_leaves<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    pairs: &[(u64, u64)],
+    progress: &mut impl FnMut(Phase, u64, u64),
+) -> Result<(), LeafStoreError> {
+    let fill = layout.superblock().fill as usize;
+    let leaf_size = layout.leaf_bytes() as usize;
+    let total = pairs.len().div_ceil(fill) as u64;
+    const BATCH: usize = 4096;
+    let mut buffer = vec![0u8; BATCH * leaf_size];
+    let mut leaf = Leaf::new();
+    for (batch, chunk) in pairs.chunks(fill * BATCH).enumerate() {
+        let first = (batch * BATCH) as u64;
+        let leaves = chunk.len().div_ceil(fill);
+        for (i, entries) in chunk.chunks(fill).enumerate() {
+            let out = &mut buffer[i * leaf_size..(i + 1) * leaf_size];
+            leaf.entries_mut().clear();
+            leaf.entries_mut().extend_from_slice(entries);
+            leaf.encode_into(first + i as u64, out)?;
+        }
+        ep.write(layout.leaf_addr(first), &buffer[..leaves * leaf_size])?;
+        progress(Phase::WriteLeaves, first + leaves as u64, total);
+    }
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! The superblock and the address arithmetic of a pool.
+
+use bytemuck::{Pod, Zeroable};
+use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr};
+
+use crate::{LeafStoreError, leaf_bytes};
+
+/// `"ROLEXPL1"`: the first word of every pool.
+pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
+/// The layout version this build writes and reads.
+pub const LAYOUT_VERSION: u64 = 1;
+/// Size of the superblock at offset 0.
+pub const SUPERBLOCK_BYTES: u64 = 256;
+
+/// The superblock: 32 little-endian words at offset 0 of every memory node, written last by bulk
+/// load and never changed afterwards. A compute node needs nothing else to attach.
+///
+/// ```text
+/// word  0 magic "ROLEXPL1"       8 key_lo (first key served)   16 model_region_offset  24..30 reserved
+///       1 layout version         9 key_hi (last key served)    17 model_region_bytes   31 checksum
+///       2 ε                     10 pool_bytes (laid out)       18 ring_offset
+///       3 δ                     11 leaf_region_offset          19 ring_capacity
+///       4 fill (bulk load)      12 leaf_capacity (leaves)      20 keys at bulk load
+///       5 slot_leaves           13 leaf_bytes                  21 trained leaves at bulk load
+///       6 node_id               14 slot_table_offset           22 model records' bytes at bulk load
+///       7 node_count            15 slots                       23 reserved
+/// ```
+///
+/// Regions, in address order: superblock, slot table (`slots` × 16 bytes: record address, first
+/// key), retraining ring, model region (`[next_free][end]` then records), leaf region
+/// (`[alloc_num][capacity]` then `leaf_capacity` leaves). `checksum` is XXH3-64 of words 0..31.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Superblock {
+    pub magic: u64,
+    pub version: u64,
+    pub epsilon: u64,
+    pub delta: u64,
+    pub fill: u64,
+    pub slot_leaves: u64,
+    pub node_id: u64,
+    pub node_count: u64,
+    pub key_lo: u64,
+    pub key_hi: u64,
+    pub pool_bytes: u64,
+    pub leaf_region_offset: u64,
+    pub leaf_capacity: u64,
+    pub leaf_bytes: u64,
+    pub slot_table_offset: u64,
+    pub slots: u64,
+    pub model_region_offset: u64,
+    pub model_region_bytes: u64,
+    pub ring_offset: u64,
+    pub ring_capacity: u64,
+    pub keys_loaded: u64,
+    pub trained_leaves: u64,
+    pub record_bytes_loaded: u64,
+    pub reserved: [u64; 8],
+    pub checksum: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Superblock>() as u64 == SUPERBLOCK_BYTES);
+
+impl Superblock {
+    fn computed_checksum(&self) -> u64 {
+        let bytes = bytemuck::bytes_of(self);
+        xxhash_rust::xxh3::xxh3_64(&bytes[..bytes.len() - 8])
+    }
+
+    /// The superblock with its checksum filled in.
+    pub fn sealed(mut self) -> Self {
+        self.checksum = self.computed_checksum();
+        self
+    }
+
+    /// Its bytes, as stored.
+    pub fn to_bytes(&self) -> [u8; SUPERBLOCK_BYTES as usize] {
+        let mut out = [0u8; SUPERBLOCK_BYTES as usize];
+        out.copy_from_slice(bytemuck::bytes_of(self));
+        out
+    }
+
+    /// Decodes and checks a superblock read from a memory node of `region_len` bytes: magic,
+    /// version, checksum, parameter ranges, and that every region lies inside the node, in order.
+    pub fn decode(bytes: &[u8], region_len: u64) -> Result<Self, LeafStoreError> {
+        let bytes = bytes
+            .get(..SUPERBLOCK_BYTES as usize)
+            .ok_or(LeafStoreError::CorruptSuperblock("shorter than 256 bytes"))?;
+        let sb: Superblock = bytemuck::pod_read_unaligned(bytes);
+        if sb.magic != SUPERBLOCK_MAGIC {
+            return Err(LeafStoreError::BadMagic(sb.magic));
+        }
+        if sb.version != LAYOUT_VERSION {
+            return Err(LeafStoreError::UnsupportedVersion {
+                found: sb.version,
+                supported: LAYOUT_VERSION,
+            });
+        }
+        if sb.checksum != sb.computed_checksum() {
+            return Err(LeafStoreError::CorruptSuperblock("checksum mismatch"));
+        }
+        learned_model::ModelParams::new(sb.epsilon, sb.delta)
+            .map_err(|_| LeafStoreError::CorruptSuperblock("ε or δ out of range"))?;
+        if sb.fill == 0 || sb.fill > sb.delta || sb.slot_leaves == 0 {
+            return Err(LeafStoreError::CorruptSuperblock(
+                "fill or slot size out of range",
+            ));
+        }
+        if sb.leaf_bytes != leaf_bytes(sb.delta) || sb.key_lo > sb.key_hi || sb.slots == 0 {
+            return Err(LeafStoreError::CorruptSuperblock(
+                "inconsistent leaf size, key range or slots",
+            ));
+        }
+        let leaf_end = sb
+            .leaf_capacity
+            .checked_mul(sb.leaf_bytes)
+            .and_then(|b| b.checked_add(16 + sb.leaf_region_offset));
+        let ring_end = sb
+            .ring_capacity
+            .checked_add(4)
+            .and_then(|w| w.checked_add(sb.slots.div_ceil(64)));
+        let ordered = sb.slot_table_offset >= SUPERBLOCK_BYTES
+            && sb
+                .slots
+                .checked_mul(16)
+                .and_then(|b| b.checked_add(sb.slot_table_offset))
+                .is_some_and(|e| e <= sb.ring_offset)
+            && ring_end
+                .and_then(|w| w.checked_mul(8))
+                .and_then(|b| b.checked_add(sb.ring_offset))
+                .is_some_and(|e| e <= sb.model_region_offset)
+            && sb
+                .model_region_offset
+                .checked_add(sb.model_region_bytes)
+                .is_some_and(|e| e <= sb.leaf_region_offset)
+            && leaf_end.is_some_and(|e| e <= sb.pool_bytes)
+            && sb.pool_bytes <= region_len
+            && [
+                sb.slot_table_offset,
+                sb.ring_offset,
+                sb.model_region_offset,
+                sb.leaf_region_offset,
+                sb.model_region_bytes,
+            ]
+            .iter()
+            .all(|v| v % 8 == 0);
+        if !ordered {
+            return Err(LeafStoreError::CorruptSuperblock(
+                "regions overlap or exceed the memory node",
+            ));
+        }
+        Ok(sb)
+    }
+}
+
+/// A pool's layout as a compute node sees it: the superblock plus address arithmetic. Obtained
+/// with [`Layout::attach`] from the superblock alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    node: u16,
+    sb: Superblock,
+}
+
+impl Layout {
+    /// Reads and checks the superblock of memory node `node` (one READ).
+    pub fn attach<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<Self, LeafStoreError> {
+        if node.region_len < SUPERBLOCK_BYTES {
+            return Err(LeafStoreError::PoolTooSmall {
+                needed: SUPERBLOCK_BYTES,
+                available: node.region_len,
+            });
+        }
+        let mut bytes = [0u8; SUPERBLOCK_BYTES as usize];
+        ep.read(addr(node.id, 0), &mut bytes)?;
+        Ok(Self {
+            node: node.id,
+            sb: Superblock::decode(&bytes, node.region_len)?,
+        })
+    }
+
+    /// The layout of a superblock already in hand (bulk load).
+    pub(crate) fn from_superblock(node: u16, sb: Superblock) -> Self {
+        Self { node, sb }
+    }
+
+    /// The memory node.
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Error bound ε.
+    pub fn epsilon(&self) -> u64 {
+        self.sb.epsilon
+    }
+
+    /// Slots per leaf δ.
+    pub fn delta(&self) -> u64 {
+        self.sb.delta
+    }
+
+    /// Bytes per leaf.
+    pub fn leaf_bytes(&self) -> u64 {
+        self.sb.leaf_bytes
+    }
+
+    /// Number of model slots.
+    pub fn slots(&self) -> u64 {
+        self.sb.slots
+    }
+
+    /// Leaves the leaf region holds.
+    pub fn leaf_capacity(&self) -> u64 {
+        self.sb.leaf_capacity
+    }
+
+    /// The address `offset` on this node.
+    pub fn at(&self, offset: u64) -> RemoteAddr {
+        addr(self.node, offset)
+    }
+
+    /// The leaf region's `alloc_num` word (FAA it to allocate).
+    pub fn alloc_num_addr(&self) -> RemoteAddr {
+        self.at(self.sb.leaf_region_offset)
+    }
+
+    /// The leaf region's `capacity` word.
+    pub fn capacity_addr(&self) -> RemoteAddr {
+        self.at(self.sb.leaf_region_offset + 8)
+    }
+
+    /// Address of leaf `leaf_num` (paper eq. 3: region base + 16 + num · leaf size). The caller
+    /// keeps `leaf_num` below the capacity; larger numbers give addresses past the region.
+    pub fn leaf_addr(&self, leaf_num: u64) -> RemoteAddr {
+        self.at(self.sb.leaf_region_offset + 16 + leaf_num.saturating_mul(self.sb.leaf_bytes))
+    }
+
+    /// Address of slot `slot`'s entry in the slot table: the record address word, then the
+    /// slot's first key.
+    pub fn slot_entry_addr(&self, slot: u64) -> RemoteAddr {
+        self.at(self.sb.slot_table_offset + 16 * slot)
+    }
+
+    /// The model region's `[next_free][end]` header.
+    pub fn model_region_addr(&self) -> RemoteAddr {
+        self.at(self.sb.model_region_offset)
+    }
+
+    /// The retraining ring's first word.
+    pub fn ring_addr(&self) -> RemoteAddr {
+        self.at(self.sb.ring_offset)
+    }
+}
+
+/// `offset` on `node`; an offset beyond 48 bits becomes the largest one, which no memory node's
+/// region reaches, so the verb fails with an out-of-bounds error instead of touching other data.
+pub(crate) fn addr(node: u16, offset: u64) -> RemoteAddr {
+    RemoteAddr::new(node, offset.min(rdma_transport::MAX_OFFSET)).unwrap_or_default()
+}

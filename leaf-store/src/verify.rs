@@ -1,0 +1,360 @@
+//! `verify`: walk a whole pool and check every structural invariant.
+
+use std::fmt;
+
+use rdma_transport::{Endpoint, MemoryNodeInfo};
+
+use crate::ring::RingLayout;
+use crate::walk::{read_record, read_slot_table, walk_chain};
+use crate::{Layout, LeafStoreError, MAX_SYNONYMS};
+
+/// One broken invariant found by [`verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// The leaf region's `alloc_num` exceeds its capacity, or is below the trained leaves.
+    AllocNum {
+        /// `alloc_num`.
+        alloc_num: u64,
+        /// Capacity.
+        capacity: u64,
+    },
+    /// The model region or slot table is inconsistent.
+    Table(String),
+    /// A record cannot be read, or its header or contents are inconsistent.
+    Record {
+        /// Slot.
+        slot: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A leaf cannot be read or is damaged.
+    Leaf {
+        /// Slot.
+        slot: u64,
+        /// Trained leaf index in the slot.
+        leaf: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A leaf number is reachable from two places.
+    LeafReachableTwice {
+        /// The leaf number.
+        leaf_num: u64,
+    },
+    /// A leaf number not below `alloc_num`.
+    LeafNotAllocated {
+        /// The leaf number.
+        leaf_num: u64,
+    },
+    /// A chain's keys are not strictly increasing.
+    ChainNotSorted {
+        /// Slot.
+        slot: u64,
+        /// Trained leaf index.
+        leaf: u64,
+    },
+    /// A key outside the range its chain's trained leaf owns.
+    KeyOutsideOwner {
+        /// Slot.
+        slot: u64,
+        /// Trained leaf index.
+        leaf: u64,
+        /// The key.
+        key: u64,
+    },
+    /// An LT entry still locked (in a pool nobody is writing to).
+    LockHeld {
+        /// Slot.
+        slot: u64,
+        /// Trained leaf index.
+        leaf: u64,
+    },
+    /// An SLT slot handed out but linked into no chain (e.g. its writer crashed).
+    OrphanSynonym {
+        /// Slot.
+        slot: u64,
+        /// The SLT slot.
+        slt_slot: u64,
+    },
+    /// The retraining ring is inconsistent.
+    Ring(String),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::AllocNum {
+                alloc_num,
+                capacity,
+            } => write!(f, "alloc_num {alloc_num} with capacity {capacity}"),
+            Problem::Table(s) => write!(f, "tables: {s}"),
+            Problem::Record { slot, reason } => write!(f, "slot {slot}: {reason}"),
+            Problem::Leaf { slot, leaf, reason } => write!(f, "slot {slot} leaf {leaf}: {reason}"),
+            Problem::LeafReachableTwice { leaf_num } => {
+                write!(f, "leaf {leaf_num} is reachable twice")
+            }
+            Problem::LeafNotAllocated { leaf_num } => {
+                write!(f, "leaf {leaf_num} was never allocated")
+            }
+            Problem::ChainNotSorted { slot, leaf } => {
+                write!(f, "slot {slot} leaf {leaf}: chain not sorted")
+            }
+            Problem::KeyOutsideOwner { slot, leaf, key } => {
+                write!(
+                    f,
+                    "slot {slot} leaf {leaf}: key {key} outside the range the leaf owns"
+                )
+            }
+            Problem::LockHeld { slot, leaf } => write!(f, "slot {slot} leaf {leaf}: lock held"),
+            Problem::OrphanSynonym { slot, slt_slot } => {
+                write!(
+                    f,
+                    "slot {slot}: SLT slot {slt_slot} handed out but never linked"
+                )
+            }
+            Problem::Ring(s) => write!(f, "ring: {s}"),
+        }
+    }
+}
+
+/// What [`verify`] found: the problems (none for a healthy pool) and what the pool holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Every broken invariant found (the walk goes on past each one).
+    pub problems: Vec<Problem>,
+    /// Model slots.
+    pub slots: u64,
+    /// Trained leaves over all records.
+    pub trained_leaves: u64,
+    /// Synonym leaves linked into chains.
+    pub synonym_leaves: u64,
+    /// Keys stored.
+    pub keys: u64,
+    /// Leaves handed out (`alloc_num`).
+    pub allocated_leaves: u64,
+    /// Leaves the region holds.
+    pub leaf_capacity: u64,
+    /// Longest chain (trained leaf plus synonyms).
+    pub longest_chain: u64,
+    /// Leaves holding no key.
+    pub empty_leaves: u64,
+}
+
+impl VerifyReport {
+    /// Whether no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} keys in {} slots: {} trained + {} synonym leaves ({} empty, longest chain {}), {} of {} leaves allocated",
+            self.keys,
+            self.slots,
+            self.trained_leaves,
+            self.synonym_leaves,
+            self.empty_leaves,
+            self.longest_chain,
+            self.allocated_leaves,
+            self.leaf_capacity
+        )?;
+        if self.is_clean() {
+            write!(f, "verify: clean")
+        } else {
+            writeln!(f, "verify: {} problem(s)", self.problems.len())?;
+            for p in self.problems.iter().take(20) {
+                writeln!(f, "  - {p}")?;
+            }
+            if self.problems.len() > 20 {
+                writeln!(f, "  … and {} more", self.problems.len() - 20)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Walks the pool on memory node `node` through `ep` and checks every structural invariant:
+/// superblock, `alloc_num` within capacity, slot table order, every record's checksum and header,
+/// every leaf's checksum, chains sorted and acyclic, every key inside the range its trained leaf
+/// owns (DESIGN.md §6), no leaf reachable twice or unallocated, no lock held, no orphaned SLT slot,
+/// and the ring's bounds. Meant for a quiescent pool (locks held by live writers are reported).
+///
+/// Returns `Err` only when the pool cannot be walked at all (transport failure, no valid
+/// superblock); everything else is a [`Problem`] in the report.
+pub fn verify<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
+) -> Result<VerifyReport, LeafStoreError> {
+    let layout = Layout::attach(ep, node)?;
+    let sb = *layout.superblock();
+    let mut report = VerifyReport {
+        slots: sb.slots,
+        leaf_capacity: sb.leaf_capacity,
+        ..VerifyReport::default()
+    };
+    let problems = &mut report.problems;
+
+    let alloc_num = ep.read_word(layout.alloc_num_addr())?;
+    let capacity = ep.read_word(layout.capacity_addr())?;
+    report.allocated_leaves = alloc_num;
+    if capacity != sb.leaf_capacity || alloc_num > capacity || alloc_num < sb.trained_leaves {
+        problems.push(Problem::AllocNum {
+            alloc_num,
+            capacity,
+        });
+    }
+    let next_free = ep.read_word(layout.model_region_addr())?;
+    let region_end = sb.model_region_offset + sb.model_region_bytes;
+    if next_free < sb.model_region_offset + 16 || next_free > region_end {
+        problems.push(Problem::Table(format!(
+            "model region's next_free {next_free} outside the region"
+        )));
+    }
+
+    let table = read_slot_table(ep, &layout)?;
+    if table.first().is_some_and(|&(_, k)| k != sb.key_lo) {
+        problems.push(Problem::Table(
+            "slot 0 does not start at the node's first key".into(),
+        ));
+    }
+    if table.windows(2).any(|w| w[0].1 >= w[1].1) {
+        problems.push(Problem::Table(
+            "slot first keys not strictly increasing".into(),
+        ));
+    }
+
+    let mut seen = vec![0u64; usize::try_from(alloc_num.min(capacity).div_ceil(64)).unwrap_or(0)];
+    for (slot, &(record_addr, first_key)) in table.iter().enumerate() {
+        let slot = slot as u64;
+        // Keys of this slot lie in [first_key, upper]; `upper` inclusive.
+        let upper = table
+            .get(slot as usize + 1)
+            .map_or(sb.key_hi, |&(_, next)| next.saturating_sub(1));
+        let record = match read_record(ep, &layout, slot, record_addr) {
+            Ok(r) => r,
+            Err(LeafStoreError::Transport(e)) => return Err(e.into()),
+            Err(e) => {
+                problems.push(Problem::Record {
+                    slot,
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let header = record.header;
+        if header.is_retired() || header.is_locked() {
+            problems.push(Problem::Record {
+                slot,
+                reason: format!("{header:?} in the slot table"),
+            });
+        }
+        if header.slot_use() > MAX_SYNONYMS {
+            problems.push(Problem::Record {
+                slot,
+                reason: format!("slot_use {} beyond 255", header.slot_use()),
+            });
+        }
+        if record.first_key != first_key {
+            problems.push(Problem::Record {
+                slot,
+                reason: "first key differs from the slot table's".into(),
+            });
+        }
+        let n = record.lt.len();
+        if record.pivots.len() != n
+            || record.pivots.windows(2).any(|w| w[0] >= w[1])
+            || record.pivots.first().is_some_and(|&p| p < first_key)
+            || record.pivots.last().is_some_and(|&p| p > upper)
+        {
+            problems.push(Problem::Record {
+                slot,
+                reason: "pivots not increasing inside the slot's range".into(),
+            });
+        }
+        report.trained_leaves += n as u64;
+        let mut linked = vec![false; crate::SLT_SLOTS];
+        for (i, lt_entry) in record.lt.iter().enumerate() {
+            let leaf = i as u64;
+            if lt_entry.is_locked() {
+                problems.push(Problem::LockHeld { slot, leaf });
+            }
+            let lower = if i == 0 {
+                first_key
+            } else {
+                record.pivots.get(i).copied().unwrap_or(first_key)
+            };
+            let high = record
+                .pivots
+                .get(i + 1)
+                .map_or(upper, |&p| p.saturating_sub(1));
+            let chain = match walk_chain(ep, &layout, &record, i) {
+                Ok(chain) => chain,
+                Err(LeafStoreError::Transport(e)) => return Err(e.into()),
+                Err(e) => {
+                    problems.push(Problem::Leaf {
+                        slot,
+                        leaf,
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            report.longest_chain = report.longest_chain.max(chain.len() as u64);
+            report.synonym_leaves += chain.len() as u64 - 1;
+            let mut previous: Option<u64> = None;
+            let mut sorted = true;
+            for (position, (entry, contents)) in chain.iter().enumerate() {
+                let num = entry.leaf_num();
+                if position > 0 {
+                    // Which SLT slot led here: the previous entry's pointer.
+                    let via = chain[position - 1].0.synonym_ptr() as usize;
+                    linked[via] = true;
+                }
+                if num >= alloc_num.min(capacity) {
+                    problems.push(Problem::LeafNotAllocated { leaf_num: num });
+                } else {
+                    let (word, bit) = ((num / 64) as usize, 1u64 << (num % 64));
+                    if seen[word] & bit != 0 {
+                        problems.push(Problem::LeafReachableTwice { leaf_num: num });
+                    }
+                    seen[word] |= bit;
+                }
+                if contents.is_empty() {
+                    report.empty_leaves += 1;
+                }
+                for &(key, _) in contents.entries() {
+                    if previous.is_some_and(|p| p >= key) {
+                        sorted = false;
+                    }
+                    previous = Some(key);
+                    if key < lower || key > high {
+                        problems.push(Problem::KeyOutsideOwner { slot, leaf, key });
+                    }
+                }
+                report.keys += contents.len() as u64;
+            }
+            if !sorted {
+                problems.push(Problem::ChainNotSorted { slot, leaf });
+            }
+        }
+        for slt_slot in 1..=header.slot_use().min(MAX_SYNONYMS) {
+            if !linked[slt_slot as usize] {
+                problems.push(Problem::OrphanSynonym { slot, slt_slot });
+            }
+        }
+    }
+
+    let ring = RingLayout::new(layout);
+    let (head, tail) = (ep.read_word(ring.head())?, ep.read_word(ring.tail())?);
+    let ring_capacity = ep.read_word(ring.capacity_word())?;
+    if ring_capacity != sb.ring_capacity || head > tail || tail - head > ring_capacity {
+        problems.push(Problem::Ring(format!(
+            "head {head}, tail {tail}, capacity {ring_capacity}"
+        )));
+    }
+    Ok(report)
+}

@@ -1,0 +1,144 @@
+//! Reading the layout back: slot table, records, leaves and synonym chains.
+
+use rdma_transport::{Endpoint, RemoteAddr};
+
+use crate::record::RECORD_FIXED_BYTES;
+use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelRecord, SLT_SLOTS};
+
+/// How many times a torn leaf is re-read before giving up.
+pub const TORN_READ_RETRIES: usize = 64;
+
+/// Reads the slot table: for each slot, its record's address and its first key.
+pub fn read_slot_table<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+) -> Result<Vec<(RemoteAddr, u64)>, LeafStoreError> {
+    let slots = layout.slots();
+    let mut out = Vec::with_capacity(usize::try_from(slots).unwrap_or(0));
+    const CHUNK: u64 = 1 << 14;
+    let mut buf = vec![0u8; 16 * CHUNK as usize];
+    let mut slot = 0;
+    while slot < slots {
+        let n = CHUNK.min(slots - slot);
+        let bytes = &mut buf[..16 * n as usize];
+        ep.read(layout.slot_entry_addr(slot), bytes)?;
+        for entry in bytes.chunks_exact(16) {
+            let word = |i: usize| {
+                u64::from_le_bytes(entry[8 * i..8 * i + 8].try_into().unwrap_or_default())
+            };
+            out.push((RemoteAddr::unpack(word(0)), word(1)));
+        }
+        slot += n;
+    }
+    Ok(out)
+}
+
+/// Reads and decodes slot `slot`'s record at `record` (two round trips: the fixed part announces
+/// the size). The record must lie inside the model region.
+pub fn read_record<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    slot: u64,
+    record: RemoteAddr,
+) -> Result<ModelRecord, LeafStoreError> {
+    let sb = layout.superblock();
+    let corrupt = |reason: String| LeafStoreError::CorruptRecord { slot, reason };
+    let region = sb.model_region_offset..sb.model_region_offset + sb.model_region_bytes;
+    if record.node() != layout.node() || !region.contains(&record.offset()) {
+        return Err(corrupt(format!(
+            "record address {record} outside the model region"
+        )));
+    }
+    let room = region.end - record.offset();
+    let mut fixed = [0u8; RECORD_FIXED_BYTES as usize];
+    ep.read(record, &mut fixed)?;
+    let record_layout = ModelRecord::layout_of(&fixed, room).map_err(corrupt)?;
+    let mut bytes = vec![0u8; record_layout.total() as usize];
+    ep.read(record, &mut bytes)?;
+    let params = learned_model::ModelParams::new(layout.epsilon(), layout.delta())
+        .map_err(|e| corrupt(e.to_string()))?;
+    let decoded = ModelRecord::decode(&bytes, params).map_err(corrupt)?;
+    if decoded.slot != slot {
+        return Err(corrupt(format!("record names slot {}", decoded.slot)));
+    }
+    Ok(decoded)
+}
+
+/// Reads leaf `leaf_num`, re-reading while its checksum fails (a READ racing a WRITE), at most
+/// [`TORN_READ_RETRIES`] times.
+pub fn read_leaf<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    leaf_num: u64,
+) -> Result<Leaf, LeafStoreError> {
+    if leaf_num >= layout.leaf_capacity() {
+        return Err(LeafStoreError::CorruptLeaf(
+            "leaf number beyond the region's capacity",
+        ));
+    }
+    let mut bytes = vec![0u8; layout.leaf_bytes() as usize];
+    let mut last = LeafStoreError::TornLeaf { leaf_num };
+    for _ in 0..TORN_READ_RETRIES {
+        ep.read(layout.leaf_addr(leaf_num), &mut bytes)?;
+        match Leaf::decode(leaf_num, &bytes) {
+            Ok(leaf) => return Ok(leaf),
+            Err(e @ LeafStoreError::TornLeaf { .. }) => last = e,
+            Err(e) => return Err(e),
+        }
+        std::thread::yield_now();
+    }
+    Err(last)
+}
+
+/// The leaves of trained leaf `leaf`'s chain, in chain order: the trained leaf, then its synonym
+/// leaves through the SLT. Errors on a pointer to an unused SLT slot or a cycle.
+pub fn walk_chain<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    record: &ModelRecord,
+    leaf: usize,
+) -> Result<Vec<(LeafTableEntry, Leaf)>, LeafStoreError> {
+    let corrupt = |reason: String| LeafStoreError::CorruptRecord {
+        slot: record.slot,
+        reason,
+    };
+    let mut entry = *record
+        .lt
+        .get(leaf)
+        .ok_or_else(|| corrupt(format!("no trained leaf {leaf}")))?;
+    let mut chain = Vec::new();
+    loop {
+        chain.push((entry, read_leaf(ep, layout, entry.leaf_num())?));
+        let next = u64::from(entry.synonym_ptr());
+        if next == 0 {
+            return Ok(chain);
+        }
+        if next > record.header.slot_use() || next as usize >= SLT_SLOTS {
+            return Err(corrupt(format!(
+                "leaf {leaf}'s chain points at unused SLT slot {next}"
+            )));
+        }
+        if chain.len() >= SLT_SLOTS {
+            return Err(corrupt(format!("leaf {leaf}'s chain has a cycle")));
+        }
+        entry = record.slt[next as usize];
+    }
+}
+
+/// Every `(key, value)` of the pool in key order, read by walking slot table, records and
+/// chains: what a client that knows only the superblock can reach.
+pub fn read_all_entries<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+) -> Result<Vec<(u64, u64)>, LeafStoreError> {
+    let mut out = Vec::new();
+    for (slot, (record_addr, _)) in read_slot_table(ep, layout)?.into_iter().enumerate() {
+        let record = read_record(ep, layout, slot as u64, record_addr)?;
+        for leaf in 0..record.lt.len() {
+            for (_, contents) in walk_chain(ep, layout, &record, leaf)? {
+                out.extend_from_slice(contents.entries());
+            }
+        }
+    }
+    Ok(out)
+}

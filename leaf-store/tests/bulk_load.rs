@@ -1,0 +1,201 @@
+//! Bulk load into the simulator, attach from the superblock alone, read everything back.
+
+#![cfg(not(loom))]
+
+use leaf_store::{
+    BulkLoadConfig, Layout, LeafStoreError, Problem, bulk_load, read_all_entries, verify,
+};
+use rdma_transport::{Endpoint, Transport};
+use sim_transport::{Pool, SimConfig, SimTransport};
+
+fn pairs(n: u64, seed: u64) -> Vec<(u64, u64)> {
+    let mut state = seed | 1;
+    let mut keys: Vec<u64> = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| (k, k.rotate_left(17) ^ 0x5555))
+        .collect()
+}
+
+#[test]
+fn a_million_keys_load_verify_clean_and_read_back_from_another_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pool");
+    let input = pairs(1_000_000, 42);
+    let config = BulkLoadConfig::default();
+    let size =
+        leaf_store::required_pool_bytes(input.len() as u64, &config, 10_000).next_multiple_of(8);
+    let loader = SimTransport::new(
+        vec![Pool::create_file(&path, size).expect("create pool")],
+        SimConfig::default(),
+    );
+    let node = loader.memory_nodes()[0];
+    let mut ep = loader.endpoint().expect("endpoint");
+    // Unsorted input is sorted by the loader.
+    let mut shuffled = input.clone();
+    shuffled.reverse();
+    let report = bulk_load(&mut ep, node, shuffled, &config).expect("bulk load");
+    assert_eq!(report.keys, input.len() as u64);
+    assert_eq!(report.trained_leaves, (input.len() as u64).div_ceil(12));
+
+    let checked = verify(&mut ep, node).expect("verify");
+    assert!(checked.is_clean(), "{checked}");
+    assert_eq!(checked.keys, input.len() as u64);
+    assert_eq!(checked.trained_leaves, report.trained_leaves);
+    drop(loader);
+
+    // An independent client: its own mapping of the pool file, nothing but the superblock.
+    let client = SimTransport::new(
+        vec![Pool::open_file(&path).expect("attach")],
+        SimConfig::default(),
+    );
+    let mut ep = client.endpoint().expect("endpoint");
+    let layout =
+        Layout::attach(&mut ep, client.memory_nodes()[0]).expect("attach from the superblock");
+    assert_eq!(layout.superblock().keys_loaded, input.len() as u64);
+    let read_back = read_all_entries(&mut ep, &layout).expect("walk");
+    assert!(read_back == input, "the walk returned different entries");
+}
+
+#[test]
+fn bad_input_is_an_error_and_writes_nothing() {
+    let transport = SimTransport::anonymous(&[1 << 20]).expect("pool");
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().expect("endpoint");
+    let good = pairs(1000, 7);
+    type Case = (BulkLoadConfig, Vec<(u64, u64)>, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            BulkLoadConfig {
+                epsilon: 0,
+                ..Default::default()
+            },
+            good.clone(),
+            "ε",
+        ),
+        (
+            BulkLoadConfig {
+                delta: 0,
+                ..Default::default()
+            },
+            good.clone(),
+            "δ",
+        ),
+        (
+            BulkLoadConfig {
+                fill: 17,
+                ..Default::default()
+            },
+            good.clone(),
+            "fill",
+        ),
+        (
+            BulkLoadConfig {
+                fill: 0,
+                ..Default::default()
+            },
+            good.clone(),
+            "fill",
+        ),
+        (
+            BulkLoadConfig {
+                slot_leaves: 0,
+                ..Default::default()
+            },
+            good.clone(),
+            "slot_leaves",
+        ),
+        (
+            BulkLoadConfig::default(),
+            vec![(5, 1), (3, 2), (5, 3)],
+            "duplicate",
+        ),
+        (BulkLoadConfig::default(), vec![], "no keys"),
+        (
+            BulkLoadConfig {
+                key_lo: 10,
+                key_hi: 20,
+                ..Default::default()
+            },
+            vec![(5, 0)],
+            "outside",
+        ),
+        (BulkLoadConfig::default(), pairs(200_000, 9), "too small"),
+        (
+            BulkLoadConfig {
+                leaf_capacity: Some(3),
+                ..Default::default()
+            },
+            good.clone(),
+            "too small",
+        ),
+    ];
+    for (config, input, what) in cases {
+        let before = ep.stats();
+        let err = bulk_load(&mut ep, node, input, &config).expect_err(what);
+        assert!(
+            err.to_string().to_lowercase().contains(what),
+            "{what}: {err}"
+        );
+        assert_eq!(
+            ep.stats().writes,
+            before.writes,
+            "{what}: a rejected bulk load wrote something"
+        );
+    }
+    assert!(matches!(
+        bulk_load(&mut ep, node, pairs(200_000, 9), &BulkLoadConfig::default()),
+        Err(LeafStoreError::PoolTooSmall { available, .. }) if available == 1 << 20
+    ));
+}
+
+#[test]
+fn attaching_to_something_else_is_a_clear_error() {
+    let transport = SimTransport::anonymous(&[1 << 20]).expect("pool");
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().expect("endpoint");
+    assert!(matches!(
+        Layout::attach(&mut ep, node),
+        Err(LeafStoreError::BadMagic(0))
+    ));
+    bulk_load(&mut ep, node, pairs(1000, 3), &BulkLoadConfig::default()).expect("load");
+    let at = |o| rdma_transport::RemoteAddr::new(0, o).expect("addr");
+    let version = ep.read_word(at(8)).expect("read");
+    ep.write_word(at(8), 99).expect("write");
+    assert!(matches!(
+        Layout::attach(&mut ep, node),
+        Err(LeafStoreError::UnsupportedVersion {
+            found: 99,
+            supported: 1
+        })
+    ));
+    ep.write_word(at(8), version).expect("write");
+    let epsilon = ep.read_word(at(16)).expect("read");
+    ep.write_word(at(16), epsilon + 1).expect("write");
+    assert!(matches!(
+        Layout::attach(&mut ep, node),
+        Err(LeafStoreError::CorruptSuperblock(_))
+    ));
+    ep.write_word(at(16), epsilon).expect("write");
+    assert!(Layout::attach(&mut ep, node).is_ok());
+    // A superblock claiming more memory than the node has.
+    let small = SimTransport::anonymous(&[4096]).expect("pool");
+    let mut sep = small.endpoint().expect("endpoint");
+    let mut sb = [0u8; 256];
+    ep.read(at(0), &mut sb).expect("read");
+    sep.write(at(0), &sb).expect("write");
+    assert!(matches!(
+        Layout::attach(&mut sep, small.memory_nodes()[0]),
+        Err(LeafStoreError::CorruptSuperblock(_))
+    ));
+    assert!(verify(&mut sep, small.memory_nodes()[0]).is_err());
+    let _ = Problem::Ring(String::new());
+}
