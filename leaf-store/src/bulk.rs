@@ -27,7 +27,7 @@ pub struct BulkLoadConfig {
     /// Leaves the leaf region holds; `None` (default) gives it all space left after the other
     /// regions.
     pub leaf_capacity: Option<u64>,
-    /// The model region holds this many times the bulk-loaded records' bytes (default 4), room for
+    /// The model region holds this many times the bulk-loaded records' bytes (default 2), room for
     /// retrained records beside the ones they replace.
     pub model_region_factor: u64,
     /// Retraining-ring entries; `None` (default) gives one per slot (at least 64).
@@ -50,7 +50,7 @@ impl Default for BulkLoadConfig {
             fill: 12,
             slot_leaves: 64,
             leaf_capacity: None,
-            model_region_factor: 4,
+            model_region_factor: 2,
             ring_capacity: None,
             node_index: 0,
             node_count: 1,

@@ -2,9 +2,7 @@
 
 #![cfg(not(loom))]
 
-use leaf_store::{
-    BulkLoadConfig, Layout, LeafStoreError, Problem, bulk_load, read_all_entries, verify,
-};
+use leaf_store::{BulkLoadConfig, Layout, LeafStoreError, bulk_load, read_all_entries, verify};
 use rdma_transport::{Endpoint, Transport};
 use sim_transport::{Pool, SimConfig, SimTransport};
 
@@ -197,5 +195,4 @@ fn attaching_to_something_else_is_a_clear_error() {
         Err(LeafStoreError::CorruptSuperblock(_))
     ));
     assert!(verify(&mut sep, small.memory_nodes()[0]).is_err());
-    let _ = Problem::Ring(String::new());
 }

@@ -1,0 +1,286 @@
+//! `verify` must catch every kind of damage; allocation and locks must behave as documented.
+
+#![cfg(not(loom))]
+
+use leaf_store::{
+    BulkLoadConfig, Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord,
+    Problem, alloc_leaf, bulk_load, read_record, read_slot_table, try_lock, unlock, verify,
+};
+use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr, Transport};
+use sim_transport::{SimEndpoint, SimTransport};
+
+struct Fixture {
+    transport: SimTransport,
+    node: MemoryNodeInfo,
+    ep: SimEndpoint,
+    layout: Layout,
+}
+
+/// 2,000 keys (multiples of 1000), fill 4, 8 leaves per slot: many slots, room for more leaves.
+fn fixture(leaf_capacity: Option<u64>) -> Fixture {
+    let transport = SimTransport::anonymous(&[4 << 20]).expect("pool");
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().expect("endpoint");
+    let config = BulkLoadConfig {
+        fill: 4,
+        slot_leaves: 8,
+        leaf_capacity,
+        ..Default::default()
+    };
+    let pairs = (1..=2000u64).map(|k| (k * 1000, k)).collect();
+    let report = bulk_load(&mut ep, node, pairs, &config).expect("load");
+    assert!(verify(&mut ep, node).expect("verify").is_clean());
+    Fixture {
+        transport,
+        node,
+        ep,
+        layout: report.layout,
+    }
+}
+
+impl Fixture {
+    fn record(&mut self, slot: u64) -> (RemoteAddr, ModelRecord) {
+        let table = read_slot_table(&mut self.ep, &self.layout).expect("slot table");
+        let addr = table[slot as usize].0;
+        (
+            addr,
+            read_record(&mut self.ep, &self.layout, slot, addr).expect("record"),
+        )
+    }
+
+    fn lt_addr(&mut self, slot: u64, leaf: u64) -> (RemoteAddr, LeafTableEntry) {
+        let (addr, record) = self.record(slot);
+        let offset = record.layout().lt_entry(leaf);
+        (
+            addr.checked_add(offset).expect("addr"),
+            record.lt[leaf as usize],
+        )
+    }
+
+    fn problems(&mut self) -> Vec<Problem> {
+        verify(&mut self.ep, self.node).expect("verify").problems
+    }
+
+    fn write_leaf(&mut self, leaf_num: u64, entries: Vec<(u64, u64)>) {
+        let bytes = Leaf::from_entries(entries)
+            .expect("sorted")
+            .encode(leaf_num, self.layout.delta())
+            .expect("fits");
+        self.ep
+            .write(self.layout.leaf_addr(leaf_num), &bytes)
+            .expect("write");
+    }
+}
+
+#[test]
+fn verify_reports_a_damaged_leaf() {
+    let mut f = fixture(None);
+    let addr = f.layout.leaf_addr(5).checked_add(20).expect("addr");
+    let mut byte = [0u8; 1];
+    f.ep.read(addr, &mut byte).expect("read");
+    f.ep.write(addr, &[byte[0] ^ 0x40]).expect("write");
+    let problems = f.problems();
+    assert!(
+        problems.iter().any(|p| matches!(
+            p,
+            Problem::Leaf {
+                slot: 0,
+                leaf: 5,
+                ..
+            }
+        )),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn verify_reports_a_key_outside_its_owner() {
+    let mut f = fixture(None);
+    // Slot 1's first trained leaf (leaf number 8) gets a key that belongs to slot 0.
+    f.write_leaf(8, vec![(1500, 0), (33_000, 33), (34_000, 34)]);
+    let problems = f.problems();
+    assert!(
+        problems.contains(&Problem::KeyOutsideOwner {
+            slot: 1,
+            leaf: 0,
+            key: 1500
+        }),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn verify_reports_a_held_lock() {
+    let mut f = fixture(None);
+    let (addr, entry) = f.lt_addr(3, 2);
+    let locked = try_lock(&mut f.ep, addr, entry)
+        .expect("cas")
+        .expect("lock is free");
+    assert!(
+        f.problems()
+            .contains(&Problem::LockHeld { slot: 3, leaf: 2 })
+    );
+    unlock(&mut f.ep, addr, locked, None).expect("unlock");
+    assert!(f.problems().is_empty());
+}
+
+#[test]
+fn verify_reports_an_orphaned_synonym_slot() {
+    let mut f = fixture(None);
+    let (addr, _) = f.record(2);
+    f.ep.faa(addr, ModelHeader::SLOT_USE_ONE).expect("faa");
+    assert!(f.problems().contains(&Problem::OrphanSynonym {
+        slot: 2,
+        slt_slot: 1
+    }));
+}
+
+#[test]
+fn verify_reports_a_leaf_reachable_twice_and_an_unsorted_chain() {
+    let mut f = fixture(None);
+    let (record_addr, record) = f.record(0);
+    // SLT slot 1 of slot 0 points at trained leaf 1, and trained leaf 0 links it.
+    f.ep.faa(record_addr, ModelHeader::SLOT_USE_ONE)
+        .expect("faa");
+    let slt1 = record_addr
+        .checked_add(record.layout().slt_entry(1))
+        .expect("addr");
+    f.ep.write_word(slt1, record.lt[1].raw()).expect("write");
+    let (lt0, entry) = f.lt_addr(0, 0);
+    let locked = try_lock(&mut f.ep, lt0, entry).expect("cas").expect("free");
+    unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
+    let problems = f.problems();
+    let twice = record.lt[1].leaf_num();
+    assert!(
+        problems.contains(&Problem::LeafReachableTwice { leaf_num: twice }),
+        "{problems:?}"
+    );
+    // Trained leaf 1's keys (5000…) are outside leaf 0's range (1000…4000) too.
+    assert!(problems.iter().any(|p| matches!(
+        p,
+        Problem::KeyOutsideOwner {
+            slot: 0,
+            leaf: 0,
+            ..
+        }
+    )));
+
+    // A fresh synonym leaf whose keys sort before its trained leaf's: in range, out of order.
+    let mut f = fixture(None);
+    let (record_addr, record) = f.record(0);
+    let fresh = alloc_leaf(&mut f.ep, &f.layout).expect("alloc");
+    f.write_leaf(fresh, vec![(1001, 0)]);
+    f.ep.faa(record_addr, ModelHeader::SLOT_USE_ONE)
+        .expect("faa");
+    let slt1 = record_addr
+        .checked_add(record.layout().slt_entry(1))
+        .expect("addr");
+    f.ep.write_word(slt1, LeafTableEntry::new(0, fresh).expect("fits").raw())
+        .expect("write");
+    let (lt0, entry) = f.lt_addr(0, 0);
+    let locked = try_lock(&mut f.ep, lt0, entry).expect("cas").expect("free");
+    unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
+    assert!(
+        f.problems()
+            .contains(&Problem::ChainNotSorted { slot: 0, leaf: 0 })
+    );
+}
+
+#[test]
+fn verify_reports_alloc_num_beyond_capacity() {
+    let mut f = fixture(None);
+    let capacity = f.layout.leaf_capacity();
+    f.ep.write_word(f.layout.alloc_num_addr(), capacity + 1)
+        .expect("write");
+    assert!(f.problems().contains(&Problem::AllocNum {
+        alloc_num: capacity + 1,
+        capacity
+    }));
+}
+
+#[test]
+fn allocation_past_capacity_fails_cleanly() {
+    let trained = 500; // 2,000 keys, 4 per leaf
+    let mut f = fixture(Some(trained + 3));
+    let got: Vec<u64> = (0..3)
+        .map(|_| alloc_leaf(&mut f.ep, &f.layout).expect("alloc"))
+        .collect();
+    assert_eq!(got, vec![trained, trained + 1, trained + 2]);
+    for _ in 0..5 {
+        assert_eq!(
+            alloc_leaf(&mut f.ep, &f.layout),
+            Err(LeafStoreError::PoolExhausted {
+                capacity: trained + 3
+            })
+        );
+    }
+    assert_eq!(
+        f.ep.read_word(f.layout.alloc_num_addr()).expect("read"),
+        trained + 3
+    );
+    assert!(f.problems().is_empty());
+}
+
+#[test]
+fn concurrent_allocations_hand_out_each_leaf_once() {
+    let trained = 500;
+    let spare = 4000;
+    let f = fixture(Some(trained + spare));
+    let layout = f.layout;
+    let mut all: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let transport = f.transport.clone();
+                s.spawn(move || {
+                    let mut ep = transport.endpoint().expect("endpoint");
+                    let mut mine = Vec::new();
+                    loop {
+                        match alloc_leaf(&mut ep, &layout) {
+                            Ok(n) => mine.push(n),
+                            Err(LeafStoreError::PoolExhausted { .. }) => return mine,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    all.sort_unstable();
+    assert!(
+        all.iter().copied().eq(trained..trained + spare),
+        "every spare leaf exactly once"
+    );
+}
+
+#[test]
+fn locks_exclude_and_unlock_can_link() {
+    let mut f = fixture(None);
+    let (addr, entry) = f.lt_addr(1, 3);
+    let held = try_lock(&mut f.ep, addr, entry)
+        .expect("cas")
+        .expect("free");
+    assert!(held.is_locked());
+    let mut other = f.transport.endpoint().expect("endpoint");
+    assert_eq!(
+        try_lock(&mut other, addr, entry).expect("cas"),
+        Err(held),
+        "a held lock must refuse"
+    );
+    let released = unlock(&mut f.ep, addr, held, Some(7)).expect("unlock");
+    assert_eq!(
+        (
+            released.is_locked(),
+            released.synonym_ptr(),
+            released.leaf_num()
+        ),
+        (false, 7, entry.leaf_num())
+    );
+    assert_eq!(f.ep.read_word(addr).expect("read"), released.raw());
+    // Releasing a lock nobody holds is refused and changes nothing.
+    assert!(unlock(&mut other, addr, held, None).is_err());
+    assert_eq!(f.ep.read_word(addr).expect("read"), released.raw());
+}
