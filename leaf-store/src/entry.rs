@@ -31,6 +31,17 @@ pub const MAX_LEAF_NUM: u64 = LEAF_MASK;
 pub const MAX_LEAF_REGION: u8 = REGION_MASK as u8;
 
 impl LeafTableEntry {
+    /// Marks an SLT slot that was handed out (its `slot_use` FAA happened) but holds no leaf: the
+    /// synonym leaf it held was unlinked by a delete, or the split that claimed it found the leaf
+    /// region exhausted. `slot_use` only grows, so such a slot is never reused; `verify` accepts it
+    /// as long as no chain links it.
+    pub const FREED: Self = Self(u64::MAX >> 1);
+
+    /// Whether this is [`LeafTableEntry::FREED`].
+    pub const fn is_freed(self) -> bool {
+        self.0 == Self::FREED.0
+    }
+
     /// An unlocked entry for leaf `leaf_num` of region `leaf_region` with no synonym. `None` if a
     /// field does not fit (leaf number beyond 48 bits, region beyond 7 bits).
     pub const fn new(leaf_region: u8, leaf_num: u64) -> Option<Self> {

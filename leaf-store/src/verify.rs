@@ -342,7 +342,13 @@ pub fn verify<E: Endpoint>(
             }
         }
         for slt_slot in 1..=header.slot_use().min(MAX_SYNONYMS) {
-            if !linked[slt_slot as usize] {
+            let freed = record.slt[slt_slot as usize].is_freed();
+            if freed && linked[slt_slot as usize] {
+                problems.push(Problem::Record {
+                    slot,
+                    reason: format!("freed SLT slot {slt_slot} is linked"),
+                });
+            } else if !freed && !linked[slt_slot as usize] {
                 problems.push(Problem::OrphanSynonym { slot, slt_slot });
             }
         }

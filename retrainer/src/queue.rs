@@ -1,0 +1,104 @@
+//! The retraining queue, compute side: enqueue a model slot for retraining.
+//!
+//! The ring's words are defined in `leaf_store::RingLayout`. Enqueueing a slot:
+//! 1. set the slot's bit in the queued bitmap by CAS (read the word, CAS it with the bit set;
+//!    if the bit is already set, the slot is pending and nothing more is done) — so no slot is
+//!    ever queued twice while pending;
+//! 2. FAA the tail to claim a position;
+//! 3. WRITE `VALID | slot` at that position.
+//!
+//! Because every pending slot holds its bit, at most `slots` entries are pending, and bulk load
+//! gives the ring at least one entry per slot: the ring cannot overflow. The memory node consumes
+//! from the head and clears the bit once the slot's retraining is done.
+
+use leaf_store::{Layout, LeafStoreError, RING_VALID, RingLayout};
+use rdma_transport::Endpoint;
+
+/// What [`enqueue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// The slot was queued at this ring position.
+    At(u64),
+    /// The slot was already pending; nothing changed.
+    AlreadyPending,
+}
+
+/// Queues `slot` for retraining (at most a few round trips; only done when a slot's SLT reaches
+/// the retraining threshold, so rarely).
+pub fn enqueue<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    slot: u64,
+) -> Result<Enqueued, LeafStoreError> {
+    if slot >= layout.slots() {
+        return Err(LeafStoreError::InvalidConfig(format!(
+            "slot {slot} does not exist"
+        )));
+    }
+    let ring = RingLayout::new(*layout);
+    let (word_addr, bit) = ring.queued_bit(slot);
+    let mut word = ep.read_word(word_addr)?;
+    loop {
+        if word & bit != 0 {
+            return Ok(Enqueued::AlreadyPending);
+        }
+        let old = ep.cas(word_addr, word, word | bit)?;
+        if old == word {
+            break;
+        }
+        word = old;
+    }
+    let position = ep.faa(ring.tail(), 1)?;
+    ep.write_word(ring.entry(position), RING_VALID | slot)?;
+    Ok(Enqueued::At(position))
+}
+
+/// Whether `slot` is pending in the queue (its bit is set).
+pub fn is_pending<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    slot: u64,
+) -> Result<bool, LeafStoreError> {
+    let (word_addr, bit) = RingLayout::new(*layout).queued_bit(slot);
+    Ok(ep.read_word(word_addr)? & bit != 0)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use leaf_store::{BulkLoadConfig, bulk_load};
+    use rdma_transport::Transport;
+    use sim_transport::SimTransport;
+
+    use super::*;
+
+    #[test]
+    fn a_slot_is_queued_once_while_pending() {
+        let transport = SimTransport::anonymous(&[4 << 20]).expect("pool");
+        let node = transport.memory_nodes()[0];
+        let mut ep = transport.endpoint().expect("endpoint");
+        let pairs = (0..5000u64).map(|k| (k * 7, k)).collect();
+        let config = BulkLoadConfig {
+            slot_leaves: 4,
+            ..Default::default()
+        };
+        let layout = bulk_load(&mut ep, node, pairs, &config)
+            .expect("load")
+            .layout;
+        assert!(layout.slots() > 70, "need slots on several bitmap words");
+        assert_eq!(enqueue(&mut ep, &layout, 3), Ok(Enqueued::At(0)));
+        assert_eq!(enqueue(&mut ep, &layout, 3), Ok(Enqueued::AlreadyPending));
+        assert_eq!(enqueue(&mut ep, &layout, 70), Ok(Enqueued::At(1)));
+        assert_eq!(enqueue(&mut ep, &layout, 4), Ok(Enqueued::At(2)));
+        assert!(is_pending(&mut ep, &layout, 4).expect("read"));
+        assert!(!is_pending(&mut ep, &layout, 5).expect("read"));
+        let ring = RingLayout::new(layout);
+        assert_eq!(ep.read_word(ring.entry(1)), Ok(RING_VALID | 70));
+        assert_eq!(ep.read_word(ring.tail()), Ok(3));
+        assert!(enqueue(&mut ep, &layout, layout.slots()).is_err());
+        assert!(
+            leaf_store::verify(&mut ep, node)
+                .expect("verify")
+                .is_clean()
+        );
+    }
+}
