@@ -127,14 +127,16 @@ impl BulkLoadConfig {
     }
 }
 
-/// Bytes a pool needs for `keys` keys under `config` plus `spare_leaves` free leaves for inserts,
-/// assuming models of at most one segment per 64 keys (true of every distribution measured; a
-/// bulk load that needs more says so with [`LeafStoreError::PoolTooSmall`]).
+/// Bytes a pool needs for `keys` keys under `config` plus `spare_leaves` free leaves for inserts
+/// (or `config.leaf_capacity` leaves, if that is larger),
+/// assuming models of at most two segments per slot plus one per 32 keys (true of every
+/// distribution measured; a bulk load that needs more says so with
+/// [`LeafStoreError::PoolTooSmall`]).
 pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64) -> u64 {
     let fill = config.fill.clamp(1, config.delta.max(1));
     let leaves = keys.div_ceil(fill).max(1);
     let slots = leaves.div_ceil(config.slot_leaves.max(1));
-    let segments = slots + keys / 64;
+    let segments = 2 * slots + keys / 32;
     let records =
         slots * (RECORD_FIXED_BYTES + 64 + 8 * SLT_SLOTS as u64) + 16 * leaves + 48 * segments;
     let ring = config.ring_capacity.unwrap_or(slots.max(64));
@@ -144,7 +146,9 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64
         + 16
         + records.saturating_mul(config.model_region_factor.max(1))
         + 16
-        + (leaves + spare_leaves).saturating_mul(leaf_bytes(config.delta))
+        + (leaves + spare_leaves)
+            .max(config.leaf_capacity.unwrap_or(0))
+            .saturating_mul(leaf_bytes(config.delta))
 }
 
 /// [`bulk_load_with_progress`] without progress reports.

@@ -1,0 +1,39 @@
+//! Bounded exponential backoff.
+
+use std::time::{Duration, Instant};
+
+/// Exponential backoff that gives up after a deadline: spins first, then yields, then sleeps.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    step: u32,
+    deadline: Instant,
+}
+
+impl Backoff {
+    pub(crate) fn new(limit: Duration) -> Self {
+        Self {
+            step: 0,
+            deadline: Instant::now() + limit,
+        }
+    }
+
+    /// Waits a little longer than last time; false once the deadline has passed.
+    pub(crate) fn wait(&mut self) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        if cfg!(loom) {
+            crate::sync::yield_now();
+        } else if self.step < 6 {
+            for _ in 0..(1u32 << self.step) {
+                std::hint::spin_loop();
+            }
+        } else if self.step < 12 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50 << (self.step - 12).min(6)));
+        }
+        self.step += 1;
+        true
+    }
+}

@@ -1,0 +1,44 @@
+//! Client configuration.
+
+use std::time::Duration;
+
+/// What a compute node caches of each model slot (DESIGN.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// The models, every trained leaf's LT entry and pivot: the owner leaf is known locally and a
+    /// GET reads only the owner's chain (about 16 bytes per trained leaf).
+    #[default]
+    Pivots,
+    /// The models and a compressed LT (a base leaf number per slot plus the entries that differ):
+    /// a GET reads every chain of the predicted range; writes fetch the pivots they need.
+    Lean,
+}
+
+/// How a [`crate::Store`] behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// What to cache per slot.
+    pub cache_mode: CacheMode,
+    /// How long a writer waits, with exponential backoff, for a leaf lock held by another compute
+    /// node, or for a full slot to be retrained, before giving up with an error.
+    pub wait_limit: Duration,
+    /// Attempts a read makes when data keeps changing under it (stale cache, torn leaves).
+    pub max_attempts: u32,
+    /// A slot whose SLT reaches this many used entries is queued for retraining (paper: 128).
+    pub retrain_threshold: u64,
+    /// How many times in a row a held leaf lock may be handed to another thread of this compute
+    /// node without being released remotely.
+    pub max_handovers: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            cache_mode: CacheMode::Pivots,
+            wait_limit: Duration::from_secs(2),
+            max_attempts: 10_000,
+            retrain_threshold: 128,
+            max_handovers: 8,
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Errors of the store. "Not found" is not an error; these are.
+
+use leaf_store::LeafStoreError;
+use rdma_transport::TransportError;
+
+/// Why an operation failed. None of them leaves partial state: an operation that fails after
+/// taking a leaf lock releases it, and data is only ever moved inside a locked chain in an order
+/// that keeps every key reachable.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// A verb failed (connection lost, memory node unreachable, …).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The pool's layout is damaged or cannot be read.
+    #[error("pool layout: {0}")]
+    Layout(LeafStoreError),
+    /// The memory node has no free leaf for a split.
+    #[error("pool exhausted on memory node {node}: all {capacity} leaves are allocated")]
+    PoolExhausted {
+        /// The memory node.
+        node: u16,
+        /// Its leaf capacity.
+        capacity: u64,
+    },
+    /// A model slot's synonym leaf table stayed full (255 synonym leaves) through every backoff:
+    /// the slot needs retraining before it takes more keys. Nothing was changed.
+    #[error(
+        "slot {slot} of memory node {node} is full (255 synonym leaves) and was not retrained in time"
+    )]
+    SltFull {
+        /// The memory node.
+        node: u16,
+        /// The slot.
+        slot: u64,
+    },
+    /// A leaf lock stayed held by someone else through every backoff (a crashed writer?).
+    #[error("leaf lock of slot {slot} leaf {leaf} on memory node {node} stayed held")]
+    LockTimeout {
+        /// The memory node.
+        node: u16,
+        /// The slot.
+        slot: u64,
+        /// Trained leaf index in the slot.
+        leaf: u64,
+    },
+    /// Reads kept failing validation (torn leaves or a changing record) past the retry budget.
+    #[error("gave up after {0} attempts: data kept changing or failing its checksum")]
+    TooManyRetries(u32),
+    /// The store is configured in a way it cannot serve.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl From<LeafStoreError> for IndexError {
+    fn from(e: LeafStoreError) -> Self {
+        match e {
+            LeafStoreError::Transport(t) => IndexError::Transport(t),
+            other => IndexError::Layout(other),
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The store a compute node opens: per memory node, its layout, top-level index and slot views.
+
+use std::sync::Arc;
+
+use leaf_store::{Layout, read_record, read_slot_table};
+use learned_model::TopLevelIndex;
+use rdma_transport::{Endpoint, MemoryNodeInfo, Transport};
+
+use crate::locks::LockTable;
+use crate::view::{SlotView, ViewCell};
+use crate::{Client, IndexError, StoreConfig};
+
+/// One memory node as a compute node caches it.
+#[derive(Debug)]
+pub(crate) struct NodeCache {
+    pub(crate) info: MemoryNodeInfo,
+    pub(crate) layout: Layout,
+    pub(crate) top: TopLevelIndex,
+    pub(crate) slots: Vec<ViewCell>,
+}
+
+/// Everything the clients of one compute node share.
+#[derive(Debug)]
+pub(crate) struct Caches {
+    pub(crate) config: StoreConfig,
+    /// Memory nodes in key order.
+    pub(crate) nodes: Vec<NodeCache>,
+    /// First key served by each node of `nodes`.
+    pub(crate) partition: Vec<u64>,
+    pub(crate) locks: LockTable,
+}
+
+impl Caches {
+    /// The index in `nodes` of the node serving `key`.
+    pub(crate) fn node_of(&self, key: u64) -> usize {
+        self.partition
+            .partition_point(|&lo| lo <= key)
+            .saturating_sub(1)
+    }
+}
+
+/// A compute node's handle on a ROLEX store: the cached top-level indexes and slot views of every
+/// memory node, shared by all its [`Client`]s (one per thread).
+#[derive(Debug)]
+pub struct Store<T: Transport> {
+    transport: T,
+    caches: Arc<Caches>,
+}
+
+impl<T: Transport> Store<T> {
+    /// Attaches to every memory node of `transport` from its superblock, reads every slot's record
+    /// and builds the caches. The nodes' key ranges must tile the key space (as [`crate::bootstrap`]
+    /// lays them out).
+    pub fn open(transport: T, config: StoreConfig) -> Result<Self, IndexError> {
+        if config.max_attempts == 0
+            || config.retrain_threshold == 0
+            || config.retrain_threshold > 255
+        {
+            return Err(IndexError::Config(
+                "max_attempts must be positive and retrain_threshold in 1..=255".into(),
+            ));
+        }
+        let mut ep = transport.endpoint()?;
+        let mut nodes = Vec::new();
+        for &info in transport.memory_nodes() {
+            nodes.push(open_node(&mut ep, info, &config)?);
+        }
+        nodes.sort_by_key(|n| n.layout.superblock().key_lo);
+        let Some(first) = nodes.first() else {
+            return Err(IndexError::Config(
+                "the transport reaches no memory node".into(),
+            ));
+        };
+        if first.layout.superblock().key_lo != 0
+            || nodes
+                .last()
+                .is_some_and(|n| n.layout.superblock().key_hi != u64::MAX)
+            || nodes.windows(2).any(|w| {
+                w[0].layout.superblock().key_hi.checked_add(1)
+                    != Some(w[1].layout.superblock().key_lo)
+            })
+        {
+            return Err(IndexError::Config(
+                "the memory nodes' key ranges do not tile the key space".into(),
+            ));
+        }
+        let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
+        Ok(Self {
+            transport,
+            caches: Arc::new(Caches {
+                config,
+                nodes,
+                partition,
+                locks: LockTable::new(),
+            }),
+        })
+    }
+
+    /// A client for one thread (its own endpoint: one queue pair per memory node on hardware).
+    pub fn client(&self) -> Result<Client<T::Endpoint>, IndexError> {
+        Ok(Client::new(
+            self.transport.endpoint()?,
+            Arc::clone(&self.caches),
+        ))
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.caches.config
+    }
+
+    /// The layouts of the memory nodes, in key order.
+    pub fn layouts(&self) -> Vec<Layout> {
+        self.caches.nodes.iter().map(|n| n.layout).collect()
+    }
+
+    /// Bytes of metadata this compute node caches now: top-level indexes and slot views
+    /// (models, LT knowledge, pivots in pivots mode, known SLT entries), without allocator
+    /// overhead.
+    pub fn cache_bytes(&self) -> u64 {
+        let guard = crate::view::pin();
+        self.caches
+            .nodes
+            .iter()
+            .map(|n| {
+                let top = 8 * n.top.len() as u64 + 48 * n.top.segment_count() as u64;
+                top + n
+                    .slots
+                    .iter()
+                    .map(|c| c.load(&guard).cache_bytes())
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Model slots over all memory nodes.
+    pub fn slots(&self) -> u64 {
+        self.caches.nodes.iter().map(|n| n.slots.len() as u64).sum()
+    }
+}
+
+fn open_node<E: Endpoint>(
+    ep: &mut E,
+    info: MemoryNodeInfo,
+    config: &StoreConfig,
+) -> Result<NodeCache, IndexError> {
+    let layout = Layout::attach(ep, info)?;
+    let table = read_slot_table(ep, &layout)?;
+    let mut slots = Vec::with_capacity(table.len());
+    for (slot, &(addr, _)) in table.iter().enumerate() {
+        let record = read_record(ep, &layout, slot as u64, addr)?;
+        slots.push(ViewCell::new(SlotView::from_record(
+            record,
+            addr,
+            config.cache_mode,
+        )));
+    }
+    let top = TopLevelIndex::new(table.iter().map(|e| e.1).collect())
+        .map_err(|e| IndexError::Config(format!("memory node {}: slot keys: {e}", info.id)))?;
+    Ok(NodeCache {
+        info,
+        layout,
+        top,
+        slots,
+    })
+}

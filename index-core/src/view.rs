@@ -1,0 +1,309 @@
+//! What a compute node caches of one model slot, and the cell that holds it.
+
+use leaf_store::{LeafTableEntry, ModelHeader, ModelRecord, RecordLayout, SLT_SLOTS};
+use learned_model::LeafModel;
+use rdma_transport::RemoteAddr;
+
+use crate::CacheMode;
+
+/// The leaf table as cached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CachedLt {
+    /// Every entry (pivots mode).
+    Full(Vec<LeafTableEntry>),
+    /// Lean mode: entry `i` is `base + i` with no synonym, except those listed (sorted by index).
+    Lean {
+        base: u64,
+        len: u64,
+        exceptions: Vec<(u64, LeafTableEntry)>,
+    },
+}
+
+/// A cached model record: enough to route a key to leaves and read them in one round trip.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SlotView {
+    pub(crate) slot: u64,
+    pub(crate) record: RemoteAddr,
+    pub(crate) layout: RecordLayout,
+    /// The header word this view reflects; a read that sees another value refreshes the view.
+    pub(crate) header: ModelHeader,
+    pub(crate) first_key: u64,
+    pub(crate) model: LeafModel,
+    /// Pivots mode only: the smallest key of each trained leaf at training time.
+    pub(crate) pivots: Option<Vec<u64>>,
+    pub(crate) lt: CachedLt,
+    /// SLT entries `0..=min(slot_use, 255)` (entry 0 unused).
+    pub(crate) slt: Vec<LeafTableEntry>,
+}
+
+/// Longest chain a view will follow before declaring itself inconsistent.
+const MAX_CHAIN: usize = SLT_SLOTS;
+
+impl SlotView {
+    /// A view of a freshly read record.
+    pub(crate) fn from_record(record: ModelRecord, addr: RemoteAddr, mode: CacheMode) -> Self {
+        let layout = record.layout();
+        let mut view = Self {
+            slot: record.slot,
+            record: addr,
+            layout,
+            header: record.header,
+            first_key: record.first_key,
+            model: record.model,
+            pivots: (mode == CacheMode::Pivots).then_some(record.pivots),
+            lt: CachedLt::Full(Vec::new()),
+            slt: Vec::new(),
+        };
+        view.set_tables(record.header, &record.lt, &record.slt, mode);
+        view
+    }
+
+    /// The same view with new header, LT and SLT (read with the header first, then the tables).
+    pub(crate) fn with_tables(
+        &self,
+        header: ModelHeader,
+        lt: &[LeafTableEntry],
+        slt: &[LeafTableEntry],
+        mode: CacheMode,
+    ) -> Self {
+        let mut view = self.clone();
+        view.set_tables(header, lt, slt, mode);
+        view
+    }
+
+    fn set_tables(
+        &mut self,
+        header: ModelHeader,
+        lt: &[LeafTableEntry],
+        slt: &[LeafTableEntry],
+        mode: CacheMode,
+    ) {
+        self.header = header;
+        let unlocked = |e: &LeafTableEntry| e.unlocked();
+        self.lt = match mode {
+            CacheMode::Pivots => CachedLt::Full(lt.iter().map(unlocked).collect()),
+            CacheMode::Lean => {
+                let base = lt.first().map_or(0, |e| e.leaf_num());
+                let exceptions = lt
+                    .iter()
+                    .map(unlocked)
+                    .enumerate()
+                    .filter(|&(i, e)| LeafTableEntry::new(0, base + i as u64) != Some(e))
+                    .map(|(i, e)| (i as u64, e))
+                    .collect();
+                CachedLt::Lean {
+                    base,
+                    len: lt.len() as u64,
+                    exceptions,
+                }
+            }
+        };
+        let used = (header.slot_use() as usize).min(SLT_SLOTS - 1);
+        self.slt = slt.iter().take(used + 1).copied().collect();
+    }
+
+    /// Number of trained leaves.
+    pub(crate) fn leaves(&self) -> u64 {
+        self.layout.leaves
+    }
+
+    /// Trained leaf `i`'s LT entry (lock bit clear).
+    pub(crate) fn lt_entry(&self, i: u64) -> LeafTableEntry {
+        match &self.lt {
+            CachedLt::Full(entries) => entries.get(i as usize).copied().unwrap_or_default(),
+            CachedLt::Lean {
+                base, exceptions, ..
+            } => match exceptions.binary_search_by_key(&i, |e| e.0) {
+                Ok(at) => exceptions[at].1,
+                Err(_) => LeafTableEntry::new(0, base + i).unwrap_or_default(),
+            },
+        }
+    }
+
+    /// The entries of trained leaf `i`'s chain: its LT entry, then its synonyms. `None` if the
+    /// cached tables are inconsistent (a pointer past the cached SLT, a freed slot, a cycle): the
+    /// view is stale and must be refreshed.
+    pub(crate) fn chain(&self, i: u64) -> Option<Vec<LeafTableEntry>> {
+        let mut entry = self.lt_entry(i);
+        let mut chain = vec![entry];
+        while entry.synonym_ptr() != 0 {
+            entry = *self.slt.get(usize::from(entry.synonym_ptr()))?;
+            if entry.is_freed() || chain.len() >= MAX_CHAIN {
+                return None;
+            }
+            chain.push(entry);
+        }
+        Some(chain)
+    }
+
+    /// The trained leaf that owns `key` (pivots mode): the last whose pivot is ≤ `key`, searched
+    /// inside the model's owner candidates (which provably contain it).
+    pub(crate) fn owner(&self, key: u64) -> Option<u64> {
+        let pivots = self.pivots.as_ref()?;
+        Some(owner_among(pivots, &self.model, key))
+    }
+
+    /// Bytes this view holds that a compute node must cache (not counting allocator overhead).
+    pub(crate) fn cache_bytes(&self) -> u64 {
+        let lt = match &self.lt {
+            CachedLt::Full(entries) => 8 * entries.len() as u64,
+            CachedLt::Lean { exceptions, .. } => 8 + 16 * exceptions.len() as u64,
+        };
+        let pivots = self.pivots.as_ref().map_or(0, |p| 8 * p.len() as u64);
+        // Header word, first key, record address, and the model's segments.
+        24 + 48 * self.model.segments().len() as u64
+            + lt
+            + pivots
+            + 8 * self.slt.len().saturating_sub(1) as u64
+    }
+}
+
+/// The owner of `key` among trained leaves with `pivots`, using `model` to narrow the search.
+pub(crate) fn owner_among(pivots: &[u64], model: &LeafModel, key: u64) -> u64 {
+    let range = model.owner_candidates(key);
+    let (first, last) = (
+        range.first as usize,
+        (range.last as usize).min(pivots.len().saturating_sub(1)),
+    );
+    if first <= last
+        && (first == 0 || pivots[first] <= key)
+        && pivots.get(last + 1).is_none_or(|&p| p > key)
+    {
+        let within = pivots[first..=last].partition_point(|&p| p <= key);
+        return (first + within).saturating_sub(1) as u64;
+    }
+    // Unreachable by the candidates' guarantee; searched in full rather than trusted.
+    pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64
+}
+
+#[cfg(not(loom))]
+mod cell {
+    use crossbeam_epoch::{Atomic, Owned};
+    use std::sync::atomic::Ordering;
+
+    use super::SlotView;
+
+    /// A pinned epoch: views loaded under it stay valid until it is dropped.
+    pub(crate) struct Guard(crossbeam_epoch::Guard);
+
+    /// A view loaded under a guard.
+    pub(crate) struct ViewRef<'g>(&'g SlotView);
+
+    impl std::ops::Deref for ViewRef<'_> {
+        type Target = SlotView;
+        fn deref(&self) -> &SlotView {
+            self.0
+        }
+    }
+
+    pub(crate) fn pin() -> Guard {
+        Guard(crossbeam_epoch::pin())
+    }
+
+    /// The current view of a slot, replaced atomically; old views are freed once no pinned
+    /// reader can still hold them (crossbeam-epoch).
+    #[derive(Debug)]
+    pub(crate) struct ViewCell(Atomic<SlotView>);
+
+    impl ViewCell {
+        pub(crate) fn new(view: SlotView) -> Self {
+            Self(Atomic::new(view))
+        }
+
+        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> ViewRef<'g> {
+            let shared = self.0.load(Ordering::Acquire, &guard.0);
+            // SAFETY: the cell is created non-null and only ever replaced by non-null views
+            // (`replace`), and a replaced view is destroyed through `defer_destroy`, i.e. only
+            // after every guard pinned before the replacement — including `guard` — is dropped.
+            // So the pointer is valid for the guard's lifetime `'g`.
+            ViewRef(unsafe { shared.deref() })
+        }
+
+        /// Installs `new` if the cell still holds `current`; false if another thread replaced it
+        /// first (then `new` is dropped and the caller reloads).
+        pub(crate) fn replace(&self, current: &SlotView, new: SlotView, guard: &Guard) -> bool {
+            let shared = self.0.load(Ordering::Acquire, &guard.0);
+            if !std::ptr::eq(shared.as_raw(), current) {
+                return false;
+            }
+            match self.0.compare_exchange(
+                shared,
+                Owned::new(new),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+                &guard.0,
+            ) {
+                Ok(_) => {
+                    // SAFETY: `shared` was just unlinked by the successful exchange, so no new
+                    // reader can load it; readers that loaded it earlier are pinned, and
+                    // `defer_destroy` frees it only after all of them have unpinned.
+                    unsafe { guard.0.defer_destroy(shared) };
+                    true
+                }
+                Err(_) => false,
+            }
+        }
+    }
+
+    impl Drop for ViewCell {
+        fn drop(&mut self) {
+            // SAFETY: `drop` has exclusive access to the cell, so no other thread can load the
+            // view any more; every reader borrowed it under a guard tied to a `&self` borrow,
+            // which cannot outlive this exclusive `&mut self`.
+            let owned = unsafe { std::mem::replace(&mut self.0, Atomic::null()).into_owned() };
+            drop(owned);
+        }
+    }
+}
+
+#[cfg(loom)]
+mod cell {
+    use std::sync::{Arc, Mutex};
+
+    use super::SlotView;
+
+    /// Under loom, epochs are not modelled: a mutex around an `Arc` stands in for the cell. The
+    /// mutex is never held across a loom operation, so it cannot block a loom thread.
+    pub(crate) struct Guard;
+
+    pub(crate) fn pin() -> Guard {
+        Guard
+    }
+
+    /// A view loaded under a guard.
+    pub(crate) struct ViewRef<'g>(Arc<SlotView>, std::marker::PhantomData<&'g ()>);
+
+    impl std::ops::Deref for ViewRef<'_> {
+        type Target = SlotView;
+        fn deref(&self) -> &SlotView {
+            &self.0
+        }
+    }
+
+    #[derive(Debug)]
+    pub(crate) struct ViewCell(Mutex<Arc<SlotView>>);
+
+    impl ViewCell {
+        pub(crate) fn new(view: SlotView) -> Self {
+            Self(Mutex::new(Arc::new(view)))
+        }
+
+        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> ViewRef<'g> {
+            ViewRef(
+                Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner())),
+                std::marker::PhantomData,
+            )
+        }
+
+        pub(crate) fn replace(&self, current: &SlotView, new: SlotView, _guard: &Guard) -> bool {
+            let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if !std::ptr::eq(Arc::as_ptr(&slot), current) {
+                return false;
+            }
+            *slot = Arc::new(new);
+            true
+        }
+    }
+}
+
+pub(crate) use cell::{Guard, ViewCell, pin};

@@ -1,0 +1,157 @@
+//! Deterministic scenarios for paths random sequences reach too rarely.
+
+#![cfg(not(loom))]
+
+use index_core::{CacheMode, IndexError, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
+use rdma_transport::Transport;
+use sim_transport::SimTransport;
+
+fn tiny() -> BulkLoadConfig {
+    BulkLoadConfig {
+        epsilon: 2,
+        delta: 4,
+        fill: 4,
+        slot_leaves: 2,
+        ..BulkLoadConfig::default()
+    }
+}
+
+fn store(
+    keys: &[u64],
+    load: &BulkLoadConfig,
+    spare: u64,
+    mode: CacheMode,
+) -> (SimTransport, Store<SimTransport>) {
+    let size = required_pool_bytes(keys.len() as u64, load, spare).next_multiple_of(8);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), load).expect("load");
+    let store = Store::open(
+        transport.clone(),
+        StoreConfig {
+            cache_mode: mode,
+            ..StoreConfig::default()
+        },
+    )
+    .expect("open");
+    (transport, store)
+}
+
+fn assert_clean(transport: &SimTransport) {
+    let mut ep = transport.endpoint().expect("endpoint");
+    for &node in transport.memory_nodes() {
+        let report = verify(&mut ep, node).expect("verify");
+        assert!(report.is_clean(), "{report}");
+    }
+}
+
+/// Fill a chain until it has several synonym leaves, then delete everything in one of them: the
+/// emptied synonym leaf is unlinked (from the LT entry or from the previous SLT entry), its SLT
+/// slot marked freed, and every other key stays reachable, for both cache modes.
+#[test]
+fn emptied_synonym_leaves_are_unlinked() {
+    for mode in [CacheMode::Pivots, CacheMode::Lean] {
+        let (transport, store) = store(&[0, 1000, 2000, 3000, 100_000, 200_000], &tiny(), 64, mode);
+        let mut c = store.client().expect("client");
+        // Keys 1..=40 all belong to trained leaf 0 (pivot 0): its chain grows to ~10 leaves.
+        for k in 1..=40u64 {
+            assert!(c.insert(k, k).expect("insert"), "insert {k}");
+        }
+        assert_clean(&transport);
+        // Delete a run of keys that empties synonym leaves in the middle and at the front.
+        for k in (1..=12u64).chain(20..=30) {
+            assert!(c.delete(k).expect("delete"), "delete {k}");
+        }
+        assert_clean(&transport);
+        for k in 1..=40u64 {
+            let expected = (!(1..=12).contains(&k) && !(20..=30).contains(&k)).then_some(k);
+            assert_eq!(c.get(k).expect("get"), expected, "get {k} ({mode:?})");
+        }
+        // A second client with a cold, stale cache sees the same.
+        let other = Store::open(
+            transport.clone(),
+            StoreConfig {
+                cache_mode: mode,
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open");
+        let mut cold = other.client().expect("client");
+        assert_eq!(cold.scan(0, 100).expect("scan").len(), 40 + 6 - 23);
+        // Re-inserting into the emptied range works and keeps the pool clean.
+        for k in (1..=12u64).chain(20..=30) {
+            assert!(c.insert(k, k + 1).expect("re-insert"));
+        }
+        assert_clean(&transport);
+        assert_eq!(cold.get(25).expect("get"), Some(26));
+    }
+}
+
+/// A slot whose SLT fills up (255 synonym leaves) refuses further splits with `SltFull` after
+/// waiting, and loses nothing; it was queued for retraining at 128.
+#[test]
+fn a_full_slot_refuses_splits_and_loses_nothing() {
+    let load = BulkLoadConfig {
+        slot_leaves: 1,
+        ..tiny()
+    };
+    let (transport, store) = store(&[0, 1_000_000], &load, 400, CacheMode::Pivots);
+    let config = StoreConfig {
+        wait_limit: std::time::Duration::from_millis(20),
+        ..StoreConfig::default()
+    };
+    let store = Store::open(store.transport().clone(), config).expect("open");
+    let mut c = store.client().expect("client");
+    let mut inserted = vec![0u64];
+    let mut refused = None;
+    for k in 1..2000u64 {
+        match c.insert(k, k) {
+            Ok(true) => inserted.push(k),
+            Err(IndexError::SltFull { slot: 0, .. }) => {
+                refused = Some(k);
+                break;
+            }
+            other => panic!("insert {k}: {other:?}"),
+        }
+    }
+    assert!(refused.is_some(), "the SLT never filled");
+    for &k in &inserted {
+        assert_eq!(c.get(k).expect("get"), Some(k));
+    }
+    assert_eq!(c.get(refused.unwrap_or(0)).expect("get"), None);
+    // Updates and deletes still work on a full slot: they do not split.
+    assert!(c.update(5, 55).expect("update"));
+    assert!(c.delete(6).expect("delete"));
+    assert_clean(&transport);
+    let layout = store.layouts()[0];
+    let mut ep = transport.endpoint().expect("endpoint");
+    assert!(
+        retrainer::queue::is_pending(&mut ep, &layout, 0).expect("read"),
+        "slot 0 was never queued"
+    );
+}
+
+/// Splits need free leaves: when the leaf region is exhausted, an insert fails cleanly and the pool
+/// stays consistent.
+#[test]
+fn an_exhausted_pool_fails_inserts_cleanly() {
+    let load = BulkLoadConfig {
+        leaf_capacity: Some(4),
+        ..tiny()
+    };
+    let (transport, store) = store(&[0, 10, 20, 30, 100, 110, 120], &load, 0, CacheMode::Pivots);
+    let mut c = store.client().expect("client");
+    let mut failed = false;
+    for k in 1..100u64 {
+        match c.insert(k * 2 + 1, k) {
+            Ok(_) => {}
+            Err(IndexError::PoolExhausted { capacity: 4, .. }) => {
+                failed = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(failed, "the pool never ran out");
+    assert_clean(&transport);
+}
