@@ -219,6 +219,15 @@ impl<E: Endpoint> Client<E> {
         stale: &SlotView,
         guard: &Guard,
     ) -> Result<(), IndexError> {
+        let fresh = self.fetch_view(node, stale)?;
+        node.slots[stale.slot as usize].replace(stale, fresh, guard);
+        Ok(())
+    }
+
+    /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
+    /// the view they read themselves: the cell may meanwhile hold another thread's view, built
+    /// from a snapshot older than the lock.
+    fn fetch_view(&mut self, node: &NodeCache, stale: &SlotView) -> Result<SlotView, IndexError> {
         let words = stale.leaves() as usize + SLT_SLOTS;
         let mut header = [0u8; 8];
         let mut tables = vec![0u8; 8 * words];
@@ -228,18 +237,15 @@ impl<E: Endpoint> Client<E> {
         ];
         self.ep.batch(&mut verbs)?;
         let header = ModelHeader::from_raw(u64::from_le_bytes(header));
-        let fresh = if header.is_retired() {
-            self.reload(node, stale.slot)?
-        } else {
-            let entries: Vec<LeafTableEntry> = tables
-                .chunks_exact(8)
-                .map(|c| LeafTableEntry::from_raw(word(c)))
-                .collect();
-            let (lt, slt) = entries.split_at(stale.leaves() as usize);
-            stale.with_tables(header, lt, slt, self.caches.config.cache_mode)
-        };
-        node.slots[stale.slot as usize].replace(stale, fresh, guard);
-        Ok(())
+        if header.is_retired() {
+            return self.reload(node, stale.slot);
+        }
+        let entries: Vec<LeafTableEntry> = tables
+            .chunks_exact(8)
+            .map(|c| LeafTableEntry::from_raw(word(c)))
+            .collect();
+        let (lt, slt) = entries.split_at(stale.leaves() as usize);
+        Ok(stale.with_tables(header, lt, slt, self.caches.config.cache_mode))
     }
 
     /// Reads slot `slot`'s current record from the slot table.
@@ -558,14 +564,14 @@ impl<E: Endpoint> Client<E> {
                 return Ok(None);
             }
             // The record changed since the view was built (another chain split, or ours did).
-            // We hold the lock, so our chain is stable now: refresh the tables and re-read it.
-            self.refresh(node, view, guard)?;
-            let loaded = node.slots[slot].load(guard);
-            let fresh: &SlotView = &loaded;
-            let Some(chain) = (fresh.record == view.record)
+            // We hold the lock, so our chain is stable now: read the tables ourselves (not the
+            // cell's view, which may predate our lock), install them, and re-read the chain.
+            let fresh = self.fetch_view(node, view)?;
+            let chain = (fresh.record == view.record)
                 .then(|| fresh.chain(leaf))
-                .flatten()
-            else {
+                .flatten();
+            node.slots[slot].replace(view, fresh, guard);
+            let Some(chain) = chain else {
                 leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
                 return Ok(None);
             };
@@ -628,6 +634,7 @@ impl<E: Endpoint> Client<E> {
                 let mut lt_change = None;
                 if pos == 1 {
                     lt_change = Some(locked.lt_now.with_synonym(next));
+                    locked.chain[0].0 = locked.chain[0].0.with_synonym(next);
                 } else {
                     let prev_slot = u64::from(locked.chain[pos - 2].0.synonym_ptr());
                     let prev = locked.chain[pos - 1].0.with_synonym(next);
@@ -641,6 +648,8 @@ impl<E: Endpoint> Client<E> {
                     offset(locked.record, locked.layout.slt_entry(slot_of_gone)),
                     LeafTableEntry::FREED.raw().to_le_bytes().to_vec(),
                 );
+                // The chain as it will be: a sibling thread may inherit it with the lock.
+                locked.chain.remove(pos);
                 self.structural(
                     &mut locked,
                     verbs_owned,
@@ -650,7 +659,6 @@ impl<E: Endpoint> Client<E> {
                     hand_over,
                     held_slot,
                 )?;
-                locked.chain.remove(pos);
                 result
             }
             Outcome::Split {
