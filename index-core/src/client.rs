@@ -227,18 +227,30 @@ impl<E: Endpoint> Client<E> {
     /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
     /// the view they read themselves: the cell may meanwhile hold another thread's view, built
     /// from a snapshot older than the lock.
+    ///
+    /// Reads the LT and the SLT's used prefix (as last known, plus a margin); if the header shows
+    /// more SLT slots in use, a second READ fetches the rest. Every table word is read after the
+    /// header either way.
     fn fetch_view(&mut self, node: &NodeCache, stale: &SlotView) -> Result<SlotView, IndexError> {
-        let words = stale.leaves() as usize + SLT_SLOTS;
+        const MARGIN: usize = 8;
+        let leaves = stale.leaves() as usize;
+        let known = (stale.header.slot_use() as usize + 1 + MARGIN).min(SLT_SLOTS);
         let mut header = [0u8; 8];
-        let mut tables = vec![0u8; 8 * words];
+        let mut tables = vec![0u8; 8 * (leaves + SLT_SLOTS)];
+        let (first, rest) = tables.split_at_mut(8 * (leaves + known));
         let mut verbs = [
             Verb::read(stale.record, &mut header),
-            Verb::read(offset(stale.record, stale.layout.lt_entry(0)), &mut tables),
+            Verb::read(offset(stale.record, stale.layout.lt_entry(0)), first),
         ];
         self.ep.batch(&mut verbs)?;
         let header = ModelHeader::from_raw(u64::from_le_bytes(header));
         if header.is_retired() {
             return self.reload(node, stale.slot);
+        }
+        let used = (header.slot_use() as usize + 1).min(SLT_SLOTS);
+        if used > known {
+            let at = offset(stale.record, stale.layout.slt_entry(known as u64));
+            self.ep.read(at, &mut rest[..8 * (used - known)])?;
         }
         let entries: Vec<LeafTableEntry> = tables
             .chunks_exact(8)
@@ -294,6 +306,8 @@ impl<E: Endpoint> Client<E> {
             if let Some(contents) = self.decode_leaves(&node.layout, &leaves)? {
                 return Ok(contents.iter().find_map(|leaf| leaf.get(key)));
             }
+            // A leaf was being written: let the writer finish.
+            retry_pause();
         }
         Err(IndexError::TooManyRetries(caches.config.max_attempts))
     }
@@ -370,6 +384,7 @@ impl<E: Endpoint> Client<E> {
                 self.decode_leaves(&node.layout, &leaves)?
             };
             let Some(contents) = contents else {
+                retry_pause();
                 attempts += 1;
                 if attempts > caches.config.max_attempts {
                     return Err(IndexError::TooManyRetries(caches.config.max_attempts));
@@ -875,6 +890,11 @@ impl<E: Endpoint> Client<E> {
             layout.leaf_addr(split_entry.leaf_num()),
             lower.encode(split_entry.leaf_num(), delta)?,
         )];
+        #[cfg(loom)]
+        if self.caches.config.split_order != crate::config::SplitOrder::Safe {
+            self.split_in_wrong_order(locked, writes, late, linked, pos)?;
+            return Ok(Some(()));
+        }
         locked.chain[pos] = (linked, lower);
         locked.chain.insert(pos + 1, (new_entry, upper));
         locked.header =
@@ -886,10 +906,56 @@ impl<E: Endpoint> Client<E> {
         Ok(Some(()))
     }
 
+    /// Loom builds only: the split's third round trip in a deliberately wrong order (pos 0 only).
+    #[cfg(loom)]
+    fn split_in_wrong_order(
+        &mut self,
+        locked: &mut Locked,
+        writes: Vec<(RemoteAddr, Vec<u8>)>,
+        late: Vec<(RemoteAddr, Vec<u8>)>,
+        linked: LeafTableEntry,
+        pos: usize,
+    ) -> Result<(), IndexError> {
+        use crate::config::SplitOrder;
+        assert_eq!(
+            pos, 0,
+            "the wrong orders are modelled for splits of the trained leaf"
+        );
+        let new_leaf_writes = writes.iter().map(|(at, b)| Verb::write(*at, b));
+        let shrink = late.iter().map(|(at, b)| Verb::write(*at, b));
+        let bump = Verb::faa(locked.record, ModelHeader::CHANGE_ONE);
+        let link_and_unlock =
+            Verb::cas(locked.lt_addr, locked.lt_now.raw(), linked.unlocked().raw());
+        let mut verbs: Vec<Verb<'_>> = match self.caches.config.split_order {
+            SplitOrder::LinkLast => new_leaf_writes
+                .chain([bump])
+                .chain(shrink)
+                .chain([link_and_unlock])
+                .collect(),
+            SplitOrder::ShrinkFirst => shrink
+                .chain(new_leaf_writes)
+                .chain([bump, link_and_unlock])
+                .collect(),
+            SplitOrder::Safe => unreachable!("handled by split"),
+        };
+        self.ep.batch(&mut verbs)?;
+        check_unlocked(&verbs)
+    }
+
     fn request_retraining(&mut self, node: &NodeCache, slot: u64) {
         if retrainer::queue::enqueue(&mut self.ep, &node.layout, slot).is_err() {
             self.enqueue_failures += 1;
         }
+    }
+}
+
+/// A pause before re-reading data that was changing: a spin hint, or under loom a yield (a loom
+/// thread that spins without yielding would keep the writer it waits for from running).
+fn retry_pause() {
+    if cfg!(loom) {
+        crate::sync::yield_now();
+    } else {
+        std::hint::spin_loop();
     }
 }
 

@@ -14,6 +14,20 @@ pub enum CacheMode {
     Lean,
 }
 
+/// The order of a split's steps (loom builds only: the wrong orders exist so that a loom model can
+/// show they are caught).
+#[cfg(loom)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SplitOrder {
+    /// New leaf, its SLT entry and the link; header bump; shrink the split leaf; unlock.
+    #[default]
+    Safe,
+    /// DESIGN.md's order: new leaf and SLT entry; header bump; shrink; link and unlock in one CAS.
+    LinkLast,
+    /// Shrink the split leaf first.
+    ShrinkFirst,
+}
+
 /// How a [`crate::Store`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -29,6 +43,9 @@ pub struct StoreConfig {
     /// How many times in a row a held leaf lock may be handed to another thread of this compute
     /// node without being released remotely.
     pub max_handovers: u32,
+    /// Loom builds only: the order of a split's steps.
+    #[cfg(loom)]
+    pub split_order: SplitOrder,
 }
 
 impl Default for StoreConfig {
@@ -39,6 +56,8 @@ impl Default for StoreConfig {
             max_attempts: 10_000,
             retrain_threshold: 128,
             max_handovers: 8,
+            #[cfg(loom)]
+            split_order: SplitOrder::Safe,
         }
     }
 }

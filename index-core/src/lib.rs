@@ -27,6 +27,8 @@ mod view;
 
 pub use bootstrap::bootstrap;
 pub use client::Client;
+#[cfg(loom)]
+pub use config::SplitOrder;
 pub use config::{CacheMode, StoreConfig};
 pub use error::IndexError;
 pub use stats::{OpCounters, OpKind, OpStats};

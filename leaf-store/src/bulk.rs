@@ -373,10 +373,23 @@ fn train_slots(
 ) -> Result<Vec<LeafModel>, LeafStoreError> {
     let total = slot_keys.len() as u64;
     progress(Phase::Train, 0, total);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(slot_keys.len())
-        .max(1);
+    // Loom builds train inline: no thread outside the model.
+    let threads = if cfg!(loom) {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(slot_keys.len())
+            .max(1)
+    };
+    if threads == 1 {
+        let models = slot_keys
+            .iter()
+            .map(|keys| LeafModel::train_filled(params, keys, fill).map_err(LeafStoreError::from))
+            .collect::<Result<Vec<_>, _>>()?;
+        progress(Phase::Train, total, total);
+        return Ok(models);
+    }
     let per_thread = slot_keys.len().div_ceil(threads);
     let results: Vec<Result<Vec<LeafModel>, LeafStoreError>> = std::thread::scope(|s| {
         let handles: Vec<_> = slot_keys

@@ -1,0 +1,91 @@
+//! Loom model: an insert that splits a leaf into a new synonym leaf, moving a key, races a GET of
+//! that key from a compute node with its own (soon stale) cache. Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p index-core --release --test loom_split`.
+//!
+//! The GET must always find the key. Two wrong split orders must be caught: DESIGN.md's (bump the
+//! header, shrink the split leaf, then link and unlock in one CAS — a reader that refreshes between
+//! the bump and the link caches the new header without the link) and shrinking first.
+
+#![cfg(loom)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use index_core::{SplitOrder, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, required_pool_bytes};
+use sim_transport::SimTransport;
+
+fn scenario(order: SplitOrder) {
+    // The single-threaded setup (bulk load, two stores attaching) alone makes hundreds of word
+    // accesses, each a loom branch point: raise the per-execution budget.
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 50_000;
+    builder.check(move || {
+        // δ = 2, two full leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first and
+        // moves 20 into a new synonym leaf.
+        let load = BulkLoadConfig {
+            epsilon: 1,
+            delta: 2,
+            fill: 2,
+            slot_leaves: 2,
+            ring_capacity: Some(1),
+            model_region_factor: 1,
+            ..BulkLoadConfig::default()
+        };
+        let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
+        let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
+        let transport = SimTransport::anonymous(&[size]).expect("pool");
+        bootstrap(&transport, pairs, &load).expect("load");
+        let config = StoreConfig {
+            split_order: order,
+            ..StoreConfig::default()
+        };
+        let writer_store = Store::open(transport.clone(), config.clone()).expect("open");
+        let reader_store = Store::open(transport, config).expect("open");
+        let writer = loom::thread::spawn(move || {
+            let mut client = writer_store.client().expect("client");
+            assert!(client.insert(15, 15).expect("insert"));
+        });
+        let mut reader = reader_store.client().expect("client");
+        assert_eq!(
+            reader.get(20).expect("get"),
+            Some(20),
+            "GET missed a key while it moved"
+        );
+        writer.join().expect("writer");
+        assert_eq!(reader.get(15).expect("get"), Some(15));
+        assert_eq!(
+            reader.get(20).expect("get"),
+            Some(20),
+            "the moved key is lost"
+        );
+    });
+}
+
+fn caught(order: SplitOrder) {
+    let payload = catch_unwind(AssertUnwindSafe(|| scenario(order)))
+        .expect_err("loom did not catch the wrong split order");
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(
+        message.contains("GET missed a key while it moved"),
+        "failed differently: {message:?}"
+    );
+}
+
+#[test]
+fn a_get_racing_a_split_finds_the_moving_key() {
+    scenario(SplitOrder::Safe);
+}
+
+#[test]
+fn loom_catches_the_design_split_order() {
+    caught(SplitOrder::LinkLast);
+}
+
+#[test]
+fn loom_catches_shrinking_before_linking() {
+    caught(SplitOrder::ShrinkFirst);
+}
