@@ -1,0 +1,162 @@
+//! Round trips, verbs and bytes per operation type, on a simulated pool of uniform keys.
+//!
+//! ```text
+//! cargo run --release -p index-core --example op_costs -- [--keys N] [--ops M] [--mode pivots|lean|both]
+//! ```
+//!
+//! Defaults: 10^6 bulk-loaded uniform 64-bit keys (default layout: ε = δ = 16, fill 12), then with
+//! a client whose cache was just built: M (default 100,000) GETs of present keys, M INSERTs of new
+//! keys, M UPDATEs and M DELETEs of present keys, M/10 SCANs of 100 keys, and again M GETs.
+//! Counts include every cache refresh and retry the operations needed. Prints a table, then one
+//! JSON object per mode.
+
+use std::process::ExitCode;
+
+use index_core::{CacheMode, OpKind, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, required_pool_bytes};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use sim_transport::SimTransport;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut all: Vec<u64> = (0..keys + ops).map(|_| rng.random::<u64>()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all.shuffle(&mut rng);
+    let (loaded, fresh) = all.split_at(keys.min(all.len()));
+    let load = BulkLoadConfig::default();
+    let size = required_pool_bytes(keys as u64, &load, 2 * ops as u64).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).map_err(|e| e.to_string())?;
+    bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load)
+        .map_err(|e| e.to_string())?;
+    let store = Store::open(
+        transport,
+        StoreConfig {
+            cache_mode: mode,
+            ..StoreConfig::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let cache_after_load = store.cache_bytes();
+    let mut client = store.client().map_err(|e| e.to_string())?;
+    let e = |e: index_core::IndexError| e.to_string();
+    for &k in loaded.iter().take(ops) {
+        if client.get(k).map_err(e)? != Some(k) {
+            return Err(format!("key {k} not found"));
+        }
+    }
+    let gets_fresh = client.stats().get(OpKind::Get);
+    for &k in fresh.iter().take(ops) {
+        client.insert(k, k).map_err(e)?;
+    }
+    for &k in loaded.iter().skip(ops).take(ops) {
+        client.update(k, k + 1).map_err(e)?;
+    }
+    for &k in loaded.iter().skip(2 * ops).take(ops) {
+        client.delete(k).map_err(e)?;
+    }
+    for &k in loaded.iter().skip(3 * ops).take(ops / 10) {
+        let got = client.scan(k, 100).map_err(e)?;
+        if got.len() < 100 && got.first().map(|x| x.0) != Some(k) {
+            return Err(format!("scan from {k} returned {} entries", got.len()));
+        }
+    }
+    let before_second = client.stats().get(OpKind::Get);
+    for &k in loaded.iter().skip(3 * ops).take(ops) {
+        client.get(k).map_err(e)?;
+    }
+    let after = client.stats().get(OpKind::Get);
+    let gets_after_writes = index_core::OpCounters {
+        ops: after.ops - before_second.ops,
+        net: after.net - before_second.net,
+    };
+    let stats = *client.stats();
+    let mut rows = Vec::new();
+    let mut json = vec![format!(
+        "\"mode\": \"{mode:?}\", \"keys\": {}, \"ops\": {ops}, \"cache_bytes_per_key\": {:.3}",
+        loaded.len(),
+        cache_after_load as f64 / loaded.len() as f64
+    )];
+    let gets = [
+        ("get (fresh cache)", gets_fresh),
+        ("get (after the writes)", gets_after_writes),
+    ];
+    let writes = OpKind::ALL
+        .iter()
+        .filter(|k| !matches!(k, OpKind::Upsert | OpKind::Get))
+        .map(|&k| (k.name(), stats.get(k)));
+    for (name, c) in gets.into_iter().chain(writes) {
+        rows.push(format!(
+            "{name:<26} {:>9} {:>8.3} {:>8.2} {:>10.1}",
+            c.ops,
+            c.rtts_per_op(),
+            c.verbs_per_op(),
+            c.bytes_per_op()
+        ));
+        let key = match name {
+            "get (fresh cache)" => "get_fresh",
+            "get (after the writes)" => "get_after_writes",
+            other => other,
+        };
+        json.push(format!(
+            "\"{key}\": {{\"count\": {}, \"rtts_per_op\": {:.4}, \"verbs_per_op\": {:.3}, \"bytes_per_op\": {:.1}}}",
+            c.ops,
+            c.rtts_per_op(),
+            c.verbs_per_op(),
+            c.bytes_per_op()
+        ));
+    }
+    Ok(format!(
+        "mode {mode:?}: {} keys, cache {:.3} bytes/key after load\n{:<26} {:>9} {:>8} {:>8} {:>10}\n{}\n{{{}}}",
+        loaded.len(),
+        cache_after_load as f64 / loaded.len() as f64,
+        "operation",
+        "count",
+        "rtt/op",
+        "verbs/op",
+        "bytes/op",
+        rows.join("\n"),
+        json.join(", ")
+    ))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let keys = arg(&args, "--keys").map_or(Ok(1_000_000), |v| v.parse::<usize>());
+    let ops = arg(&args, "--ops").map_or(Ok(100_000), |v| v.parse::<usize>());
+    let (Ok(keys), Ok(ops)) = (keys, ops) else {
+        eprintln!("op_costs: --keys and --ops take whole numbers");
+        return ExitCode::from(2);
+    };
+    let modes = match arg(&args, "--mode").as_deref() {
+        None | Some("both") => vec![CacheMode::Pivots, CacheMode::Lean],
+        Some("pivots") => vec![CacheMode::Pivots],
+        Some("lean") => vec![CacheMode::Lean],
+        Some(other) => {
+            eprintln!("op_costs: unknown mode {other:?} (pivots, lean, both)");
+            return ExitCode::from(2);
+        }
+    };
+    if keys < 4 * ops {
+        eprintln!("op_costs: --keys must be at least 4 × --ops");
+        return ExitCode::from(2);
+    }
+    for mode in modes {
+        match run(keys, ops, mode) {
+            Ok(out) => println!("{out}\n"),
+            Err(e) => {
+                eprintln!("op_costs: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
