@@ -235,16 +235,21 @@ impl<E: Endpoint> Client<E> {
         const MARGIN: usize = 8;
         let leaves = stale.leaves() as usize;
         let known = (stale.header.slot_use() as usize + 1 + MARGIN).min(SLT_SLOTS);
-        let mut header = [0u8; 8];
+        // Header and slot id: a record whose memory was reclaimed and reused by another record
+        // shows another slot or generation (generations are unique per memory node).
+        let mut fixed = [0u8; 16];
         let mut tables = vec![0u8; 8 * (leaves + SLT_SLOTS)];
         let (first, rest) = tables.split_at_mut(8 * (leaves + known));
         let mut verbs = [
-            Verb::read(stale.record, &mut header),
+            Verb::read(stale.record, &mut fixed),
             Verb::read(offset(stale.record, stale.layout.lt_entry(0)), first),
         ];
         self.ep.batch(&mut verbs)?;
-        let header = ModelHeader::from_raw(u64::from_le_bytes(header));
-        if header.is_retired() {
+        let header = ModelHeader::from_raw(word(&fixed));
+        if header.is_retired()
+            || word(&fixed[8..]) != stale.slot
+            || header.generation() != stale.header.generation()
+        {
             return self.reload(node, stale.slot);
         }
         let used = (header.slot_use() as usize + 1).min(SLT_SLOTS);
@@ -435,6 +440,10 @@ impl<E: Endpoint> Client<E> {
         for _ in 0..caches.config.max_attempts {
             let loaded = node.slots[slot].load(&guard);
             let view: &SlotView = &loaded;
+            if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
+                self.refresh(node, view, &guard)?;
+                continue;
+            }
             if view.header.is_locked() {
                 // The retrainer froze this record; wait for the new one.
                 if !backoff.wait() {

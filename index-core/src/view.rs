@@ -34,7 +34,14 @@ pub(crate) struct SlotView {
     pub(crate) lt: CachedLt,
     /// SLT entries `0..=min(slot_use, 255)` (entry 0 unused).
     pub(crate) slt: Vec<LeafTableEntry>,
+    /// When the tables were read. Writers refresh views older than [`VIEW_MAX_AGE`] before
+    /// writing through them, so no write targets a record retired longer ago than that plus one
+    /// operation — far inside the retrainer's grace period before it reuses the memory.
+    pub(crate) fetched_at: std::time::Instant,
 }
+
+/// Age past which a writer refreshes a view before using its addresses.
+pub(crate) const VIEW_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Longest chain a view will follow before declaring itself inconsistent.
 const MAX_CHAIN: usize = SLT_SLOTS;
@@ -53,6 +60,7 @@ impl SlotView {
             pivots: (mode == CacheMode::Pivots).then_some(record.pivots),
             lt: CachedLt::Full(Vec::new()),
             slt: Vec::new(),
+            fetched_at: std::time::Instant::now(),
         };
         view.set_tables(record.header, &record.lt, &record.slt, mode);
         view
@@ -68,6 +76,7 @@ impl SlotView {
     ) -> Self {
         let mut view = self.clone();
         view.set_tables(header, lt, slt, mode);
+        view.fetched_at = std::time::Instant::now();
         view
     }
 

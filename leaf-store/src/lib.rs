@@ -22,6 +22,7 @@ mod leaf;
 mod lock;
 mod record;
 mod ring;
+mod sync;
 mod verify;
 mod walk;
 

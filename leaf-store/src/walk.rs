@@ -85,7 +85,7 @@ pub fn read_leaf<E: Endpoint>(
             Err(e @ LeafStoreError::TornLeaf { .. }) => last = e,
             Err(e) => return Err(e),
         }
-        std::thread::yield_now();
+        crate::sync::yield_now();
     }
     Err(last)
 }
