@@ -321,23 +321,33 @@ impl<E: Endpoint> Retrainer<E> {
         let old_bytes = old.layout().total();
         let snapshot = self.snapshot(&old)?;
         let mut train_time = Duration::ZERO;
-        let prebuilt = self.build(&old, &snapshot, &mut train_time)?;
-        let Some(prebuilt) = prebuilt else {
-            self.stats.skipped_empty += 1;
-            self.clear_queued(slot)?;
-            return Ok(None);
+        // Pre-build beside the old record. The snapshot was taken while writers work, so it can
+        // catch a split half done (a key shown in two leaves): then there is nothing to pre-build.
+        let prebuilt = match self.build(&old, &snapshot, &mut train_time) {
+            Ok(Some(record)) => {
+                let bytes = record.encode();
+                let at = self.allocate(bytes.len() as u64)?;
+                self.ep.write(self.layout.at(at), &bytes)?;
+                Some((record, at, bytes.len() as u64))
+            }
+            Ok(None) => {
+                self.stats.skipped_empty += 1;
+                self.clear_queued(slot)?;
+                return Ok(None);
+            }
+            Err(RetrainError::Train(_)) => None,
+            Err(e) => return Err(e),
         };
-        let prebuilt_bytes = prebuilt.encode();
-        let prebuilt_at = self.allocate(prebuilt_bytes.len() as u64)?;
-        self.ep
-            .write(self.layout.at(prebuilt_at), &prebuilt_bytes)?;
 
         // Freeze and drain.
         let frozen_at = Instant::now();
-        self.set_flag(old_addr, ModelHeader::new(0).locked().raw())?;
+        let locked = ModelHeader::new(0).locked().raw();
+        self.set_flag(old_addr, locked)?;
         if !self.drain(&old, old_addr)? {
-            self.clear_flag(old_addr, ModelHeader::new(0).locked().raw())?;
-            self.free.push((prebuilt_at, prebuilt_bytes.len() as u64));
+            self.clear_flag(old_addr, locked)?;
+            if let Some((_, at, len)) = prebuilt {
+                self.free.push((at, len));
+            }
             self.stats.drain_timeouts += 1;
             self.pending.push((0, Reverse(slot)));
             return Ok(None);
@@ -355,23 +365,39 @@ impl<E: Endpoint> Retrainer<E> {
             }
         };
         let changed = !same_chains(&snapshot, &frozen_chains);
-        let (new_record, new_at, new_bytes) = if changed && carry_over {
-            self.free.push((prebuilt_at, prebuilt_bytes.len() as u64));
-            let Some(record) = self.build(&frozen, &frozen_chains, &mut train_time)? else {
-                // Everything was deleted meanwhile: keep the old record, unfrozen.
-                self.clear_flag(old_addr, ModelHeader::new(0).locked().raw())?;
-                self.clear_queued(slot)?;
-                self.stats.skipped_empty += 1;
-                return Ok(None);
-            };
-            let bytes = record.encode();
-            let at = self.allocate(bytes.len() as u64)?;
-            self.ep.write(self.layout.at(at), &bytes)?;
-            (record, at, bytes.len() as u64)
-        } else {
-            (prebuilt, prebuilt_at, prebuilt_bytes.len() as u64)
+        let (new_record, new_at, rebuilt) = match prebuilt {
+            Some((record, at, _)) if !changed || !carry_over => (record, at, false),
+            unusable => {
+                if let Some((_, at, len)) = unusable {
+                    self.free.push((at, len));
+                }
+                // Under the freeze no writer is inside: the chains are consistent.
+                let built = match self.build(&frozen, &frozen_chains, &mut train_time) {
+                    Ok(built) => built,
+                    Err(e) => {
+                        self.clear_flag(old_addr, locked)?;
+                        return Err(e);
+                    }
+                };
+                let Some(record) = built else {
+                    // Everything was deleted meanwhile: keep the old record, unfrozen.
+                    self.clear_flag(old_addr, locked)?;
+                    self.clear_queued(slot)?;
+                    self.stats.skipped_empty += 1;
+                    return Ok(None);
+                };
+                let bytes = record.encode();
+                let at = match self.allocate(bytes.len() as u64) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        self.clear_flag(old_addr, locked)?;
+                        return Err(e);
+                    }
+                };
+                self.ep.write(self.layout.at(at), &bytes)?;
+                (record, at, true)
+            }
         };
-        let _ = new_bytes;
 
         // Redirect, retire, unqueue.
         self.ep.write_word(
@@ -394,7 +420,7 @@ impl<E: Endpoint> Retrainer<E> {
                 .map(|(_, l)| l.len() as u64)
                 .sum(),
             segments: new_record.model.segments().len() as u64,
-            rebuilt_under_freeze: changed && carry_over,
+            rebuilt_under_freeze: rebuilt,
             train_time,
             frozen_time: frozen_at.elapsed(),
             total_time: started.elapsed(),
