@@ -76,6 +76,21 @@ struct Locked {
     handovers: u32,
 }
 
+impl Locked {
+    /// The lock, with the chain as last written, for the next local writer of this leaf.
+    fn hand_over(&mut self) -> HeldLock {
+        HeldLock {
+            record: self.record,
+            leaf: self.leaf,
+            lt_addr: self.lt_addr,
+            lt_now: self.lt_now,
+            chain: std::mem::take(&mut self.chain),
+            header: self.header,
+            handovers: self.handovers,
+        }
+    }
+}
+
 /// How a commit ended.
 enum Committed {
     Done(bool),
@@ -719,15 +734,7 @@ impl<E: Endpoint> Client<E> {
         }
         drop(verbs);
         if hand_over {
-            *held_slot = Some(HeldLock {
-                record: locked.record,
-                leaf: locked.leaf,
-                lt_addr: locked.lt_addr,
-                lt_now: locked.lt_now,
-                chain: std::mem::take(&mut locked.chain),
-                header: locked.header,
-                handovers: locked.handovers,
-            });
+            *held_slot = Some(locked.hand_over());
         }
         Ok(())
     }
@@ -782,15 +789,7 @@ impl<E: Endpoint> Client<E> {
         locked.header =
             ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::CHANGE_ONE));
         if hand_over {
-            *held_slot = Some(HeldLock {
-                record: locked.record,
-                leaf: locked.leaf,
-                lt_addr: locked.lt_addr,
-                lt_now: locked.lt_now,
-                chain: std::mem::take(&mut locked.chain),
-                header: locked.header,
-                handovers: locked.handovers,
-            });
+            *held_slot = Some(locked.hand_over());
         }
         Ok(())
     }
