@@ -8,8 +8,6 @@
 
 #![cfg(loom)]
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
 use index_core::{SplitOrder, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use sim_transport::SimTransport;
@@ -62,16 +60,9 @@ fn scenario(order: SplitOrder) {
 }
 
 fn caught(order: SplitOrder) {
-    let payload = catch_unwind(AssertUnwindSafe(|| scenario(order)))
-        .expect_err("loom did not catch the wrong split order");
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("");
-    assert!(
-        message.contains("GET missed a key while it moved"),
-        "failed differently: {message:?}"
+    sim_transport::loom_support::assert_caught(
+        || scenario(order),
+        "GET missed a key while it moved",
     );
 }
 

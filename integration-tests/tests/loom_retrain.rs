@@ -7,8 +7,6 @@
 
 #![cfg(loom)]
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
 use index_core::{Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rdma_transport::Transport;
@@ -73,12 +71,5 @@ fn a_retraining_swap_racing_a_split_loses_nothing() {
 
 #[test]
 fn loom_catches_a_swap_without_carry_over() {
-    let payload = catch_unwind(AssertUnwindSafe(|| scenario(false)))
-        .expect_err("loom did not catch the missing carry-over");
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("");
-    assert!(message.contains("lost"), "failed differently: {message:?}");
+    sim_transport::loom_support::assert_caught(|| scenario(false), "lost");
 }

@@ -5,7 +5,6 @@
 
 #![cfg(loom)]
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use leaf_store::{
@@ -79,17 +78,7 @@ fn addr(offset: u64) -> RemoteAddr {
 }
 
 fn caught(model: impl Fn() + Send + Sync + 'static, expected: &str) {
-    let payload = catch_unwind(AssertUnwindSafe(|| loom::model(model)))
-        .expect_err("loom did not catch the broken variant");
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("");
-    assert!(
-        message.contains(expected),
-        "failed, but not with {expected:?}: {message:?}"
-    );
+    sim_transport::loom_support::assert_caught(|| loom::model(model), expected);
 }
 
 // --- FAA allocation ----------------------------------------------------------------------------

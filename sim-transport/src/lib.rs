@@ -32,6 +32,8 @@
 //! model-checks the protocols that run over the simulator.
 
 mod endpoint;
+#[cfg(loom)]
+pub mod loom_support;
 mod pool;
 mod sync;
 mod transport;

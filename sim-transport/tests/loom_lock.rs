@@ -9,7 +9,6 @@
 
 #![cfg(loom)]
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use rdma_transport::{Endpoint, RemoteAddr, Transport, Verb};
@@ -110,17 +109,7 @@ fn model(variant: Variant) {
 }
 
 fn caught(variant: Variant, expected: &str) {
-    let result = catch_unwind(AssertUnwindSafe(|| model(variant)));
-    let payload = result.expect_err("loom did not catch the broken variant");
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("");
-    assert!(
-        message.contains(expected),
-        "{variant:?} failed, but not with {expected:?}: {message:?}"
-    );
+    sim_transport::loom_support::assert_caught(|| model(variant), expected);
 }
 
 #[test]
