@@ -462,7 +462,7 @@ impl<E: Endpoint> Client<E> {
             if view.header.is_locked() {
                 // The retrainer froze this record; wait for the new one.
                 if !backoff.wait() {
-                    return Err(IndexError::SltFull {
+                    return Err(IndexError::RetrainingTimeout {
                         node: node.info.id,
                         slot: slot as u64,
                     });
@@ -595,7 +595,7 @@ impl<E: Endpoint> Client<E> {
                 leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
                 self.refresh(node, view, guard)?;
                 if header.is_locked() && !backoff.wait() {
-                    return Err(IndexError::SltFull {
+                    return Err(IndexError::RetrainingTimeout {
                         node: node.info.id,
                         slot: slot as u64,
                     });

@@ -34,6 +34,15 @@ pub enum IndexError {
         /// The slot.
         slot: u64,
     },
+    /// The slot's record stayed frozen by a retraining through every backoff (is the memory
+    /// node's retrainer stalled?). Nothing was changed.
+    #[error("slot {slot} of memory node {node} stayed frozen by a retraining past the wait limit")]
+    RetrainingTimeout {
+        /// The memory node.
+        node: u16,
+        /// The slot.
+        slot: u64,
+    },
     /// A leaf lock stayed held by someone else through every backoff (a crashed writer?).
     #[error("leaf lock of slot {slot} leaf {leaf} on memory node {node} stayed held")]
     LockTimeout {

@@ -4,7 +4,7 @@
 
 use index_core::{CacheMode, IndexError, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
-use rdma_transport::Transport;
+use rdma_transport::{Endpoint, Transport};
 use sim_transport::SimTransport;
 
 fn tiny() -> BulkLoadConfig {
@@ -153,5 +153,33 @@ fn an_exhausted_pool_fails_inserts_cleanly() {
         }
     }
     assert!(failed, "the pool never ran out");
+    assert_clean(&transport);
+}
+
+/// While a retraining holds a record frozen, GETs go on; writers wait, then give up with a clear
+/// error and change nothing; once the record is unfrozen, writes proceed.
+#[test]
+fn a_frozen_record_blocks_writers_not_readers() {
+    let (transport, store) = store(&[0, 1000, 2000, 3000], &tiny(), 8, CacheMode::Pivots);
+    let config = StoreConfig {
+        wait_limit: std::time::Duration::from_millis(20),
+        ..StoreConfig::default()
+    };
+    let store = Store::open(store.transport().clone(), config).expect("open");
+    let mut c = store.client().expect("client");
+    let mut ep = transport.endpoint().expect("endpoint");
+    let layout = store.layouts()[0];
+    let record = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
+    let header = ep.read_word(record).expect("read");
+    let locked = leaf_store::ModelHeader::from_raw(header).locked().raw();
+    assert_eq!(ep.cas(record, header, locked).expect("cas"), header);
+    assert_eq!(c.get(1000).expect("get while frozen"), Some(1000));
+    assert!(matches!(
+        c.insert(1500, 1),
+        Err(IndexError::RetrainingTimeout { slot: 0, .. })
+    ));
+    assert_eq!(c.get(1500).expect("get"), None);
+    assert_eq!(ep.cas(record, locked, header).expect("cas"), locked);
+    assert!(c.insert(1500, 1).expect("insert after unfreezing"));
     assert_clean(&transport);
 }
