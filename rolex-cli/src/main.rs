@@ -1,11 +1,291 @@
-//! The `rolex` command. (Issue 7 builds it; until then it only explains itself.)
+//! The `rolex` command: benchmarks, a shared memory node, and inspection.
+//!
+//! * `rolex bench` — a workload (YCSB A–F, insert-only, 50/50 writes) over an embedded memory node
+//!   (pool, bulk load, retrainer thread) or, with `--attach`, a pool file served by `rolex memnode`.
+//! * `rolex memnode --pool PATH --size SIZE` — creates and bulk-loads a shared pool file, runs the
+//!   retrainer, prints status until stopped.
+//! * `rolex inspect --attach PATH` — superblock, model and leaf statistics, and the verify report.
+//!
+//! Bad input gets one line on stderr and exit code 2.
 
+mod bench;
+mod keys;
+mod report;
+mod workload;
+
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use leaf_store::{BulkLoadConfig, Layout, bulk_load, verify};
+use rdma_transport::Transport;
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::{Pool, SimConfig, SimTransport};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rolex",
+    version,
+    about = "ROLEX: a learned, ordered key-value store for disaggregated memory"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a workload and report throughput, latency, round trips, bytes and cache size.
+    Bench(Box<bench::BenchArgs>),
+    /// Create and bulk-load a shared pool file, run its retrainer, print status until stopped.
+    Memnode(MemnodeArgs),
+    /// Print a pool's superblock, statistics and verify report.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct MemnodeArgs {
+    /// The pool file to create (e.g. under /dev/shm).
+    #[arg(long)]
+    pool: PathBuf,
+    /// Its size: bytes, or with a suffix K, M, G (powers of 1024).
+    #[arg(long, value_parser = parse_size)]
+    size: u64,
+    /// Keys to generate and bulk-load.
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "load")]
+    keys: u64,
+    /// Key distribution of the generated keys.
+    #[arg(long, value_enum, default_value_t = keys::KeyDist::Uniform)]
+    key_dist: keys::KeyDist,
+    /// Bulk-load a SOSD key file instead (u64 count, then sorted u64 keys).
+    #[arg(long)]
+    load: Option<PathBuf>,
+    #[arg(long, default_value_t = 16)]
+    epsilon: u64,
+    #[arg(long, default_value_t = 16)]
+    delta: u64,
+    #[arg(long, default_value_t = 12)]
+    fill: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Replace the pool file if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct InspectArgs {
+    /// The pool file.
+    #[arg(long)]
+    attach: PathBuf,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let base: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64M, 2G)"))?;
+    let factor = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        "T" | "TB" | "TIB" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} (use K, M, G, T)")),
+    };
+    base.checked_mul(factor)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("{s:?} is not a usable size"))
+}
+
+fn bench(args: &bench::BenchArgs) -> Result<(), String> {
+    let report = bench::run(args)?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if report.inserts_missing.is_some_and(|m| m > 0) {
+        return Err(format!(
+            "{} inserted keys are missing",
+            report.inserts_missing.unwrap_or(0)
+        ));
+    }
+    Ok(())
+}
+
+fn memnode(args: &MemnodeArgs) -> Result<(), String> {
+    if args.pool.exists() {
+        if !args.force {
+            return Err(format!(
+                "{} exists (use --force to replace it)",
+                args.pool.display()
+            ));
+        }
+        std::fs::remove_file(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?;
+    }
+    let keys = match &args.load {
+        Some(path) => keys::read_sosd(path)?,
+        None => keys::generate(args.key_dist, args.keys as usize, 0, args.seed).loaded,
+    };
+    let config = BulkLoadConfig {
+        epsilon: args.epsilon,
+        delta: args.delta,
+        fill: args.fill,
+        ..BulkLoadConfig::default()
+    };
+    let pool =
+        Pool::create_file(&args.pool, args.size.next_multiple_of(8)).map_err(|e| e.to_string())?;
+    let transport = SimTransport::new(vec![pool], SimConfig::default());
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let report = match bulk_load(
+        &mut ep,
+        node,
+        keys.iter().map(|&k| (k, k)).collect(),
+        &config,
+    ) {
+        Ok(report) => report,
+        Err(e) => {
+            let _ = std::fs::remove_file(&args.pool);
+            return Err(e.to_string());
+        }
+    };
+    println!(
+        "ready: {} holds {} keys in {} slots, {} trained leaves of {} (loaded in {:.2} s)",
+        args.pool.display(),
+        report.keys,
+        report.slots,
+        report.trained_leaves,
+        report.layout.leaf_capacity(),
+        started.elapsed().as_secs_f64()
+    );
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut worker =
+        Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+    let end = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    loop {
+        let next_status = Instant::now() + Duration::from_secs(1);
+        let stats = worker
+            .run(|| Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e))
+            .map_err(|e| e.to_string())?;
+        println!(
+            "status: {} retrains, {} pending, {} records reclaimed",
+            stats.retrains,
+            worker.pending(),
+            stats.reclaimed_records
+        );
+        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        if end.is_some_and(|e| Instant::now() >= e) {
+            return Ok(());
+        }
+    }
+}
+
+fn inspect(args: &InspectArgs) -> Result<bool, String> {
+    let pool = Pool::open_file(&args.attach).map_err(|e| e.to_string())?;
+    let transport = SimTransport::new(vec![pool], SimConfig::default());
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let layout =
+        Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.attach.display()))?;
+    let sb = layout.superblock();
+    println!("pool {} ({} bytes)", args.attach.display(), node.region_len);
+    println!(
+        "superblock: layout v{}, ε {}, δ {}, fill {}, {} leaves per slot, node {} of {}, keys [{}, {}]",
+        sb.version,
+        sb.epsilon,
+        sb.delta,
+        sb.fill,
+        sb.slot_leaves,
+        sb.node_id,
+        sb.node_count,
+        sb.key_lo,
+        sb.key_hi
+    );
+    println!(
+        "regions: slot table @{} ({} slots), ring @{} ({} entries), models @{} ({} bytes), leaves @{} ({} × {} bytes)",
+        sb.slot_table_offset,
+        sb.slots,
+        sb.ring_offset,
+        sb.ring_capacity,
+        sb.model_region_offset,
+        sb.model_region_bytes,
+        sb.leaf_region_offset,
+        sb.leaf_capacity,
+        sb.leaf_bytes
+    );
+    println!(
+        "bulk load: {} keys, {} trained leaves, {} record bytes",
+        sb.keys_loaded, sb.trained_leaves, sb.record_bytes_loaded
+    );
+    let report = verify(&mut ep, node).map_err(|e| e.to_string())?;
+    println!("{report}");
+    Ok(report.is_clean())
+}
 
 fn main() -> ExitCode {
-    eprintln!(
-        "rolex: the bench, memnode, load and inspect commands are not built yet; \
-         see README.md for what runs today"
-    );
-    ExitCode::from(2)
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One clear line, not clap's whole usage block.
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("rolex: {first} (see rolex --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = match &cli.command {
+        Command::Bench(args) => bench(args).map(|()| true),
+        Command::Memnode(args) => memnode(args).map(|()| true),
+        Command::Inspect(args) => inspect(args),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(message) => {
+            eprintln!("rolex: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
 }

@@ -31,6 +31,7 @@
 //! Built with `RUSTFLAGS="--cfg loom"`, the words are loom atomics (anonymous pools only), so loom
 //! model-checks the protocols that run over the simulator.
 
+pub mod cost_model;
 mod endpoint;
 #[cfg(loom)]
 pub mod loom_support;

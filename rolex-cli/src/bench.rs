@@ -1,0 +1,517 @@
+//! `rolex bench`: a workload against an embedded memory node or an attached pool file.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use index_core::{CacheMode, Client, Store, StoreConfig, bootstrap};
+use indicatif::{ProgressBar, ProgressStyle};
+use leaf_store::{BulkLoadConfig, required_pool_bytes};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdma_transport::{Endpoint, Stats, Transport};
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::cost_model::NetworkProfile;
+use sim_transport::{Pool, SimConfig, SimTransport};
+
+use crate::keys::{self, KeyDist};
+use crate::report::{Latency, Modeled, OpReport, Profile, Report};
+use crate::workload::{Chooser, Mix, Op, RequestDist, Workload};
+
+/// Everything `rolex bench` takes.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub struct BenchArgs {
+    /// Keys to bulk-load (embedded memory node).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Operations in total (over all threads).
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration")]
+    pub ops: u64,
+    /// Run for this many seconds instead of a number of operations.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Compute threads (one client each).
+    #[arg(long, default_value_t = 2)]
+    pub threads: u64,
+    /// The workload.
+    #[arg(long, value_enum, default_value_t = Workload::YcsbA)]
+    pub workload: Workload,
+    /// A YCSB workload property file (overrides --workload, and --keys/--ops where it sets them).
+    #[arg(long)]
+    pub workload_file: Option<PathBuf>,
+    /// Request distribution (default: the workload's own: zipfian, or latest for YCSB D).
+    #[arg(long, value_enum)]
+    pub request_dist: Option<RequestDist>,
+    /// Zipfian exponent θ.
+    #[arg(long, default_value_t = 0.99)]
+    pub theta: f64,
+    /// Key set to bulk-load.
+    #[arg(long, value_enum, default_value_t = KeyDist::Uniform)]
+    pub key_dist: KeyDist,
+    /// A SOSD key file to bulk-load instead (u64 count, then sorted u64 keys).
+    #[arg(long)]
+    pub keys_file: Option<PathBuf>,
+    /// Model error bound ε.
+    #[arg(long, default_value_t = 16)]
+    pub epsilon: u64,
+    /// Key slots per leaf δ.
+    #[arg(long, default_value_t = 16)]
+    pub delta: u64,
+    /// Keys per bulk-loaded leaf.
+    #[arg(long, default_value_t = 12)]
+    pub fill: u64,
+    /// Compute-side cache mode.
+    #[arg(long, value_enum, default_value_t = CliCacheMode::Pivots)]
+    pub cache_mode: CliCacheMode,
+    /// Memory nodes (embedded), range-partitioned.
+    #[arg(long, default_value_t = 1)]
+    pub memory_nodes: u64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Attach to a pool file served by `rolex memnode` instead of an embedded memory node.
+    #[arg(long)]
+    pub attach: Option<PathBuf>,
+    /// After the run, read back every key this run inserted and report how many are missing.
+    #[arg(long)]
+    pub check_inserts: bool,
+    /// Do not run a retrainer beside the embedded memory node.
+    #[arg(long)]
+    pub no_retrainer: bool,
+    /// Hide progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Cost model: round trip per batch, in µs.
+    #[arg(long, default_value_t = 2.0)]
+    pub model_rtt_us: f64,
+    /// Cost model: link bandwidth, Gb/s.
+    #[arg(long, default_value_t = 100.0)]
+    pub model_link_gbps: f64,
+    /// Cost model: verbs per second one memory node's NIC serves.
+    #[arg(long, default_value_t = 50e6)]
+    pub model_nic_verbs: f64,
+    /// Cost model: bytes per second one memory node's NIC moves.
+    #[arg(long, default_value_t = 12.5e9)]
+    pub model_nic_bytes: f64,
+    /// Cost model: client threads to model (default: --threads).
+    #[arg(long)]
+    pub model_clients: Option<u64>,
+}
+
+/// Cache mode as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CliCacheMode {
+    Pivots,
+    Lean,
+}
+
+const OP_NAMES: [&str; 5] = ["read", "update", "insert", "scan", "rmw"];
+
+/// Per thread: latency histograms and network counters per operation type.
+struct ThreadResult {
+    latency: Vec<Histogram<u64>>,
+    net: Vec<Stats>,
+    inserted: Vec<u64>,
+}
+
+fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
+    let bar = match (quiet, len) {
+        (true, _) => return ProgressBar::hidden(),
+        (false, Some(n)) => ProgressBar::new(n),
+        (false, None) => ProgressBar::new_spinner(),
+    };
+    let style = ProgressStyle::with_template(
+        "{spinner} {msg:<12} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec})",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Runs the benchmark and returns its report.
+pub fn run(args: &BenchArgs) -> Result<Report, String> {
+    if args.threads == 0 || args.memory_nodes == 0 {
+        return Err("--threads and --memory-nodes must be positive".into());
+    }
+    let mut mix: Mix = args.workload.mix();
+    let (mut keys_wanted, mut ops) = (args.keys, args.ops);
+    if let Some(path) = &args.workload_file {
+        let file = crate::workload::read_property_file(path)?;
+        mix = file.mix;
+        keys_wanted = file.record_count.unwrap_or(keys_wanted);
+        ops = file.operation_count.unwrap_or(ops);
+    }
+    if let Some(dist) = args.request_dist {
+        mix.request_dist = dist;
+    }
+    let expected_inserts = (ops as f64 * mix.insert) as u64 + 1024;
+
+    // The memory node(s): embedded, or an attached pool file.
+    let (transport, loaded, to_insert, retrainers, stop_retrainers) =
+        if let Some(path) = &args.attach {
+            let pool = Pool::open_file(path).map_err(|e| e.to_string())?;
+            let transport = SimTransport::new(vec![pool], SimConfig::default());
+            let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+            let bar = progress(args.quiet, None, "reading keys");
+            let mut loaded = Vec::new();
+            for &node in transport.memory_nodes() {
+                let layout = leaf_store::Layout::attach(&mut ep, node)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                loaded.extend(
+                    leaf_store::read_all_entries(&mut ep, &layout)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .map(|e| e.0),
+                );
+            }
+            bar.finish_and_clear();
+            let mut rng = StdRng::seed_from_u64(args.seed ^ 0x5eed);
+            let to_insert: Vec<u64> = (0..expected_inserts).map(|_| rng.random::<u64>()).collect();
+            (
+                transport,
+                loaded,
+                to_insert,
+                Vec::new(),
+                Arc::new(AtomicBool::new(false)),
+            )
+        } else {
+            let bar = progress(args.quiet, None, "key set");
+            let set = match &args.keys_file {
+                Some(path) => {
+                    let loaded = keys::read_sosd(path)?;
+                    let mut rng = StdRng::seed_from_u64(args.seed);
+                    keys::KeySet {
+                        loaded,
+                        to_insert: (0..expected_inserts).map(|_| rng.random::<u64>()).collect(),
+                    }
+                }
+                None => keys::generate(
+                    args.key_dist,
+                    keys_wanted as usize,
+                    expected_inserts as usize,
+                    args.seed,
+                ),
+            };
+            bar.set_message("bulk load");
+            let load = BulkLoadConfig {
+                epsilon: args.epsilon,
+                delta: args.delta,
+                fill: args.fill,
+                ..BulkLoadConfig::default()
+            };
+            let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
+            let spare =
+                (expected_inserts / args.memory_nodes).saturating_mul(2) / args.fill.max(1) + 1024;
+            let size = required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4;
+            let transport = SimTransport::anonymous(&vec![
+                size.next_multiple_of(4096);
+                args.memory_nodes as usize
+            ])
+            .map_err(|e| e.to_string())?;
+            bootstrap(
+                &transport,
+                set.loaded.iter().map(|&k| (k, k)).collect(),
+                &load,
+            )
+            .map_err(|e| e.to_string())?;
+            bar.finish_and_clear();
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut retrainers = Vec::new();
+            if !args.no_retrainer {
+                for &node in transport.memory_nodes() {
+                    let (transport, stop) = (transport.clone(), Arc::clone(&stop));
+                    retrainers.push(std::thread::spawn(move || -> Result<u64, String> {
+                        let ep = transport.endpoint().map_err(|e| e.to_string())?;
+                        let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
+                            .map_err(|e| e.to_string())?;
+                        let stats = worker
+                            .run(|| stop.load(Ordering::Acquire))
+                            .map_err(|e| e.to_string())?;
+                        Ok(stats.retrains)
+                    }));
+                }
+            }
+            (transport, set.loaded, set.to_insert, retrainers, stop)
+        };
+    if loaded.is_empty() {
+        return Err("the store holds no keys to run a workload on".into());
+    }
+
+    let cache_mode = match args.cache_mode {
+        CliCacheMode::Pivots => CacheMode::Pivots,
+        CliCacheMode::Lean => CacheMode::Lean,
+    };
+    let store = Arc::new(
+        Store::open(
+            transport.clone(),
+            StoreConfig {
+                cache_mode,
+                ..StoreConfig::default()
+            },
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let cache_bytes = store.cache_bytes();
+    let chooser = Arc::new(Chooser::new(
+        mix.request_dist,
+        loaded.len() as u64,
+        args.theta,
+    )?);
+    let (loaded, to_insert, mix) = (Arc::new(loaded), Arc::new(to_insert), Arc::new(mix));
+    let claimed = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let per_thread = ops.div_ceil(args.threads);
+    let bar = progress(
+        args.quiet,
+        if deadline.is_some() {
+            None
+        } else {
+            Some(per_thread * args.threads)
+        },
+        "running",
+    );
+
+    let started = Instant::now();
+    let handles: Vec<_> = (0..args.threads)
+        .map(|t| {
+            let (store, chooser, loaded, to_insert, mix, claimed, done) = (
+                Arc::clone(&store),
+                Arc::clone(&chooser),
+                Arc::clone(&loaded),
+                Arc::clone(&to_insert),
+                Arc::clone(&mix),
+                Arc::clone(&claimed),
+                Arc::clone(&done),
+            );
+            let seed = args
+                .seed
+                .wrapping_add(t)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            std::thread::spawn(move || -> Result<ThreadResult, String> {
+                let mut client = store.client().map_err(|e| e.to_string())?;
+                let mut rng = StdRng::seed_from_u64(seed);
+                let mut result = ThreadResult {
+                    latency: (0..OP_NAMES.len())
+                        .map(|_| {
+                            Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                                .map_err(|e| e.to_string())
+                        })
+                        .collect::<Result<_, _>>()?,
+                    net: vec![Stats::default(); OP_NAMES.len()],
+                    inserted: Vec::new(),
+                };
+                let mut i = 0u64;
+                while deadline.map_or(i < per_thread, |d| Instant::now() < d) {
+                    i += 1;
+                    let live = loaded.len() as u64
+                        + claimed.load(Ordering::Acquire).min(to_insert.len() as u64);
+                    let key_at = |idx: u64| {
+                        let idx = idx as usize;
+                        loaded.get(idx).copied().unwrap_or_else(|| {
+                            to_insert.get(idx - loaded.len()).copied().unwrap_or(0)
+                        })
+                    };
+                    let new_key = || {
+                        let n = claimed.fetch_add(1, Ordering::AcqRel) as usize;
+                        to_insert
+                            .get(n)
+                            .copied()
+                            .unwrap_or_else(rand::random::<u64>)
+                    };
+                    let op = mix.next(&mut rng, &chooser, live, key_at, new_key);
+                    let before = client.net_stats();
+                    let at = Instant::now();
+                    let kind = execute(&mut client, op, &mut result.inserted)?;
+                    let ns = at.elapsed().as_nanos() as u64;
+                    let _ = result.latency[kind].record(ns.max(1));
+                    result.net[kind] += client.net_stats() - before;
+                    if i % 1024 == 0 {
+                        done.fetch_add(1024, Ordering::Relaxed);
+                    }
+                }
+                done.fetch_add(i % 1024, Ordering::Relaxed);
+                Ok(result)
+            })
+        })
+        .collect();
+    while handles.iter().any(|h| !h.is_finished()) {
+        bar.set_position(done.load(Ordering::Relaxed));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(
+            h.join()
+                .map_err(|_| "a benchmark thread panicked".to_string())??,
+        );
+    }
+    let wall = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+
+    stop_retrainers.store(true, Ordering::Release);
+    let mut retrains = None;
+    for r in retrainers {
+        let n = r
+            .join()
+            .map_err(|_| "the retrainer panicked".to_string())??;
+        retrains = Some(retrains.unwrap_or(0) + n);
+    }
+
+    // Inserted keys must all read back.
+    let inserted: Vec<u64> = results
+        .iter()
+        .flat_map(|r| r.inserted.iter().copied())
+        .collect();
+    let inserts_missing = if args.check_inserts {
+        let mut client = store.client().map_err(|e| e.to_string())?;
+        let mut missing = 0;
+        for &k in &inserted {
+            if client.get(k).map_err(|e| e.to_string())?.is_none() {
+                missing += 1;
+            }
+        }
+        Some(missing)
+    } else {
+        None
+    };
+
+    // Structure, from a verify walk (problems are reported, not fatal, for an attached pool that
+    // other processes may be writing).
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let (mut leaves, mut synonyms, mut keys_after, mut clean, mut models) = (0, 0, 0, true, 0);
+    for &node in transport.memory_nodes() {
+        let report = leaf_store::verify(&mut ep, node).map_err(|e| e.to_string())?;
+        leaves += report.trained_leaves + report.synonym_leaves;
+        synonyms += report.synonym_leaves;
+        keys_after += report.keys;
+        models += report.slots;
+        clean &= report.is_clean();
+    }
+
+    // Assemble.
+    let profile = NetworkProfile {
+        rtt_us: args.model_rtt_us,
+        link_gbps: args.model_link_gbps,
+        nic_verbs_per_s: args.model_nic_verbs,
+        nic_bytes_per_s: args.model_nic_bytes,
+    };
+    let mut total_ops = 0u64;
+    let mut total_net = Stats::default();
+    let mut ops_report = BTreeMap::new();
+    let mut modeled_by_op = BTreeMap::new();
+    for (kind, name) in OP_NAMES.iter().enumerate() {
+        let mut hist =
+            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+        let mut net = Stats::default();
+        for r in &results {
+            hist.add(&r.latency[kind]).map_err(|e| e.to_string())?;
+            net += r.net[kind];
+        }
+        let count = hist.len();
+        if count == 0 {
+            continue;
+        }
+        total_ops += count;
+        total_net += net;
+        let per = |v: u64| v as f64 / count as f64;
+        ops_report.insert(
+            name.to_string(),
+            OpReport {
+                count,
+                rtts_per_op: per(net.batches),
+                verbs_per_op: per(net.verbs()),
+                bytes_per_op: per(net.bytes_read + net.bytes_written),
+                latency_us: Latency {
+                    p50: hist.value_at_quantile(0.5) as f64 / 1e3,
+                    p99: hist.value_at_quantile(0.99) as f64 / 1e3,
+                    p999: hist.value_at_quantile(0.999) as f64 / 1e3,
+                },
+            },
+        );
+        modeled_by_op.insert(name.to_string(), profile.latency_us(&net, count));
+    }
+    let clients = args.model_clients.unwrap_or(args.threads);
+    let nodes = transport.memory_nodes().len() as u64;
+    let mut config = serde_json::to_value(args).map_err(|e| e.to_string())?;
+    if let Some(obj) = config.as_object_mut() {
+        obj.insert("keys_loaded".into(), serde_json::json!(loaded.len()));
+        obj.insert(
+            "mix".into(),
+            serde_json::to_value(&*mix).map_err(|e| e.to_string())?,
+        );
+        obj.insert("ops_run".into(), serde_json::json!(total_ops));
+    }
+    Ok(Report {
+        config,
+        wall_seconds: wall,
+        throughput_ops_s: total_ops as f64 / wall.max(1e-9),
+        ops: ops_report,
+        cache_bytes,
+        cache_bytes_per_key: cache_bytes as f64 / loaded.len().max(1) as f64,
+        models,
+        leaves,
+        synonym_leaves: synonyms,
+        keys_after,
+        retrains,
+        verify_clean: clean,
+        inserted: inserted.len() as u64,
+        inserts_missing,
+        modeled: Modeled {
+            profile: Profile {
+                rtt_us: profile.rtt_us,
+                link_gbps: profile.link_gbps,
+                nic_verbs_per_s: profile.nic_verbs_per_s,
+                nic_bytes_per_s: profile.nic_bytes_per_s,
+            },
+            clients,
+            latency_us: profile.latency_us(&total_net, total_ops),
+            latency_us_by_op: modeled_by_op,
+            throughput_ops_s: profile.throughput_ops_s(&total_net, total_ops, clients, nodes),
+        },
+    })
+}
+
+/// Issues one operation; returns its index in [`OP_NAMES`].
+fn execute<E: Endpoint>(
+    client: &mut Client<E>,
+    op: Op,
+    inserted: &mut Vec<u64>,
+) -> Result<usize, String> {
+    let e = |e: index_core::IndexError| e.to_string();
+    Ok(match op {
+        Op::Read(k) => {
+            client.get(k).map_err(e)?;
+            0
+        }
+        Op::Update(k) => {
+            client.update(k, k.wrapping_add(1)).map_err(e)?;
+            1
+        }
+        Op::Insert(k) => {
+            if client.insert(k, k).map_err(e)? {
+                inserted.push(k);
+            }
+            2
+        }
+        Op::Scan(k, n) => {
+            client.scan(k, n).map_err(e)?;
+            3
+        }
+        Op::ReadModifyWrite(k) => {
+            let v = client.get(k).map_err(e)?.unwrap_or(0);
+            client.update(k, v.wrapping_add(1)).map_err(e)?;
+            4
+        }
+    })
+}

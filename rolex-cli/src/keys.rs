@@ -1,0 +1,117 @@
+//! Key sets: synthetic distributions (as the ROLEX paper) and SOSD binary files.
+
+use std::path::Path;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, LogNormal, Normal};
+
+/// A key distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyDist {
+    /// Uniform random 64-bit keys.
+    Uniform,
+    /// 0, 1, 2, …
+    Sequential,
+    /// Normal, scaled to [0, 10^12].
+    Normal,
+    /// Lognormal (σ = 2), scaled to [0, 10^12].
+    Lognormal,
+}
+
+/// The bulk-loaded keys (sorted) and a pool of further keys from the same distribution for
+/// inserts (in insertion order).
+#[derive(Debug)]
+pub struct KeySet {
+    pub loaded: Vec<u64>,
+    pub to_insert: Vec<u64>,
+}
+
+/// `loaded` keys plus `extra` insert keys of `dist`, disjoint, from `seed`.
+pub fn generate(dist: KeyDist, loaded: usize, extra: usize, seed: u64) -> KeySet {
+    let mut rng = StdRng::seed_from_u64(seed);
+    if dist == KeyDist::Sequential {
+        return KeySet {
+            loaded: (0..loaded as u64).collect(),
+            to_insert: (loaded as u64..(loaded + extra) as u64).collect(),
+        };
+    }
+    let total = loaded + extra;
+    let mut keys: Vec<u64> = match dist {
+        KeyDist::Uniform => (0..total + total / 100 + 16)
+            .map(|_| rng.random::<u64>())
+            .collect(),
+        KeyDist::Normal | KeyDist::Lognormal => {
+            // Scaled to [0, 10^12]: duplicates appear; draw a little more and dedup.
+            let draw = total + total / 4 + 16;
+            let samples: Vec<f64> = match dist {
+                KeyDist::Normal => {
+                    let d = Normal::new(0.0, 1.0).expect("constant parameters are valid");
+                    (0..draw).map(|_| d.sample(&mut rng)).collect()
+                }
+                _ => {
+                    let d = LogNormal::new(0.0, 2.0).expect("constant parameters are valid");
+                    (0..draw).map(|_| d.sample(&mut rng)).collect()
+                }
+            };
+            let (lo, hi) = samples
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let span = (hi - lo).max(f64::MIN_POSITIVE);
+            samples
+                .into_iter()
+                .map(|x| ((x - lo) / span * 1e12) as u64)
+                .collect()
+        }
+        KeyDist::Sequential => Vec::new(),
+    };
+    keys.sort_unstable();
+    keys.dedup();
+    keys.shuffle(&mut rng);
+    keys.truncate(total);
+    let split = loaded.min(keys.len());
+    let to_insert = keys.split_off(split);
+    keys.sort_unstable();
+    KeySet {
+        loaded: keys,
+        to_insert,
+    }
+}
+
+/// Reads a SOSD key file: a little-endian `u64` count, then that many sorted `u64` keys.
+/// Duplicates (SOSD files may hold them) are dropped. Any malformation is an error.
+pub fn read_sosd(path: &Path) -> Result<Vec<u64>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let count_bytes: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| {
+            format!(
+                "{}: too short for a SOSD key file (no count)",
+                path.display()
+            )
+        })?;
+    let count = u64::from_le_bytes(count_bytes);
+    let body = &bytes[8..];
+    if count.checked_mul(8) != Some(body.len() as u64) {
+        return Err(format!(
+            "{}: SOSD header announces {count} keys, the file holds {} bytes of keys",
+            path.display(),
+            body.len()
+        ));
+    }
+    let mut keys: Vec<u64> = body
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect();
+    if !keys.is_sorted() {
+        return Err(format!("{}: SOSD keys are not sorted", path.display()));
+    }
+    keys.dedup();
+    if keys.is_empty() {
+        return Err(format!("{}: the key file holds no keys", path.display()));
+    }
+    Ok(keys)
+}

@@ -1,0 +1,329 @@
+//! Workloads: operation mixes (YCSB A–F and friends), YCSB property files, request distributions.
+
+use std::path::Path;
+
+use rand::Rng;
+use rand::rngs::StdRng;
+use rand_distr::{Distribution, Zipf};
+
+/// A named workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// 50% reads, 50% updates.
+    YcsbA,
+    /// 95% reads, 5% updates.
+    YcsbB,
+    /// 100% reads.
+    YcsbC,
+    /// 95% reads, 5% inserts; reads favour the latest keys.
+    YcsbD,
+    /// 95% scans (1–100 keys), 5% inserts.
+    YcsbE,
+    /// 50% reads, 50% read-modify-writes.
+    YcsbF,
+    /// 100% inserts.
+    InsertOnly,
+    /// 50% reads, 50% inserts.
+    Write50,
+}
+
+/// The request distribution over existing keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestDist {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipfian with exponent θ over a scrambled key order (hot keys spread over the key space).
+    Zipfian,
+    /// Zipfian over recency: the most recently inserted keys are the hottest.
+    Latest,
+}
+
+/// Operation proportions (summing to 1) and scan lengths.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Mix {
+    pub read: f64,
+    pub update: f64,
+    pub insert: f64,
+    pub scan: f64,
+    pub read_modify_write: f64,
+    pub max_scan_length: u64,
+    pub request_dist: RequestDist,
+}
+
+impl Workload {
+    /// The mix and YCSB's default request distribution.
+    pub fn mix(self) -> Mix {
+        let (read, update, insert, scan, rmw, dist) = match self {
+            Workload::YcsbA => (0.5, 0.5, 0.0, 0.0, 0.0, RequestDist::Zipfian),
+            Workload::YcsbB => (0.95, 0.05, 0.0, 0.0, 0.0, RequestDist::Zipfian),
+            Workload::YcsbC => (1.0, 0.0, 0.0, 0.0, 0.0, RequestDist::Zipfian),
+            Workload::YcsbD => (0.95, 0.0, 0.05, 0.0, 0.0, RequestDist::Latest),
+            Workload::YcsbE => (0.0, 0.0, 0.05, 0.95, 0.0, RequestDist::Zipfian),
+            Workload::YcsbF => (0.5, 0.0, 0.0, 0.0, 0.5, RequestDist::Zipfian),
+            Workload::InsertOnly => (0.0, 0.0, 1.0, 0.0, 0.0, RequestDist::Uniform),
+            Workload::Write50 => (0.5, 0.0, 0.5, 0.0, 0.0, RequestDist::Zipfian),
+        };
+        Mix {
+            read,
+            update,
+            insert,
+            scan,
+            read_modify_write: rmw,
+            max_scan_length: 100,
+            request_dist: dist,
+        }
+    }
+}
+
+/// What a YCSB property file sets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PropertyFile {
+    pub record_count: Option<u64>,
+    pub operation_count: Option<u64>,
+    pub mix: Mix,
+}
+
+/// Parses a YCSB workload property file (`key=value` lines, `#` comments): `recordcount`,
+/// `operationcount`, `readproportion`, `updateproportion`, `insertproportion`,
+/// `scanproportion`, `readmodifywriteproportion`, `requestdistribution`
+/// (uniform, zipfian, latest), `maxscanlength`. Unknown keys are ignored, as YCSB does;
+/// malformed values and proportions that do not sum to 1 are errors.
+pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut mix = Mix {
+        read: 0.0,
+        update: 0.0,
+        insert: 0.0,
+        scan: 0.0,
+        read_modify_write: 0.0,
+        max_scan_length: 100,
+        request_dist: RequestDist::Zipfian,
+    };
+    let (mut records, mut operations) = (None, None);
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let where_ = || format!("{}:{}", path.display(), n + 1);
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{}: expected key=value", where_()))?;
+        let (key, value) = (key.trim(), value.trim());
+        let number = || {
+            value
+                .parse::<f64>()
+                .map_err(|e| format!("{}: {key}: {e}", where_()))
+        };
+        let count = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| format!("{}: {key}: {e}", where_()))
+        };
+        match key {
+            "recordcount" => records = Some(count()?),
+            "operationcount" => operations = Some(count()?),
+            "readproportion" => mix.read = number()?,
+            "updateproportion" => mix.update = number()?,
+            "insertproportion" => mix.insert = number()?,
+            "scanproportion" => mix.scan = number()?,
+            "readmodifywriteproportion" => mix.read_modify_write = number()?,
+            "maxscanlength" => mix.max_scan_length = count()?.max(1),
+            "requestdistribution" => {
+                mix.request_dist = match value {
+                    "uniform" => RequestDist::Uniform,
+                    "zipfian" => RequestDist::Zipfian,
+                    "latest" => RequestDist::Latest,
+                    other => {
+                        return Err(format!(
+                            "{}: unknown requestdistribution {other:?}",
+                            where_()
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let parts = [
+        mix.read,
+        mix.update,
+        mix.insert,
+        mix.scan,
+        mix.read_modify_write,
+    ];
+    if parts.iter().any(|p| !(0.0..=1.0).contains(p))
+        || (parts.iter().sum::<f64>() - 1.0).abs() > 1e-6
+    {
+        return Err(format!(
+            "{}: operation proportions must lie in [0, 1] and sum to 1",
+            path.display()
+        ));
+    }
+    Ok(PropertyFile {
+        record_count: records,
+        operation_count: operations,
+        mix,
+    })
+}
+
+/// One operation to issue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read(u64),
+    Update(u64),
+    Insert(u64),
+    Scan(u64, usize),
+    ReadModifyWrite(u64),
+}
+
+/// Chooses existing keys by the request distribution.
+#[derive(Debug)]
+pub struct Chooser {
+    dist: RequestDist,
+    zipf: Option<Zipf<f64>>,
+    n: u64,
+}
+
+impl Chooser {
+    /// A chooser over `n` keys (θ for zipfian and latest).
+    pub fn new(dist: RequestDist, n: u64, theta: f64) -> Result<Self, String> {
+        let zipf = match dist {
+            RequestDist::Uniform => None,
+            _ => Some(
+                Zipf::new(n.max(1) as f64, theta)
+                    .map_err(|e| format!("zipfian θ = {theta}: {e}"))?,
+            ),
+        };
+        Ok(Self {
+            dist,
+            zipf,
+            n: n.max(1),
+        })
+    }
+
+    /// An index into the live keys (`live ≥ 1`: loaded keys first, then inserted ones in order).
+    pub fn pick(&self, rng: &mut StdRng, live: u64) -> u64 {
+        let live = live.max(1);
+        match (self.dist, &self.zipf) {
+            (RequestDist::Uniform, _) | (_, None) => rng.random_range(0..live),
+            (RequestDist::Zipfian, Some(z)) => {
+                let rank = (z.sample(rng) as u64).saturating_sub(1).min(self.n - 1);
+                // Scramble so the hot keys are spread over the key space, as YCSB does.
+                rank.wrapping_mul(0x9e37_79b9_7f4a_7c15) % self.n.min(live)
+            }
+            (RequestDist::Latest, Some(z)) => {
+                let rank = (z.sample(rng) as u64).saturating_sub(1);
+                live - 1 - rank.min(live - 1)
+            }
+        }
+    }
+}
+
+impl Mix {
+    /// The next operation's kind and key, choosing among `live` keys.
+    pub fn next(
+        &self,
+        rng: &mut StdRng,
+        chooser: &Chooser,
+        live: u64,
+        key_at: impl Fn(u64) -> u64,
+        new_key: impl FnOnce() -> u64,
+    ) -> Op {
+        let x: f64 = rng.random();
+        let existing = |rng: &mut StdRng| key_at(chooser.pick(rng, live));
+        if x < self.read {
+            Op::Read(existing(rng))
+        } else if x < self.read + self.update {
+            Op::Update(existing(rng))
+        } else if x < self.read + self.update + self.insert {
+            Op::Insert(new_key())
+        } else if x < self.read + self.update + self.insert + self.scan {
+            let len = rng.random_range(1..=self.max_scan_length) as usize;
+            Op::Scan(existing(rng), len)
+        } else {
+            Op::ReadModifyWrite(existing(rng))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn property_files_parse_and_bad_ones_are_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = dir.path().join("workloada");
+        std::fs::write(&good, "# YCSB A\nrecordcount=1000\noperationcount=5000\nreadproportion=0.5\nupdateproportion=0.5\nrequestdistribution=uniform\nworkload=site.ycsb.workloads.CoreWorkload\n").expect("write");
+        let p = read_property_file(&good).expect("parse");
+        assert_eq!(
+            (p.record_count, p.operation_count),
+            (Some(1000), Some(5000))
+        );
+        assert_eq!(
+            (p.mix.read, p.mix.update, p.mix.request_dist),
+            (0.5, 0.5, RequestDist::Uniform)
+        );
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, "readproportion=0.7\nupdateproportion=0.5\n").expect("write");
+        assert!(read_property_file(&bad).unwrap_err().contains("sum to 1"));
+        std::fs::write(&bad, "readproportion=lots\n").expect("write");
+        assert!(
+            read_property_file(&bad)
+                .unwrap_err()
+                .contains("readproportion")
+        );
+        std::fs::write(&bad, "requestdistribution=hotspot\nreadproportion=1\n").expect("write");
+        assert!(read_property_file(&bad).unwrap_err().contains("hotspot"));
+        assert!(read_property_file(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn mixes_follow_their_proportions() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mix = Workload::YcsbB.mix();
+        let chooser = Chooser::new(mix.request_dist, 1000, 0.99).expect("chooser");
+        let mut counts = [0u32; 5];
+        for _ in 0..100_000 {
+            let i = match mix.next(&mut rng, &chooser, 1000, |i| i, || 0) {
+                Op::Read(_) => 0,
+                Op::Update(_) => 1,
+                Op::Insert(_) => 2,
+                Op::Scan(..) => 3,
+                Op::ReadModifyWrite(_) => 4,
+            };
+            counts[i] += 1;
+        }
+        assert!(
+            (94_000..96_000).contains(&counts[0]) && (4_000..6_000).contains(&counts[1]),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn zipfian_is_skewed_and_latest_favours_recent_keys() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let z = Chooser::new(RequestDist::Zipfian, 10_000, 0.99).expect("chooser");
+        let mut hits = std::collections::HashMap::new();
+        for _ in 0..100_000 {
+            *hits.entry(z.pick(&mut rng, 10_000)).or_insert(0u32) += 1;
+        }
+        let top = hits.values().max().copied().unwrap_or(0);
+        assert!(
+            top > 5_000,
+            "the hottest key got only {top} of 100,000 picks"
+        );
+        let latest = Chooser::new(RequestDist::Latest, 10_000, 0.99).expect("chooser");
+        let recent = (0..10_000)
+            .filter(|_| latest.pick(&mut rng, 10_000) >= 9_000)
+            .count();
+        assert!(
+            recent > 5_000,
+            "only {recent} of 10,000 latest picks were among the newest 10%"
+        );
+    }
+}
