@@ -43,6 +43,109 @@ enum Command {
     Memnode(MemnodeArgs),
     /// Print a pool's superblock, statistics and verify report.
     Inspect(InspectArgs),
+    /// Run YCSB A–F under uniform and zipfian requests (embedded memory node, fresh pool each) and
+    /// print a results table, measured and modeled columns apart.
+    Suite(SuiteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SuiteArgs {
+    /// Keys to bulk-load for each run.
+    #[arg(long, default_value_t = 10_000_000)]
+    keys: u64,
+    /// Operations per run.
+    #[arg(long, default_value_t = 1_000_000)]
+    ops: u64,
+    /// Compute threads.
+    #[arg(long, default_value_t = 2)]
+    threads: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write every run's full report here, as a JSON array.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Parses bench defaults (so the suite runs exactly what `rolex bench` would).
+#[derive(Debug, Parser)]
+struct BenchDefaults {
+    #[command(flatten)]
+    args: bench::BenchArgs,
+}
+
+fn suite(args: &SuiteArgs) -> Result<(), String> {
+    use workload::{RequestDist, Workload};
+    let workloads = [
+        Workload::YcsbA,
+        Workload::YcsbB,
+        Workload::YcsbC,
+        Workload::YcsbD,
+        Workload::YcsbE,
+        Workload::YcsbF,
+    ];
+    println!(
+        "| workload | requests | measured ops/s | RTT/op | bytes/op | p50 µs | p99 µs || modeled µs/op | modeled ops/s |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: || ---: | ---: |");
+    let mut reports = Vec::new();
+    for workload in workloads {
+        for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
+            let mut run = BenchDefaults::try_parse_from(["rolex"])
+                .map_err(|e| e.to_string())?
+                .args;
+            run.keys = args.keys;
+            run.ops = args.ops;
+            run.threads = args.threads;
+            run.seed = args.seed;
+            run.workload = workload;
+            run.request_dist = Some(dist);
+            run.quiet = true;
+            let report = bench::run(&run)?;
+            let ops: u64 = report.ops.values().map(|o| o.count).sum();
+            let weighted = |f: fn(&report::OpReport) -> f64| {
+                report
+                    .ops
+                    .values()
+                    .map(|o| f(o) * o.count as f64)
+                    .sum::<f64>()
+                    / ops.max(1) as f64
+            };
+            // Latency percentiles of the workload's main operation.
+            let main = report
+                .ops
+                .iter()
+                .max_by_key(|(_, o)| o.count)
+                .map(|(_, o)| o.latency_us.clone());
+            println!(
+                "| {} | {} | {:.0} | {:.3} | {:.0} | {:.2} | {:.2} || {:.2} | {:.0} |",
+                serde_json::to_value(workload)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                serde_json::to_value(dist)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                report.throughput_ops_s,
+                weighted(|o| o.rtts_per_op),
+                weighted(|o| o.bytes_per_op),
+                main.as_ref().map_or(0.0, |l| l.p50),
+                main.as_ref().map_or(0.0, |l| l.p99),
+                report.modeled.latency_us,
+                report.modeled.throughput_ops_s
+            );
+            std::io::stdout().flush().map_err(|e| e.to_string())?;
+            if !report.verify_clean {
+                return Err("verify found problems after a run".into());
+            }
+            reports.push(report);
+        }
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&reports).map_err(|e| e.to_string())?;
+        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, clap::Args)]
@@ -263,6 +366,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args).map(|()| true),
         Command::Memnode(args) => memnode(args).map(|()| true),
         Command::Inspect(args) => inspect(args),
+        Command::Suite(args) => suite(args).map(|()| true),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
