@@ -19,6 +19,8 @@ mod endpoint;
 mod error;
 mod stats;
 mod verb;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use addr::{MAX_OFFSET, RemoteAddr};
 pub use endpoint::{Endpoint, MemoryNodeInfo, Transport, validate_verb};

@@ -78,6 +78,16 @@ pub struct BenchArgs {
     /// Attach to a pool file served by `rolex memnode` instead of an embedded memory node.
     #[arg(long)]
     pub attach: Option<PathBuf>,
+    /// The transport: the simulator, or real RDMA verbs (needs the `verbs` build feature, an RDMA
+    /// device, and `--connect`).
+    #[arg(long, value_enum, default_value_t = CliTransport::Sim)]
+    pub transport: CliTransport,
+    /// With `--transport verbs`: the memory node's bootstrap address (`rolex memnode --listen`).
+    #[arg(long)]
+    pub connect: Option<String>,
+    /// With `--transport verbs`: the RDMA device to use (default: the first).
+    #[arg(long)]
+    pub device: Option<String>,
     /// After the run, read back every key this run inserted and report how many are missing.
     #[arg(long)]
     pub check_inserts: bool,
@@ -102,6 +112,14 @@ pub struct BenchArgs {
     /// Cost model: client threads to model (default: --threads).
     #[arg(long)]
     pub model_clients: Option<u64>,
+}
+
+/// Transport as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CliTransport {
+    Sim,
+    Verbs,
 }
 
 /// Cache mode as a command-line value.
@@ -154,27 +172,17 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     }
     let expected_inserts = (ops as f64 * mix.insert) as u64 + 1024;
 
+    if args.transport == CliTransport::Verbs {
+        return run_verbs(args, mix, expected_inserts);
+    }
     // The memory node(s): embedded, or an attached pool file.
     let (transport, loaded, to_insert, retrainers, stop_retrainers) =
         if let Some(path) = &args.attach {
             let pool = Pool::open_file(path).map_err(|e| e.to_string())?;
             let transport = SimTransport::new(vec![pool], SimConfig::default());
-            let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
-            let bar = progress(args.quiet, None, "reading keys");
-            let mut loaded = Vec::new();
-            for &node in transport.memory_nodes() {
-                let layout = leaf_store::Layout::attach(&mut ep, node)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                loaded.extend(
-                    leaf_store::read_all_entries(&mut ep, &layout)
-                        .map_err(|e| e.to_string())?
-                        .into_iter()
-                        .map(|e| e.0),
-                );
-            }
-            bar.finish_and_clear();
-            let mut rng = StdRng::seed_from_u64(args.seed ^ 0x5eed);
-            let to_insert: Vec<u64> = (0..expected_inserts).map(|_| rng.random::<u64>()).collect();
+            let loaded = existing_keys(&transport, args.quiet)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let to_insert = fresh_keys(args.seed, expected_inserts);
             (
                 transport,
                 loaded,
@@ -241,6 +249,85 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
             }
             (transport, set.loaded, set.to_insert, retrainers, stop)
         };
+    run_workload(
+        args,
+        ops,
+        &mix,
+        transport,
+        loaded,
+        to_insert,
+        retrainers,
+        &stop_retrainers,
+    )
+}
+
+/// Every key the store holds now (to have existing keys to request).
+fn existing_keys<T: Transport>(transport: &T, quiet: bool) -> Result<Vec<u64>, String> {
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let bar = progress(quiet, None, "reading keys");
+    let mut keys = Vec::new();
+    for &node in transport.memory_nodes() {
+        let layout = leaf_store::Layout::attach(&mut ep, node).map_err(|e| e.to_string())?;
+        keys.extend(
+            leaf_store::read_all_entries(&mut ep, &layout)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|e| e.0),
+        );
+    }
+    bar.finish_and_clear();
+    Ok(keys)
+}
+
+/// Random keys to insert (another process attached to the same memory node uses another seed).
+fn fresh_keys(seed: u64, n: u64) -> Vec<u64> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    (0..n).map(|_| rng.random::<u64>()).collect()
+}
+
+#[cfg(feature = "verbs")]
+fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report, String> {
+    let transport = rdma_transport::verbs::VerbsTransport::connect(
+        args.connect
+            .as_deref()
+            .ok_or("--transport verbs needs --connect ADDR (a rolex memnode --listen address)")?,
+        args.device.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let loaded = existing_keys(&transport, args.quiet)?;
+    let to_insert = fresh_keys(args.seed, expected_inserts);
+    run_workload(
+        args,
+        args.ops,
+        &mix,
+        transport,
+        loaded,
+        to_insert,
+        Vec::new(),
+        &AtomicBool::new(false),
+    )
+}
+
+#[cfg(not(feature = "verbs"))]
+fn run_verbs(_: &BenchArgs, _: Mix, _: u64) -> Result<Report, String> {
+    Err("this rolex was built without RDMA verbs support (build with: cargo build --release -p rolex-cli --features verbs)".into())
+}
+
+type Retrainers = Vec<std::thread::JoinHandle<Result<u64, String>>>;
+
+/// Runs the workload over `transport` and assembles the report.
+#[allow(clippy::too_many_arguments)]
+fn run_workload<T: Transport + 'static>(
+    args: &BenchArgs,
+    ops: u64,
+    mix: &Mix,
+    transport: T,
+    loaded: Vec<u64>,
+    to_insert: Vec<u64>,
+    retrainers: Retrainers,
+    stop_retrainers: &AtomicBool,
+) -> Result<Report, String> {
+    let mix = mix.clone();
     if loaded.is_empty() {
         return Err("the store holds no keys to run a workload on".into());
     }
@@ -251,7 +338,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     };
     let store = Arc::new(
         Store::open(
-            transport.clone(),
+            transport,
             StoreConfig {
                 cache_mode,
                 ..StoreConfig::default()
@@ -388,6 +475,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
 
     // Structure, from a verify walk (problems are reported, not fatal, for an attached pool that
     // other processes may be writing).
+    let transport = store.transport();
     let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
     let (mut leaves, mut synonyms, mut keys_after, mut clean, mut models) = (0, 0, 0, true, 0);
     for &node in transport.memory_nodes() {

@@ -179,6 +179,16 @@ struct MemnodeArgs {
     /// Replace the pool file if it exists.
     #[arg(long)]
     force: bool,
+    /// Serve the pool to compute nodes through the simulator (they attach to the file), or over
+    /// RDMA verbs (needs the `verbs` build feature, an RDMA device and `--listen`).
+    #[arg(long, value_enum, default_value_t = bench::CliTransport::Sim)]
+    transport: bench::CliTransport,
+    /// With `--transport verbs`: the TCP address to serve bootstrap requests on.
+    #[arg(long)]
+    listen: Option<String>,
+    /// With `--transport verbs`: the RDMA device to register the pool with (default: the first).
+    #[arg(long)]
+    device: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -226,6 +236,9 @@ fn bench(args: &bench::BenchArgs) -> Result<(), String> {
 }
 
 fn memnode(args: &MemnodeArgs) -> Result<(), String> {
+    if args.transport == bench::CliTransport::Verbs {
+        verbs_available(args)?;
+    }
     if args.pool.exists() {
         if !args.force {
             return Err(format!(
@@ -273,11 +286,24 @@ fn memnode(args: &MemnodeArgs) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     std::io::stdout().flush().map_err(|e| e.to_string())?;
-    let mut worker =
-        Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
     let end = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    match args.transport {
+        bench::CliTransport::Sim => {
+            let worker =
+                Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+            retrain_loop(worker, end)
+        }
+        bench::CliTransport::Verbs => serve_verbs(args, transport, end),
+    }
+}
+
+/// Runs the retrainer, printing status every second, until `end` (or forever).
+fn retrain_loop<E: rdma_transport::Endpoint>(
+    mut worker: Retrainer<E>,
+    end: Option<Instant>,
+) -> Result<(), String> {
     loop {
         let next_status = Instant::now() + Duration::from_secs(1);
         let stats = worker
@@ -294,6 +320,65 @@ fn memnode(args: &MemnodeArgs) -> Result<(), String> {
             return Ok(());
         }
     }
+}
+
+#[cfg(feature = "verbs")]
+fn verbs_available(args: &MemnodeArgs) -> Result<(), String> {
+    if args.listen.is_none() {
+        return Err("--transport verbs needs --listen ADDR".into());
+    }
+    if !rdma_transport::verbs::device_present() {
+        return Err("no RDMA device found".into());
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_available(_: &MemnodeArgs) -> Result<(), String> {
+    Err("this rolex was built without RDMA verbs support (build with: cargo build --release -p rolex-cli --features verbs)".into())
+}
+
+/// Serves the loaded pool over RDMA; the retrainer reaches it through a loopback queue pair, so
+/// its atomics are atomic with the compute nodes' (RDMA atomics are not atomic with CPU ones).
+#[cfg(feature = "verbs")]
+fn serve_verbs(
+    args: &MemnodeArgs,
+    transport: SimTransport,
+    end: Option<Instant>,
+) -> Result<(), String> {
+    use rdma_transport::verbs::{ServedRegion, VerbsServer, VerbsTransport};
+    let listen = args
+        .listen
+        .as_deref()
+        .ok_or("--transport verbs needs --listen ADDR")?;
+    // The pool's mapping must outlive the server: keep it for the rest of the process.
+    let transport: &'static SimTransport = Box::leak(Box::new(transport));
+    let pool = transport.pool(0).ok_or("the pool is missing")?;
+    let region = ServedRegion {
+        id: 0,
+        ptr: pool.base_ptr(),
+        len: pool.len(),
+    };
+    // SAFETY: the pool is leaked above, so its mapping stays valid until the process exits; the
+    // simulator and the NIC both access it only as whole 8-byte words.
+    let server = unsafe { VerbsServer::start(listen, args.device.as_deref(), &[region]) }
+        .map_err(|e| e.to_string())?;
+    println!("serving on {} over RDMA", server.local_addr());
+    let loopback = VerbsTransport::connect(server.local_addr(), args.device.as_deref())
+        .map_err(|e| e.to_string())?;
+    let node = loopback
+        .memory_nodes()
+        .first()
+        .copied()
+        .ok_or("the loopback connection saw no memory node")?;
+    let ep = loopback.endpoint().map_err(|e| e.to_string())?;
+    let worker = Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+    retrain_loop(worker, end)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn serve_verbs(_: &MemnodeArgs, _: SimTransport, _: Option<Instant>) -> Result<(), String> {
+    Err("this rolex was built without RDMA verbs support".into())
 }
 
 fn inspect(args: &InspectArgs) -> Result<bool, String> {

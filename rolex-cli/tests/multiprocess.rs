@@ -92,6 +92,14 @@ fn bad_input_is_one_line_and_exit_code_2() {
         vec!["bench".into(), "--bogus".into()],
         vec!["bench".into(), "--threads".into(), "0".into()],
         vec!["bench".into(), "--workload".into(), "ycsb-z".into()],
+        // Without the verbs feature (the default build), or without a device: one line either way.
+        vec![
+            "bench".into(),
+            "--transport".into(),
+            "verbs".into(),
+            "--connect".into(),
+            "127.0.0.1:9".into(),
+        ],
         vec![
             "bench".into(),
             "--attach".into(),

@@ -199,6 +199,14 @@ impl Pool {
         self.memory.flush()
     }
 
+    /// The first byte of the pool's memory, for registering it with an RDMA NIC (the verbs
+    /// backend serves a pool to compute nodes). Obtaining it is safe; anything done through it
+    /// must access the memory only as 8-byte atomic words, like this type does.
+    #[cfg(not(loom))]
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.memory.words().as_ptr().cast::<u8>().cast_mut()
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> u64 {
         self.len

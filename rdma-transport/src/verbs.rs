@@ -1,0 +1,625 @@
+//! The real ibverbs backend (feature `verbs`): RC queue pairs through `sideway`.
+//!
+//! * A memory node runs a [`VerbsServer`]: it registers its regions (remote read, write and
+//!   atomic access) and answers bootstrap requests over TCP. Each compute-node endpoint is its own
+//!   RC queue pair, connected by one TCP exchange: the endpoint sends its queue pair's number,
+//!   LID, GID and first packet sequence number; the server creates a queue pair for it, connects
+//!   it, and answers with its own, plus every region's rkey, base address and length.
+//! * A compute node holds a [`VerbsTransport`] (one per process) and one [`VerbsEndpoint`] per
+//!   thread. An endpoint owns a registered staging buffer: WRITE data is copied in, READ data and
+//!   atomic results land there. A doorbell batch is posted as one chain of work requests of which
+//!   only the last is signaled, with `IBV_SEND_FENCE` on fenced verbs, and costs one completion.
+//! * Atomics use `IBV_ACCESS_REMOTE_ATOMIC` and `max_rd_atomic`/`max_dest_rd_atomic` of 16.
+//!
+//! Without an RDMA device every entry point returns [`TransportError::NoDevice`]. Everything here
+//! compiles and fails cleanly in CI; the data path has not run on a NIC in this repository's CI
+//! (no device there) — the conformance suite runs against it wherever a device exists.
+
+use std::io::{Read, Write};
+use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sideway::ibverbs::AccessFlags;
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
+use sideway::ibverbs::completion::GenericCompletionQueue;
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    GenericQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState,
+    SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags,
+};
+
+use crate::{Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, validate_verb};
+
+const MAGIC: u32 = u32::from_le_bytes(*b"RLXV");
+const PORT: u8 = 1;
+/// Staging buffer per endpoint: the most one batch may move.
+pub const STAGING_BYTES: usize = 4 << 20;
+const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn connection(what: impl std::fmt::Display) -> TransportError {
+    TransportError::Connection(what.to_string())
+}
+
+/// Opens the RDMA device `name`, or the first one. [`TransportError::NoDevice`] if there is none.
+fn open_device(name: Option<&str>) -> Result<Arc<DeviceContext>, TransportError> {
+    let list = DeviceList::new()
+        .map_err(|e| TransportError::NoDevice(format!("cannot list RDMA devices: {e}")))?;
+    let device = list
+        .iter()
+        .find(|d| name.is_none_or(|n| d.name() == n))
+        .ok_or_else(|| {
+            TransportError::NoDevice(match name {
+                Some(n) => format!("no RDMA device named {n:?}"),
+                None => "no RDMA device on this machine".into(),
+            })
+        })?;
+    device.open().map_err(|e| {
+        TransportError::NoDevice(format!("cannot open RDMA device {}: {e}", device.name()))
+    })
+}
+
+/// Whether this machine has an RDMA device (for tests that need one).
+pub fn device_present() -> bool {
+    open_device(None).is_ok()
+}
+
+/// The GID table index to use: `ROLEX_GID_INDEX` if set, else the first RoCE v2 GID that is not
+/// link-local, else the first entry.
+fn gid_entry(ctx: &DeviceContext) -> Result<(u8, Gid), TransportError> {
+    let table = ctx
+        .query_gid_table()
+        .map_err(|e| connection(format!("GID table: {e}")))?;
+    let wanted = std::env::var("ROLEX_GID_INDEX")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok());
+    let entry = match wanted {
+        Some(index) => table.iter().find(|e| e.gid_index() == index),
+        None => table
+            .iter()
+            .find(|e| e.gid_type() == GidType::RoceV2 && !e.gid().is_unicast_link_local())
+            .or_else(|| table.first()),
+    }
+    .ok_or_else(|| connection("the RDMA device has no usable GID (set ROLEX_GID_INDEX)"))?;
+    let index = u8::try_from(entry.gid_index()).map_err(|_| connection("GID index beyond 255"))?;
+    Ok((index, entry.gid()))
+}
+
+/// What one side of a queue pair tells the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct QpInfo {
+    qp_num: u32,
+    lid: u16,
+    gid: [u8; 16],
+    psn: u32,
+}
+
+/// A registered region as compute nodes address it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RegionInfo {
+    id: u16,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+}
+
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(bytes);
+}
+
+fn take<const N: usize>(input: &mut &[u8]) -> Result<[u8; N], TransportError> {
+    if input.len() < N {
+        return Err(connection("truncated bootstrap message"));
+    }
+    let (head, rest) = input.split_at(N);
+    *input = rest;
+    head.try_into()
+        .map_err(|_| connection("truncated bootstrap message"))
+}
+
+fn encode_qp(out: &mut Vec<u8>, qp: &QpInfo) {
+    put(out, &qp.qp_num.to_le_bytes());
+    put(out, &qp.lid.to_le_bytes());
+    put(out, &qp.gid);
+    put(out, &qp.psn.to_le_bytes());
+}
+
+fn decode_qp(input: &mut &[u8]) -> Result<QpInfo, TransportError> {
+    Ok(QpInfo {
+        qp_num: u32::from_le_bytes(take(input)?),
+        lid: u16::from_le_bytes(take(input)?),
+        gid: take(input)?,
+        psn: u32::from_le_bytes(take(input)?),
+    })
+}
+
+fn send_message(stream: &mut TcpStream, body: &[u8]) -> Result<(), TransportError> {
+    let mut out = MAGIC.to_le_bytes().to_vec();
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(body);
+    stream.write_all(&out).map_err(connection)
+}
+
+fn receive_message(stream: &mut TcpStream) -> Result<Vec<u8>, TransportError> {
+    let mut header = [0u8; 8];
+    stream.read_exact(&mut header).map_err(connection)?;
+    if u32::from_le_bytes([header[0], header[1], header[2], header[3]]) != MAGIC {
+        return Err(connection(
+            "the peer does not speak the ROLEX verbs bootstrap protocol",
+        ));
+    }
+    let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+    if len > 1 << 20 {
+        return Err(connection("bootstrap message too large"));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).map_err(connection)?;
+    Ok(body)
+}
+
+/// A device context with its protection domain.
+struct Device {
+    ctx: Arc<DeviceContext>,
+    pd: Arc<ProtectionDomain>,
+    lid: u16,
+    gid_index: u8,
+    gid: Gid,
+}
+
+impl Device {
+    fn open(name: Option<&str>) -> Result<Self, TransportError> {
+        let ctx = open_device(name)?;
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| connection(format!("protection domain: {e}")))?;
+        let lid = ctx
+            .query_port(PORT)
+            .map_err(|e| connection(format!("port {PORT}: {e}")))?
+            .lid();
+        let (gid_index, gid) = gid_entry(&ctx)?;
+        Ok(Self {
+            ctx,
+            pd,
+            lid,
+            gid_index,
+            gid,
+        })
+    }
+
+    /// A new RC queue pair and its completion queue, in the INIT state.
+    fn queue_pair(
+        &self,
+    ) -> Result<(GenericQueuePair, GenericCompletionQueue, QpInfo), TransportError> {
+        let mut cq = self.ctx.create_cq_builder();
+        cq.setup_cqe(1024);
+        let cq = GenericCompletionQueue::from(
+            cq.build_ex()
+                .map_err(|e| connection(format!("completion queue: {e}")))?,
+        );
+        let mut builder = self.pd.create_qp_builder();
+        builder
+            .setup_max_send_wr(1024)
+            .setup_max_send_sge(1)
+            .setup_max_inline_data(0)
+            .setup_send_cq(cq.clone())
+            .setup_recv_cq(cq.clone())
+            .setup_send_ops_flags(
+                SendOperationFlags::Write
+                    | SendOperationFlags::Read
+                    | SendOperationFlags::AtomicCompareAndSwap
+                    | SendOperationFlags::AtomicFetchAndAdd,
+            );
+        let mut qp: GenericQueuePair = builder
+            .build_ex()
+            .map_err(|e| connection(format!("queue pair: {e}")))?
+            .into();
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Init)
+            .setup_pkey_index(0)
+            .setup_port(PORT)
+            .setup_access_flags(
+                AccessFlags::LocalWrite
+                    | AccessFlags::RemoteWrite
+                    | AccessFlags::RemoteRead
+                    | AccessFlags::RemoteAtomic,
+            );
+        qp.modify(&attr)
+            .map_err(|e| connection(format!("queue pair to INIT: {e}")))?;
+        let info = QpInfo {
+            qp_num: qp.qp_number(),
+            lid: self.lid,
+            gid: Ipv6Addr::from(self.gid).octets(),
+            psn: rand_psn(),
+        };
+        Ok((qp, cq, info))
+    }
+
+    /// Moves `qp` to RTR and RTS towards `remote`.
+    fn connect(
+        &self,
+        qp: &mut GenericQueuePair,
+        local: &QpInfo,
+        remote: &QpInfo,
+    ) -> Result<(), TransportError> {
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(Mtu::Mtu1024)
+            .setup_dest_qp_num(remote.qp_num)
+            .setup_rq_psn(remote.psn)
+            .setup_max_dest_read_atomic(16)
+            .setup_min_rnr_timer(12);
+        let mut ah = AddressHandleAttribute::new();
+        ah.setup_dest_lid(remote.lid)
+            .setup_port(PORT)
+            .setup_service_level(0)
+            .setup_grh_src_gid_index(self.gid_index)
+            .setup_grh_dest_gid(&Gid::from(Ipv6Addr::from(remote.gid)))
+            .setup_grh_hop_limit(64);
+        attr.setup_address_vector(&ah);
+        qp.modify(&attr)
+            .map_err(|e| connection(format!("queue pair to RTR: {e}")))?;
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::ReadyToSend)
+            .setup_sq_psn(local.psn)
+            .setup_timeout(14)
+            .setup_retry_cnt(7)
+            .setup_rnr_retry(7)
+            .setup_max_read_atomic(16);
+        qp.modify(&attr)
+            .map_err(|e| connection(format!("queue pair to RTS: {e}")))?;
+        Ok(())
+    }
+}
+
+fn rand_psn() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.subsec_nanos());
+    nanos & 0x00ff_ffff
+}
+
+/// A memory region a [`VerbsServer`] exposes.
+#[derive(Debug, Clone, Copy)]
+pub struct ServedRegion {
+    /// Memory-node id compute nodes address it by.
+    pub id: u16,
+    /// First byte.
+    pub ptr: *mut u8,
+    /// Length in bytes (a multiple of 8).
+    pub len: u64,
+}
+
+/// A memory node's verbs server: registered regions and the TCP bootstrap listener.
+pub struct VerbsServer {
+    addr: SocketAddr,
+    _regions: Vec<Arc<MemoryRegion>>,
+}
+
+impl std::fmt::Debug for VerbsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Served {
+    device: Device,
+    regions: Vec<RegionInfo>,
+    /// Queue pairs kept alive for their compute nodes.
+    peers: Mutex<Vec<(GenericQueuePair, GenericCompletionQueue)>>,
+}
+
+impl VerbsServer {
+    /// Registers `regions` on the RDMA device `device` (or the first one) and serves bootstrap
+    /// requests on `listen` from a background thread.
+    ///
+    /// # Safety
+    /// Every region must stay mapped and valid for as long as the process runs: compute nodes
+    /// read, write and atomically modify it through the NIC at any time, bypassing Rust.
+    pub unsafe fn start(
+        listen: impl ToSocketAddrs,
+        device: Option<&str>,
+        regions: &[ServedRegion],
+    ) -> Result<Self, TransportError> {
+        let device = Device::open(device)?;
+        let access = AccessFlags::LocalWrite
+            | AccessFlags::RemoteWrite
+            | AccessFlags::RemoteRead
+            | AccessFlags::RemoteAtomic;
+        let mut registered = Vec::new();
+        let mut infos = Vec::new();
+        for region in regions {
+            // SAFETY: the caller guarantees the region stays mapped and valid while the process
+            // runs, which is what registration requires of it.
+            let mr = unsafe {
+                device
+                    .pd
+                    .reg_mr(region.ptr as usize, region.len as usize, access)
+            }
+            .map_err(|e| connection(format!("registering memory node {}: {e}", region.id)))?;
+            infos.push(RegionInfo {
+                id: region.id,
+                rkey: mr.rkey(),
+                addr: region.ptr as u64,
+                len: region.len,
+            });
+            registered.push(mr);
+        }
+        let listener = TcpListener::bind(listen).map_err(connection)?;
+        let addr = listener.local_addr().map_err(connection)?;
+        let served = Arc::new(Served {
+            device,
+            regions: infos,
+            peers: Mutex::new(Vec::new()),
+        });
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let served = Arc::clone(&served);
+                std::thread::spawn(move || {
+                    if let Err(e) = serve_one(&served, stream) {
+                        eprintln!("rolex verbs server: {e}");
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            _regions: registered,
+        })
+    }
+
+    /// The address compute nodes connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn serve_one(served: &Served, mut stream: TcpStream) -> Result<(), TransportError> {
+    let request = receive_message(&mut stream)?;
+    let mut input = request.as_slice();
+    let remote = decode_qp(&mut input)?;
+    let (mut qp, cq, local) = served.device.queue_pair()?;
+    served.device.connect(&mut qp, &local, &remote)?;
+    let mut reply = Vec::new();
+    encode_qp(&mut reply, &local);
+    put(&mut reply, &(served.regions.len() as u32).to_le_bytes());
+    for r in &served.regions {
+        put(&mut reply, &r.id.to_le_bytes());
+        put(&mut reply, &r.rkey.to_le_bytes());
+        put(&mut reply, &r.addr.to_le_bytes());
+        put(&mut reply, &r.len.to_le_bytes());
+    }
+    send_message(&mut stream, &reply)?;
+    served
+        .peers
+        .lock()
+        .map_err(|_| connection("server state poisoned"))?
+        .push((qp, cq));
+    Ok(())
+}
+
+/// A compute node's handle on one memory node's verbs server.
+pub struct VerbsTransport {
+    device: Device,
+    server: SocketAddr,
+    nodes: Vec<MemoryNodeInfo>,
+}
+
+impl std::fmt::Debug for VerbsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsTransport")
+            .field("server", &self.server)
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VerbsTransport {
+    /// Opens the RDMA device `device` (or the first one) — [`TransportError::NoDevice`] first,
+    /// before any network traffic, if there is none — and connects to the server at `server`,
+    /// learning its memory nodes through a first endpoint.
+    pub fn connect(
+        server: impl ToSocketAddrs,
+        device: Option<&str>,
+    ) -> Result<Self, TransportError> {
+        let device = Device::open(device)?;
+        let server = server
+            .to_socket_addrs()
+            .map_err(connection)?
+            .next()
+            .ok_or_else(|| connection("the server address resolves to nothing"))?;
+        let mut transport = Self {
+            device,
+            server,
+            nodes: Vec::new(),
+        };
+        let first = transport.endpoint()?;
+        transport.nodes = first.nodes.clone();
+        Ok(transport)
+    }
+}
+
+impl Transport for VerbsTransport {
+    type Endpoint = VerbsEndpoint;
+
+    fn endpoint(&self) -> Result<VerbsEndpoint, TransportError> {
+        let (mut qp, cq, local) = self.device.queue_pair()?;
+        let mut stream = TcpStream::connect(self.server).map_err(connection)?;
+        let mut request = Vec::new();
+        encode_qp(&mut request, &local);
+        send_message(&mut stream, &request)?;
+        let reply = receive_message(&mut stream)?;
+        let mut input = reply.as_slice();
+        let remote = decode_qp(&mut input)?;
+        let count = u32::from_le_bytes(take(&mut input)?);
+        let mut regions = Vec::new();
+        for _ in 0..count {
+            regions.push(RegionInfo {
+                id: u16::from_le_bytes(take(&mut input)?),
+                rkey: u32::from_le_bytes(take(&mut input)?),
+                addr: u64::from_le_bytes(take(&mut input)?),
+                len: u64::from_le_bytes(take(&mut input)?),
+            });
+        }
+        self.device.connect(&mut qp, &local, &remote)?;
+        let mut staging = vec![0u8; STAGING_BYTES].into_boxed_slice();
+        // SAFETY: `staging` is owned by the endpoint and outlives the registration (the endpoint
+        // drops the memory region before the buffer: field order), and the NIC only touches it
+        // while a batch of this endpoint is in flight, during which `batch` holds `&mut self`.
+        let staging_mr = unsafe {
+            self.device.pd.reg_mr(
+                staging.as_mut_ptr() as usize,
+                staging.len(),
+                AccessFlags::LocalWrite,
+            )
+        }
+        .map_err(|e| connection(format!("registering the staging buffer: {e}")))?;
+        let nodes = regions
+            .iter()
+            .map(|r| MemoryNodeInfo {
+                id: r.id,
+                region_len: r.len,
+            })
+            .collect();
+        Ok(VerbsEndpoint {
+            qp,
+            cq,
+            staging_mr,
+            staging,
+            regions,
+            nodes,
+            stats: Stats::default(),
+            next_wr: 0,
+        })
+    }
+
+    fn memory_nodes(&self) -> &[MemoryNodeInfo] {
+        &self.nodes
+    }
+}
+
+/// One thread's RC queue pair to the memory node, with its staging buffer.
+pub struct VerbsEndpoint {
+    qp: GenericQueuePair,
+    cq: GenericCompletionQueue,
+    staging_mr: Arc<MemoryRegion>,
+    staging: Box<[u8]>,
+    regions: Vec<RegionInfo>,
+    nodes: Vec<MemoryNodeInfo>,
+    stats: Stats,
+    next_wr: u64,
+}
+
+impl std::fmt::Debug for VerbsEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsEndpoint")
+            .field("nodes", &self.nodes)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint for VerbsEndpoint {
+    fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if verbs.is_empty() {
+            return Ok(());
+        }
+        for verb in verbs.iter() {
+            validate_verb(verb, &self.nodes)?;
+        }
+        // Lay the batch out in the staging buffer (8-byte aligned slots).
+        let mut offsets = Vec::with_capacity(verbs.len());
+        let mut used = 0usize;
+        for verb in verbs.iter() {
+            offsets.push(used);
+            used += verb.len().next_multiple_of(8);
+        }
+        if used > self.staging.len() {
+            return Err(connection(format!(
+                "a batch of {used} bytes exceeds the {STAGING_BYTES}-byte staging buffer"
+            )));
+        }
+        for (verb, &at) in verbs.iter().zip(&offsets) {
+            if let Verb::Write { data, .. } = verb {
+                self.staging[at..at + data.len()].copy_from_slice(data);
+            }
+        }
+        let base = self.staging.as_ptr() as u64;
+        let (lkey, last) = (self.staging_mr.lkey(), verbs.len() - 1);
+        let mut guard = self.qp.start_post_send();
+        for (i, (verb, &at)) in verbs.iter().zip(&offsets).enumerate() {
+            let mut flags = if i == last {
+                WorkRequestFlags::Signaled
+            } else {
+                WorkRequestFlags::none()
+            };
+            if verb.is_fenced() {
+                flags |= WorkRequestFlags::Fence;
+            }
+            let region = self
+                .regions
+                .iter()
+                .find(|r| r.id == verb.addr().node())
+                .ok_or(TransportError::UnknownNode(verb.addr().node()))?;
+            let (rkey, remote) = (region.rkey, region.addr + verb.addr().offset());
+            self.next_wr = self.next_wr.wrapping_add(1);
+            let wr = guard.construct_wr(self.next_wr, flags);
+            let handle = match verb {
+                Verb::Read { .. } => wr.setup_read(rkey, remote),
+                Verb::Write { .. } => wr.setup_write(rkey, remote),
+                Verb::Cas {
+                    expected, desired, ..
+                } => wr.setup_atomic_compare_swap(rkey, remote, *expected, *desired),
+                Verb::Faa { add, .. } => wr.setup_atomic_fetch_add(rkey, remote, *add),
+            };
+            // SAFETY: the scatter-gather entry lies inside the registered staging buffer
+            // (`at + len ≤ used ≤ STAGING_BYTES`), which stays valid and untouched by Rust code
+            // until the batch's completion has been polled below.
+            unsafe { handle.setup_sge(lkey, base + at as u64, verb.len() as u32) };
+        }
+        guard
+            .post()
+            .map_err(|e| connection(format!("posting a batch: {e}")))?;
+        self.stats.batches += 1;
+        // One signaled completion ends the batch.
+        let deadline = Instant::now() + COMPLETION_TIMEOUT;
+        loop {
+            if let Ok(mut poller) = self.cq.start_poll() {
+                if let Some(wc) = poller.next() {
+                    if wc.status() != 0 {
+                        return Err(connection(format!(
+                            "work completion failed with status {}",
+                            wc.status()
+                        )));
+                    }
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(connection("no completion from the memory node within 10 s"));
+            }
+            std::hint::spin_loop();
+        }
+        for (verb, &at) in verbs.iter_mut().zip(&offsets) {
+            match verb {
+                Verb::Read { buf, .. } => buf.copy_from_slice(&self.staging[at..at + buf.len()]),
+                Verb::Cas { old, .. } | Verb::Faa { old, .. } => {
+                    let mut word = [0u8; 8];
+                    word.copy_from_slice(&self.staging[at..at + 8]);
+                    *old = u64::from_le_bytes(word);
+                }
+                Verb::Write { .. } => {}
+            }
+            self.stats.record_verb(verb);
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+}

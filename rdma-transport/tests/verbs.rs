@@ -1,0 +1,56 @@
+//! The verbs backend: a clean typed error without a device; the conformance suite with one.
+//! Run with `cargo test -p rdma-transport --features verbs`.
+
+#![cfg(feature = "verbs")]
+
+use rdma_transport::conformance::{self, Scratch};
+use rdma_transport::verbs::{ServedRegion, VerbsServer, VerbsTransport, device_present};
+use rdma_transport::{Transport, TransportError};
+
+#[test]
+fn without_a_device_opening_is_a_clean_no_device_error() {
+    if device_present() {
+        eprintln!("an RDMA device is present: the no-device path cannot be exercised here");
+        return;
+    }
+    match VerbsTransport::connect("127.0.0.1:9", None) {
+        Err(TransportError::NoDevice(message)) => assert!(!message.is_empty()),
+        other => panic!("expected NoDevice, got {other:?}"),
+    }
+    let mut memory = vec![0u64; 512];
+    let region = ServedRegion {
+        id: 0,
+        ptr: memory.as_mut_ptr().cast(),
+        len: 4096,
+    };
+    // SAFETY: no device means nothing is registered; the region is not touched by the NIC.
+    let served = unsafe { VerbsServer::start("127.0.0.1:0", None, &[region]) };
+    assert!(
+        matches!(served, Err(TransportError::NoDevice(_))),
+        "{served:?}"
+    );
+    assert!(matches!(
+        VerbsTransport::connect("127.0.0.1:9", Some("mlx5_0")),
+        Err(TransportError::NoDevice(_))
+    ));
+}
+
+#[test]
+fn the_conformance_suite_passes_over_a_loopback_queue_pair() {
+    if !device_present() {
+        eprintln!("skipped: no RDMA device on this machine (the verbs conformance run needs one)");
+        return;
+    }
+    // The region lives for the rest of the process, as registration requires.
+    let memory: &'static mut [u64] = Box::leak(vec![0u64; 1 << 17].into_boxed_slice());
+    let region = ServedRegion {
+        id: 0,
+        ptr: memory.as_mut_ptr().cast(),
+        len: (memory.len() * 8) as u64,
+    };
+    // SAFETY: the region is leaked, so it stays mapped and valid for the rest of the process.
+    let server = unsafe { VerbsServer::start("127.0.0.1:0", None, &[region]) }.expect("server");
+    let transport = VerbsTransport::connect(server.local_addr(), None).expect("connect");
+    assert_eq!(transport.memory_nodes()[0].region_len, region.len);
+    conformance::run_all(&transport, Scratch::new(0, 0, region.len));
+}

@@ -1,0 +1,49 @@
+//! `--transport verbs` without an RDMA device: one line, exit code 2, nothing created.
+//! Run with `cargo test -p rolex-cli --features verbs --test verbs_cli`.
+
+#![cfg(feature = "verbs")]
+
+use std::process::Command;
+
+const ROLEX: &str = env!("CARGO_BIN_EXE_rolex");
+
+#[test]
+fn without_a_device_verbs_commands_say_so_in_one_line() {
+    if rdma_transport::verbs::device_present() {
+        eprintln!("an RDMA device is present: the no-device path cannot be exercised here");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    let runs: [Vec<String>; 2] = [
+        vec![
+            "bench".into(),
+            "--transport".into(),
+            "verbs".into(),
+            "--connect".into(),
+            "127.0.0.1:9".into(),
+        ],
+        vec![
+            "memnode".into(),
+            "--transport".into(),
+            "verbs".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--pool".into(),
+            pool.display().to_string(),
+            "--size".into(),
+            "16M".into(),
+        ],
+    ];
+    for args in runs {
+        let out = Command::new(ROLEX).args(&args).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains("no RDMA device"), "{args:?}: {stderr}");
+    }
+    assert!(
+        !pool.exists(),
+        "a memnode that cannot serve must not create its pool"
+    );
+}
