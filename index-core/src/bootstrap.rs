@@ -1,6 +1,6 @@
 //! Memory-node bootstrap: bulk load over one or more range-partitioned memory nodes (DESIGN §8).
 
-use leaf_store::{BulkLoadConfig, BulkLoadReport, LeafStoreError, bulk_load};
+use leaf_store::{BulkLoadConfig, BulkLoadReport, LeafStoreError, Phase, bulk_load_with_progress};
 use rdma_transport::Transport;
 
 use crate::IndexError;
@@ -11,8 +11,18 @@ use crate::IndexError;
 /// per node; its other fields apply to all.
 pub fn bootstrap<T: Transport>(
     transport: &T,
+    pairs: Vec<(u64, u64)>,
+    config: &BulkLoadConfig,
+) -> Result<Vec<BulkLoadReport>, IndexError> {
+    bootstrap_with_progress(transport, pairs, config, |_, _, _, _| {})
+}
+
+/// [`bootstrap`], calling `progress(node index, phase, done, total)` as each node's load advances.
+pub fn bootstrap_with_progress<T: Transport>(
+    transport: &T,
     mut pairs: Vec<(u64, u64)>,
     config: &BulkLoadConfig,
+    mut progress: impl FnMut(usize, Phase, u64, u64),
 ) -> Result<Vec<BulkLoadReport>, IndexError> {
     let nodes = transport.memory_nodes().to_vec();
     if nodes.is_empty() {
@@ -55,7 +65,13 @@ pub fn bootstrap<T: Transport>(
             key_hi: starts.get(i + 1).map_or(u64::MAX, |next| next - 1),
             ..config.clone()
         };
-        reports.push(bulk_load(&mut ep, nodes[i], chunk, &node_config)?);
+        reports.push(bulk_load_with_progress(
+            &mut ep,
+            nodes[i],
+            chunk,
+            &node_config,
+            |phase, done, total| progress(i, phase, done, total),
+        )?);
     }
     Ok(reports)
 }

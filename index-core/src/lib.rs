@@ -25,7 +25,7 @@ mod store;
 mod sync;
 mod view;
 
-pub use bootstrap::bootstrap;
+pub use bootstrap::{bootstrap, bootstrap_with_progress};
 pub use client::Client;
 #[cfg(loom)]
 pub use config::SplitOrder;

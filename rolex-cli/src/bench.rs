@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use index_core::{CacheMode, Client, Store, StoreConfig, bootstrap};
+use index_core::{CacheMode, Client, Store, StoreConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rand::rngs::StdRng;
@@ -224,12 +224,20 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                 args.memory_nodes as usize
             ])
             .map_err(|e| e.to_string())?;
-            bootstrap(
+            bar.finish_and_clear();
+            let load_bar = progress(args.quiet, Some(1), "bulk load");
+            index_core::bootstrap_with_progress(
                 &transport,
                 set.loaded.iter().map(|&k| (k, k)).collect(),
                 &load,
+                |node, phase, done, total| {
+                    load_bar.set_message(format!("node {node}: {phase:?}"));
+                    load_bar.set_length(total.max(1));
+                    load_bar.set_position(done);
+                },
             )
             .map_err(|e| e.to_string())?;
+            load_bar.finish_and_clear();
             bar.finish_and_clear();
             let stop = Arc::new(AtomicBool::new(false));
             let mut retrainers = Vec::new();
