@@ -428,19 +428,17 @@ impl<E: Endpoint> Client<E> {
 
     // ----- writing -------------------------------------------------------------------------------
 
-    /// Lean mode: the owner of `key`, from the candidate range's pivots (one READ plus the header).
+    /// Lean mode: the owner of `key`, from the candidate range's pivots (one READ).
+    ///
+    /// Pivots never change in a record, so no header is needed: a retired record's pivots still
+    /// route correctly, and the lock protocol that follows checks freshness.
     fn lean_owner(&mut self, view: &SlotView, key: u64) -> Result<u64, IndexError> {
         let range = view.model.owner_candidates(key);
         let mut pivots = vec![0u8; 8 * range.len() as usize];
-        let mut header = [0u8; 8];
-        let mut verbs = [
-            Verb::read(
-                offset(view.record, view.layout.pivots() + 8 * range.first),
-                &mut pivots,
-            ),
-            Verb::read(view.record, &mut header),
-        ];
-        self.ep.batch(&mut verbs)?;
+        self.ep.read(
+            offset(view.record, view.layout.pivots() + 8 * range.first),
+            &mut pivots,
+        )?;
         let pivots: Vec<u64> = pivots.chunks_exact(8).map(word).collect();
         Ok(range.first + pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64)
     }
