@@ -132,6 +132,35 @@ impl ModelRecord {
         out
     }
 
+    /// The entries of trained leaf `leaf`'s chain, in chain order: its LT entry (lock bit clear),
+    /// then its synonyms through the SLT. An error names what is wrong: no such leaf, a pointer
+    /// to an SLT slot beyond `slot_use` or marked FREED, or a cycle.
+    pub fn chain_entries(&self, leaf: usize) -> Result<Vec<LeafTableEntry>, String> {
+        let mut entry = self
+            .lt
+            .get(leaf)
+            .ok_or_else(|| format!("no trained leaf {leaf}"))?
+            .unlocked();
+        let mut chain = vec![entry];
+        while entry.synonym_ptr() != 0 {
+            let next = u64::from(entry.synonym_ptr());
+            if next > self.header.slot_use()
+                || next as usize >= SLT_SLOTS
+                || self.slt[next as usize].is_freed()
+            {
+                return Err(format!(
+                    "leaf {leaf}'s chain points at unused SLT slot {next}"
+                ));
+            }
+            if chain.len() >= SLT_SLOTS {
+                return Err(format!("leaf {leaf}'s chain has a cycle"));
+            }
+            entry = self.slt[next as usize];
+            chain.push(entry);
+        }
+        Ok(chain)
+    }
+
     /// The layout announced by a record's fixed part (its first 64 bytes), checked for sanity
     /// against `max_bytes`, the most the record may occupy.
     pub fn layout_of(fixed: &[u8], max_bytes: u64) -> Result<RecordLayout, String> {
@@ -237,6 +266,42 @@ mod tests {
         assert_eq!(entry(layout.lt_entry(2)), r.lt[2].raw());
         assert_eq!(entry(layout.slt_entry(7)), r.slt[7].raw());
         assert_eq!(entry(layout.pivots() + 8), r.pivots[1]);
+    }
+
+    #[test]
+    fn chains_are_walked_and_bad_pointers_named() {
+        let mut r = record();
+        r.header = ModelHeader::new(0).with_slot_use(3);
+        r.lt[0] = r.lt[0].with_synonym(2).locked();
+        r.slt[2] = LeafTableEntry::new(0, 500).expect("fits").with_synonym(1);
+        r.slt[1] = LeafTableEntry::new(0, 501).expect("fits");
+        let chain = r.chain_entries(0).expect("valid chain");
+        assert_eq!(
+            chain.iter().map(|e| e.leaf_num()).collect::<Vec<_>>(),
+            vec![100, 500, 501]
+        );
+        assert!(
+            !chain[0].is_locked(),
+            "the lock bit is not part of the chain"
+        );
+        assert!(r.chain_entries(99).is_err());
+        r.slt[1] = r.slt[1].with_synonym(4);
+        assert!(
+            r.chain_entries(0)
+                .unwrap_err()
+                .contains("unused SLT slot 4"),
+            "beyond slot_use"
+        );
+        r.slt[1] = r.slt[1].with_synonym(3);
+        r.slt[3] = LeafTableEntry::FREED;
+        assert!(
+            r.chain_entries(0)
+                .unwrap_err()
+                .contains("unused SLT slot 3"),
+            "a freed slot"
+        );
+        r.slt[1] = r.slt[1].with_synonym(2);
+        assert!(r.chain_entries(0).unwrap_err().contains("cycle"));
     }
 
     #[test]

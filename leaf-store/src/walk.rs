@@ -3,7 +3,7 @@
 use rdma_transport::{Endpoint, RemoteAddr};
 
 use crate::record::RECORD_FIXED_BYTES;
-use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelRecord, SLT_SLOTS};
+use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelRecord};
 
 /// How many times a torn leaf is re-read before giving up.
 pub const TORN_READ_RETRIES: usize = 64;
@@ -98,31 +98,16 @@ pub fn walk_chain<E: Endpoint>(
     record: &ModelRecord,
     leaf: usize,
 ) -> Result<Vec<(LeafTableEntry, Leaf)>, LeafStoreError> {
-    let corrupt = |reason: String| LeafStoreError::CorruptRecord {
-        slot: record.slot,
-        reason,
-    };
-    let mut entry = *record
-        .lt
-        .get(leaf)
-        .ok_or_else(|| corrupt(format!("no trained leaf {leaf}")))?;
-    let mut chain = Vec::new();
-    loop {
-        chain.push((entry, read_leaf(ep, layout, entry.leaf_num())?));
-        let next = u64::from(entry.synonym_ptr());
-        if next == 0 {
-            return Ok(chain);
-        }
-        if next > record.header.slot_use() || next as usize >= SLT_SLOTS {
-            return Err(corrupt(format!(
-                "leaf {leaf}'s chain points at unused SLT slot {next}"
-            )));
-        }
-        if chain.len() >= SLT_SLOTS {
-            return Err(corrupt(format!("leaf {leaf}'s chain has a cycle")));
-        }
-        entry = record.slt[next as usize];
-    }
+    let entries = record
+        .chain_entries(leaf)
+        .map_err(|reason| LeafStoreError::CorruptRecord {
+            slot: record.slot,
+            reason,
+        })?;
+    entries
+        .into_iter()
+        .map(|entry| Ok((entry, read_leaf(ep, layout, entry.leaf_num())?)))
+        .collect()
 }
 
 /// Every `(key, value)` of the pool in key order, read by walking slot table, records and

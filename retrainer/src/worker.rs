@@ -319,11 +319,21 @@ impl<E: Endpoint> Retrainer<E> {
         let old_addr = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
         let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
         let old_bytes = old.layout().total();
-        let snapshot = self.snapshot(&old)?;
+        // The first snapshot is read while writers work: its tables can show a link before its
+        // header shows the slot, or a split half done (a key in two leaves). Such a snapshot is
+        // discarded and the record is built under the freeze instead.
+        let snapshot = match self.snapshot(&old) {
+            Ok(chains) => Some(chains),
+            Err(RetrainError::Layout(LeafStoreError::CorruptRecord { .. })) => None,
+            Err(e) => return Err(e),
+        };
         let mut train_time = Duration::ZERO;
-        // Pre-build beside the old record. The snapshot was taken while writers work, so it can
-        // catch a split half done (a key shown in two leaves): then there is nothing to pre-build.
-        let prebuilt = match self.build(&old, &snapshot, &mut train_time) {
+        // Pre-build beside the old record.
+        let built = match &snapshot {
+            Some(chains) => self.build(&old, chains, &mut train_time),
+            None => Err(RetrainError::Train("inconsistent snapshot".into())),
+        };
+        let prebuilt = match built {
             Ok(Some(record)) => {
                 let bytes = record.encode();
                 let at = self.allocate(bytes.len() as u64)?;
@@ -364,7 +374,9 @@ impl<E: Endpoint> Retrainer<E> {
                 true
             }
         };
-        let changed = !same_chains(&snapshot, &frozen_chains);
+        let changed = snapshot
+            .as_ref()
+            .is_none_or(|s| !same_chains(s, &frozen_chains));
         let (new_record, new_at, rebuilt) = match prebuilt {
             Some((record, at, _)) if !changed || !carry_over => (record, at, false),
             unusable => {
@@ -435,16 +447,13 @@ impl<E: Endpoint> Retrainer<E> {
 
     /// Reads every chain of `record` in key order: all leaves in one batch, torn ones re-read.
     fn snapshot(&mut self, record: &ModelRecord) -> Result<Chains, RetrainError> {
-        let mut chains: Vec<Vec<LeafTableEntry>> = Vec::with_capacity(record.lt.len());
-        for &lt in &record.lt {
-            let mut entry = lt.unlocked();
-            let mut chain = vec![entry];
-            while entry.synonym_ptr() != 0 && chain.len() < SLT_SLOTS {
-                entry = record.slt[usize::from(entry.synonym_ptr())];
-                chain.push(entry);
-            }
-            chains.push(chain);
-        }
+        let chains = (0..record.lt.len())
+            .map(|leaf| record.chain_entries(leaf))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| LeafStoreError::CorruptRecord {
+                slot: record.slot,
+                reason,
+            })?;
         let leaf_bytes = self.layout.leaf_bytes() as usize;
         let all: Vec<LeafTableEntry> = chains.iter().flatten().copied().collect();
         let mut buf = vec![0u8; all.len() * leaf_bytes];
