@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use leaf_store::{
     Layout, Leaf, LeafStoreError, LeafTableEntry, MAX_SYNONYMS, ModelHeader, SLT_SLOTS,
-    check_allocation,
+    check_allocation, le_word,
 };
 use rdma_transport::{Endpoint, RemoteAddr, Stats, Verb};
 
@@ -96,12 +96,6 @@ enum Committed {
     Done(bool),
     /// The slot's SLT is full: nothing changed, lock released; wait for retraining.
     SltFull,
-}
-
-fn word(bytes: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&bytes[..8]);
-    u64::from_le_bytes(w)
 }
 
 fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
@@ -203,7 +197,7 @@ impl<E: Endpoint> Client<E> {
         drop(verbs);
         Ok(self.buf[leaf_part..]
             .chunks_exact(8)
-            .map(|c| ModelHeader::from_raw(word(c)))
+            .map(|c| ModelHeader::from_raw(le_word(c, 0)))
             .collect())
     }
 
@@ -260,9 +254,9 @@ impl<E: Endpoint> Client<E> {
             Verb::read(offset(stale.record, stale.layout.lt_entry(0)), first),
         ];
         self.ep.batch(&mut verbs)?;
-        let header = ModelHeader::from_raw(word(&fixed));
+        let header = ModelHeader::from_raw(le_word(&fixed, 0));
         if header.is_retired()
-            || word(&fixed[8..]) != stale.slot
+            || le_word(&fixed, 1) != stale.slot
             || header.generation() != stale.header.generation()
         {
             return self.reload(node, stale.slot);
@@ -274,7 +268,7 @@ impl<E: Endpoint> Client<E> {
         }
         let entries: Vec<LeafTableEntry> = tables
             .chunks_exact(8)
-            .map(|c| LeafTableEntry::from_raw(word(c)))
+            .map(|c| LeafTableEntry::from_raw(le_word(c, 0)))
             .collect();
         let (lt, slt) = entries.split_at(stale.leaves() as usize);
         Ok(stale.with_tables(header, lt, slt, self.caches.config.cache_mode))
@@ -439,7 +433,7 @@ impl<E: Endpoint> Client<E> {
             offset(view.record, view.layout.pivots() + 8 * range.first),
             &mut pivots,
         )?;
-        let pivots: Vec<u64> = pivots.chunks_exact(8).map(word).collect();
+        let pivots: Vec<u64> = pivots.chunks_exact(8).map(|c| le_word(c, 0)).collect();
         Ok(range.first + pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64)
     }
 
@@ -574,7 +568,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(None);
         }
         let held = expected.locked();
-        let header = ModelHeader::from_raw(word(&self.buf[chain.len() * leaf_bytes..]));
+        let header = ModelHeader::from_raw(le_word(&self.buf[chain.len() * leaf_bytes..], 0));
         let mut locked = Locked {
             slot: slot as u64,
             record: view.record,

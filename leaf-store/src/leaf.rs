@@ -1,6 +1,6 @@
 //! The leaf: δ sorted key-value slots behind a checksummed header.
 
-use crate::LeafStoreError;
+use crate::{LeafStoreError, le_word};
 
 /// A decoded leaf: up to δ `(key, value)` entries, sorted by key, keys unique.
 ///
@@ -24,12 +24,6 @@ pub struct Leaf {
 /// Bytes of a leaf with `delta` slots.
 pub const fn leaf_bytes(delta: u64) -> u64 {
     16 + 16 * delta
-}
-
-fn word(bytes: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-    u64::from_le_bytes(w)
 }
 
 /// The checksum a leaf numbered `leaf_num` must carry, over its bytes after the checksum word.
@@ -134,16 +128,16 @@ impl Leaf {
                 "leaf buffer is not 16 + 16·δ bytes",
             ));
         }
-        if word(bytes, 0) != leaf_checksum(leaf_num, &bytes[8..]) {
+        if le_word(bytes, 0) != leaf_checksum(leaf_num, &bytes[8..]) {
             return Err(LeafStoreError::TornLeaf { leaf_num });
         }
         let delta = (bytes.len() - 16) / 16;
-        let count = usize::try_from(word(bytes, 1)).unwrap_or(usize::MAX);
+        let count = usize::try_from(le_word(bytes, 1)).unwrap_or(usize::MAX);
         if count > delta {
             return Err(LeafStoreError::CorruptLeaf("entry count above δ"));
         }
         let entries: Vec<(u64, u64)> = (0..count)
-            .map(|i| (word(bytes, 2 + 2 * i), word(bytes, 3 + 2 * i)))
+            .map(|i| (le_word(bytes, 2 + 2 * i), le_word(bytes, 3 + 2 * i)))
             .collect();
         Self::from_entries(entries)
     }

@@ -41,6 +41,17 @@ pub use ring::{RING_VALID, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
 pub use walk::{read_all_entries, read_leaf, read_record, read_slot_table, walk_chain};
 
+/// Word `i` (8 bytes, little-endian, as every multi-byte value in remote memory) of bytes read
+/// from a memory node.
+///
+/// # Panics
+/// If `bytes` is shorter than `8 · (i + 1)`.
+pub fn le_word(bytes: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+    u64::from_le_bytes(w)
+}
+
 #[cfg(target_endian = "big")]
 compile_error!(
     "ROLEX lays remote words out in little-endian byte order; big-endian hosts are not supported"

@@ -2,7 +2,7 @@
 
 use learned_model::{LeafModel, ModelParams};
 
-use crate::{LeafTableEntry, ModelHeader, SLT_SLOTS};
+use crate::{LeafTableEntry, ModelHeader, SLT_SLOTS, le_word};
 
 /// Where the parts of a model record lie, relative to its start.
 ///
@@ -77,12 +77,6 @@ pub struct ModelRecord {
     pub lt: Vec<LeafTableEntry>,
     /// All 256 SLT entries (entry 0 unused).
     pub slt: Vec<LeafTableEntry>,
-}
-
-fn word(bytes: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-    u64::from_le_bytes(w)
 }
 
 fn checksum(fixed: &[u8], model: &[u8], pivots: &[u8]) -> u64 {
@@ -168,8 +162,8 @@ impl ModelRecord {
             return Err("fixed part shorter than 64 bytes".into());
         }
         let layout = RecordLayout {
-            leaves: word(fixed, 3),
-            model_bytes: word(fixed, 4),
+            leaves: le_word(fixed, 3),
+            model_bytes: le_word(fixed, 4),
         };
         let total = layout
             .leaves
@@ -196,7 +190,7 @@ impl ModelRecord {
         let (fixed, rest) = bytes.split_at(RECORD_FIXED_BYTES as usize);
         let (model_bytes, rest) = rest.split_at(layout.model_bytes as usize);
         let (pivot_bytes, rest) = rest.split_at(8 * n);
-        if checksum(fixed, model_bytes, pivot_bytes) != word(fixed, 5) {
+        if checksum(fixed, model_bytes, pivot_bytes) != le_word(fixed, 5) {
             return Err("checksum mismatch".into());
         }
         if model_bytes.len() < learned_model::serial::HEADER_LEN {
@@ -204,22 +198,22 @@ impl ModelRecord {
         }
         // The model encoding knows its own length; the padding after it is zero.
         let model_len = learned_model::serial::HEADER_LEN
-            + usize::try_from(word(model_bytes, 6)).map_err(|_| "model length overflows")?;
+            + usize::try_from(le_word(model_bytes, 6)).map_err(|_| "model length overflows")?;
         let model = LeafModel::decode(model_bytes.get(..model_len).ok_or("model truncated")?)
             .map_err(|e| format!("model: {e}"))?;
         if model.params() != params || model.leaves() != layout.leaves {
             return Err("model parameters or leaf count differ from the pool's".into());
         }
-        let words = |b: &[u8]| (0..b.len() / 8).map(|i| word(b, i)).collect::<Vec<_>>();
+        let words = |b: &[u8]| (0..b.len() / 8).map(|i| le_word(b, i)).collect::<Vec<_>>();
         let entries = words(rest)
             .into_iter()
             .map(LeafTableEntry::from_raw)
             .collect::<Vec<_>>();
         let (lt, slt) = entries.split_at(n);
         Ok(Self {
-            header: ModelHeader::from_raw(word(fixed, 0)),
-            slot: word(fixed, 1),
-            first_key: word(fixed, 2),
+            header: ModelHeader::from_raw(le_word(fixed, 0)),
+            slot: le_word(fixed, 1),
+            first_key: le_word(fixed, 2),
             model,
             pivots: words(pivot_bytes),
             lt: lt.to_vec(),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leaf_store::{
     Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RING_VALID, RingLayout,
-    SLT_SLOTS, read_leaf, read_record, read_slot_table,
+    SLT_SLOTS, le_word, read_leaf, read_record, read_slot_table,
 };
 use learned_model::{LeafModel, ModelParams};
 use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr, TransportError, Verb};
@@ -141,12 +141,6 @@ pub struct Retrainer<E: Endpoint> {
     stats: RetrainStats,
 }
 
-fn word(bytes: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&bytes[..8]);
-    u64::from_le_bytes(w)
-}
-
 impl<E: Endpoint> Retrainer<E> {
     /// A worker for the pool on `node`, reached through `ep`. Its generations start above every
     /// record's, so a header word never repeats on this node (records' memory is reused).
@@ -267,7 +261,7 @@ impl<E: Endpoint> Retrainer<E> {
                 self.ep.batch(&mut verbs)?;
             }
             for (i, h) in headers.chunks_exact(8).enumerate() {
-                let header = ModelHeader::from_raw(word(h));
+                let header = ModelHeader::from_raw(le_word(h, 0));
                 let slot = (chunk_index * 4096 + i) as u64;
                 if threshold > 0 && header.slot_use() >= threshold && !header.is_retired() {
                     self.pending.push((header.slot_use(), Reverse(slot)));
@@ -541,7 +535,7 @@ impl<E: Endpoint> Retrainer<E> {
             )?;
             if lt
                 .chunks_exact(8)
-                .all(|c| !LeafTableEntry::from_raw(word(c)).is_locked())
+                .all(|c| !LeafTableEntry::from_raw(le_word(c, 0)).is_locked())
             {
                 return Ok(true);
             }
