@@ -18,42 +18,20 @@ use leaf_store::{BulkLoadConfig, ModelHeader, read_slot_table, required_pool_byt
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::SimTransport;
-
-fn arg(args: &[String], name: &str, default: u64) -> Result<u64, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .ok_or(format!("{name} needs a value"))?
-            .parse()
-            .map_err(|e| format!("{name}: {e}")),
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+use testkit::{XorShift64, flag_u64, median};
 
 fn run() -> Result<String, String> {
     let args: Vec<String> = std::env::args().collect();
-    let keys = arg(&args, "--keys", 1_000_000)?;
-    let slots = arg(&args, "--slots", 20)?.max(1);
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let keys = flag_u64(&args, "--keys", 1_000_000)?;
+    let slots = flag_u64(&args, "--slots", 20)?.max(1);
+    let mut random = XorShift64::new(0x9e37_79b9_7f4a_7c15);
     let load = BulkLoadConfig {
         model_region_factor: 4,
         ..BulkLoadConfig::default()
     };
     let size = required_pool_bytes(keys, &load, slots * 2000).next_multiple_of(4096);
     let transport = SimTransport::anonymous(&[size]).map_err(|e| e.to_string())?;
-    let pairs: Vec<(u64, u64)> = (0..keys).map(|_| (next() >> 1, 0)).collect();
-    let mut pairs = pairs;
+    let mut pairs: Vec<(u64, u64)> = (0..keys).map(|_| (random.next_u64() >> 1, 0)).collect();
     pairs.sort_unstable();
     pairs.dedup_by_key(|p| p.0);
     bootstrap(&transport, pairs, &load).map_err(|e| e.to_string())?;
@@ -92,7 +70,7 @@ fn run() -> Result<String, String> {
                 break;
             }
             for _ in 0..32 {
-                let key = lo + next() % (hi - lo);
+                let key = lo + random.next_u64() % (hi - lo);
                 if client.insert(key, key).map_err(|e| e.to_string())? {
                     inserts += 1;
                 }

@@ -10,6 +10,7 @@ use index_core::{CacheMode, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
 use rdma_transport::Transport;
 use sim_transport::{SimConfig, SimTransport};
+use testkit::XorShift64;
 
 const WRITERS: u64 = 3;
 
@@ -21,13 +22,6 @@ fn tiny() -> BulkLoadConfig {
         slot_leaves: 2,
         ..BulkLoadConfig::default()
     }
-}
-
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
 }
 
 fn pool(initial: &[(u64, u64)], spare: u64, nodes: usize) -> SimTransport {
@@ -100,16 +94,16 @@ fn stress(mode: CacheMode, nodes: usize, handovers: u32) {
         );
         std::thread::spawn(move || {
             let mut client = store.client().expect("client");
-            let mut state = 0x1234_5678_9abc_def1u64;
+            let mut random = XorShift64::new(0x1234_5678_9abc_def1);
             let mut checked = 0u64;
             while !stop.load(Ordering::Acquire) || checked < 2_000 {
-                let t = (xorshift(&mut state) % WRITERS) as usize;
+                let t = (random.next_u64() % WRITERS) as usize;
                 let done = published[t].load(Ordering::Acquire);
                 if done == 0 {
                     std::thread::yield_now();
                     continue;
                 }
-                let key = sequences[t][(xorshift(&mut state) % done as u64) as usize];
+                let key = sequences[t][(random.next_u64() % done as u64) as usize];
                 let got = client.get(key).expect("reader get");
                 assert_eq!(
                     got,
@@ -133,14 +127,14 @@ fn stress(mode: CacheMode, nodes: usize, handovers: u32) {
             std::thread::spawn(move || {
                 let mut client = store.client().expect("client");
                 let mut oracle: BTreeMap<u64, u64> = BTreeMap::new();
-                let mut state = 0xdead_beef_u64 + t;
+                let mut random = XorShift64::new(0xdead_beef + t);
                 for (i, &seq_key) in sequence.iter().enumerate() {
                     assert!(client.insert(seq_key, seq_key).expect("insert"));
                     published[t as usize].store(i + 1, Ordering::Release);
                     oracle.insert(seq_key, seq_key);
-                    let key = (xorshift(&mut state) % 2_000) * 240 + t;
-                    let value = xorshift(&mut state);
-                    match xorshift(&mut state) % 5 {
+                    let key = (random.next_u64() % 2_000) * 240 + t;
+                    let value = random.next_u64();
+                    match random.next_u64() % 5 {
                         0 => {
                             let present = client.get(key).expect("get");
                             assert_eq!(
@@ -174,7 +168,7 @@ fn stress(mode: CacheMode, nodes: usize, handovers: u32) {
                             }
                         }
                         _ => {
-                            let contended = xorshift(&mut state) % 2_000;
+                            let contended = random.next_u64() % 2_000;
                             if client
                                 .insert(contended * 240 + 7, contended)
                                 .expect("contended insert")

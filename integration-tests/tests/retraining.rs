@@ -13,15 +13,13 @@ use leaf_store::{BulkLoadConfig, RingLayout, required_pool_bytes, verify};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::SimTransport;
+use testkit::XorShift64;
 
 fn keys(n: usize, seed: u64) -> Vec<u64> {
-    let mut state = seed | 1;
+    let mut random = XorShift64::new(seed | 1);
     let mut out = BTreeSet::new();
     while out.len() < n {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.insert(state >> 1);
+        out.insert(random.next_u64() >> 1);
     }
     out.into_iter().collect()
 }
@@ -122,12 +120,10 @@ fn retraining_keeps_up_with_five_times_the_loaded_keys() {
         );
         std::thread::spawn(move || {
             let mut client = store.client().expect("client");
-            let mut state = 5u64;
+            let mut random = XorShift64::new(5);
             let mut reads = 0u64;
             while writing.load(Ordering::Acquire) {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
+                let state = random.next_u64();
                 let t = (state % shares.len() as u64) as usize;
                 let done = published[t].load(Ordering::Acquire);
                 if done > 0 {

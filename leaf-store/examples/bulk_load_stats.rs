@@ -21,40 +21,22 @@ use leaf_store::{BulkLoadConfig, Layout, bulk_load, read_record, read_slot_table
 use learned_model::TopLevelIndex;
 use rdma_transport::Transport;
 use sim_transport::SimTransport;
-
-fn arg(args: &[String], name: &str, default: u64) -> Result<u64, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .ok_or(format!("{name} needs a value"))?
-            .parse()
-            .map_err(|e| format!("{name}: {e}")),
-    }
-}
+use testkit::{XorShift64, flag_u64};
 
 fn run() -> Result<String, String> {
     let args: Vec<String> = std::env::args().collect();
-    let keys = arg(&args, "--keys", 10_000_000)?;
-    let seed = arg(&args, "--seed", 1)?;
+    let keys = flag_u64(&args, "--keys", 10_000_000)?;
+    let seed = flag_u64(&args, "--seed", 1)?;
     let config = BulkLoadConfig {
-        fill: arg(&args, "--fill", BulkLoadConfig::default().fill)?,
-        slot_leaves: arg(
+        fill: flag_u64(&args, "--fill", BulkLoadConfig::default().fill)?,
+        slot_leaves: flag_u64(
             &args,
             "--slot-leaves",
             BulkLoadConfig::default().slot_leaves,
         )?,
         ..BulkLoadConfig::default()
     };
-    let mut state = seed | 1;
-    let pairs: Vec<(u64, u64)> = (0..keys)
-        .map(|i| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state, i)
-        })
-        .collect();
+    let pairs: Vec<(u64, u64)> = XorShift64::new(seed | 1).zip(0..keys).collect();
     let size = leaf_store::required_pool_bytes(keys, &config, 0).next_multiple_of(4096);
     let transport = SimTransport::anonymous(&[size]).map_err(|e| e.to_string())?;
     let node = transport.memory_nodes()[0];

@@ -5,17 +5,10 @@
 use leaf_store::{BulkLoadConfig, Layout, LeafStoreError, bulk_load, read_all_entries, verify};
 use rdma_transport::{Endpoint, Transport};
 use sim_transport::{Pool, SimConfig, SimTransport};
+use testkit::XorShift64;
 
 fn pairs(n: u64, seed: u64) -> Vec<(u64, u64)> {
-    let mut state = seed | 1;
-    let mut keys: Vec<u64> = (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        })
-        .collect();
+    let mut keys: Vec<u64> = XorShift64::new(seed | 1).take(n as usize).collect();
     keys.sort_unstable();
     keys.dedup();
     keys.into_iter()

@@ -19,6 +19,7 @@ use learned_model::{LeafModel, ModelParams, TopLevelIndex};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Normal};
+use testkit::median;
 
 struct Args {
     keys: usize,
@@ -95,11 +96,6 @@ fn key_set(dist: &str, n: usize, seed: u64) -> Result<Vec<u64>, String> {
     keys.sort_unstable();
     keys.dedup();
     Ok(keys)
-}
-
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
 }
 
 fn run(args: &Args) -> Result<String, String> {

@@ -255,13 +255,7 @@ mod tests {
                 probes.push(k + (next - k) / 2);
             }
         }
-        let mut state = seed | 1;
-        for _ in 0..200 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            probes.push(state);
-        }
+        probes.extend(testkit::XorShift64::new(seed | 1).take(200));
         probes
     }
 
@@ -327,17 +321,15 @@ mod tests {
         for (epsilon, delta) in [(1, 1), (1, 2), (2, 2), (2, 4)] {
             let params = ModelParams::new(epsilon, delta).expect("params");
             for seed in 1..300u64 {
-                let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
                 let mut key = 0u64;
-                let keys: Vec<u64> = (0..60)
-                    .map(|_| {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        key += 1 + state % [2, 10, 1000][(state >> 40) as usize % 3];
-                        key
-                    })
-                    .collect();
+                let keys: Vec<u64> =
+                    testkit::XorShift64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+                        .take(60)
+                        .map(|state| {
+                            key += 1 + state % [2, 10, 1000][(state >> 40) as usize % 3];
+                            key
+                        })
+                        .collect();
                 let model = LeafModel::train_filled(params, &keys, delta).expect("train");
                 let pivots: Vec<u64> = keys.chunks(delta as usize).map(|c| c[0]).collect();
                 for w in keys.windows(2).filter(|w| w[1] - w[0] > 1) {

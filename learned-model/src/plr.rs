@@ -438,21 +438,19 @@ mod tests {
     use crate::reference::optimal_segment_count;
     use crate::test_support::KeySet;
 
-    fn check_bound(
-        points: &[(u64, u64)],
-        segments: &[Segment],
-        epsilon: u64,
-    ) -> Result<(), String> {
+    /// Passes when every point's prediction by the segment covering its key is within `epsilon`
+    /// of its position; fails naming the first point that is not.
+    fn bound_holds(points: &[(u64, u64)], segments: &[Segment], epsilon: u64) -> TestResult {
         for &(key, position) in points {
             let i = segments.partition_point(|s| s.first_key <= key);
             let pred = segments[i - 1].predict(key);
             if pred.abs_diff(position) > epsilon {
-                return Err(format!(
+                return TestResult::error(format!(
                     "key {key}: predicted {pred}, position {position}, ε {epsilon}"
                 ));
             }
         }
-        Ok(())
+        TestResult::passed()
     }
 
     #[test]
@@ -466,10 +464,7 @@ mod tests {
                 .map(|(i, &k)| (k, i as u64))
                 .collect();
             let segments = train(points.iter().copied(), epsilon).expect("valid input");
-            match check_bound(&points, &segments, epsilon) {
-                Ok(()) => TestResult::passed(),
-                Err(e) => TestResult::error(e),
-            }
+            bound_holds(&points, &segments, epsilon)
         }
         QuickCheck::new()
             .tests(500)
@@ -489,10 +484,7 @@ mod tests {
                 .map(|(i, &k)| (k, i as u64 / 3 * stride + i as u64 % 3))
                 .collect();
             let segments = train(points.iter().copied(), epsilon).expect("valid input");
-            match check_bound(&points, &segments, epsilon) {
-                Ok(()) => TestResult::passed(),
-                Err(e) => TestResult::error(e),
-            }
+            bound_holds(&points, &segments, epsilon)
         }
         QuickCheck::new()
             .tests(300)
@@ -523,10 +515,7 @@ mod tests {
                 Ok(segments) => segments,
                 Err(e) => return TestResult::error(format!("{e}")),
             };
-            match check_bound(&points, &segments, epsilon) {
-                Ok(()) => TestResult::passed(),
-                Err(e) => TestResult::error(e),
-            }
+            bound_holds(&points, &segments, epsilon)
         }
         QuickCheck::new()
             .tests(500)
@@ -609,14 +598,8 @@ mod tests {
     /// leaves, i.e. positions = ranks). Optimal PLR must not need more.
     #[test]
     fn table_1_uniform_5m_keys_needs_at_most_5153_segments() {
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut keys: Vec<u64> = (0..5_000_000)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state
-            })
+        let mut keys: Vec<u64> = testkit::XorShift64::new(0x2545_f491_4f6c_dd1d)
+            .take(5_000_000)
             .collect();
         keys.sort_unstable();
         keys.dedup();

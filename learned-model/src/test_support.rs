@@ -1,6 +1,7 @@
 //! Generators shared by this crate's property tests.
 
 use quickcheck::{Arbitrary, Gen};
+use testkit::XorShift64;
 
 /// A sorted set of unique keys drawn in one of several shapes that stress different paths:
 /// full-range random (huge gaps, spans near 2^64), clustered runs, dense runs, and sets that
@@ -63,13 +64,11 @@ impl Arbitrary for KeySet {
 
 /// Splits `keys` into leaves of between 1 and `delta` keys, pseudo-randomly from `seed`.
 pub(crate) fn random_leaves(keys: &[u64], delta: u64, seed: u64) -> Vec<Vec<u64>> {
-    let mut state = seed | 1;
+    let mut random = XorShift64::new(seed | 1);
     let mut leaves = Vec::new();
     let mut rest = keys;
     while !rest.is_empty() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
+        let state = random.next_u64();
         let take = ((state % delta) + 1).min(rest.len() as u64) as usize;
         leaves.push(rest[..take].to_vec());
         rest = &rest[take..];

@@ -11,19 +11,20 @@ use std::time::Instant;
 
 use rdma_transport::{Endpoint, RemoteAddr, Transport, Verb};
 use sim_transport::{SimEndpoint, SimTransport};
+use testkit::{flag_u64, median};
 
 fn median_ns(runs: usize, iters: u64, mut op: impl FnMut(u64)) -> f64 {
-    let mut samples: Vec<f64> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            for i in 0..iters {
-                op(i);
-            }
-            start.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    median(
+        (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                for i in 0..iters {
+                    op(i);
+                }
+                start.elapsed().as_nanos() as f64 / iters as f64
+            })
+            .collect(),
+    )
 }
 
 /// ns/op for READ, WRITE, CAS, FAA and a 4-verb batch over `slots` 4 KiB slots.
@@ -63,20 +64,12 @@ fn measure(ep: &mut SimEndpoint, runs: usize, iters: u64, slots: u64) -> [f64; 5
     [read, write, cas, faa, batch4]
 }
 
-fn arg(args: &[String], name: &str, default: u64) -> Result<u64, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .ok_or(format!("{name} needs a value"))?
-            .parse()
-            .map_err(|e| format!("{name}: {e}")),
-    }
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let (iters, runs) = match (arg(&args, "--iters", 2_000_000), arg(&args, "--runs", 7)) {
+    let (iters, runs) = match (
+        flag_u64(&args, "--iters", 2_000_000),
+        flag_u64(&args, "--runs", 7),
+    ) {
         (Ok(i), Ok(r)) if i > 0 && r > 0 => (i, r as usize),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("sim_cost: {e}");
