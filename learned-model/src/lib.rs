@@ -14,6 +14,7 @@
 //! This crate depends on no transport: it is pure computation over sorted keys.
 
 mod error;
+mod hull;
 mod leaf_model;
 mod plr;
 #[cfg(test)]
