@@ -80,10 +80,10 @@ pub(crate) fn slope_less<A: Products>(p: Point, q: Point, r: Point, s: Point) ->
     A::signed(s.x - r.x, q.y - p.y) < A::signed(q.x - p.x, s.y - r.y)
 }
 
-/// Where `q` lies against the line through `from` and `to` (`from.x < to.x`, `from.x ≤ q.x`):
-/// the sign of `(to.x − from.x)(q.y − from.y) − (q.x − from.x)(to.y − from.y)`, as the pair of
-/// products to compare (first < second: `q` strictly below the line; first > second: strictly
-/// above).
+/// Where `q` lies against the line through `from` and `to` (`from.x < to.x`, `from.x ≤ q.x`), as
+/// two heights above `from`, both scaled by the line's run `to.x − from.x`: `q`'s,
+/// `(to.x − from.x)(q.y − from.y)`, and the line's at `q.x`, `(q.x − from.x)(to.y − from.y)`.
+/// The first below the second: `q` strictly below the line; above: strictly above.
 #[inline(always)]
 pub(crate) fn side<A: Products>(from: Point, to: Point, q: Point) -> (A::Signed, A::Signed) {
     (
@@ -238,7 +238,11 @@ mod tests {
             for &(x, y) in &concave {
                 chain.push::<Narrow>(Point { x, y });
             }
-            assert_eq!(chain.live().len(), concave.len(), "all are upper-hull vertices");
+            assert_eq!(
+                chain.live().len(),
+                concave.len(),
+                "all are upper-hull vertices"
+            );
             chain.start = start;
             chain.push::<Narrow>(above_all);
             // Everything after `start` (but at least the first vertex) goes.

@@ -94,15 +94,15 @@ impl Hulls {
                 // Both band ends against both extreme lines; a line's own product is shared. The
                 // steepest line rises, from a lower endpoint that neither end can be below.
                 let Line { from, to } = self.max_line;
-                let (high_rise, max_rise) = side_rising::<A>(from, to, high);
-                let (low_rise, _) = side_rising::<A>(from, to, low);
-                let high_below_max = high_rise < max_rise;
-                let low_above_max = low_rise > max_rise;
+                let (high_height, max_height) = side_rising::<A>(from, to, high);
+                let (low_height, _) = side_rising::<A>(from, to, low);
+                let high_below_max = high_height < max_height;
+                let low_above_max = low_height > max_height;
                 let Line { from, to } = self.min_line;
-                let (high_rise, min_rise) = side::<A>(from, to, high);
-                let (low_rise, _) = side::<A>(from, to, low);
-                let high_below_min = high_rise < min_rise;
-                let low_above_min = low_rise > min_rise;
+                let (high_height, min_height) = side::<A>(from, to, high);
+                let (low_height, _) = side::<A>(from, to, low);
+                let high_below_min = high_height < min_height;
+                let low_above_min = low_height > min_height;
                 if high_below_min || low_above_max {
                     return false;
                 }
