@@ -88,7 +88,7 @@ impl Leaf {
     /// Encodes the leaf as leaf number `leaf_num` into `out`, which must be exactly
     /// [`leaf_bytes`]`(delta)` long and hold at most δ entries.
     pub fn encode_into(&self, leaf_num: u64, out: &mut [u8]) -> Result<(), LeafStoreError> {
-        if out.len() < 16 || (out.len() - 16) % 16 != 0 {
+        if out.len() < 16 || !(out.len() - 16).is_multiple_of(16) {
             return Err(LeafStoreError::CorruptLeaf(
                 "leaf buffer is not 16 + 16·δ bytes",
             ));
@@ -123,7 +123,7 @@ impl Leaf {
     /// [`LeafStoreError::TornLeaf`] (re-read it); a valid checksum over impossible contents is
     /// [`LeafStoreError::CorruptLeaf`].
     pub fn decode(leaf_num: u64, bytes: &[u8]) -> Result<Self, LeafStoreError> {
-        if bytes.len() < 16 || (bytes.len() - 16) % 16 != 0 {
+        if bytes.len() < 16 || !(bytes.len() - 16).is_multiple_of(16) {
             return Err(LeafStoreError::CorruptLeaf(
                 "leaf buffer is not 16 + 16·δ bytes",
             ));

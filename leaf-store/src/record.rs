@@ -170,7 +170,9 @@ impl ModelRecord {
             .checked_mul(16)
             .and_then(|b| b.checked_add(layout.model_bytes))
             .and_then(|b| b.checked_add(RECORD_FIXED_BYTES + 8 * SLT_SLOTS as u64));
-        if layout.leaves == 0 || layout.model_bytes % 8 != 0 || total.is_none_or(|t| t > max_bytes)
+        if layout.leaves == 0
+            || !layout.model_bytes.is_multiple_of(8)
+            || total.is_none_or(|t| t > max_bytes)
         {
             return Err(format!(
                 "impossible sizes ({} leaves, {} model bytes)",

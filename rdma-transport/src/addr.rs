@@ -67,7 +67,7 @@ impl RemoteAddr {
 
     /// Whether the address is a multiple of 8, as remote atomics require.
     pub const fn is_word_aligned(self) -> bool {
-        self.offset % 8 == 0
+        self.offset.is_multiple_of(8)
     }
 }
 

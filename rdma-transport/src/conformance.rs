@@ -48,7 +48,7 @@ impl Scratch {
 /// [`peer_exchange`] between two threads.
 pub fn run_all<T: Transport>(transport: &T, scratch: Scratch) {
     assert!(
-        scratch.len >= MIN_SCRATCH && scratch.base % 8 == 0,
+        scratch.len >= MIN_SCRATCH && scratch.base.is_multiple_of(8),
         "conformance needs an 8-byte-aligned scratch range of at least {MIN_SCRATCH} bytes"
     );
     let mut ep = transport.endpoint().expect("open an endpoint");

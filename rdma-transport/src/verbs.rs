@@ -588,16 +588,16 @@ impl Endpoint for VerbsEndpoint {
         // One signaled completion ends the batch.
         let deadline = Instant::now() + COMPLETION_TIMEOUT;
         loop {
-            if let Ok(mut poller) = self.cq.start_poll() {
-                if let Some(wc) = poller.next() {
-                    if wc.status() != 0 {
-                        return Err(connection(format!(
-                            "work completion failed with status {}",
-                            wc.status()
-                        )));
-                    }
-                    break;
+            if let Ok(mut poller) = self.cq.start_poll()
+                && let Some(wc) = poller.next()
+            {
+                if wc.status() != 0 {
+                    return Err(connection(format!(
+                        "work completion failed with status {}",
+                        wc.status()
+                    )));
                 }
+                break;
             }
             if Instant::now() >= deadline {
                 return Err(connection("no completion from the memory node within 10 s"));

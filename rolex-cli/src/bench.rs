@@ -431,7 +431,7 @@ fn run_workload<T: Transport + 'static>(
                     let ns = at.elapsed().as_nanos() as u64;
                     let _ = result.latency[kind].record(ns.max(1));
                     result.net[kind] += client.net_stats() - before;
-                    if i % 1024 == 0 {
+                    if i.is_multiple_of(1024) {
                         done.fetch_add(1024, Ordering::Relaxed);
                     }
                 }

@@ -42,7 +42,7 @@ impl std::fmt::Debug for Pool {
 }
 
 fn check_size(len: u64) -> Result<usize, PoolError> {
-    if len == 0 || len % 8 != 0 {
+    if len == 0 || !len.is_multiple_of(8) {
         return Err(PoolError::BadSize(len));
     }
     usize::try_from(len).map_err(|_| PoolError::BadSize(len))
@@ -227,7 +227,7 @@ impl Pool {
         let words = self.words();
         let mut pos = offset as usize;
         let mut done = 0;
-        if pos % 8 == 0 {
+        if pos.is_multiple_of(8) {
             // Fast path: whole aligned words.
             let whole = buf.len() / 8 * 8;
             let first = pos / 8;
@@ -255,7 +255,7 @@ impl Pool {
         let words = self.words();
         let mut pos = offset as usize;
         let mut done = 0;
-        if pos % 8 == 0 {
+        if pos.is_multiple_of(8) {
             // Fast path: whole aligned words.
             let whole = data.len() / 8 * 8;
             let first = pos / 8;
