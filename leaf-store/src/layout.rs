@@ -8,7 +8,7 @@ use crate::{LeafStoreError, leaf_bytes};
 /// `"ROLEXPL1"`: the first word of every pool.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
 /// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 /// Size of the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 256;
 
@@ -107,7 +107,11 @@ impl Superblock {
                 "fill or slot size out of range",
             ));
         }
-        if sb.leaf_bytes != leaf_bytes(sb.delta) || sb.key_lo > sb.key_hi || sb.slots == 0 {
+        if sb.leaf_bytes != leaf_bytes(sb.delta)
+            || sb.key_lo > sb.key_hi
+            || sb.slots == 0
+            || sb.slots > crate::RingEntry::MAX_SLOT + 1
+        {
             return Err(LeafStoreError::CorruptSuperblock(
                 "inconsistent leaf size, key range or slots",
             ));

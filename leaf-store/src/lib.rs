@@ -37,7 +37,7 @@ pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Sup
 pub use leaf::{Leaf, leaf_bytes, leaf_checksum};
 pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
 pub use record::{ModelRecord, RecordLayout};
-pub use ring::{RING_VALID, RingLayout};
+pub use ring::{RingEntry, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
 pub use walk::{read_all_entries, read_leaf, read_record, read_slot_table, walk_chain};
 

@@ -165,7 +165,7 @@ fn attaching_to_something_else_is_a_clear_error() {
         Layout::attach(&mut ep, node),
         Err(LeafStoreError::UnsupportedVersion {
             found: 99,
-            supported: 1
+            supported: leaf_store::LAYOUT_VERSION
         })
     ));
     ep.write_word(at(8), version).expect("write");

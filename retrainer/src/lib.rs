@@ -11,4 +11,4 @@
 pub mod queue;
 mod worker;
 
-pub use worker::{RetrainConfig, RetrainError, RetrainReport, RetrainStats, Retrainer};
+pub use worker::{Recovery, RetrainConfig, RetrainError, RetrainReport, RetrainStats, Retrainer};

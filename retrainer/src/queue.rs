@@ -5,13 +5,19 @@
 //!    if the bit is already set, the slot is pending and nothing more is done) — so no slot is
 //!    ever queued twice while pending;
 //! 2. FAA the tail to claim a position;
-//! 3. WRITE `VALID | slot` at that position.
+//! 3. WRITE the entry at that position: the slot, tagged with the position's lap
+//!    (`leaf_store::RingEntry`), so the consumer tells it from an entry of an earlier lap.
 //!
 //! Because every pending slot holds its bit, at most `slots` entries are pending, and bulk load
 //! gives the ring at least one entry per slot: the ring cannot overflow. The memory node consumes
 //! from the head and clears the bit once the slot's retraining is done.
+//!
+//! A compute node that dies between steps 1 and 3 leaves its slot marked but unnamed, and after
+//! step 2 also a claimed position that is never written. The worker skips a position left
+//! unwritten for `RetrainConfig::ring_stall_limit` and then queues again every marked slot that
+//! no entry names, so neither stops retraining for good.
 
-use leaf_store::{Layout, LeafStoreError, RING_VALID, RingLayout};
+use leaf_store::{Layout, LeafStoreError, RingEntry, RingLayout};
 use rdma_transport::Endpoint;
 
 /// What [`enqueue`] did.
@@ -49,7 +55,10 @@ pub fn enqueue<E: Endpoint>(
         word = old;
     }
     let position = ep.faa(ring.tail(), 1)?;
-    ep.write_word(ring.entry(position), RING_VALID | slot)?;
+    let entry = RingEntry::new(position, layout.superblock().ring_capacity, slot).ok_or(
+        LeafStoreError::InvalidConfig(format!("slot {slot} does not fit a ring entry")),
+    )?;
+    ep.write_word(ring.entry(position), entry.raw())?;
     Ok(Enqueued::At(position))
 }
 
@@ -92,7 +101,10 @@ mod tests {
         assert!(is_pending(&mut ep, &layout, 4).expect("read"));
         assert!(!is_pending(&mut ep, &layout, 5).expect("read"));
         let ring = RingLayout::new(layout);
-        assert_eq!(ep.read_word(ring.entry(1)), Ok(RING_VALID | 70));
+        let entry = RingEntry::from_raw(ep.read_word(ring.entry(1)).expect("read"));
+        let capacity = layout.superblock().ring_capacity;
+        assert_eq!(entry.slot_at(1, capacity), Some(70));
+        assert_eq!(entry.slot_at(1 + capacity, capacity), None);
         assert_eq!(ep.read_word(ring.tail()), Ok(3));
         assert!(enqueue(&mut ep, &layout, layout.slots()).is_err());
         assert!(

@@ -1,11 +1,11 @@
 //! The retraining worker.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use leaf_store::{
-    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RING_VALID, RingLayout,
+    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RingEntry, RingLayout,
     SLT_SLOTS, le_word, read_leaf, read_record, read_slot_table,
 };
 use learned_model::{LeafModel, ModelParams};
@@ -29,6 +29,10 @@ pub struct RetrainConfig {
     pub idle_sweep_threshold: u64,
     /// At most one idle sweep (reading every slot's header) per this interval.
     pub sweep_interval: Duration,
+    /// A ring position claimed by a compute node but left unwritten this long is skipped (its
+    /// writer has died; compute nodes write right after claiming), and every slot marked queued
+    /// that no entry names is queued again.
+    pub ring_stall_limit: Duration,
     /// Whether changes made between the pre-built snapshot and the freeze are carried into the new
     /// record (always, outside loom builds; loom models switch it off to show it is needed).
     #[cfg(loom)]
@@ -43,6 +47,7 @@ impl Default for RetrainConfig {
             idle_sleep: Duration::from_micros(200),
             idle_sweep_threshold: 8,
             sweep_interval: Duration::from_millis(50),
+            ring_stall_limit: Duration::from_secs(5),
             #[cfg(loom)]
             carry_over: true,
         }
@@ -118,6 +123,25 @@ pub struct RetrainStats {
     pub total_nanos: u64,
     /// Retired records whose memory was reclaimed.
     pub reclaimed_records: u64,
+    /// Ring positions skipped because their claimant never wrote them.
+    pub ring_positions_skipped: u64,
+    /// Slots marked queued that no ring entry named, queued again (after a skip or at start).
+    pub requeued: u64,
+}
+
+/// What a worker found and repaired when it started on a pool whose previous worker stopped
+/// without finishing (a crash, a kill): see [`Retrainer::new`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The slot whose retraining stopped before its slot pointer moved: its record was unfrozen
+    /// and the slot queued again.
+    pub unfrozen: Option<u64>,
+    /// The slot whose retraining stopped after its slot pointer moved: its old record was marked
+    /// retired (compute nodes still using it reload) and will be reclaimed after the grace period.
+    pub retired: Option<u64>,
+    /// Slots marked queued that no ring entry names any more (the previous worker had taken them):
+    /// queued again.
+    pub requeued: u64,
 }
 
 type Chains = Vec<Vec<(LeafTableEntry, Leaf)>>;
@@ -139,11 +163,21 @@ pub struct Retrainer<E: Endpoint> {
     free: Vec<(u64, u64)>,
     generation: u64,
     stats: RetrainStats,
+    recovery: Recovery,
+    /// The ring position found claimed but unwritten, and since when.
+    stalled: Option<(u64, Instant)>,
 }
 
 impl<E: Endpoint> Retrainer<E> {
     /// A worker for the pool on `node`, reached through `ep`. Its generations start above every
     /// record's, so a header word never repeats on this node (records' memory is reused).
+    ///
+    /// One worker serves a pool at a time. If the previous one stopped in the middle of a
+    /// retraining, this one finishes what the ring's in-flight word says was left: a record still
+    /// referenced by its slot is unfrozen and the slot queued again; one already replaced is
+    /// marked retired. Slots marked queued that no ring entry names are queued again. What was
+    /// repaired is in [`Retrainer::recovery`]. Model-region space the previous worker had
+    /// allocated but not yet referenced, or retired but not yet reclaimed, stays unused.
     pub fn new(
         mut ep: E,
         node: MemoryNodeInfo,
@@ -158,7 +192,7 @@ impl<E: Endpoint> Retrainer<E> {
         for (addr, _) in read_slot_table(&mut ep, &layout)? {
             generation = generation.max(ModelHeader::from_raw(ep.read_word(addr)?).generation());
         }
-        Ok(Self {
+        let mut worker = Self {
             ep,
             layout,
             params,
@@ -170,7 +204,57 @@ impl<E: Endpoint> Retrainer<E> {
             free: Vec::new(),
             generation: generation + 1,
             stats: RetrainStats::default(),
-        })
+            recovery: Recovery::default(),
+            stalled: None,
+        };
+        worker.recover()?;
+        Ok(worker)
+    }
+
+    /// What this worker repaired when it started.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
+    }
+
+    /// The endpoint the worker reaches its pool through (its counters; fault injection in tests).
+    pub fn endpoint_mut(&mut self) -> &mut E {
+        &mut self.ep
+    }
+
+    /// Repairs what a previous worker left (see [`Retrainer::new`]).
+    fn recover(&mut self) -> Result<(), RetrainError> {
+        let in_flight = self.ep.read_word(self.ring.in_flight())?;
+        if in_flight != 0 {
+            let old_addr = RemoteAddr::unpack(in_flight);
+            // Word 1 of a record is its slot id; read_record checks the whole record against it.
+            let slot = self
+                .ep
+                .read_word(old_addr.checked_add(8).unwrap_or(old_addr))?;
+            if slot >= self.layout.slots() {
+                return Err(LeafStoreError::CorruptRecord {
+                    slot,
+                    reason: format!("the in-flight record {old_addr} names no slot"),
+                }
+                .into());
+            }
+            let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
+            let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
+            if current == old_addr {
+                self.clear_flag(old_addr, ModelHeader::new(0).locked().raw())?;
+                let slot_use = ModelHeader::from_raw(self.ep.read_word(old_addr)?).slot_use();
+                self.pending.push((slot_use, Reverse(slot)));
+                self.recovery.unfrozen = Some(slot);
+            } else {
+                self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+                self.retired
+                    .push_back((Instant::now(), old_addr.offset(), old.layout().total()));
+                self.recovery.retired = Some(slot);
+            }
+            self.ep.write_word(self.ring.in_flight(), 0)?;
+        }
+
+        self.recovery.requeued = self.requeue_marked()?;
+        Ok(())
     }
 
     /// Counters so far.
@@ -189,19 +273,34 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Moves queued slots from the ring into the worker's priority queue (most used SLT first).
-    /// Stops at an entry whose producer has claimed it but not yet written it.
+    /// Stops at a position claimed but not yet written; one left unwritten for
+    /// [`RetrainConfig::ring_stall_limit`] is skipped and marked slots are queued again.
     pub fn poll(&mut self) -> Result<usize, RetrainError> {
+        let capacity = self.layout.superblock().ring_capacity;
         let tail = self.ep.read_word(self.ring.tail())?;
+        let first = self.head;
         let mut taken = 0;
+        let mut skipped = false;
         while self.head < tail {
-            let entry_addr = self.ring.entry(self.head);
-            let entry = self.ep.read_word(entry_addr)?;
-            if entry & RING_VALID == 0 {
+            let entry = RingEntry::from_raw(self.ep.read_word(self.ring.entry(self.head))?);
+            let Some(slot) = entry.slot_at(self.head, capacity) else {
+                match self.stalled {
+                    Some((position, since))
+                        if position == self.head
+                            && since.elapsed() >= self.config.ring_stall_limit =>
+                    {
+                        self.stalled = None;
+                        self.head += 1;
+                        self.stats.ring_positions_skipped += 1;
+                        skipped = true;
+                        continue;
+                    }
+                    Some((position, _)) if position == self.head => {}
+                    _ => self.stalled = Some((self.head, Instant::now())),
+                }
                 break;
-            }
-            self.ep.write_word(entry_addr, 0)?;
+            };
             self.head += 1;
-            let slot = entry & !RING_VALID;
             if slot < self.layout.slots() {
                 let record =
                     RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
@@ -210,10 +309,51 @@ impl<E: Endpoint> Retrainer<E> {
                 taken += 1;
             }
         }
-        if taken > 0 {
+        if self.head != first {
             self.ep.write_word(self.ring.head(), self.head)?;
         }
+        if skipped {
+            taken += self.requeue_marked()? as usize;
+        }
         Ok(taken)
+    }
+
+    /// Queues again every slot marked queued that neither an entry still in the ring nor this
+    /// worker's queue holds (its claimant died, or a previous worker took it and stopped).
+    /// Returns how many. One READ of the ring's entries, one of the bitmap.
+    fn requeue_marked(&mut self) -> Result<u64, RetrainError> {
+        let capacity = self.layout.superblock().ring_capacity;
+        let tail = self.ep.read_word(self.ring.tail())?;
+        let mut entries = vec![0u8; 8 * capacity as usize];
+        self.ep.read(self.ring.entries(), &mut entries)?;
+        let mut held: HashSet<u64> = (self.head..tail.max(self.head))
+            .take(capacity as usize)
+            .filter_map(|position| {
+                let raw = le_word(&entries, 8 * (position % capacity.max(1)) as usize);
+                RingEntry::from_raw(raw).slot_at(position, capacity)
+            })
+            .collect();
+        held.extend(self.pending.iter().map(|&(_, Reverse(slot))| slot));
+        let mut bitmap = vec![0u8; 8 * self.layout.slots().div_ceil(64) as usize];
+        self.ep.read(self.ring.bitmap(), &mut bitmap)?;
+        let mut requeued = 0;
+        for (index, word) in bitmap.chunks_exact(8).enumerate() {
+            let mut bits = le_word(word, 0);
+            while bits != 0 {
+                let slot = 64 * index as u64 + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                if slot >= self.layout.slots() || held.contains(&slot) {
+                    continue;
+                }
+                let record =
+                    RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
+                let slot_use = ModelHeader::from_raw(self.ep.read_word(record)?).slot_use();
+                self.pending.push((slot_use, Reverse(slot)));
+                requeued += 1;
+            }
+        }
+        self.stats.requeued += requeued;
+        Ok(requeued)
     }
 
     /// Retrains the most urgent pending slot, if any.
@@ -343,12 +483,13 @@ impl<E: Endpoint> Retrainer<E> {
             Err(e) => return Err(e),
         };
 
-        // Freeze and drain.
+        // Freeze and drain; the in-flight word names the record until it is retired.
         let frozen_at = Instant::now();
         let locked = ModelHeader::new(0).locked().raw();
+        self.ep.write_word(self.ring.in_flight(), old_addr.pack())?;
         self.set_flag(old_addr, locked)?;
         if !self.drain(&old, old_addr)? {
-            self.clear_flag(old_addr, locked)?;
+            self.unfreeze(old_addr)?;
             if let Some((_, at, len)) = prebuilt {
                 self.free.push((at, len));
             }
@@ -381,13 +522,13 @@ impl<E: Endpoint> Retrainer<E> {
                 let built = match self.build(&frozen, &frozen_chains, &mut train_time) {
                     Ok(built) => built,
                     Err(e) => {
-                        self.clear_flag(old_addr, locked)?;
+                        self.unfreeze(old_addr)?;
                         return Err(e);
                     }
                 };
                 let Some(record) = built else {
                     // Everything was deleted meanwhile: keep the old record, unfrozen.
-                    self.clear_flag(old_addr, locked)?;
+                    self.unfreeze(old_addr)?;
                     self.clear_queued(slot)?;
                     self.stats.skipped_empty += 1;
                     return Ok(None);
@@ -396,7 +537,7 @@ impl<E: Endpoint> Retrainer<E> {
                 let at = match self.allocate(bytes.len() as u64) {
                     Ok(at) => at,
                     Err(e) => {
-                        self.clear_flag(old_addr, locked)?;
+                        self.unfreeze(old_addr)?;
                         return Err(e);
                     }
                 };
@@ -414,6 +555,7 @@ impl<E: Endpoint> Retrainer<E> {
         self.retired
             .push_back((Instant::now(), old_addr.offset(), old_bytes));
         self.clear_queued(slot)?;
+        self.ep.write_word(self.ring.in_flight(), 0)?;
 
         let report = RetrainReport {
             slot,
@@ -568,6 +710,13 @@ impl<E: Endpoint> Retrainer<E> {
             }
             current = old;
         }
+        Ok(())
+    }
+
+    /// Lifts the freeze of `record`, which stays the slot's, and clears the in-flight word.
+    fn unfreeze(&mut self, record: RemoteAddr) -> Result<(), RetrainError> {
+        self.clear_flag(record, ModelHeader::new(0).locked().raw())?;
+        self.ep.write_word(self.ring.in_flight(), 0)?;
         Ok(())
     }
 

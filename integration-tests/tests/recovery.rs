@@ -1,0 +1,263 @@
+//! Crashes around the retraining queue: a memory-node worker that dies at any verb of a
+//! retraining, and a compute node that dies between claiming a ring position and writing it.
+//! Neither may leave a slot frozen, a replaced record in use, or a slot that is never retrained.
+
+#![cfg(not(loom))]
+
+use std::time::Duration;
+
+use index_core::{Client, IndexError, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, Layout, ModelHeader, RingLayout, read_slot_table, verify};
+use rdma_transport::{Endpoint, Transport};
+use retrainer::queue::{enqueue, is_pending};
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::{SimEndpoint, SimTransport};
+
+/// Four keys per leaf, two leaves per slot: a few inserts make synonym leaves.
+fn tiny() -> BulkLoadConfig {
+    BulkLoadConfig {
+        epsilon: 2,
+        delta: 4,
+        fill: 4,
+        slot_leaves: 2,
+        // Room for the records retrainings write beside the loaded ones.
+        model_region_factor: 24,
+        ..BulkLoadConfig::default()
+    }
+}
+
+/// The idle sweep would repair some of this on its own; these tests show the repair that does
+/// not depend on it.
+fn no_sweep() -> RetrainConfig {
+    RetrainConfig {
+        idle_sweep_threshold: 0,
+        ..RetrainConfig::default()
+    }
+}
+
+struct Pool {
+    transport: SimTransport,
+    layout: Layout,
+    /// Every key the store holds.
+    keys: Vec<u64>,
+    /// A reader whose cache holds every slot's record as it was before any retraining.
+    stale: Client<SimEndpoint>,
+}
+
+/// 32 keys 0, 1000, …, 31000 bulk-loaded (four slots); keys 1..=12 inserted (slot 0 gets synonym
+/// leaves); slot 0 queued for retraining; a reader's cache warmed.
+fn pool() -> Pool {
+    pool_with(&tiny())
+}
+
+fn pool_with(load: &BulkLoadConfig) -> Pool {
+    let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
+    let size =
+        leaf_store::required_pool_bytes(loaded.len() as u64, load, 256).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let layout = bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), load)
+        .expect("load")[0]
+        .layout;
+    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let mut writer = store.client().expect("client");
+    let mut keys = loaded;
+    for k in 1..=12 {
+        assert!(writer.insert(k, k).expect("insert"), "insert {k}");
+        keys.push(k);
+    }
+    let mut ep = transport.endpoint().expect("endpoint");
+    assert!(enqueue(&mut ep, &layout, 0).is_ok());
+    let stale_store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let mut stale = stale_store.client().expect("client");
+    for &k in &keys {
+        assert_eq!(stale.get(k).expect("get"), Some(k));
+    }
+    Pool {
+        transport,
+        layout,
+        keys,
+        stale,
+    }
+}
+
+fn header_of_slot(ep: &mut impl Endpoint, layout: &Layout, slot: usize) -> ModelHeader {
+    let record = read_slot_table(ep, layout).expect("slot table")[slot].0;
+    ModelHeader::from_raw(ep.read_word(record).expect("read"))
+}
+
+/// Verbs one uninterrupted poll and retraining of slot 0 take.
+fn verbs_of_one_retraining() -> u64 {
+    let p = pool();
+    let mut worker = Retrainer::new(
+        p.transport.endpoint().expect("endpoint"),
+        p.transport.memory_nodes()[0],
+        no_sweep(),
+    )
+    .expect("worker");
+    let before = worker.endpoint_mut().stats().verbs();
+    assert_eq!(worker.poll().expect("poll"), 1);
+    let report = worker.retrain_next().expect("retrain").expect("slot 0");
+    assert_eq!(report.slot, 0);
+    assert!(report.synonyms_absorbed > 0, "slot 0 had synonym leaves");
+    worker.endpoint_mut().stats().verbs() - before
+}
+
+#[test]
+fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
+    let total = verbs_of_one_retraining();
+    assert!(total > 10, "{total} verbs");
+    let (mut unfrozen, mut retired, mut requeued) = (0, 0, 0);
+    for crash_after in 0..total {
+        let mut p = pool();
+        let node = p.transport.memory_nodes()[0];
+        let mut first = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
+        first.endpoint_mut().crash_after(crash_after);
+        let outcome = first.poll().and_then(|_| first.retrain_next());
+        assert!(
+            outcome.is_err(),
+            "crash after {crash_after} of {total} verbs"
+        );
+        drop(first);
+
+        let mut next = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("the next worker starts");
+        let recovery = next.recovery();
+        unfrozen += u64::from(recovery.unfrozen.is_some());
+        retired += u64::from(recovery.retired.is_some());
+        requeued += recovery.requeued;
+
+        let mut ep = p.transport.endpoint().expect("endpoint");
+        let ring = RingLayout::new(p.layout);
+        assert_eq!(
+            ep.read_word(ring.in_flight()),
+            Ok(0),
+            "in-flight word cleared"
+        );
+        let header = header_of_slot(&mut ep, &p.layout, 0);
+        assert!(
+            !header.is_locked() && !header.is_retired(),
+            "crash after {crash_after}: slot 0's record left {header:?}"
+        );
+        // Writers go on (a record left frozen would make them time out) and split leaves, so
+        // the new keys lie in leaves only the slot's current record links.
+        let store = Store::open(
+            p.transport.clone(),
+            StoreConfig {
+                wait_limit: Duration::from_millis(50),
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open");
+        let mut writer = store.client().expect("client");
+        for k in 100..=130 {
+            match writer.insert(k, k) {
+                Ok(true) => p.keys.push(k),
+                Ok(false) => panic!("{k} was already there"),
+                Err(IndexError::RetrainingTimeout { .. }) => {
+                    panic!("crash after {crash_after}: slot 0 still frozen")
+                }
+                Err(e) => panic!("insert {k}: {e}"),
+            }
+        }
+        // A reader whose cache predates the crash finds them: a replaced record must be retired
+        // for it to notice and reload.
+        for &k in &p.keys {
+            assert_eq!(
+                p.stale.get(k).expect("get"),
+                Some(k),
+                "crash after {crash_after}: the stale reader misses {k}"
+            );
+        }
+        // The next worker retrains what is still queued, and slot 0 ends unqueued.
+        next.poll().expect("poll");
+        while next.retrain_next().expect("retrain").is_some() {}
+        assert!(
+            !is_pending(&mut ep, &p.layout, 0).expect("read"),
+            "crash after {crash_after}: slot 0 stays marked queued"
+        );
+        let report = verify(&mut ep, node).expect("verify");
+        assert!(report.is_clean(), "crash after {crash_after}: {report}");
+    }
+    // Each repair was needed somewhere along the way.
+    assert!(
+        unfrozen > 0 && retired > 0 && requeued > 0,
+        "{unfrozen} {retired} {requeued}"
+    );
+}
+
+#[test]
+fn a_position_its_claimant_never_wrote_is_skipped_and_its_slot_still_retrained() {
+    let p = pool();
+    let node = p.transport.memory_nodes()[0];
+    let mut worker = Retrainer::new(
+        p.transport.endpoint().expect("endpoint"),
+        node,
+        RetrainConfig {
+            ring_stall_limit: Duration::from_millis(50),
+            ..no_sweep()
+        },
+    )
+    .expect("worker");
+    assert_eq!(worker.poll().expect("poll"), 1, "slot 0, queued by pool()");
+    // A compute node marks slot 1, claims a position (read, CAS, FAA) and dies before writing.
+    let mut dying = p.transport.endpoint().expect("endpoint");
+    dying.crash_after(3);
+    assert!(enqueue(&mut dying, &p.layout, 1).is_err());
+    let mut ep = p.transport.endpoint().expect("endpoint");
+    assert!(is_pending(&mut ep, &p.layout, 1).expect("read"));
+    // Another queues slot 2 behind the hole.
+    assert!(enqueue(&mut ep, &p.layout, 2).is_ok());
+    assert_eq!(
+        worker.poll().expect("poll"),
+        0,
+        "waits at the unwritten position"
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        worker.poll().expect("poll"),
+        2,
+        "skips it: slot 2, and slot 1 again"
+    );
+    assert_eq!(worker.stats().ring_positions_skipped, 1);
+    let mut retrained = Vec::new();
+    while let Some(report) = worker.retrain_next().expect("retrain") {
+        retrained.push(report.slot);
+    }
+    retrained.sort_unstable();
+    assert_eq!(retrained, [0, 1, 2]);
+    for slot in 0..3 {
+        assert!(!is_pending(&mut ep, &p.layout, slot).expect("read"));
+    }
+    assert!(verify(&mut ep, node).expect("verify").is_clean());
+}
+
+#[test]
+fn an_entry_of_an_earlier_lap_is_not_taken_for_an_unwritten_position() {
+    // A ring of four entries for four slots: one lap queues each slot once.
+    let p = pool_with(&BulkLoadConfig {
+        ring_capacity: Some(4),
+        ..tiny()
+    });
+    assert_eq!(p.layout.slots(), 4);
+    let node = p.transport.memory_nodes()[0];
+    let mut worker = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+        .expect("worker");
+    let mut ep = p.transport.endpoint().expect("endpoint");
+    for slot in 1..4 {
+        assert!(enqueue(&mut ep, &p.layout, slot).is_ok());
+    }
+    assert_eq!(worker.poll().expect("poll"), 4);
+    while worker.retrain_next().expect("retrain").is_some() {}
+    // Position 4 reuses the first entry, which still names slot 0 from the first lap. Its
+    // claimant dies before writing it.
+    let mut dying = p.transport.endpoint().expect("endpoint");
+    dying.crash_after(3);
+    assert!(enqueue(&mut dying, &p.layout, 2).is_err());
+    assert_eq!(
+        worker.poll().expect("poll"),
+        0,
+        "nothing written at position 4 yet"
+    );
+    assert_eq!(worker.pending(), 0);
+}
