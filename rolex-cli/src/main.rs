@@ -3,7 +3,7 @@
 //! * `rolex bench` — a workload (YCSB A–F, insert-only, 50/50 writes) over an embedded memory node
 //!   (pool, bulk load, retrainer thread) or, with `--attach`, a pool file served by `rolex memnode`.
 //! * `rolex memnode --pool PATH --size SIZE` — creates and bulk-loads a shared pool file, runs the
-//!   retrainer, prints status until stopped.
+//!   retrainer, prints status until stopped; `--resume` serves an existing pool file again.
 //! * `rolex inspect --attach PATH` — superblock, model and leaf statistics, and the verify report.
 //!
 //! Bad input gets one line on stderr and exit code 2.
@@ -150,12 +150,17 @@ fn suite(args: &SuiteArgs) -> Result<(), String> {
 
 #[derive(Debug, clap::Args)]
 struct MemnodeArgs {
-    /// The pool file to create (e.g. under /dev/shm).
+    /// The pool file to create (e.g. under /dev/shm), or with `--resume` to serve again.
     #[arg(long)]
     pool: PathBuf,
     /// Its size: bytes, or with a suffix K, M, G (powers of 1024).
-    #[arg(long, value_parser = parse_size)]
-    size: u64,
+    #[arg(long, value_parser = parse_size, required_unless_present = "resume")]
+    size: Option<u64>,
+    /// Serve an existing pool file (created by an earlier `rolex memnode`, which stopped or was
+    /// killed) instead of creating one: its keys stay as they are, and the retrainer repairs what
+    /// a retraining cut short left behind.
+    #[arg(long, conflicts_with_all = ["size", "load", "keys", "force"])]
+    resume: bool,
     /// Keys to generate and bulk-load.
     #[arg(long, default_value_t = 1_000_000, conflicts_with = "load")]
     keys: u64,
@@ -239,13 +244,38 @@ fn memnode(args: &MemnodeArgs) -> Result<(), String> {
     if args.transport == bench::CliTransport::Verbs {
         verbs_available(args)?;
     }
+    let (transport, _lock) = if args.resume {
+        resume_pool(args)?
+    } else {
+        create_pool(args)?
+    };
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let end = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    match args.transport {
+        bench::CliTransport::Sim => {
+            let node = transport.memory_nodes()[0];
+            let ep = transport.endpoint().map_err(|e| e.to_string())?;
+            let worker =
+                Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+            report_recovery(&worker);
+            retrain_loop(worker, end)
+        }
+        bench::CliTransport::Verbs => serve_verbs(args, transport, end),
+    }
+}
+
+/// Creates and bulk-loads the pool file; prints `ready:`. Removes the file if loading fails.
+fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), String> {
     if args.pool.exists() {
         if !args.force {
             return Err(format!(
-                "{} exists (use --force to replace it)",
+                "{} exists (use --force to replace it, or --resume to serve it again)",
                 args.pool.display()
             ));
         }
+        let _held = lock_pool(&args.pool)?;
         std::fs::remove_file(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?;
     }
     let keys = match &args.load {
@@ -258,8 +288,10 @@ fn memnode(args: &MemnodeArgs) -> Result<(), String> {
         fill: args.fill,
         ..BulkLoadConfig::default()
     };
+    let size = args.size.ok_or("--size is needed to create a pool")?;
     let pool =
-        Pool::create_file(&args.pool, args.size.next_multiple_of(8)).map_err(|e| e.to_string())?;
+        Pool::create_file(&args.pool, size.next_multiple_of(8)).map_err(|e| e.to_string())?;
+    let lock = lock_pool(&args.pool)?;
     let transport = SimTransport::new(vec![pool], SimConfig::default());
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
@@ -285,17 +317,63 @@ fn memnode(args: &MemnodeArgs) -> Result<(), String> {
         report.layout.leaf_capacity(),
         started.elapsed().as_secs_f64()
     );
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
-    let end = args
-        .duration
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    match args.transport {
-        bench::CliTransport::Sim => {
-            let worker =
-                Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
-            retrain_loop(worker, end)
-        }
-        bench::CliTransport::Verbs => serve_verbs(args, transport, end),
+    Ok((transport, lock))
+}
+
+/// Attaches to an existing pool file; prints `ready:`.
+fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), String> {
+    let lock = lock_pool(&args.pool)?;
+    let pool = Pool::open_file(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?;
+    let transport = SimTransport::new(vec![pool], SimConfig::default());
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let layout =
+        Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.pool.display()))?;
+    let leaves_used = rdma_transport::Endpoint::read_word(&mut ep, layout.alloc_num_addr())
+        .map_err(|e| e.to_string())?
+        .min(layout.leaf_capacity());
+    println!(
+        "ready: {} resumed: {} slots, {} leaves in use of {} ({} keys at bulk load)",
+        args.pool.display(),
+        layout.slots(),
+        leaves_used,
+        layout.leaf_capacity(),
+        layout.superblock().keys_loaded
+    );
+    Ok((transport, lock))
+}
+
+/// Holds an exclusive advisory lock on the pool file for as long as the returned handle lives, so
+/// two memory nodes never serve (or replace) one pool. Attached compute processes do not lock.
+fn lock_pool(path: &std::path::Path) -> Result<std::fs::File, String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "{} is served by another memnode (its lock is held)",
+            path.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Prints what the retrainer repaired when it started, if anything.
+fn report_recovery<E: rdma_transport::Endpoint>(worker: &Retrainer<E>) {
+    let recovery = worker.recovery();
+    if recovery != retrainer::Recovery::default() {
+        println!(
+            "recovered: {}{}{} slots queued again",
+            recovery
+                .unfrozen
+                .map_or(String::new(), |s| format!("slot {s} unfrozen and queued, ")),
+            recovery.retired.map_or(String::new(), |s| format!(
+                "slot {s}'s replaced record retired, "
+            )),
+            recovery.requeued
+        );
     }
 }
 
@@ -373,6 +451,7 @@ fn serve_verbs(
         .ok_or("the loopback connection saw no memory node")?;
     let ep = loopback.endpoint().map_err(|e| e.to_string())?;
     let worker = Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+    report_recovery(&worker);
     retrain_loop(worker, end)
 }
 

@@ -88,7 +88,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
     std::fs::write(&garbage, [7u8; 4096]).expect("write");
     let sosd = dir.path().join("keys.sosd");
     std::fs::write(&sosd, 5u64.to_le_bytes()).expect("write");
-    let cases: Vec<Vec<String>> = vec![
+    let mut cases: Vec<Vec<String>> = vec![
         vec!["bench".into(), "--bogus".into()],
         vec!["bench".into(), "--threads".into(), "0".into()],
         vec!["bench".into(), "--workload".into(), "ycsb-z".into()],
@@ -144,6 +144,24 @@ fn bad_input_is_one_line_and_exit_code_2() {
             "100000".into(),
         ],
     ];
+    let resume = |path: &std::path::Path| -> Vec<String> {
+        vec![
+            "memnode".into(),
+            "--resume".into(),
+            "--pool".into(),
+            path.display().to_string(),
+        ]
+    };
+    cases.push(resume(&missing));
+    cases.push(resume(&garbage));
+    cases.push(vec![
+        "memnode".into(),
+        "--resume".into(),
+        "--pool".into(),
+        garbage.display().to_string(),
+        "--size".into(),
+        "1M".into(),
+    ]);
     for args in cases {
         let out = Command::new(ROLEX).args(&args).output().expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -158,4 +176,91 @@ fn bad_input_is_one_line_and_exit_code_2() {
     }
     // A failed memnode leaves no half-built pool behind.
     assert!(!dir.path().join("q").exists());
+}
+
+/// Starts `rolex` with `args` and returns it once it printed its `ready:` line.
+fn start_until_ready(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
+    let mut child = Command::new(ROLEX)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().expect("a line").expect("read");
+    assert!(ready.starts_with("ready:"), "{ready}");
+    std::thread::spawn(move || lines.count());
+    (child, ready)
+}
+
+/// A memnode killed while compute processes write can be started again on its pool file: the
+/// keys are all there, writes go on, and only one memnode serves a pool at a time.
+#[test]
+fn a_killed_memnode_resumes_its_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    let (mut first, _) = start_until_ready(&[
+        "memnode".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--size".as_ref(),
+        "96M".as_ref(),
+        "--keys".as_ref(),
+        "20000".as_ref(),
+    ]);
+    let bench = |seed: &str, report: &std::path::Path| {
+        let out = Command::new(ROLEX)
+            .args(["bench", "--attach"])
+            .arg(&pool)
+            .args(["--workload", "insert-only", "--ops", "20000", "--quiet"])
+            .args(["--check-inserts", "--seed", seed, "--json"])
+            .arg(report)
+            .stdout(Stdio::null())
+            .output()
+            .expect("bench");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(report)["inserted"].as_u64().expect("inserted")
+    };
+    let mut inserted = bench("1", &dir.path().join("before.json"));
+    // Killed, not stopped: whatever it was doing is cut short.
+    first.kill().expect("kill");
+    first.wait().expect("wait");
+
+    let resume = [
+        "memnode".as_ref(),
+        "--resume".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--duration".as_ref(),
+        "30".as_ref(),
+    ];
+    let (mut second, ready) = start_until_ready(&resume);
+    assert!(ready.contains("resumed"), "{ready}");
+    let twice = Command::new(ROLEX).args(resume).output().expect("run");
+    assert_eq!(twice.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("served by another memnode"),
+        "{}",
+        String::from_utf8_lossy(&twice.stderr)
+    );
+    inserted += bench("2", &dir.path().join("after.json"));
+    second.kill().expect("kill");
+    second.wait().expect("wait");
+
+    let out = Command::new(ROLEX)
+        .args(["inspect", "--attach"])
+        .arg(&pool)
+        .output()
+        .expect("inspect");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "inspect: {text}");
+    assert!(text.contains("verify: clean"), "{text}");
+    assert!(
+        text.contains(&format!("{} keys in", 20_000 + inserted)),
+        "expected {} keys: {text}",
+        20_000 + inserted
+    );
 }
