@@ -10,21 +10,61 @@ fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
 }
 
+/// Starts `rolex` with `args` and returns it once it printed its `ready:` line, with that line
+/// and a thread counting the lines it prints after it.
+fn start_until_ready(
+    args: &[&std::ffi::OsStr],
+) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
+    let mut child = Command::new(ROLEX)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().expect("a line").expect("read");
+    assert!(ready.starts_with("ready:"), "{ready}");
+    (child, ready, std::thread::spawn(move || lines.count()))
+}
+
+/// A memnode creating `pool` with 20,000 keys, and `extra` flags.
+fn start_memnode(
+    pool: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "memnode".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--size".as_ref(),
+        "96M".as_ref(),
+        "--keys".as_ref(),
+        "20000".as_ref(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    start_until_ready(&args)
+}
+
+/// `rolex inspect` reports a clean verify and exactly `keys` keys.
+fn assert_pool_holds(pool: &std::path::Path, keys: u64) {
+    let out = Command::new(ROLEX)
+        .args(["inspect", "--attach"])
+        .arg(pool)
+        .output()
+        .expect("inspect");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "inspect: {text}");
+    assert!(text.contains("verify: clean"), "{text}");
+    assert!(
+        text.contains(&format!("{keys} keys in")),
+        "expected {keys} keys: {text}"
+    );
+}
+
 #[test]
 fn a_memnode_and_two_attached_benches() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pool = dir.path().join("pool");
-    let mut memnode = Command::new(ROLEX)
-        .args(["memnode", "--pool"])
-        .arg(&pool)
-        .args(["--size", "96M", "--keys", "20000", "--duration", "12"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start memnode");
-    let mut lines = BufReader::new(memnode.stdout.take().expect("stdout")).lines();
-    let ready = lines.next().expect("a line").expect("read");
-    assert!(ready.starts_with("ready:"), "{ready}");
-    let drain = std::thread::spawn(move || lines.count());
+    let (mut memnode, _, drain) = start_memnode(&pool, &["--duration", "12"]);
 
     let benches: Vec<_> = (1..=2)
         .map(|seed| {
@@ -65,19 +105,7 @@ fn a_memnode_and_two_attached_benches() {
         "memnode printed no status"
     );
 
-    let out = Command::new(ROLEX)
-        .args(["inspect", "--attach"])
-        .arg(&pool)
-        .output()
-        .expect("inspect");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "inspect: {text}");
-    assert!(text.contains("verify: clean"), "{text}");
-    assert!(
-        text.contains(&format!("{} keys in", 20_000 + inserted)),
-        "expected {} keys: {text}",
-        20_000 + inserted
-    );
+    assert_pool_holds(&pool, 20_000 + inserted);
 }
 
 #[test]
@@ -178,35 +206,13 @@ fn bad_input_is_one_line_and_exit_code_2() {
     assert!(!dir.path().join("q").exists());
 }
 
-/// Starts `rolex` with `args` and returns it once it printed its `ready:` line.
-fn start_until_ready(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
-    let mut child = Command::new(ROLEX)
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let ready = lines.next().expect("a line").expect("read");
-    assert!(ready.starts_with("ready:"), "{ready}");
-    std::thread::spawn(move || lines.count());
-    (child, ready)
-}
-
 /// A memnode killed while compute processes write can be started again on its pool file: the
 /// keys are all there, writes go on, and only one memnode serves a pool at a time.
 #[test]
 fn a_killed_memnode_resumes_its_pool() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pool = dir.path().join("pool");
-    let (mut first, _) = start_until_ready(&[
-        "memnode".as_ref(),
-        "--pool".as_ref(),
-        pool.as_os_str(),
-        "--size".as_ref(),
-        "96M".as_ref(),
-        "--keys".as_ref(),
-        "20000".as_ref(),
-    ]);
+    let (mut first, _, _) = start_memnode(&pool, &[]);
     let bench = |seed: &str, report: &std::path::Path| {
         let out = Command::new(ROLEX)
             .args(["bench", "--attach"])
@@ -237,7 +243,7 @@ fn a_killed_memnode_resumes_its_pool() {
         "--duration".as_ref(),
         "30".as_ref(),
     ];
-    let (mut second, ready) = start_until_ready(&resume);
+    let (mut second, ready, _) = start_until_ready(&resume);
     assert!(ready.contains("resumed"), "{ready}");
     let twice = Command::new(ROLEX).args(resume).output().expect("run");
     assert_eq!(twice.status.code(), Some(2));
@@ -250,17 +256,5 @@ fn a_killed_memnode_resumes_its_pool() {
     second.kill().expect("kill");
     second.wait().expect("wait");
 
-    let out = Command::new(ROLEX)
-        .args(["inspect", "--attach"])
-        .arg(&pool)
-        .output()
-        .expect("inspect");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "inspect: {text}");
-    assert!(text.contains("verify: clean"), "{text}");
-    assert!(
-        text.contains(&format!("{} keys in", 20_000 + inserted)),
-        "expected {} keys: {text}",
-        20_000 + inserted
-    );
+    assert_pool_holds(&pool, 20_000 + inserted);
 }
