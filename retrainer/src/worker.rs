@@ -241,8 +241,7 @@ impl<E: Endpoint> Retrainer<E> {
             let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
             if current == old_addr {
                 self.clear_flag(old_addr, ModelHeader::new(0).locked().raw())?;
-                let slot_use = ModelHeader::from_raw(self.ep.read_word(old_addr)?).slot_use();
-                self.pending.push((slot_use, Reverse(slot)));
+                self.queue_slot(slot)?;
                 self.recovery.unfrozen = Some(slot);
             } else {
                 self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
@@ -302,10 +301,7 @@ impl<E: Endpoint> Retrainer<E> {
             };
             self.head += 1;
             if slot < self.layout.slots() {
-                let record =
-                    RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
-                let slot_use = ModelHeader::from_raw(self.ep.read_word(record)?).slot_use();
-                self.pending.push((slot_use, Reverse(slot)));
+                self.queue_slot(slot)?;
                 taken += 1;
             }
         }
@@ -316,6 +312,14 @@ impl<E: Endpoint> Retrainer<E> {
             taken += self.requeue_marked()? as usize;
         }
         Ok(taken)
+    }
+
+    /// Adds `slot` to this worker's queue, ranked by its record's SLT use.
+    fn queue_slot(&mut self, slot: u64) -> Result<(), RetrainError> {
+        let record = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
+        let slot_use = ModelHeader::from_raw(self.ep.read_word(record)?).slot_use();
+        self.pending.push((slot_use, Reverse(slot)));
+        Ok(())
     }
 
     /// Queues again every slot marked queued that neither an entry still in the ring nor this
@@ -345,10 +349,7 @@ impl<E: Endpoint> Retrainer<E> {
                 if slot >= self.layout.slots() || held.contains(&slot) {
                     continue;
                 }
-                let record =
-                    RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
-                let slot_use = ModelHeader::from_raw(self.ep.read_word(record)?).slot_use();
-                self.pending.push((slot_use, Reverse(slot)));
+                self.queue_slot(slot)?;
                 requeued += 1;
             }
         }
