@@ -362,5 +362,13 @@ pub fn verify<E: Endpoint>(
             "head {head}, tail {tail}, capacity {ring_capacity}"
         )));
     }
+    let in_flight = ep.read_word(ring.in_flight())?;
+    if in_flight != 0 {
+        problems.push(Problem::Ring(format!(
+            "a retraining of the record at {} is in flight or was cut short (a starting \
+             retrainer repairs it)",
+            rdma_transport::RemoteAddr::unpack(in_flight)
+        )));
+    }
     Ok(report)
 }

@@ -199,6 +199,27 @@ fn verify_reports_alloc_num_beyond_capacity() {
 }
 
 #[test]
+fn verify_reports_a_retraining_cut_short_and_ring_bounds() {
+    let mut f = fixture(None);
+    let ring = leaf_store::RingLayout::new(f.layout);
+    let (record, _) = f.record(3);
+    f.ep.write_word(ring.in_flight(), record.pack())
+        .expect("write");
+    let problems = f.problems();
+    assert!(
+        matches!(problems.as_slice(), [Problem::Ring(s)] if s.contains("cut short")),
+        "{problems:?}"
+    );
+    f.ep.write_word(ring.in_flight(), 0).expect("write");
+    f.ep.write_word(ring.head(), 5).expect("write");
+    let problems = f.problems();
+    assert!(
+        matches!(problems.as_slice(), [Problem::Ring(s)] if s.contains("head 5, tail 0")),
+        "{problems:?}"
+    );
+}
+
+#[test]
 fn allocation_past_capacity_fails_cleanly() {
     let trained = 500; // 2,000 keys, 4 per leaf
     let mut f = fixture(Some(trained + 3));
