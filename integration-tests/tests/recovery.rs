@@ -94,6 +94,11 @@ fn verbs_of_one_retraining() -> u64 {
         no_sweep(),
     )
     .expect("worker");
+    assert_eq!(
+        worker.recovery(),
+        retrainer::Recovery::default(),
+        "a freshly loaded pool needs no repair and has no unreferenced space"
+    );
     let before = worker.endpoint_mut().stats().verbs();
     assert_eq!(worker.poll().expect("poll"), 1);
     let report = worker.retrain_next().expect("retrain").expect("slot 0");
@@ -106,7 +111,7 @@ fn verbs_of_one_retraining() -> u64 {
 fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
     let total = verbs_of_one_retraining();
     assert!(total > 10, "{total} verbs");
-    let (mut unfrozen, mut retired, mut requeued) = (0, 0, 0);
+    let (mut unfrozen, mut retired, mut requeued, mut unreferenced) = (0, 0, 0, 0);
     for crash_after in 0..total {
         let mut p = pool();
         let node = p.transport.memory_nodes()[0];
@@ -120,12 +125,16 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
         );
         drop(first);
 
-        let mut next = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+        // No grace period: space found unreferenced is reused at once, so reusing live space
+        // would show below.
+        let mut next = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, eager())
             .expect("the next worker starts");
+        next.reclaim();
         let recovery = next.recovery();
         unfrozen += u64::from(recovery.unfrozen.is_some());
         retired += u64::from(recovery.retired.is_some());
         requeued += recovery.requeued;
+        unreferenced += recovery.unreferenced_bytes;
 
         let mut ep = p.transport.endpoint().expect("endpoint");
         let ring = RingLayout::new(p.layout);
@@ -176,14 +185,87 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
             !is_pending(&mut ep, &p.layout, 0).expect("read"),
             "crash after {crash_after}: slot 0 stays marked queued"
         );
+        // Every other slot is retrained too, into whatever space the recovery freed: were any
+        // range handed out twice, two records would overlap and the reads or verify below fail.
+        for slot in 1..p.layout.slots() {
+            assert!(enqueue(&mut ep, &p.layout, slot).is_ok());
+        }
+        next.poll().expect("poll");
+        next.reclaim();
+        while next.retrain_next().expect("retrain").is_some() {
+            next.reclaim();
+        }
+        for &k in &p.keys {
+            assert_eq!(
+                p.stale.get(k).expect("get"),
+                Some(k),
+                "crash after {crash_after}: {k} lost after reuse"
+            );
+        }
         let report = verify(&mut ep, node).expect("verify");
         assert!(report.is_clean(), "crash after {crash_after}: {report}");
     }
     // Each repair was needed somewhere along the way.
     assert!(
-        unfrozen > 0 && retired > 0 && requeued > 0,
-        "{unfrozen} {retired} {requeued}"
+        unfrozen > 0 && retired > 0 && requeued > 0 && unreferenced > 0,
+        "{unfrozen} {retired} {requeued} {unreferenced}"
     );
+}
+
+/// `no_sweep`, and retired space reused at once.
+fn eager() -> RetrainConfig {
+    RetrainConfig {
+        grace_period: Duration::ZERO,
+        ..no_sweep()
+    }
+}
+
+#[test]
+fn a_record_written_but_never_swapped_in_is_reused() {
+    // The first crash point after which the pool holds a record no slot references: the
+    // pre-built record of slot 0, written beside the old one.
+    let total = verbs_of_one_retraining();
+    let (p, unreferenced) = (0..total)
+        .find_map(|crash_after| {
+            let p = pool();
+            let node = p.transport.memory_nodes()[0];
+            let mut first =
+                Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+                    .expect("worker");
+            first.endpoint_mut().crash_after(crash_after);
+            assert!(first.poll().and_then(|_| first.retrain_next()).is_err());
+            let probe = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+                .expect("worker");
+            let unreferenced = probe.recovery().unreferenced_bytes;
+            (unreferenced > 0).then_some((p, unreferenced))
+        })
+        .expect("some crash point leaves a record unreferenced");
+    let node = p.transport.memory_nodes()[0];
+    let mut next =
+        Retrainer::new(p.transport.endpoint().expect("endpoint"), node, eager()).expect("worker");
+    assert_eq!(next.recovery().unreferenced_bytes, unreferenced);
+    next.reclaim();
+    // Retraining slot 0 from the same chains builds a record of the same size: it goes where the
+    // dead worker's copy lay, and the allocation point does not move.
+    let allocation_point = || {
+        let mut ep = p.transport.endpoint().expect("endpoint");
+        ep.read_word(p.layout.model_region_addr()).expect("read")
+    };
+    let before = allocation_point();
+    next.poll().expect("poll");
+    let report = next.retrain_next().expect("retrain").expect("slot 0");
+    assert_eq!(report.slot, 0);
+    assert_eq!(
+        allocation_point(),
+        before,
+        "the unreferenced record's space was not reused"
+    );
+    let mut stale = p.stale;
+    for &k in &p.keys {
+        assert_eq!(stale.get(k).expect("get"), Some(k));
+    }
+    let mut ep = p.transport.endpoint().expect("endpoint");
+    assert!(verify(&mut ep, node).expect("verify").is_clean());
 }
 
 #[test]

@@ -36,7 +36,7 @@ pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
 pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};
 pub use leaf::{Leaf, leaf_bytes, leaf_checksum};
 pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
-pub use record::{ModelRecord, RecordLayout};
+pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout};
 pub use ring::{RingEntry, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
 pub use walk::{read_all_entries, read_leaf, read_record, read_slot_table, walk_chain};

@@ -5,8 +5,8 @@ use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use leaf_store::{
-    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RingEntry, RingLayout,
-    SLT_SLOTS, le_word, read_leaf, read_record, read_slot_table,
+    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RECORD_FIXED_BYTES,
+    RingEntry, RingLayout, SLT_SLOTS, le_word, read_leaf, read_record, read_slot_table,
 };
 use learned_model::{LeafModel, ModelParams};
 use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr, TransportError, Verb};
@@ -142,6 +142,9 @@ pub struct Recovery {
     /// Slots marked queued that no ring entry names any more (the previous worker had taken them):
     /// queued again.
     pub requeued: u64,
+    /// Model-region bytes no slot references (records a previous worker wrote but never swapped
+    /// in, or retired but had not reclaimed): reused after the grace period.
+    pub unreferenced_bytes: u64,
 }
 
 type Chains = Vec<Vec<(LeafTableEntry, Leaf)>>;
@@ -175,9 +178,10 @@ impl<E: Endpoint> Retrainer<E> {
     /// One worker serves a pool at a time. If the previous one stopped in the middle of a
     /// retraining, this one finishes what the ring's in-flight word says was left: a record still
     /// referenced by its slot is unfrozen and the slot queued again; one already replaced is
-    /// marked retired. Slots marked queued that no ring entry names are queued again. What was
-    /// repaired is in [`Retrainer::recovery`]. Model-region space the previous worker had
-    /// allocated but not yet referenced, or retired but not yet reclaimed, stays unused.
+    /// marked retired. Slots marked queued that no ring entry names are queued again.
+    /// Model-region space no slot references (written but never swapped in, or retired but not
+    /// reclaimed) is reused after the grace period, as if retired now. What was repaired is in
+    /// [`Retrainer::recovery`].
     pub fn new(
         mut ep: E,
         node: MemoryNodeInfo,
@@ -253,7 +257,58 @@ impl<E: Endpoint> Retrainer<E> {
         }
 
         self.recovery.requeued = self.requeue_marked()?;
+        self.recovery.unreferenced_bytes = self.retire_unreferenced()?;
         Ok(())
+    }
+
+    /// Treats every model-region range below the allocation point that neither a slot's record
+    /// nor a record already awaiting reclamation covers as retired now. Returns its bytes. One
+    /// READ of each record's fixed part (in batches).
+    fn retire_unreferenced(&mut self) -> Result<u64, RetrainError> {
+        let sb = *self.layout.superblock();
+        let region_end = sb.model_region_offset + sb.model_region_bytes;
+        let next = self.ep.read_word(self.layout.model_region_addr())?;
+        let mut used: Vec<(u64, u64)> = self
+            .retired
+            .iter()
+            .map(|&(_, offset, bytes)| (offset, offset + bytes))
+            .collect();
+        let table = read_slot_table(&mut self.ep, &self.layout)?;
+        for (chunk_index, chunk) in table.chunks(4096).enumerate() {
+            let mut fixed = vec![0u8; RECORD_FIXED_BYTES as usize * chunk.len()];
+            {
+                let mut verbs: Vec<Verb<'_>> = chunk
+                    .iter()
+                    .zip(fixed.chunks_exact_mut(RECORD_FIXED_BYTES as usize))
+                    .map(|(&(addr, _), buf)| Verb::read(addr, buf))
+                    .collect();
+                self.ep.batch(&mut verbs)?;
+            }
+            for (i, part) in fixed.chunks_exact(RECORD_FIXED_BYTES as usize).enumerate() {
+                let offset = chunk[i].0.offset();
+                let slot = (chunk_index * 4096 + i) as u64;
+                let record = ModelRecord::layout_of(part, region_end.saturating_sub(offset))
+                    .map_err(|reason| LeafStoreError::CorruptRecord { slot, reason })?;
+                used.push((offset, offset + record.total()));
+            }
+        }
+        used.sort_unstable();
+        let mut unreferenced = 0;
+        let mut cursor = sb.model_region_offset + 16;
+        for (start, end) in used {
+            if start > cursor && start <= next {
+                self.retired
+                    .push_back((Instant::now(), cursor, start - cursor));
+                unreferenced += start - cursor;
+            }
+            cursor = cursor.max(end);
+        }
+        if next > cursor {
+            self.retired
+                .push_back((Instant::now(), cursor, next - cursor));
+            unreferenced += next - cursor;
+        }
+        Ok(unreferenced)
     }
 
     /// Counters so far.
