@@ -76,7 +76,7 @@ impl Products for Wide {
 
 /// Whether the slope of `p → q` is less than that of `r → s` (`p.x < q.x`, `r.x < s.x`).
 #[inline(always)]
-pub(crate) fn slope_less<A: Products>(p: Point, q: Point, r: Point, s: Point) -> bool {
+fn slope_less<A: Products>(p: Point, q: Point, r: Point, s: Point) -> bool {
     A::signed(s.x - r.x, q.y - p.y) < A::signed(q.x - p.x, s.y - r.y)
 }
 
@@ -155,6 +155,30 @@ impl<const UPPER: bool> Chain<UPPER> {
     #[inline(always)]
     pub(crate) fn live(&self) -> &[Point] {
         &self.points[..self.len]
+    }
+
+    /// Moves `start` to the vertex, from `start` on, where a line from `q` (right of every vertex)
+    /// touches the chain — for the upper hull the flattest line from a vertex to `q`, for the
+    /// lower hull the steepest — and returns that vertex. Along a convex chain the slopes to `q`
+    /// improve up to the tangent point and worsen after it, so the scan stops at the first worse.
+    #[inline(always)]
+    pub(crate) fn pivot<A: Products>(&mut self, q: Point) -> Point {
+        let hull = self.live();
+        let mut best = self.start;
+        for i in best + 1..hull.len() {
+            let better = if UPPER {
+                slope_less::<A>(hull[i], q, hull[best], q)
+            } else {
+                slope_less::<A>(hull[best], q, hull[i], q)
+            };
+            if !better {
+                break;
+            }
+            best = i;
+        }
+        let vertex = hull[best];
+        self.start = best;
+        vertex
     }
 
     /// Appends `p` (x beyond every vertex), first dropping the last vertices while they are

@@ -19,7 +19,7 @@
 //! position (spans are below 2^64), well inside the ½-position slack — so an intercept always
 //! exists. No point is buffered: memory is the two hulls, however long a segment grows.
 
-use crate::hull::{Chain, Narrow, Point, Products, Wide, side, side_rising, slope_less};
+use crate::hull::{Chain, Narrow, Point, Products, Wide, side, side_rising};
 use crate::segment::Segment;
 use crate::{MAX_POSITION, TrainError};
 
@@ -107,40 +107,18 @@ impl Hulls {
                     return false;
                 }
                 if high_below_max {
-                    // The new upper endpoint caps the steepest line: pivot it on the lower-hull
-                    // vertex that gives the flattest slope to `high`.
-                    let hull = self.lower.live();
-                    let mut best = self.lower.start;
-                    for i in best + 1..hull.len() {
-                        if slope_less::<A>(hull[i], high, hull[best], high) {
-                            best = i;
-                        } else {
-                            break;
-                        }
-                    }
+                    // The new upper endpoint caps the steepest line: pivot it on the lower hull.
                     self.max_line = Line {
-                        from: hull[best],
+                        from: self.lower.pivot::<A>(high),
                         to: high,
                     };
-                    self.lower.start = best;
                 }
                 if low_above_min {
-                    // The new lower endpoint lifts the flattest line: pivot it on the upper-hull
-                    // vertex that gives the steepest slope to `low`.
-                    let hull = self.upper.live();
-                    let mut best = self.upper.start;
-                    for i in best + 1..hull.len() {
-                        if slope_less::<A>(hull[best], low, hull[i], low) {
-                            best = i;
-                        } else {
-                            break;
-                        }
-                    }
+                    // The new lower endpoint lifts the flattest line: pivot it on the upper hull.
                     self.min_line = Line {
-                        from: hull[best],
+                        from: self.upper.pivot::<A>(low),
                         to: low,
                     };
-                    self.upper.start = best;
                 }
             }
         }
