@@ -4,7 +4,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-const ROLEX: &str = env!("CARGO_BIN_EXE_rolex");
+mod common;
+
+use common::{ROLEX, bad_input_line};
 
 fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
@@ -182,25 +184,11 @@ fn bad_input_is_one_line_and_exit_code_2() {
     };
     cases.push(resume(&missing));
     cases.push(resume(&garbage));
-    cases.push(vec![
-        "memnode".into(),
-        "--resume".into(),
-        "--pool".into(),
-        garbage.display().to_string(),
-        "--size".into(),
-        "1M".into(),
-    ]);
+    let mut with_size = resume(&garbage);
+    with_size.extend(["--size".into(), "1M".into()]);
+    cases.push(with_size);
     for args in cases {
-        let out = Command::new(ROLEX).args(&args).output().expect("run");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.trim().lines().count(),
-            1,
-            "{args:?}: not one line: {stderr}"
-        );
-        assert!(stderr.starts_with("rolex: "), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        bad_input_line(&args);
     }
     // A failed memnode leaves no half-built pool behind.
     assert!(!dir.path().join("q").exists());
@@ -245,13 +233,8 @@ fn a_killed_memnode_resumes_its_pool() {
     ];
     let (mut second, ready, _) = start_until_ready(&resume);
     assert!(ready.contains("resumed"), "{ready}");
-    let twice = Command::new(ROLEX).args(resume).output().expect("run");
-    assert_eq!(twice.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&twice.stderr).contains("served by another memnode"),
-        "{}",
-        String::from_utf8_lossy(&twice.stderr)
-    );
+    let twice = bad_input_line(&resume);
+    assert!(twice.contains("served by another memnode"), "{twice}");
     inserted += bench("2", &dir.path().join("after.json"));
     // Killed right after the inserts, most likely while compacting the chains they made.
     second.kill().expect("kill");

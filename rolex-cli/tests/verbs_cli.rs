@@ -3,9 +3,9 @@
 
 #![cfg(feature = "verbs")]
 
-use std::process::Command;
+mod common;
 
-const ROLEX: &str = env!("CARGO_BIN_EXE_rolex");
+use common::bad_input_line;
 
 #[test]
 fn without_a_device_verbs_commands_say_so_in_one_line() {
@@ -36,11 +36,8 @@ fn without_a_device_verbs_commands_say_so_in_one_line() {
         ],
     ];
     for args in runs {
-        let out = Command::new(ROLEX).args(&args).output().expect("run");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
-        assert!(stderr.contains("no RDMA device"), "{args:?}: {stderr}");
+        let line = bad_input_line(&args);
+        assert!(line.contains("no RDMA device"), "{args:?}: {line}");
     }
     assert!(
         !pool.exists(),
