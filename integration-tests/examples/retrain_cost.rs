@@ -100,14 +100,5 @@ fn run() -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("retrain_cost: {e}");
-            ExitCode::from(2)
-        }
-    }
+    testkit::print_json_or_fail("retrain_cost", run())
 }

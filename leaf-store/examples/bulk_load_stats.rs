@@ -90,14 +90,5 @@ fn run() -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("bulk_load_stats: {e}");
-            ExitCode::from(2)
-        }
-    }
+    testkit::print_json_or_fail("bulk_load_stats", run())
 }

@@ -187,14 +187,5 @@ fn run(args: &Args) -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
-    match parse().and_then(|args| run(&args)) {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("plr_stats: {e}");
-            ExitCode::from(2)
-        }
-    }
+    testkit::print_json_or_fail("plr_stats", parse().and_then(|args| run(&args)))
 }

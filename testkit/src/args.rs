@@ -15,6 +15,21 @@ pub fn flag_u64(args: &[String], name: &str, default: u64) -> Result<u64, String
     }
 }
 
+/// An example's exit: the JSON line it measured on stdout (success), or `name: error` on stderr
+/// and exit code 2.
+pub fn print_json_or_fail(name: &str, outcome: Result<String, String>) -> std::process::ExitCode {
+    match outcome {
+        Ok(json) => {
+            println!("{json}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::flag_u64;

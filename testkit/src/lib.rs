@@ -5,13 +5,14 @@
 //!
 //! - [`XorShift64`]: the deterministic generator the tests and examples draw keys from, so a
 //!   seed names the same key set everywhere.
-//! - [`flag_u64`]: one numeric `--flag value` of an example's command line.
+//! - [`flag_u64`]: one numeric `--flag value` of an example's command line;
+//!   [`print_json_or_fail`]: how a measuring example ends.
 //! - [`median`]: the figure the measuring examples report over their runs.
 
 mod args;
 mod stats;
 mod xorshift;
 
-pub use args::flag_u64;
+pub use args::{flag_u64, print_json_or_fail};
 pub use stats::median;
 pub use xorshift::XorShift64;
