@@ -192,10 +192,14 @@ impl<E: Endpoint> Retrainer<E> {
             .map_err(|e| RetrainError::Train(e.to_string()))?;
         let ring = RingLayout::new(layout);
         let head = ep.read_word(ring.head())?;
-        let mut generation = 0;
-        for (addr, _) in read_slot_table(&mut ep, &layout)? {
-            generation = generation.max(ModelHeader::from_raw(ep.read_word(addr)?).generation());
-        }
+        // Every record's fixed part: the generations now, the extents for the recovery.
+        let table = read_slot_table(&mut ep, &layout)?;
+        let fixed = record_prefixes(&mut ep, &table, RECORD_FIXED_BYTES as usize)?;
+        let generation = fixed
+            .chunks_exact(RECORD_FIXED_BYTES as usize)
+            .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
+            .max()
+            .unwrap_or(0);
         let mut worker = Self {
             ep,
             layout,
@@ -211,7 +215,7 @@ impl<E: Endpoint> Retrainer<E> {
             recovery: Recovery::default(),
             stalled: None,
         };
-        worker.recover()?;
+        worker.recover(&table, &fixed)?;
         Ok(worker)
     }
 
@@ -225,8 +229,9 @@ impl<E: Endpoint> Retrainer<E> {
         &mut self.ep
     }
 
-    /// Repairs what a previous worker left (see [`Retrainer::new`]).
-    fn recover(&mut self) -> Result<(), RetrainError> {
+    /// Repairs what a previous worker left (see [`Retrainer::new`]), given the slot table and
+    /// every record's fixed part as read at start.
+    fn recover(&mut self, table: &[(RemoteAddr, u64)], fixed: &[u8]) -> Result<(), RetrainError> {
         let in_flight = self.ep.read_word(self.ring.in_flight())?;
         if in_flight != 0 {
             let old_addr = RemoteAddr::unpack(in_flight);
@@ -257,14 +262,17 @@ impl<E: Endpoint> Retrainer<E> {
         }
 
         self.recovery.requeued = self.requeue_marked()?;
-        self.recovery.unreferenced_bytes = self.retire_unreferenced()?;
+        self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;
         Ok(())
     }
 
     /// Treats every model-region range below the allocation point that neither a slot's record
-    /// nor a record already awaiting reclamation covers as retired now. Returns its bytes. One
-    /// READ of each record's fixed part (in batches).
-    fn retire_unreferenced(&mut self) -> Result<u64, RetrainError> {
+    /// nor a record already awaiting reclamation covers as retired now. Returns its bytes.
+    fn retire_unreferenced(
+        &mut self,
+        table: &[(RemoteAddr, u64)],
+        fixed: &[u8],
+    ) -> Result<u64, RetrainError> {
         let sb = *self.layout.superblock();
         let region_end = sb.model_region_offset + sb.model_region_bytes;
         let next = self.ep.read_word(self.layout.model_region_addr())?;
@@ -273,24 +281,19 @@ impl<E: Endpoint> Retrainer<E> {
             .iter()
             .map(|&(_, offset, bytes)| (offset, offset + bytes))
             .collect();
-        let table = read_slot_table(&mut self.ep, &self.layout)?;
-        for (chunk_index, chunk) in table.chunks(4096).enumerate() {
-            let mut fixed = vec![0u8; RECORD_FIXED_BYTES as usize * chunk.len()];
-            {
-                let mut verbs: Vec<Verb<'_>> = chunk
-                    .iter()
-                    .zip(fixed.chunks_exact_mut(RECORD_FIXED_BYTES as usize))
-                    .map(|(&(addr, _), buf)| Verb::read(addr, buf))
-                    .collect();
-                self.ep.batch(&mut verbs)?;
-            }
-            for (i, part) in fixed.chunks_exact(RECORD_FIXED_BYTES as usize).enumerate() {
-                let offset = chunk[i].0.offset();
-                let slot = (chunk_index * 4096 + i) as u64;
-                let record = ModelRecord::layout_of(part, region_end.saturating_sub(offset))
-                    .map_err(|reason| LeafStoreError::CorruptRecord { slot, reason })?;
-                used.push((offset, offset + record.total()));
-            }
+        for (slot, (&(addr, _), part)) in table
+            .iter()
+            .zip(fixed.chunks_exact(RECORD_FIXED_BYTES as usize))
+            .enumerate()
+        {
+            let offset = addr.offset();
+            let record = ModelRecord::layout_of(part, region_end.saturating_sub(offset)).map_err(
+                |reason| LeafStoreError::CorruptRecord {
+                    slot: slot as u64,
+                    reason,
+                },
+            )?;
+            used.push((offset, offset + record.total()));
         }
         used.sort_unstable();
         let mut unreferenced = 0;
@@ -445,24 +448,13 @@ impl<E: Endpoint> Retrainer<E> {
     /// table, one batch of header READs per 4,096 slots). Returns how many were queued.
     pub fn sweep(&mut self, threshold: u64) -> Result<usize, RetrainError> {
         let table = read_slot_table(&mut self.ep, &self.layout)?;
+        let headers = record_prefixes(&mut self.ep, &table, 8)?;
         let mut queued = 0;
-        for (chunk_index, chunk) in table.chunks(4096).enumerate() {
-            let mut headers = vec![0u8; 8 * chunk.len()];
-            {
-                let mut verbs: Vec<Verb<'_>> = chunk
-                    .iter()
-                    .zip(headers.chunks_exact_mut(8))
-                    .map(|(&(addr, _), buf)| Verb::read(addr, buf))
-                    .collect();
-                self.ep.batch(&mut verbs)?;
-            }
-            for (i, h) in headers.chunks_exact(8).enumerate() {
-                let header = ModelHeader::from_raw(le_word(h, 0));
-                let slot = (chunk_index * 4096 + i) as u64;
-                if threshold > 0 && header.slot_use() >= threshold && !header.is_retired() {
-                    self.pending.push((header.slot_use(), Reverse(slot)));
-                    queued += 1;
-                }
+        for (slot, h) in headers.chunks_exact(8).enumerate() {
+            let header = ModelHeader::from_raw(le_word(h, 0));
+            if threshold > 0 && header.slot_use() >= threshold && !header.is_retired() {
+                self.pending.push((header.slot_use(), Reverse(slot as u64)));
+                queued += 1;
             }
         }
         Ok(queued)
@@ -800,6 +792,25 @@ impl<E: Endpoint> Retrainer<E> {
         self.ep.write_word(header, next + bytes)?;
         Ok(next)
     }
+}
+
+/// The first `len` bytes of every record in `table`, in slot order: one batch of READs per 4,096
+/// slots.
+fn record_prefixes<E: Endpoint>(
+    ep: &mut E,
+    table: &[(RemoteAddr, u64)],
+    len: usize,
+) -> Result<Vec<u8>, RetrainError> {
+    let mut out = vec![0u8; len * table.len()];
+    for (chunk, bufs) in table.chunks(4096).zip(out.chunks_mut(4096 * len)) {
+        let mut verbs: Vec<Verb<'_>> = chunk
+            .iter()
+            .zip(bufs.chunks_exact_mut(len))
+            .map(|(&(addr, _), buf)| Verb::read(addr, buf))
+            .collect();
+        ep.batch(&mut verbs)?;
+    }
+    Ok(out)
 }
 
 fn same_chains(a: &Chains, b: &Chains) -> bool {
