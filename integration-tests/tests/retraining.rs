@@ -207,3 +207,79 @@ fn retraining_keeps_up_with_five_times_the_loaded_keys() {
         "GET bytes {bytes} vs {bytes_loaded} after bulk load"
     );
 }
+
+/// A leaf that a writer keeps rewriting can stay torn through every re-read of the snapshot taken
+/// before the freeze. That must not stop the worker: the snapshot is discarded and the record is
+/// built under the freeze, once the writer is out.
+#[test]
+fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
+    let load = BulkLoadConfig {
+        epsilon: 2,
+        delta: 4,
+        fill: 4,
+        slot_leaves: 2,
+        model_region_factor: 24,
+        ..BulkLoadConfig::default()
+    };
+    let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
+    let size = required_pool_bytes(loaded.len() as u64, &load, 64).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let layout = bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load)
+        .expect("load")[0]
+        .layout;
+    let mut ep = transport.endpoint().expect("endpoint");
+    let record_addr = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
+    let record = leaf_store::read_record(&mut ep, &layout, 0, record_addr).expect("record");
+    let entry = record.lt[0];
+    let entry_addr = record_addr
+        .checked_add(record.layout().lt_entry(0))
+        .expect("addr");
+    let leaf_addr = layout.leaf_addr(entry.leaf_num());
+    let mut good = vec![0u8; layout.leaf_bytes() as usize];
+    ep.read(leaf_addr, &mut good).expect("read");
+
+    // A writer holds the leaf's lock, half way through rewriting it (its checksum fails on every
+    // read), and finishes only once it sees the record frozen.
+    let held = leaf_store::try_lock(&mut ep, entry_addr, entry)
+        .expect("cas")
+        .expect("unlocked");
+    let mut torn = good.clone();
+    *torn.last_mut().expect("bytes") ^= 1;
+    ep.write(leaf_addr, &torn).expect("write");
+    let writer = {
+        let transport = transport.clone();
+        std::thread::spawn(move || {
+            let mut ep = transport.endpoint().expect("endpoint");
+            while !leaf_store::ModelHeader::from_raw(ep.read_word(record_addr).expect("read"))
+                .is_locked()
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ep.write(leaf_addr, &good).expect("write");
+            leaf_store::unlock(&mut ep, entry_addr, held, None).expect("unlock");
+        })
+    };
+
+    let mut worker = Retrainer::new(
+        transport.endpoint().expect("endpoint"),
+        transport.memory_nodes()[0],
+        RetrainConfig::default(),
+    )
+    .expect("retrainer");
+    let report = worker
+        .retrain_slot(0)
+        .expect("the worker goes on")
+        .expect("slot 0 retrained");
+    assert!(report.rebuilt_under_freeze);
+    writer.join().expect("writer");
+    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let mut client = store.client().expect("client");
+    for &k in &loaded {
+        assert_eq!(client.get(k).expect("get"), Some(k));
+    }
+    assert!(
+        verify(&mut ep, transport.memory_nodes()[0])
+            .expect("verify")
+            .is_clean()
+    );
+}

@@ -502,11 +502,14 @@ impl<E: Endpoint> Retrainer<E> {
         let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
         let old_bytes = old.layout().total();
         // The first snapshot is read while writers work: its tables can show a link before its
-        // header shows the slot, or a split half done (a key in two leaves). Such a snapshot is
-        // discarded and the record is built under the freeze instead.
+        // header shows the slot, or a split half done (a key in two leaves), and a leaf being
+        // rewritten can stay torn through every re-read. Such a snapshot is discarded and the
+        // record is built under the freeze instead, where no writer is inside.
         let snapshot = match self.snapshot(&old) {
             Ok(chains) => Some(chains),
-            Err(RetrainError::Layout(LeafStoreError::CorruptRecord { .. })) => None,
+            Err(RetrainError::Layout(
+                LeafStoreError::CorruptRecord { .. } | LeafStoreError::TornLeaf { .. },
+            )) => None,
             Err(e) => return Err(e),
         };
         let mut train_time = Duration::ZERO;
