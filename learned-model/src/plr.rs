@@ -403,6 +403,26 @@ mod tests {
         TestResult::passed()
     }
 
+    /// The points `(key, rank · stride)` of `keys`.
+    fn strided(keys: &[u64], stride: u64) -> Vec<(u64, u64)> {
+        keys.iter()
+            .enumerate()
+            .map(|(i, &k)| (k, i as u64 * stride))
+            .collect()
+    }
+
+    /// What a builder set up by `configure` trains on `points`.
+    fn train_configured(
+        points: &[(u64, u64)],
+        epsilon: u64,
+        configure: impl FnOnce(&mut PlrBuilder),
+    ) -> Result<Vec<Segment>, TrainError> {
+        let mut builder = PlrBuilder::new(epsilon)?;
+        configure(&mut builder);
+        points.iter().try_for_each(|&(k, p)| builder.push(k, p))?;
+        builder.finish()
+    }
+
     #[test]
     fn every_trained_key_is_within_epsilon_of_its_rank() {
         fn prop(keys: KeySet, e: u16) -> TestResult {
@@ -448,24 +468,11 @@ mod tests {
         fn prop(keys: KeySet, e: u16, stride: u8) -> TestResult {
             let epsilon = u64::from(e % 256) + 1;
             let stride = u64::from(stride % 20) + 1;
-            let points: Vec<_> = keys
-                .0
-                .iter()
-                .enumerate()
-                .map(|(i, &k)| (k, i as u64 * stride))
-                .collect();
-            let mut builder = PlrBuilder::new(epsilon).expect("epsilon");
-            builder.force_steepest_slope = true;
-            for &(k, p) in &points {
-                if let Err(e) = builder.push(k, p) {
-                    return TestResult::error(format!("{e}"));
-                }
+            let points = strided(&keys.0, stride);
+            match train_configured(&points, epsilon, |b| b.force_steepest_slope = true) {
+                Ok(segments) => bound_holds(&points, &segments, epsilon),
+                Err(e) => TestResult::error(format!("{e}")),
             }
-            let segments = match builder.finish() {
-                Ok(segments) => segments,
-                Err(e) => return TestResult::error(format!("{e}")),
-            };
-            bound_holds(&points, &segments, epsilon)
         }
         QuickCheck::new()
             .tests(500)
@@ -480,13 +487,9 @@ mod tests {
         fn prop(keys: KeySet, e: u16, stride: u8) -> TestResult {
             let epsilon = u64::from(e % 256) + 1;
             let stride = u64::from(stride % 20) + 1;
-            let train_with = |force_wide: bool| {
-                let mut builder = PlrBuilder::new(epsilon).expect("epsilon");
-                builder.force_wide = force_wide;
-                for (i, &k) in keys.0.iter().enumerate() {
-                    builder.push(k, i as u64 * stride).expect("valid input");
-                }
-                builder.finish().expect("train")
+            let points = strided(&keys.0, stride);
+            let train_with = |wide: bool| {
+                train_configured(&points, epsilon, |b| b.force_wide = wide).expect("train")
             };
             TestResult::from_bool(train_with(false) == train_with(true))
         }
@@ -501,16 +504,10 @@ mod tests {
             let keys = &keys.0[..keys.0.len().min(36)];
             let epsilon = u64::from(e % 6) + 1;
             let stride = u64::from(stride % 4) + 1;
-            let points: Vec<_> = keys
-                .iter()
-                .enumerate()
-                .map(|(i, &k)| (k, i as u64 * stride))
-                .collect();
-            let mut builder = PlrBuilder::new(epsilon).expect("epsilon");
-            for &(k, p) in &points {
-                builder.push(k, p).expect("valid input");
-            }
-            let fast = builder.finish().expect("train").len();
+            let points = strided(keys, stride);
+            let fast = train_configured(&points, epsilon, |_| {})
+                .expect("train")
+                .len();
             let optimal = optimal_segment_count(&points, epsilon);
             if fast == optimal {
                 TestResult::passed()
