@@ -1,0 +1,192 @@
+//! The compute-node client: every operation with one-sided verbs.
+//!
+//! One file per protocol: [`read`] (GET, SCAN and cache freshness), [`write`] (the leaf-lock
+//! protocol of INSERT, UPDATE, UPSERT and DELETE), [`split`] (structural changes: splits and
+//! unlinks, which bump the record's header).
+
+mod read;
+mod split;
+mod write;
+
+use std::sync::Arc;
+
+use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader};
+use rdma_transport::{Endpoint, RemoteAddr, Stats, Verb};
+
+use crate::IndexError;
+use crate::locks::HeldLock;
+use crate::stats::{OpKind, OpStats};
+use crate::store::Caches;
+
+/// One thread's handle on a [`crate::Store`]: its own endpoint, the shared caches, and counters per
+/// operation type. Operations take `&mut self`; open one client per thread.
+#[derive(Debug)]
+pub struct Client<E: Endpoint> {
+    ep: E,
+    caches: Arc<Caches>,
+    stats: OpStats,
+    buf: Vec<u8>,
+    /// Leaves allocated for a split that could not use them (its SLT was full); used first by the
+    /// next split on the same node.
+    spare_leaves: Vec<(u16, u64)>,
+    enqueue_failures: u64,
+}
+
+/// The change a write makes to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Insert(u64),
+    Update(u64),
+    Upsert(u64),
+    Delete,
+}
+
+/// What a change does to a locked chain.
+#[derive(Debug)]
+enum Outcome {
+    /// Nothing to write; the operation's result.
+    Unchanged(bool),
+    /// Rewrite the leaf at chain position `pos`.
+    Rewrite {
+        result: bool,
+        pos: usize,
+        leaf: Leaf,
+    },
+    /// The leaf at `pos` overflows: it keeps `lower`, a new synonym leaf after it takes `upper`.
+    Split {
+        result: bool,
+        pos: usize,
+        lower: Leaf,
+        upper: Leaf,
+    },
+    /// The synonym leaf at `pos` (> 0) became empty: write it empty and unlink it.
+    Unlink { result: bool, pos: usize },
+}
+
+/// A chain whose trained leaf's LT lock this client holds.
+#[derive(Debug)]
+struct Locked {
+    slot: u64,
+    record: RemoteAddr,
+    layout: leaf_store::RecordLayout,
+    leaf: u64,
+    lt_addr: RemoteAddr,
+    /// The LT entry's current value (lock bit set).
+    lt_now: LeafTableEntry,
+    chain: Vec<(LeafTableEntry, Leaf)>,
+    header: ModelHeader,
+    handovers: u32,
+}
+
+impl Locked {
+    /// The lock, with the chain as last written, for the next local writer of this leaf.
+    fn hand_over(&mut self) -> HeldLock {
+        HeldLock {
+            record: self.record,
+            leaf: self.leaf,
+            lt_addr: self.lt_addr,
+            lt_now: self.lt_now,
+            chain: std::mem::take(&mut self.chain),
+            header: self.header,
+            handovers: self.handovers,
+        }
+    }
+}
+
+/// How a commit ended.
+enum Committed {
+    Done(bool),
+    /// The slot's SLT is full: nothing changed, lock released; wait for retraining.
+    SltFull,
+}
+
+fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
+    addr.checked_add(by).unwrap_or(addr)
+}
+
+impl<E: Endpoint> Client<E> {
+    pub(crate) fn new(ep: E, caches: Arc<Caches>) -> Self {
+        Self {
+            ep,
+            caches,
+            stats: OpStats::default(),
+            buf: Vec::new(),
+            spare_leaves: Vec::new(),
+            enqueue_failures: 0,
+        }
+    }
+
+    /// Counters per operation type since the client was created.
+    pub fn stats(&self) -> &OpStats {
+        &self.stats
+    }
+
+    /// The endpoint's raw counters.
+    pub fn net_stats(&self) -> Stats {
+        self.ep.stats()
+    }
+
+    /// Times a slot that reached the retraining threshold could not be queued (transport errors
+    /// while queueing; the write itself had completed).
+    pub fn enqueue_failures(&self) -> u64 {
+        self.enqueue_failures
+    }
+
+    fn counted<R>(&mut self, kind: OpKind, op: impl FnOnce(&mut Self) -> R) -> R {
+        let before = self.ep.stats();
+        let result = op(self);
+        let used = self.ep.stats() - before;
+        self.stats.record(kind, used);
+        result
+    }
+
+    /// The value of `key`, if present. One round trip with a fresh cache.
+    pub fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
+        self.counted(OpKind::Get, |c| c.get_inner(key))
+    }
+
+    /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        self.counted(OpKind::Insert, |c| c.write(key, Change::Insert(value)))
+    }
+
+    /// Sets the value of a present `key`; `Ok(false)` if absent.
+    pub fn update(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        self.counted(OpKind::Update, |c| c.write(key, Change::Update(value)))
+    }
+
+    /// Inserts or updates `key`; `Ok(true)` if it was inserted.
+    pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        self.counted(OpKind::Upsert, |c| c.write(key, Change::Upsert(value)))
+    }
+
+    /// Deletes `key`; `Ok(false)` if absent.
+    pub fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
+        self.counted(OpKind::Delete, |c| c.write(key, Change::Delete))
+    }
+
+    /// Up to `n` entries with keys ≥ `start`, in key order, without duplicates; continues across
+    /// model slots and memory nodes.
+    pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, IndexError> {
+        self.counted(OpKind::Scan, |c| c.scan_inner(start, n))
+    }
+}
+
+/// A pause before re-reading data that was changing: a spin hint, or under loom a yield (a loom
+/// thread that spins without yielding would keep the writer it waits for from running).
+fn retry_pause() {
+    if cfg!(loom) {
+        crate::sync::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+fn check_unlocked(verbs: &[Verb<'_>]) -> Result<(), IndexError> {
+    match verbs.last().and_then(Verb::cas_succeeded) {
+        Some(true) => Ok(()),
+        _ => {
+            Err(LeafStoreError::CorruptLeaf("released an LT entry this client did not hold").into())
+        }
+    }
+}

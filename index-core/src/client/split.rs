@@ -1,0 +1,231 @@
+//! Structural changes: a split into a new synonym leaf, an unlink of an emptied one.
+
+use leaf_store::{
+    Leaf, LeafStoreError, LeafTableEntry, MAX_SYNONYMS, ModelHeader, check_allocation,
+};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::IndexError;
+use crate::locks::HeldLock;
+use crate::store::NodeCache;
+
+use super::*;
+
+impl<E: Endpoint> Client<E> {
+    /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
+    /// entries), the LT link change (keeping the lock), the FREED marker, FAA of the header's
+    /// change counter, then `late_writes` (the split leaf's shrunken contents), then the unlock.
+    /// Readers that cached the old tables see the bump before any key leaves a leaf they read.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn structural(
+        &mut self,
+        locked: &mut Locked,
+        writes: Vec<(RemoteAddr, Vec<u8>)>,
+        lt_change: Option<LeafTableEntry>,
+        freed: Option<(RemoteAddr, Vec<u8>)>,
+        late_writes: Vec<(RemoteAddr, Vec<u8>)>,
+        hand_over: bool,
+        held_slot: &mut Option<HeldLock>,
+    ) -> Result<(), IndexError> {
+        let mut verbs: Vec<Verb<'_>> = writes
+            .iter()
+            .map(|(at, bytes)| Verb::write(*at, bytes))
+            .collect();
+        let link_at = verbs.len();
+        if let Some(new) = lt_change {
+            verbs.push(Verb::cas(
+                locked.lt_addr,
+                locked.lt_now.raw(),
+                new.locked().raw(),
+            ));
+        }
+        if let Some((at, bytes)) = &freed {
+            verbs.push(Verb::write(*at, bytes));
+        }
+        verbs.push(Verb::faa(locked.record, ModelHeader::CHANGE_ONE).fenced());
+        for (at, bytes) in &late_writes {
+            verbs.push(Verb::write(*at, bytes));
+        }
+        let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
+        if !hand_over {
+            verbs.push(leaf_store::unlock_verb(locked.lt_addr, lt_final, None).fenced());
+        }
+        self.ep.batch(&mut verbs)?;
+        if lt_change.is_some() && verbs[link_at].cas_succeeded() != Some(true) {
+            return Err(LeafStoreError::CorruptLeaf("LT entry changed under its lock").into());
+        }
+        if !hand_over {
+            check_unlocked(&verbs)?;
+        }
+        drop(verbs);
+        locked.lt_now = lt_final;
+        locked.header =
+            ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::CHANGE_ONE));
+        if hand_over {
+            *held_slot = Some(locked.hand_over());
+        }
+        Ok(())
+    }
+
+    /// Splits the leaf at chain position `pos`: a new synonym leaf after it takes `upper`.
+    /// `None` if the slot's SLT is full (nothing changed, lock released).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn split(
+        &mut self,
+        node: &NodeCache,
+        locked: &mut Locked,
+        pos: usize,
+        lower: Leaf,
+        upper: Leaf,
+        hand_over: bool,
+        held_slot: &mut Option<HeldLock>,
+    ) -> Result<Option<()>, IndexError> {
+        let layout = node.layout;
+        let delta = layout.delta();
+        // Round trip 2: a leaf number (unless a spare is at hand) and an SLT slot.
+        let spare = self
+            .spare_leaves
+            .iter()
+            .position(|&(n, _)| n == node.info.id)
+            .map(|i| self.spare_leaves.swap_remove(i).1);
+        let mut verbs = Vec::with_capacity(2);
+        if spare.is_none() {
+            verbs.push(leaf_store::alloc_leaf_verb(&layout));
+        }
+        verbs.push(Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE));
+        self.ep.batch(&mut verbs)?;
+        let slot_use_old =
+            ModelHeader::from_raw(verbs.last().and_then(Verb::old_value).unwrap_or_default())
+                .slot_use();
+        let allocated = if spare.is_none() {
+            verbs[0].old_value()
+        } else {
+            None
+        };
+        drop(verbs);
+        if slot_use_old >= MAX_SYNONYMS {
+            // SLT full: give the slot back, keep the leaf for later, release, ask for retraining.
+            self.ep
+                .faa(locked.record, ModelHeader::SLOT_USE_ONE.wrapping_neg())?;
+            let leaf = match (spare, allocated) {
+                (Some(n), _) => Some(n),
+                (None, Some(old)) => check_allocation(&mut self.ep, &layout, old).ok(),
+                _ => None,
+            };
+            if let Some(n) = leaf {
+                self.spare_leaves.push((node.info.id, n));
+            }
+            leaf_store::unlock(&mut self.ep, locked.lt_addr, locked.lt_now, None)?;
+            self.request_retraining(node, locked.slot);
+            return Ok(None);
+        }
+        let slt_slot = slot_use_old + 1;
+        let new_leaf = match (spare, allocated) {
+            (Some(n), _) => n,
+            (None, old) => match check_allocation(&mut self.ep, &layout, old.unwrap_or(u64::MAX)) {
+                Ok(n) => n,
+                Err(LeafStoreError::PoolExhausted { capacity }) => {
+                    // The SLT slot is claimed but will hold nothing: mark it freed, release.
+                    let at = offset(locked.record, locked.layout.slt_entry(slt_slot));
+                    let freed = LeafTableEntry::FREED.raw().to_le_bytes();
+                    let mut verbs = [
+                        Verb::write(at, &freed),
+                        leaf_store::unlock_verb(locked.lt_addr, locked.lt_now, None),
+                    ];
+                    self.ep.batch(&mut verbs)?;
+                    check_unlocked(&verbs)?;
+                    return Err(IndexError::PoolExhausted {
+                        node: node.info.id,
+                        capacity,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        // Round trip 3, in order: the new leaf and its SLT entry, the link to it, the header
+        // bump, and only then the split leaf's shrunken contents; then unlock.
+        let (split_entry, _) = locked.chain[pos];
+        let new_entry = LeafTableEntry::new(0, new_leaf)
+            .unwrap_or_default()
+            .with_synonym(split_entry.synonym_ptr());
+        let mut writes = vec![
+            (layout.leaf_addr(new_leaf), upper.encode(new_leaf, delta)?),
+            (
+                offset(locked.record, locked.layout.slt_entry(slt_slot)),
+                new_entry.raw().to_le_bytes().to_vec(),
+            ),
+        ];
+        let slt_ptr = u8::try_from(slt_slot).unwrap_or(0);
+        let linked = split_entry.with_synonym(slt_ptr);
+        let lt_change = if pos == 0 {
+            Some(locked.lt_now.with_synonym(slt_ptr))
+        } else {
+            let at_slot = u64::from(locked.chain[pos - 1].0.synonym_ptr());
+            writes.push((
+                offset(locked.record, locked.layout.slt_entry(at_slot)),
+                linked.raw().to_le_bytes().to_vec(),
+            ));
+            None
+        };
+        let late = vec![(
+            layout.leaf_addr(split_entry.leaf_num()),
+            lower.encode(split_entry.leaf_num(), delta)?,
+        )];
+        #[cfg(loom)]
+        if self.caches.config.split_order != crate::config::SplitOrder::Safe {
+            self.split_in_wrong_order(locked, writes, late, linked, pos)?;
+            return Ok(Some(()));
+        }
+        locked.chain[pos] = (linked, lower);
+        locked.chain.insert(pos + 1, (new_entry, upper));
+        locked.header =
+            ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE));
+        self.structural(locked, writes, lt_change, None, late, hand_over, held_slot)?;
+        if slt_slot == self.caches.config.retrain_threshold {
+            self.request_retraining(node, locked.slot);
+        }
+        Ok(Some(()))
+    }
+
+    /// Loom builds only: the split's third round trip in a deliberately wrong order (pos 0 only).
+    #[cfg(loom)]
+    pub(super) fn split_in_wrong_order(
+        &mut self,
+        locked: &mut Locked,
+        writes: Vec<(RemoteAddr, Vec<u8>)>,
+        late: Vec<(RemoteAddr, Vec<u8>)>,
+        linked: LeafTableEntry,
+        pos: usize,
+    ) -> Result<(), IndexError> {
+        use crate::config::SplitOrder;
+        assert_eq!(
+            pos, 0,
+            "the wrong orders are modelled for splits of the trained leaf"
+        );
+        let new_leaf_writes = writes.iter().map(|(at, b)| Verb::write(*at, b));
+        let shrink = late.iter().map(|(at, b)| Verb::write(*at, b));
+        let bump = Verb::faa(locked.record, ModelHeader::CHANGE_ONE);
+        let link_and_unlock =
+            Verb::cas(locked.lt_addr, locked.lt_now.raw(), linked.unlocked().raw());
+        let mut verbs: Vec<Verb<'_>> = match self.caches.config.split_order {
+            SplitOrder::LinkLast => new_leaf_writes
+                .chain([bump])
+                .chain(shrink)
+                .chain([link_and_unlock])
+                .collect(),
+            SplitOrder::ShrinkFirst => shrink
+                .chain(new_leaf_writes)
+                .chain([bump, link_and_unlock])
+                .collect(),
+            SplitOrder::Safe => unreachable!("handled by split"),
+        };
+        self.ep.batch(&mut verbs)?;
+        check_unlocked(&verbs)
+    }
+
+    pub(super) fn request_retraining(&mut self, node: &NodeCache, slot: u64) {
+        if retrainer::queue::enqueue(&mut self.ep, &node.layout, slot).is_err() {
+            self.enqueue_failures += 1;
+        }
+    }
+}

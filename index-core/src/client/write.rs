@@ -1,0 +1,389 @@
+//! The write path: the leaf-lock protocol shared by INSERT, UPDATE, UPSERT and DELETE.
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, le_word};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::IndexError;
+use crate::backoff::Backoff;
+use crate::locks::{HeldLock, Stripe};
+use crate::store::NodeCache;
+use crate::view::{Guard, SlotView, pin};
+
+use super::*;
+
+impl<E: Endpoint> Client<E> {
+    // ----- writing -------------------------------------------------------------------------------
+
+    /// Lean mode: the owner of `key`, from the candidate range's pivots (one READ).
+    ///
+    /// Pivots never change in a record, so no header is needed: a retired record's pivots still
+    /// route correctly, and the lock protocol that follows checks freshness.
+    pub(super) fn lean_owner(&mut self, view: &SlotView, key: u64) -> Result<u64, IndexError> {
+        let range = view.model.owner_candidates(key);
+        let mut pivots = vec![0u8; 8 * range.len() as usize];
+        self.ep.read(
+            offset(view.record, view.layout.pivots() + 8 * range.first),
+            &mut pivots,
+        )?;
+        let pivots: Vec<u64> = pivots.chunks_exact(8).map(|c| le_word(c, 0)).collect();
+        Ok(range.first + pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64)
+    }
+
+    pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
+        let caches = Arc::clone(&self.caches);
+        let node = &caches.nodes[caches.node_of(key)];
+        let slot = node.top.slot_of(key);
+        let guard = pin();
+        let mut backoff = Backoff::new(caches.config.wait_limit);
+        let mut slt_full = false;
+        for _ in 0..caches.config.max_attempts {
+            let loaded = node.slots[slot].load(&guard);
+            let view: &SlotView = &loaded;
+            if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
+                self.refresh(node, view, &guard)?;
+                continue;
+            }
+            if view.header.is_locked() {
+                // The retrainer froze this record; wait for the new one.
+                if !backoff.wait() {
+                    return Err(IndexError::RetrainingTimeout {
+                        node: node.info.id,
+                        slot: slot as u64,
+                    });
+                }
+                self.refresh(node, view, &guard)?;
+                continue;
+            }
+            let owner = match view.owner(key) {
+                Some(owner) => owner,
+                None => self.lean_owner(view, key)?,
+            };
+            let stripe = caches.locks.stripe(view.record, owner);
+            stripe.waiting.fetch_add(1, Ordering::AcqRel);
+            let mut held_slot = stripe.held.lock().unwrap_or_else(|e| e.into_inner());
+            stripe.waiting.fetch_sub(1, Ordering::AcqRel);
+            let mut locked = None;
+            if let Some(held) = held_slot.take() {
+                if held.record == view.record && held.leaf == owner {
+                    locked = Some(Locked {
+                        slot: slot as u64,
+                        record: held.record,
+                        layout: view.layout,
+                        leaf: held.leaf,
+                        lt_addr: held.lt_addr,
+                        lt_now: held.lt_now,
+                        chain: held.chain,
+                        header: held.header,
+                        handovers: held.handovers + 1,
+                    });
+                } else {
+                    self.release_held(held)?;
+                }
+            }
+            let locked = match locked {
+                Some(locked) => locked,
+                None => match self.acquire(node, view, slot, owner, &guard, &mut backoff)? {
+                    Some(locked) => locked,
+                    None => continue,
+                },
+            };
+            let outcome = apply(&locked.chain, key, change, node.layout.delta());
+            match self.commit(node, locked, outcome, stripe, &mut held_slot)? {
+                Committed::Done(result) => return Ok(result),
+                Committed::SltFull => {
+                    slt_full = true;
+                    drop(held_slot);
+                    if !backoff.wait() {
+                        break;
+                    }
+                    let loaded = node.slots[slot].load(&guard);
+                    self.refresh(node, &loaded, &guard)?;
+                }
+            }
+        }
+        if slt_full {
+            return Err(IndexError::SltFull {
+                node: node.info.id,
+                slot: slot as u64,
+            });
+        }
+        Err(IndexError::TooManyRetries(caches.config.max_attempts))
+    }
+
+    /// Releases a lock another local writer left for a different leaf of the same stripe.
+    pub(super) fn release_held(&mut self, held: HeldLock) -> Result<(), IndexError> {
+        leaf_store::unlock(&mut self.ep, held.lt_addr, held.lt_now, None)?;
+        Ok(())
+    }
+
+    /// Takes trained leaf `leaf`'s lock and reads its chain behind the CAS in the same batch.
+    /// `None`: not taken (contention: waited; or a stale cache: refreshed) — try again.
+    pub(super) fn acquire(
+        &mut self,
+        node: &NodeCache,
+        view: &SlotView,
+        slot: usize,
+        leaf: u64,
+        guard: &Guard,
+        backoff: &mut Backoff,
+    ) -> Result<Option<Locked>, IndexError> {
+        let Some(chain) = view.chain(leaf) else {
+            self.refresh(node, view, guard)?;
+            return Ok(None);
+        };
+        let expected = view.lt_entry(leaf);
+        let lt_addr = offset(view.record, view.layout.lt_entry(leaf));
+        let leaf_bytes = node.layout.leaf_bytes() as usize;
+        self.buf.clear();
+        self.buf.resize(chain.len() * leaf_bytes + 8, 0);
+        let (leaf_buf, header_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
+        let mut verbs = vec![Verb::cas(lt_addr, expected.raw(), expected.locked().raw())];
+        for (entry, chunk) in chain.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
+            verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
+        }
+        verbs.push(Verb::read(view.record, header_buf).fenced());
+        self.ep.batch(&mut verbs)?;
+        let old = verbs[0].old_value().unwrap_or_default();
+        drop(verbs);
+        if old != expected.raw() {
+            if LeafTableEntry::from_raw(old).is_locked() {
+                if !backoff.wait() {
+                    return Err(IndexError::LockTimeout {
+                        node: node.info.id,
+                        slot: slot as u64,
+                        leaf,
+                    });
+                }
+            } else {
+                self.refresh(node, view, guard)?;
+            }
+            return Ok(None);
+        }
+        let held = expected.locked();
+        let header = ModelHeader::from_raw(le_word(&self.buf[chain.len() * leaf_bytes..], 0));
+        let mut locked = Locked {
+            slot: slot as u64,
+            record: view.record,
+            layout: view.layout,
+            leaf,
+            lt_addr,
+            lt_now: held,
+            chain: Vec::new(),
+            header,
+            handovers: 0,
+        };
+        let (entries, contents) = if header == view.header {
+            (chain.clone(), self.decode_leaves(&node.layout, &chain)?)
+        } else {
+            if header.is_locked() || header.is_retired() {
+                leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
+                self.refresh(node, view, guard)?;
+                if header.is_locked() && !backoff.wait() {
+                    return Err(IndexError::RetrainingTimeout {
+                        node: node.info.id,
+                        slot: slot as u64,
+                    });
+                }
+                return Ok(None);
+            }
+            // The record changed since the view was built (another chain split, or ours did).
+            // We hold the lock, so our chain is stable now: read the tables ourselves (not the
+            // cell's view, which may predate our lock), install them, and re-read the chain.
+            let fresh = self.fetch_view(node, view)?;
+            let chain = (fresh.record == view.record)
+                .then(|| fresh.chain(leaf))
+                .flatten();
+            node.slots[slot].replace(view, fresh, guard);
+            let Some(chain) = chain else {
+                leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
+                return Ok(None);
+            };
+            let headers = self.read_batch(&node.layout, &chain, &[view.record])?;
+            locked.header = headers[0];
+            let contents = self.decode_leaves(&node.layout, &chain)?;
+            (chain, contents)
+        };
+        let Some(contents) = contents else {
+            // Under the lock nothing writes these leaves: a failed checksum is damage.
+            leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
+            return Err(LeafStoreError::TornLeaf {
+                leaf_num: entries[0].leaf_num(),
+            }
+            .into());
+        };
+        locked.chain = entries.into_iter().zip(contents).collect();
+        Ok(Some(locked))
+    }
+
+    /// Applies `outcome` to the locked chain: writes in the order that keeps concurrent readers
+    /// correct, then releases the lock or hands it to a waiting sibling thread.
+    pub(super) fn commit(
+        &mut self,
+        node: &NodeCache,
+        mut locked: Locked,
+        outcome: Outcome,
+        stripe: &Stripe,
+        held_slot: &mut Option<HeldLock>,
+    ) -> Result<Committed, IndexError> {
+        let layout = node.layout;
+        let delta = layout.delta();
+        let hand_over = stripe.waiting.load(Ordering::Acquire) > 0
+            && locked.handovers < self.caches.config.max_handovers;
+        let result = match outcome {
+            Outcome::Unchanged(result) => {
+                self.finish(&mut locked, Vec::new(), hand_over, held_slot)?;
+                result
+            }
+            Outcome::Rewrite { result, pos, leaf } => {
+                let leaf_num = locked.chain[pos].0.leaf_num();
+                let bytes = leaf.encode(leaf_num, delta)?;
+                locked.chain[pos].1 = leaf;
+                self.finish(
+                    &mut locked,
+                    vec![(layout.leaf_addr(leaf_num), bytes)],
+                    hand_over,
+                    held_slot,
+                )?;
+                result
+            }
+            Outcome::Unlink { result, pos } => {
+                let (gone, _) = locked.chain[pos];
+                let empty = Leaf::new().encode(gone.leaf_num(), delta)?;
+                let slot_of_gone = u64::from(locked.chain[pos - 1].0.synonym_ptr());
+                let next = gone.synonym_ptr();
+                let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> =
+                    vec![(layout.leaf_addr(gone.leaf_num()), empty)];
+                // Link around it: in the LT entry (keeping the lock) or in the previous SLT entry.
+                let mut lt_change = None;
+                if pos == 1 {
+                    lt_change = Some(locked.lt_now.with_synonym(next));
+                    locked.chain[0].0 = locked.chain[0].0.with_synonym(next);
+                } else {
+                    let prev_slot = u64::from(locked.chain[pos - 2].0.synonym_ptr());
+                    let prev = locked.chain[pos - 1].0.with_synonym(next);
+                    verbs_owned.push((
+                        offset(locked.record, locked.layout.slt_entry(prev_slot)),
+                        prev.raw().to_le_bytes().to_vec(),
+                    ));
+                    locked.chain[pos - 1].0 = prev;
+                }
+                let freed = (
+                    offset(locked.record, locked.layout.slt_entry(slot_of_gone)),
+                    LeafTableEntry::FREED.raw().to_le_bytes().to_vec(),
+                );
+                // The chain as it will be: a sibling thread may inherit it with the lock.
+                locked.chain.remove(pos);
+                self.structural(
+                    &mut locked,
+                    verbs_owned,
+                    lt_change,
+                    Some(freed),
+                    Vec::new(),
+                    hand_over,
+                    held_slot,
+                )?;
+                result
+            }
+            Outcome::Split {
+                result,
+                pos,
+                lower,
+                upper,
+            } => match self.split(node, &mut locked, pos, lower, upper, hand_over, held_slot)? {
+                Some(()) => result,
+                None => return Ok(Committed::SltFull),
+            },
+        };
+        Ok(Committed::Done(result))
+    }
+
+    /// Writes `writes` (in order), then releases the lock — or leaves it to a waiting sibling.
+    pub(super) fn finish(
+        &mut self,
+        locked: &mut Locked,
+        writes: Vec<(RemoteAddr, Vec<u8>)>,
+        hand_over: bool,
+        held_slot: &mut Option<HeldLock>,
+    ) -> Result<(), IndexError> {
+        let mut verbs: Vec<Verb<'_>> = writes
+            .iter()
+            .map(|(at, bytes)| Verb::write(*at, bytes))
+            .collect();
+        if !hand_over {
+            verbs.push(leaf_store::unlock_verb(locked.lt_addr, locked.lt_now, None));
+        }
+        self.ep.batch(&mut verbs)?;
+        if !hand_over {
+            check_unlocked(&verbs)?;
+        }
+        drop(verbs);
+        if hand_over {
+            *held_slot = Some(locked.hand_over());
+        }
+        Ok(())
+    }
+}
+
+/// What `change` does to a chain (sorted across its leaves).
+fn apply(chain: &[(LeafTableEntry, Leaf)], key: u64, change: Change, delta: u64) -> Outcome {
+    let found = chain
+        .iter()
+        .enumerate()
+        .find_map(|(pos, (_, leaf))| leaf.get(key).map(|v| (pos, v)));
+    match (change, found) {
+        (Change::Insert(_), Some(_)) | (Change::Update(_) | Change::Delete, None) => {
+            Outcome::Unchanged(false)
+        }
+        (Change::Update(value) | Change::Upsert(value), Some((pos, _))) => {
+            let mut leaf = chain[pos].1.clone();
+            if let Some(entry) = leaf.entries_mut().iter_mut().find(|e| e.0 == key) {
+                entry.1 = value;
+            }
+            Outcome::Rewrite {
+                result: matches!(change, Change::Update(_)),
+                pos,
+                leaf,
+            }
+        }
+        (Change::Delete, Some((pos, _))) => {
+            let mut leaf = chain[pos].1.clone();
+            leaf.entries_mut().retain(|e| e.0 != key);
+            if leaf.is_empty() && pos > 0 {
+                Outcome::Unlink { result: true, pos }
+            } else {
+                Outcome::Rewrite {
+                    result: true,
+                    pos,
+                    leaf,
+                }
+            }
+        }
+        (Change::Insert(value) | Change::Upsert(value), None) => {
+            // The last non-empty leaf whose smallest key is below `key` (else the first leaf).
+            let pos = chain
+                .iter()
+                .rposition(|(_, leaf)| leaf.first_key().is_some_and(|f| f < key))
+                .unwrap_or(0);
+            let mut leaf = chain[pos].1.clone();
+            let entries = leaf.entries_mut();
+            let at = entries.partition_point(|e| e.0 < key);
+            entries.insert(at, (key, value));
+            if entries.len() as u64 <= delta {
+                return Outcome::Rewrite {
+                    result: true,
+                    pos,
+                    leaf,
+                };
+            }
+            let upper = entries.split_off(entries.len() / 2);
+            Outcome::Split {
+                result: true,
+                pos,
+                lower: leaf,
+                upper: Leaf::from_entries(upper).unwrap_or_default(),
+            }
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The retraining worker.
+//!
+//! One file per protocol: [`recover`] (start-up and repair after a crash), [`poll`] (taking work
+//! from the ring and the idle sweep), [`retrain`] (one retraining with shadow redirection).
+
+mod poll;
+mod recover;
+mod retrain;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use leaf_store::{
+    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RECORD_FIXED_BYTES,
+    RingEntry, RingLayout, SLT_SLOTS, le_word, read_leaf, read_record, read_slot_table,
+};
+use learned_model::{LeafModel, ModelParams};
+use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr, TransportError, Verb};
+
+/// How the worker behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrainConfig {
+    /// A retired record's memory is reused only this long after it was retired. Compute nodes
+    /// revalidate views older than a second before writing through them, and give up on an
+    /// operation after their wait limit (2 s by default), so ten seconds leaves a wide margin.
+    pub grace_period: Duration,
+    /// How long to wait for leaf locks held on a frozen record to drain before unfreezing it and
+    /// trying the slot again later.
+    pub drain_limit: Duration,
+    /// Sleep between polls of an empty queue.
+    pub idle_sleep: Duration,
+    /// When the queue is empty, slots whose SLT has handed out at least this many slots are
+    /// retrained too (most used first): an idle memory-node core compacts chains so GETs return
+    /// to reading one leaf. 0 disables the sweep.
+    pub idle_sweep_threshold: u64,
+    /// At most one idle sweep (reading every slot's header) per this interval.
+    pub sweep_interval: Duration,
+    /// A ring position claimed by a compute node but left unwritten this long is skipped (its
+    /// writer has died; compute nodes write right after claiming), and every slot marked queued
+    /// that no entry names is queued again.
+    pub ring_stall_limit: Duration,
+    /// Whether changes made between the pre-built snapshot and the freeze are carried into the new
+    /// record (always, outside loom builds; loom models switch it off to show it is needed).
+    #[cfg(loom)]
+    pub carry_over: bool,
+}
+
+impl Default for RetrainConfig {
+    fn default() -> Self {
+        Self {
+            grace_period: Duration::from_secs(10),
+            drain_limit: Duration::from_secs(2),
+            idle_sleep: Duration::from_micros(200),
+            idle_sweep_threshold: 8,
+            sweep_interval: Duration::from_millis(50),
+            ring_stall_limit: Duration::from_secs(5),
+            #[cfg(loom)]
+            carry_over: true,
+        }
+    }
+}
+
+/// Why a retraining failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetrainError {
+    /// The pool's layout or a record could not be read.
+    #[error(transparent)]
+    Layout(#[from] LeafStoreError),
+    /// The model region has no room for the new record until retired ones are reclaimed.
+    #[error("model region full: {needed} bytes needed")]
+    ModelRegionFull {
+        /// Bytes of the record that did not fit.
+        needed: u64,
+    },
+    /// A new model could not be trained.
+    #[error("training failed: {0}")]
+    Train(String),
+}
+
+impl From<TransportError> for RetrainError {
+    fn from(e: TransportError) -> Self {
+        RetrainError::Layout(e.into())
+    }
+}
+
+/// What one retraining did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrainReport {
+    /// The slot.
+    pub slot: u64,
+    /// Trained leaves before and after.
+    pub trained_before: u64,
+    /// Trained leaves of the new record.
+    pub trained_after: u64,
+    /// Synonym leaves the old record linked (all absorbed as trained leaves).
+    pub synonyms_absorbed: u64,
+    /// Keys trained on.
+    pub keys: u64,
+    /// Segments of the new model.
+    pub segments: u64,
+    /// Whether the chains changed between the pre-built snapshot and the freeze, so the record was
+    /// rebuilt from the frozen state.
+    pub rebuilt_under_freeze: bool,
+    /// Time spent training the model(s).
+    pub train_time: Duration,
+    /// Time writers of the slot were held off (freeze to retire).
+    pub frozen_time: Duration,
+    /// Whole retraining, from reading the record to retiring it.
+    pub total_time: Duration,
+}
+
+/// Counters over a worker's life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetrainStats {
+    /// Slots retrained.
+    pub retrains: u64,
+    /// Retrainings whose record was rebuilt under the freeze.
+    pub rebuilt_under_freeze: u64,
+    /// Queued slots that held no key (nothing to retrain).
+    pub skipped_empty: u64,
+    /// Freezes undone because leaf locks did not drain in time.
+    pub drain_timeouts: u64,
+    /// Keys trained on.
+    pub keys_trained: u64,
+    /// Nanoseconds spent training.
+    pub train_nanos: u64,
+    /// Nanoseconds spent retraining in total.
+    pub total_nanos: u64,
+    /// Retired records whose memory was reclaimed.
+    pub reclaimed_records: u64,
+    /// Ring positions skipped because their claimant never wrote them.
+    pub ring_positions_skipped: u64,
+    /// Slots marked queued that no ring entry named, queued again (after a skip or at start).
+    pub requeued: u64,
+}
+
+/// What a worker found and repaired when it started on a pool whose previous worker stopped
+/// without finishing (a crash, a kill): see [`Retrainer::new`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The slot whose retraining stopped before its slot pointer moved: its record was unfrozen
+    /// and the slot queued again.
+    pub unfrozen: Option<u64>,
+    /// The slot whose retraining stopped after its slot pointer moved: its old record was marked
+    /// retired (compute nodes still using it reload) and will be reclaimed after the grace period.
+    pub retired: Option<u64>,
+    /// Slots marked queued that no ring entry names any more (the previous worker had taken them):
+    /// queued again.
+    pub requeued: u64,
+    /// Model-region bytes no slot references (records a previous worker wrote but never swapped
+    /// in, or retired but had not reclaimed): reused after the grace period.
+    pub unreferenced_bytes: u64,
+}
+
+type Chains = Vec<Vec<(LeafTableEntry, Leaf)>>;
+
+/// The memory node's retraining worker for one memory node's pool.
+#[derive(Debug)]
+pub struct Retrainer<E: Endpoint> {
+    ep: E,
+    layout: Layout,
+    params: ModelParams,
+    config: RetrainConfig,
+    ring: RingLayout,
+    head: u64,
+    /// Queued slots, most used SLT first.
+    pending: BinaryHeap<(u64, Reverse<u64>)>,
+    /// Retired records: when, where, how many bytes.
+    retired: VecDeque<(Instant, u64, u64)>,
+    /// Reusable model-region space: offset, bytes.
+    free: Vec<(u64, u64)>,
+    generation: u64,
+    stats: RetrainStats,
+    recovery: Recovery,
+    /// The ring position found claimed but unwritten, and since when.
+    stalled: Option<(u64, Instant)>,
+}
+
+impl<E: Endpoint> Retrainer<E> {
+    /// What this worker repaired when it started.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
+    }
+
+    /// The endpoint the worker reaches its pool through (its counters; fault injection in tests).
+    pub fn endpoint_mut(&mut self) -> &mut E {
+        &mut self.ep
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> RetrainStats {
+        self.stats
+    }
+
+    /// Slots taken from the ring and not yet retrained.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The layout of the pool.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Retrains the most urgent pending slot, if any.
+    pub fn retrain_next(&mut self) -> Result<Option<RetrainReport>, RetrainError> {
+        let Some((_, Reverse(slot))) = self.pending.pop() else {
+            return Ok(None);
+        };
+        match self.retrain_slot(slot) {
+            Err(RetrainError::ModelRegionFull { needed }) => {
+                self.pending.push((0, Reverse(slot)));
+                Err(RetrainError::ModelRegionFull { needed })
+            }
+            other => other,
+        }
+    }
+
+    /// Reclaims retired records whose grace period has passed.
+    pub fn reclaim(&mut self) {
+        let now = Instant::now();
+        while self
+            .retired
+            .front()
+            .is_some_and(|&(at, _, _)| now.duration_since(at) >= self.config.grace_period)
+        {
+            if let Some((_, offset, bytes)) = self.retired.pop_front() {
+                self.free.push((offset, bytes));
+                self.stats.reclaimed_records += 1;
+            }
+        }
+    }
+
+    /// Polls, retrains and reclaims until `stop` returns true; when the queue is empty, sweeps
+    /// for slots worth compacting (see [`RetrainConfig::idle_sweep_threshold`]); sleeps while idle.
+    pub fn run(&mut self, mut stop: impl FnMut() -> bool) -> Result<RetrainStats, RetrainError> {
+        let mut last_sweep: Option<Instant> = None;
+        while !stop() {
+            self.poll()?;
+            self.reclaim();
+            if self.pending.is_empty()
+                && self.config.idle_sweep_threshold > 0
+                && last_sweep.is_none_or(|at| at.elapsed() >= self.config.sweep_interval)
+            {
+                self.sweep(self.config.idle_sweep_threshold)?;
+                last_sweep = Some(Instant::now());
+            }
+            match self.retrain_next() {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(RetrainError::ModelRegionFull { .. }) => {
+                    std::thread::sleep(self.config.idle_sleep)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.stats)
+    }
+
+    /// Sets `flag` in the header word at `addr` by CAS (compute nodes FAA the same word).
+    fn set_flag(&mut self, addr: RemoteAddr, flag: u64) -> Result<(), RetrainError> {
+        let mut current = self.ep.read_word(addr)?;
+        while current & flag == 0 {
+            let old = self.ep.cas(addr, current, current | flag)?;
+            if old == current {
+                break;
+            }
+            current = old;
+        }
+        Ok(())
+    }
+
+    fn clear_flag(&mut self, addr: RemoteAddr, flag: u64) -> Result<(), RetrainError> {
+        let mut current = self.ep.read_word(addr)?;
+        while current & flag != 0 {
+            let old = self.ep.cas(addr, current, current & !flag)?;
+            if old == current {
+                break;
+            }
+            current = old;
+        }
+        Ok(())
+    }
+
+    /// Lifts the freeze of `record`, which stays the slot's, and clears the in-flight word.
+    fn unfreeze(&mut self, record: RemoteAddr) -> Result<(), RetrainError> {
+        self.clear_flag(record, ModelHeader::new(0).locked().raw())?;
+        self.ep.write_word(self.ring.in_flight(), 0)?;
+        Ok(())
+    }
+
+    fn clear_queued(&mut self, slot: u64) -> Result<(), RetrainError> {
+        let (addr, bit) = self.ring.queued_bit(slot);
+        self.clear_flag(addr, bit)
+    }
+
+    /// Model-region space for `bytes`: reclaimed space first (first fit), else the region's end.
+    fn allocate(&mut self, bytes: u64) -> Result<u64, RetrainError> {
+        let bytes = bytes.next_multiple_of(8);
+        if let Some(i) = self.free.iter().position(|&(_, size)| size >= bytes) {
+            let (offset, size) = self.free.swap_remove(i);
+            if size > bytes {
+                self.free.push((offset + bytes, size - bytes));
+            }
+            return Ok(offset);
+        }
+        let header = self.layout.model_region_addr();
+        let next = self.ep.read_word(header)?;
+        let end = self.ep.read_word(header.checked_add(8).unwrap_or(header))?;
+        if next.saturating_add(bytes) > end {
+            return Err(RetrainError::ModelRegionFull { needed: bytes });
+        }
+        self.ep.write_word(header, next + bytes)?;
+        Ok(next)
+    }
+}
+
+/// The first `len` bytes of every record in `table`, in slot order: one batch of READs per 4,096
+/// slots.
+fn record_prefixes<E: Endpoint>(
+    ep: &mut E,
+    table: &[(RemoteAddr, u64)],
+    len: usize,
+) -> Result<Vec<u8>, RetrainError> {
+    let mut out = vec![0u8; len * table.len()];
+    for (chunk, bufs) in table.chunks(4096).zip(out.chunks_mut(4096 * len)) {
+        let mut verbs: Vec<Verb<'_>> = chunk
+            .iter()
+            .zip(bufs.chunks_exact_mut(len))
+            .map(|(&(addr, _), buf)| Verb::read(addr, buf))
+            .collect();
+        ep.batch(&mut verbs)?;
+    }
+    Ok(out)
+}
+
+fn pause() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::sleep(Duration::from_micros(20));
+}

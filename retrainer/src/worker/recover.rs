@@ -1,0 +1,141 @@
+//! Starting a worker: attach to the pool and repair what a previous worker left half done.
+
+use super::*;
+
+impl<E: Endpoint> Retrainer<E> {
+    /// A worker for the pool on `node`, reached through `ep`. Its generations start above every
+    /// record's, so a header word never repeats on this node (records' memory is reused).
+    ///
+    /// One worker serves a pool at a time. If the previous one stopped in the middle of a
+    /// retraining, this one finishes what the ring's in-flight word says was left: a record still
+    /// referenced by its slot is unfrozen and the slot queued again; one already replaced is
+    /// marked retired. Slots marked queued that no ring entry names are queued again.
+    /// Model-region space no slot references (written but never swapped in, or retired but not
+    /// reclaimed) is reused after the grace period, as if retired now. What was repaired is in
+    /// [`Retrainer::recovery`].
+    pub fn new(
+        mut ep: E,
+        node: MemoryNodeInfo,
+        config: RetrainConfig,
+    ) -> Result<Self, RetrainError> {
+        let layout = Layout::attach(&mut ep, node)?;
+        let params = ModelParams::new(layout.epsilon(), layout.delta())
+            .map_err(|e| RetrainError::Train(e.to_string()))?;
+        let ring = RingLayout::new(layout);
+        let head = ep.read_word(ring.head())?;
+        // Every record's fixed part: the generations now, the extents for the recovery.
+        let table = read_slot_table(&mut ep, &layout)?;
+        let fixed = record_prefixes(&mut ep, &table, RECORD_FIXED_BYTES as usize)?;
+        let generation = fixed
+            .chunks_exact(RECORD_FIXED_BYTES as usize)
+            .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
+            .max()
+            .unwrap_or(0);
+        let mut worker = Self {
+            ep,
+            layout,
+            params,
+            config,
+            ring,
+            head,
+            pending: BinaryHeap::new(),
+            retired: VecDeque::new(),
+            free: Vec::new(),
+            generation: generation + 1,
+            stats: RetrainStats::default(),
+            recovery: Recovery::default(),
+            stalled: None,
+        };
+        worker.recover(&table, &fixed)?;
+        Ok(worker)
+    }
+
+    /// Repairs what a previous worker left (see [`Retrainer::new`]), given the slot table and
+    /// every record's fixed part as read at start.
+    pub(super) fn recover(
+        &mut self,
+        table: &[(RemoteAddr, u64)],
+        fixed: &[u8],
+    ) -> Result<(), RetrainError> {
+        let in_flight = self.ep.read_word(self.ring.in_flight())?;
+        if in_flight != 0 {
+            let old_addr = RemoteAddr::unpack(in_flight);
+            // Word 1 of a record is its slot id; read_record checks the whole record against it.
+            let slot = self
+                .ep
+                .read_word(old_addr.checked_add(8).unwrap_or(old_addr))?;
+            if slot >= self.layout.slots() {
+                return Err(LeafStoreError::CorruptRecord {
+                    slot,
+                    reason: format!("the in-flight record {old_addr} names no slot"),
+                }
+                .into());
+            }
+            let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
+            let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
+            if current == old_addr {
+                self.clear_flag(old_addr, ModelHeader::new(0).locked().raw())?;
+                self.queue_slot(slot)?;
+                self.recovery.unfrozen = Some(slot);
+            } else {
+                self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+                self.retired
+                    .push_back((Instant::now(), old_addr.offset(), old.layout().total()));
+                self.recovery.retired = Some(slot);
+            }
+            self.ep.write_word(self.ring.in_flight(), 0)?;
+        }
+
+        self.recovery.requeued = self.requeue_marked()?;
+        self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;
+        Ok(())
+    }
+
+    /// Treats every model-region range below the allocation point that neither a slot's record
+    /// nor a record already awaiting reclamation covers as retired now. Returns its bytes.
+    pub(super) fn retire_unreferenced(
+        &mut self,
+        table: &[(RemoteAddr, u64)],
+        fixed: &[u8],
+    ) -> Result<u64, RetrainError> {
+        let sb = *self.layout.superblock();
+        let region_end = sb.model_region_offset + sb.model_region_bytes;
+        let next = self.ep.read_word(self.layout.model_region_addr())?;
+        let mut used: Vec<(u64, u64)> = self
+            .retired
+            .iter()
+            .map(|&(_, offset, bytes)| (offset, offset + bytes))
+            .collect();
+        for (slot, (&(addr, _), part)) in table
+            .iter()
+            .zip(fixed.chunks_exact(RECORD_FIXED_BYTES as usize))
+            .enumerate()
+        {
+            let offset = addr.offset();
+            let record = ModelRecord::layout_of(part, region_end.saturating_sub(offset)).map_err(
+                |reason| LeafStoreError::CorruptRecord {
+                    slot: slot as u64,
+                    reason,
+                },
+            )?;
+            used.push((offset, offset + record.total()));
+        }
+        used.sort_unstable();
+        let mut unreferenced = 0;
+        let mut cursor = sb.model_region_offset + 16;
+        for (start, end) in used {
+            if start > cursor && start <= next {
+                self.retired
+                    .push_back((Instant::now(), cursor, start - cursor));
+                unreferenced += start - cursor;
+            }
+            cursor = cursor.max(end);
+        }
+        if next > cursor {
+            self.retired
+                .push_back((Instant::now(), cursor, next - cursor));
+            unreferenced += next - cursor;
+        }
+        Ok(unreferenced)
+    }
+}
