@@ -343,3 +343,71 @@ fn an_entry_of_an_earlier_lap_is_not_taken_for_an_unwritten_position() {
     );
     assert_eq!(worker.pending(), 0);
 }
+
+/// 600 keys in slots of two four-key leaves: 75 slots, a ring of 75 entries.
+fn many_slots() -> Pool {
+    let load = tiny();
+    let loaded: Vec<u64> = (0..600).map(|i| i * 1000).collect();
+    let size =
+        leaf_store::required_pool_bytes(loaded.len() as u64, &load, 64).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let layout = bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load)
+        .expect("load")[0]
+        .layout;
+    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let stale = store.client().expect("client");
+    Pool {
+        transport,
+        layout,
+        keys: loaded,
+        stale,
+    }
+}
+
+#[test]
+fn a_starting_worker_requeues_exactly_the_queued_slots() {
+    for count in [0u64, 1, 9, 75] {
+        // Slots spread over the table (and over both bitmap words), queued in this order.
+        let queued: Vec<u64> = (0..count).map(|i| (i * 31) % 75).collect();
+        let mut expected = queued.clone();
+        expected.sort_unstable();
+        for consumed_by_a_dead_worker in [false, true] {
+            let p = many_slots();
+            assert_eq!(p.layout.slots(), 75);
+            assert_eq!(p.layout.superblock().ring_capacity, 75);
+            let node = p.transport.memory_nodes()[0];
+            let mut ep = p.transport.endpoint().expect("endpoint");
+            for &slot in &queued {
+                assert!(matches!(
+                    enqueue(&mut ep, &p.layout, slot),
+                    Ok(retrainer::queue::Enqueued::At(_))
+                ));
+            }
+            if consumed_by_a_dead_worker {
+                // A worker takes every entry from the ring, then dies before retraining any.
+                let mut first =
+                    Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+                        .expect("worker");
+                assert_eq!(first.poll().expect("poll"), count as usize);
+                drop(first);
+            }
+            let mut worker =
+                Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
+                    .expect("a starting worker must not fail on a queued ring");
+            let requeued = worker.recovery().requeued;
+            worker.poll().expect("poll");
+            let what =
+                format!("{count} queued, consumed by a dead worker: {consumed_by_a_dead_worker}");
+            assert_eq!(
+                requeued,
+                if consumed_by_a_dead_worker { count } else { 0 },
+                "{what}: re-queued at start"
+            );
+            assert_eq!(
+                worker.pending_slots(),
+                expected,
+                "{what}: pending after a poll"
+            );
+        }
+    }
+}

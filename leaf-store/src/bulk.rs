@@ -30,7 +30,8 @@ pub struct BulkLoadConfig {
     /// The model region holds this many times the bulk-loaded records' bytes (default 2), room for
     /// retrained records beside the ones they replace.
     pub model_region_factor: u64,
-    /// Retraining-ring entries; `None` (default) gives one per slot (at least 64).
+    /// Retraining-ring entries; `None` (default) gives one per slot (at least 64). A smaller ring
+    /// than the number of slots is refused: each pending slot may hold an entry.
     pub ring_capacity: Option<u64>,
     /// This memory node's index among `node_count` range-partitioned nodes (default 0 of 1).
     pub node_index: u64,
@@ -223,6 +224,13 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     let record_bytes: u64 = record_sizes.iter().sum();
     let segments: u64 = models.iter().map(|m| m.segments().len() as u64).sum();
     let ring_capacity = config.ring_capacity.unwrap_or(slots.max(64));
+    if ring_capacity < slots.max(1) {
+        // Every pending slot holds one entry: a smaller ring could overflow and lose queued
+        // slots, and `verify` would report the ring broken.
+        return Err(LeafStoreError::InvalidConfig(format!(
+            "ring_capacity must be at least the number of slots ({slots}), not {ring_capacity}"
+        )));
+    }
     let slot_table_offset = SUPERBLOCK_BYTES;
     let ring_offset = slot_table_offset + 16 * slots;
     let model_region_offset = ring_offset + RingLayout::bytes(ring_capacity, slots);

@@ -122,6 +122,24 @@ fn bad_input_is_an_error_and_writes_nothing() {
         (BulkLoadConfig::default(), pairs(200_000, 9), "too small"),
         (
             BulkLoadConfig {
+                ring_capacity: Some(0),
+                ..Default::default()
+            },
+            good.clone(),
+            "ring_capacity",
+        ),
+        (
+            // 1,000 keys at fill 12 in slots of 4 leaves: 21 slots, a ring of 20 cannot hold them.
+            BulkLoadConfig {
+                slot_leaves: 4,
+                ring_capacity: Some(20),
+                ..Default::default()
+            },
+            good.clone(),
+            "ring_capacity",
+        ),
+        (
+            BulkLoadConfig {
                 leaf_capacity: Some(3),
                 ..Default::default()
             },

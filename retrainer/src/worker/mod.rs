@@ -199,6 +199,14 @@ impl<E: Endpoint> Retrainer<E> {
         self.pending.len()
     }
 
+    /// The slots taken from the ring (or re-queued) and not yet retrained, ascending; a slot
+    /// queued twice appears twice.
+    pub fn pending_slots(&self) -> Vec<u64> {
+        let mut slots: Vec<u64> = self.pending.iter().map(|&(_, Reverse(s))| s).collect();
+        slots.sort_unstable();
+        slots
+    }
+
     /// The layout of the pool.
     pub fn layout(&self) -> &Layout {
         &self.layout

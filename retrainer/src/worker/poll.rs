@@ -65,7 +65,7 @@ impl<E: Endpoint> Retrainer<E> {
         let mut held: HashSet<u64> = (self.head..tail.max(self.head))
             .take(capacity as usize)
             .filter_map(|position| {
-                let raw = le_word(&entries, 8 * (position % capacity.max(1)) as usize);
+                let raw = le_word(&entries, (position % capacity.max(1)) as usize);
                 RingEntry::from_raw(raw).slot_at(position, capacity)
             })
             .collect();
