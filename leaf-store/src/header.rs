@@ -19,7 +19,10 @@
 ///   Bumped with FAA of [`ModelHeader::CHANGE_ONE`]; bounded per record far below 2^24.
 /// * `generation` — the retraining generation of the record (a new record gets its old one's + 1).
 /// * `locked` — the retrainer has frozen the record for shadow redirection.
-/// * `retired` — the record has been replaced; readers must reload the slot's record.
+/// * `retired` — the record is being replaced. The retrainer sets it on the frozen record *before*
+///   it points the slot table at the new one, so data read through a retired record is complete
+///   exactly while the slot table still names it: readers confirm that (one more READ) or reload.
+///   Writers wait for the new record.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ModelHeader(u64);
 
@@ -93,6 +96,12 @@ impl ModelHeader {
     /// The same header with the retired flag set.
     pub const fn retired(self) -> Self {
         Self(self.0 | RETIRED_BIT)
+    }
+
+    /// The same header with neither the locked nor the retired flag: the part that changes when
+    /// the record's tables change. Two reads whose headers agree here saw the same chains.
+    pub const fn without_flags(self) -> Self {
+        Self(self.0 & !(LOCKED_BIT | RETIRED_BIT))
     }
 
     /// The same header with `slot_use` replaced (values above 16 bits are truncated).

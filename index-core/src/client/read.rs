@@ -13,33 +13,58 @@ use super::*;
 impl<E: Endpoint> Client<E> {
     // ----- reading -------------------------------------------------------------------------------
 
-    /// READs the leaves `leaves` of `layout`'s node, then the header words at `headers`, in one
-    /// batch, into `self.buf` (leaf `i` at `i · leaf_bytes`). Leaves come before headers: if a
-    /// header read equals the cached one, no split or unlink of those chains had bumped it before
-    /// the leaves were read, so the cached chains were complete (see the write protocol).
+    /// READs the leaves `leaves` of `layout`'s node, then the words at `words` (header words,
+    /// and for a lean-mode scan a pivot before them), in one batch, into `self.buf` (leaf `i` at
+    /// `i · leaf_bytes`); returns the words. Leaves come before headers: if a header read agrees
+    /// with the cached one, no split or unlink of those chains had bumped it before the leaves
+    /// were read, so the cached chains were complete (see the write protocol).
     pub(super) fn read_batch(
         &mut self,
         layout: &Layout,
         leaves: &[LeafTableEntry],
-        headers: &[RemoteAddr],
-    ) -> Result<Vec<ModelHeader>, IndexError> {
+        words: &[RemoteAddr],
+    ) -> Result<Vec<u64>, IndexError> {
         let leaf_bytes = layout.leaf_bytes() as usize;
         let leaf_part = leaves.len() * leaf_bytes;
         self.buf.clear();
-        self.buf.resize(leaf_part + 8 * headers.len(), 0);
-        let (leaf_buf, header_buf) = self.buf.split_at_mut(leaf_part);
-        let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(leaves.len() + headers.len());
+        self.buf.resize(leaf_part + 8 * words.len(), 0);
+        let (leaf_buf, word_buf) = self.buf.split_at_mut(leaf_part);
+        let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(leaves.len() + words.len());
         for (entry, chunk) in leaves.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(layout.leaf_addr(entry.leaf_num()), chunk));
         }
-        for (&at, chunk) in headers.iter().zip(header_buf.chunks_exact_mut(8)) {
+        for (&at, chunk) in words.iter().zip(word_buf.chunks_exact_mut(8)) {
             verbs.push(Verb::read(at, chunk));
         }
         self.ep.batch(&mut verbs)?;
         drop(verbs);
         Ok(self.buf[leaf_part..]
             .chunks_exact(8)
-            .map(|c| ModelHeader::from_raw(le_word(c, 0)))
+            .map(|c| le_word(c, 0))
+            .collect())
+    }
+
+    /// Whether data read through `views` (slot, record) before this call is complete although
+    /// their headers showed them retired: the retrainer retires a record *before* it points the
+    /// slot table at the new one, so while the table still names the record, no compute node can
+    /// have changed a chain through the new record. One batch of slot-table READs.
+    pub(super) fn still_current(
+        &mut self,
+        layout: &Layout,
+        views: &[(u64, RemoteAddr)],
+    ) -> Result<Vec<bool>, IndexError> {
+        let mut words = vec![0u8; 8 * views.len()];
+        let mut verbs: Vec<Verb<'_>> = views
+            .iter()
+            .zip(words.chunks_exact_mut(8))
+            .map(|(&(slot, _), chunk)| Verb::read(layout.slot_entry_addr(slot), chunk))
+            .collect();
+        self.ep.batch(&mut verbs)?;
+        drop(verbs);
+        Ok(views
+            .iter()
+            .zip(words.chunks_exact(8))
+            .map(|(&(_, record), w)| RemoteAddr::unpack(le_word(w, 0)) == record)
             .collect())
     }
 
@@ -162,8 +187,17 @@ impl<E: Endpoint> Client<E> {
                 self.refresh(node, view, &guard)?;
                 continue;
             };
-            let header = self.read_batch(&node.layout, &leaves, &[view.record])?[0];
-            if header != view.header {
+            let seen = ModelHeader::from_raw(
+                self.read_batch(&node.layout, &leaves, &[view.record])?[0],
+            );
+            let valid = match Freshness::of(view.header, seen) {
+                Freshness::Fresh => true,
+                Freshness::Stale => false,
+                Freshness::Retired => {
+                    self.still_current(&node.layout, &[(view.slot, view.record)])?[0]
+                }
+            };
+            if !valid {
                 self.refresh(node, view, &guard)?;
                 continue;
             }
@@ -178,6 +212,14 @@ impl<E: Endpoint> Client<E> {
 
     // ----- scanning ------------------------------------------------------------------------------
 
+    /// SCAN: rounds of one batch each. A round starts at the key `from` (at first `start`): it
+    /// reads the chain that owns `from` and the chains after it, across the node's slots, until
+    /// enough leaves — those chains own every key of `[from, bound)`, where `bound` is the next
+    /// chain's pivot (or the next slot's or node's first key), fixed when that record was
+    /// trained. Once the round's headers validate it, every present key of `[from, bound)` was
+    /// read, and the next round starts at `bound`, whichever record serves it by then: a
+    /// retraining between rounds (new trained leaves, empty ones dropped) cannot skip or repeat
+    /// keys. No arithmetic depends on `n` beyond a saturating leaf count.
     pub(super) fn scan_inner(
         &mut self,
         start: u64,
@@ -185,71 +227,52 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let caches = Arc::clone(&self.caches);
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(n.min(4096));
-        if n == 0 {
-            return Ok(out);
-        }
         let guard = pin();
-        // Position: (node index, slot, trained leaf) of the next chain to read.
-        let mut node_index = caches.node_of(start);
-        let first_node = &caches.nodes[node_index];
-        let mut slot = first_node.top.slot_of(start);
-        let mut leaf = {
-            let loaded = first_node.slots[slot].load(&guard);
-            match loaded.owner(start) {
-                Some(owner) => owner,
-                None => loaded.model.owner_candidates(start).first,
-            }
-        };
+        let mut from = start;
         let mut attempts = 0;
-        'rounds: while out.len() < n {
+        while out.len() < n {
+            let node_index = caches.node_of(from);
             let node = &caches.nodes[node_index];
+            let node_end = caches.partition.get(node_index + 1).copied();
             let fill = node.layout.superblock().fill.max(1) as usize;
-            let want_leaves = (n - out.len()).div_ceil(fill) + 1;
-            // Collect chains from the position on, across slots of this node, until enough leaves.
-            let mut leaves: Vec<LeafTableEntry> = Vec::new();
-            let mut records: Vec<(usize, ModelHeader, RemoteAddr)> = Vec::new();
-            let (mut s, mut l) = (slot, leaf);
-            while leaves.len() < want_leaves && s < node.slots.len() {
-                let loaded = node.slots[s].load(&guard);
-                let view: &SlotView = &loaded;
-                if l >= view.leaves() {
-                    s += 1;
-                    l = 0;
-                    continue;
-                }
-                let Some(chain) = view.chain(l) else {
-                    self.refresh(node, view, &guard)?;
-                    continue 'rounds;
-                };
-                if records.last().is_none_or(|r| r.0 != s) {
-                    records.push((s, view.header, view.record));
-                }
-                leaves.extend(chain);
-                l += 1;
-            }
-            if leaves.is_empty() {
-                // This node is exhausted: continue on the next one.
-                node_index += 1;
-                if node_index >= caches.nodes.len() {
-                    break;
-                }
-                (slot, leaf) = (0, 0);
+            let want_leaves = (n - out.len())
+                .div_ceil(fill)
+                .saturating_add(1)
+                .min(MAX_SCAN_LEAVES);
+            let Some(round) = self.plan_scan_round(node, from, node_end, want_leaves, &guard)? else {
                 continue;
-            }
-            let addrs: Vec<RemoteAddr> = records.iter().map(|r| r.2).collect();
-            let headers = self.read_batch(&node.layout, &leaves, &addrs)?;
-            let mut stale = false;
-            for (&(s, cached, _), &seen) in records.iter().zip(&headers) {
-                if seen != cached {
-                    let loaded = node.slots[s].load(&guard);
-                    self.refresh(node, &loaded, &guard)?;
-                    stale = true;
+            };
+            let mut words: Vec<RemoteAddr> = round.bound_word.into_iter().collect();
+            words.extend(round.records.iter().map(|r| r.record));
+            let read = self.read_batch(&node.layout, &round.leaves, &words)?;
+            let (bound_read, headers) = read.split_at(usize::from(round.bound_word.is_some()));
+            let mut stale: Vec<u64> = Vec::new();
+            let mut retired: Vec<(u64, RemoteAddr)> = Vec::new();
+            for (r, &seen) in round.records.iter().zip(headers) {
+                match Freshness::of(r.header, ModelHeader::from_raw(seen)) {
+                    Freshness::Fresh => {}
+                    Freshness::Stale => stale.push(r.slot),
+                    Freshness::Retired => retired.push((r.slot, r.record)),
                 }
             }
-            let contents = if stale {
-                None
+            if !retired.is_empty() {
+                let current = self.still_current(&node.layout, &retired)?;
+                stale.extend(
+                    retired
+                        .iter()
+                        .zip(current)
+                        .filter(|(_, ok)| !ok)
+                        .map(|(r, _)| r.0),
+                );
+            }
+            for &s in &stale {
+                let loaded = node.slots[s as usize].load(&guard);
+                self.refresh(node, &loaded, &guard)?;
+            }
+            let contents = if stale.is_empty() {
+                self.decode_leaves(&node.layout, &round.leaves)?
             } else {
-                self.decode_leaves(&node.layout, &leaves)?
+                None
             };
             let Some(contents) = contents else {
                 retry_pause();
@@ -259,18 +282,168 @@ impl<E: Endpoint> Client<E> {
                 }
                 continue;
             };
+            let bound = match (round.bound, bound_read.first()) {
+                (Bound::Key(key), _) => Some(key),
+                (Bound::ReadPivot, Some(&pivot)) => Some(pivot),
+                (Bound::ReadPivot, None) | (Bound::End, _) => None,
+            };
             for leaf_contents in &contents {
                 for &(k, v) in leaf_contents.entries() {
-                    // Chains are sorted and chains follow each other in key order; a split in
-                    // progress can show a key twice, at adjacent places.
-                    if k >= start && out.last().is_none_or(|&(last, _)| k > last) {
+                    // Chains are sorted and follow each other in key order; a split in progress
+                    // can show a key twice, at adjacent places.
+                    if k >= from
+                        && bound.is_none_or(|b| k < b)
+                        && out.last().is_none_or(|&(last, _)| k > last)
+                    {
                         out.push((k, v));
                     }
                 }
             }
-            (slot, leaf) = (s, l);
+            match bound {
+                Some(b) if b > from => from = b,
+                Some(_) => {
+                    return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
+                        slot: round.records.last().map_or(0, |r| r.slot),
+                        reason: format!("scan bound does not advance past key {from}"),
+                    }));
+                }
+                None => break,
+            }
         }
         out.truncate(n);
         Ok(out)
     }
+
+    /// The chains one scan round reads from `from` on (see [`Self::scan_inner`]); `None` if a
+    /// cached view was inconsistent and has been refreshed (plan again).
+    fn plan_scan_round(
+        &mut self,
+        node: &NodeCache,
+        from: u64,
+        node_end: Option<u64>,
+        want_leaves: usize,
+        guard: &Guard,
+    ) -> Result<Option<ScanRound>, IndexError> {
+        let mode = self.caches.config.cache_mode;
+        let mut round = ScanRound {
+            leaves: Vec::new(),
+            records: Vec::new(),
+            bound: Bound::End,
+            bound_word: None,
+        };
+        let mut slot = node.top.slot_of(from);
+        let first = node.slots[slot].load(guard);
+        let mut leaf = match first.owner(from) {
+            Some(owner) => owner,
+            None => first.model.owner_candidates(from).first,
+        };
+        // Lean mode does not know the owner: read every candidate, which includes it.
+        let mut must_reach = match mode {
+            CacheMode::Pivots => leaf,
+            CacheMode::Lean => first.model.owner_candidates(from).last,
+        };
+        drop(first);
+        loop {
+            let loaded = node.slots[slot].load(guard);
+            let view: &SlotView = &loaded;
+            if leaf >= view.leaves() {
+                // The slot ends here: its last chain owns keys up to the next slot's first key.
+                slot += 1;
+                if slot >= node.slots.len() {
+                    round.bound = node_end.map_or(Bound::End, Bound::Key);
+                    break;
+                }
+                let next = node.slots[slot].load(guard);
+                if round.leaves.len() >= want_leaves {
+                    round.bound = Bound::Key(next.first_key);
+                    break;
+                }
+                leaf = 0;
+                must_reach = 0;
+                continue;
+            }
+            if round.leaves.len() >= want_leaves && leaf > must_reach {
+                // The next chain's pivot bounds what this round owns.
+                match &view.pivots {
+                    Some(pivots) => round.bound = Bound::Key(pivots[leaf as usize]),
+                    None => {
+                        round.bound = Bound::ReadPivot;
+                        round.bound_word =
+                            Some(offset(view.record, view.layout.pivots() + 8 * leaf));
+                    }
+                }
+                break;
+            }
+            let Some(chain) = view.chain(leaf) else {
+                self.refresh(node, view, guard)?;
+                return Ok(None);
+            };
+            if round.records.last().is_none_or(|r| r.slot != slot as u64) {
+                round.records.push(RoundRecord {
+                    slot: slot as u64,
+                    header: view.header,
+                    record: view.record,
+                });
+            }
+            round.leaves.extend(chain);
+            leaf += 1;
+        }
+        Ok(Some(round))
+    }
+}
+
+/// Most leaves one scan round reads in its batch.
+const MAX_SCAN_LEAVES: usize = 512;
+
+/// What a header read in a batch says about data read through a cached view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Freshness {
+    /// The chains are as cached: the data read is complete.
+    Fresh,
+    /// A chain changed (or the record was replaced and reused): refresh and read again.
+    Stale,
+    /// As cached, but the record is retired: complete only if the slot table still names it
+    /// (see [`Client::still_current`]).
+    Retired,
+}
+
+impl Freshness {
+    /// Judges the header `seen` (read after the leaves) against the view's `cached` one. A
+    /// frozen record's data is as good as before the freeze: the retired flag, not the locked
+    /// one, is what announces the swap.
+    pub(super) fn of(cached: ModelHeader, seen: ModelHeader) -> Self {
+        if seen.without_flags() != cached.without_flags() {
+            Freshness::Stale
+        } else if seen.is_retired() {
+            Freshness::Retired
+        } else {
+            Freshness::Fresh
+        }
+    }
+}
+
+/// One scan round's plan.
+struct ScanRound {
+    leaves: Vec<LeafTableEntry>,
+    /// Every record whose chains the round reads, in order.
+    records: Vec<RoundRecord>,
+    bound: Bound,
+    /// Lean mode: the pivot word to read for [`Bound::ReadPivot`].
+    bound_word: Option<RemoteAddr>,
+}
+
+struct RoundRecord {
+    slot: u64,
+    header: ModelHeader,
+    record: RemoteAddr,
+}
+
+/// Where a scan round's owned keys end.
+enum Bound {
+    /// Before this key.
+    Key(u64),
+    /// Before the pivot read in the round's batch.
+    ReadPivot,
+    /// Nowhere: the round reaches the end of the key space.
+    End,
 }

@@ -201,7 +201,7 @@ impl<E: Endpoint> Client<E> {
                 return Ok(None);
             };
             let headers = self.read_batch(&node.layout, &chain, &[view.record])?;
-            locked.header = headers[0];
+            locked.header = ModelHeader::from_raw(headers[0]);
             let contents = self.decode_leaves(&node.layout, &chain)?;
             (chain, contents)
         };

@@ -44,6 +44,10 @@ pub struct RetrainConfig {
     /// record (always, outside loom builds; loom models switch it off to show it is needed).
     #[cfg(loom)]
     pub carry_over: bool,
+    /// Whether the old record is retired before the slot table names the new one (always,
+    /// outside loom builds; loom models switch it off to show swap-then-retire is caught).
+    #[cfg(loom)]
+    pub retire_first: bool,
 }
 
 impl Default for RetrainConfig {
@@ -57,6 +61,8 @@ impl Default for RetrainConfig {
             ring_stall_limit: Duration::from_secs(5),
             #[cfg(loom)]
             carry_over: true,
+            #[cfg(loom)]
+            retire_first: true,
         }
     }
 }
@@ -141,7 +147,7 @@ pub struct RetrainStats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// The slot whose retraining stopped before its slot pointer moved: its record was unfrozen
-    /// and the slot queued again.
+    /// (and un-retired, if the worker had retired it) and the slot queued again.
     pub unfrozen: Option<u64>,
     /// The slot whose retraining stopped after its slot pointer moved: its old record was marked
     /// retired (compute nodes still using it reload) and will be reclaimed after the grace period.

@@ -8,8 +8,9 @@ impl<E: Endpoint> Retrainer<E> {
     ///
     /// One worker serves a pool at a time. If the previous one stopped in the middle of a
     /// retraining, this one finishes what the ring's in-flight word says was left: a record still
-    /// referenced by its slot is unfrozen and the slot queued again; one already replaced is
-    /// marked retired. Slots marked queued that no ring entry names are queued again.
+    /// referenced by its slot is unfrozen (and un-retired: the slot table never named the new
+    /// record, so nothing used it) and the slot queued again; one already replaced is marked
+    /// retired. Slots marked queued that no ring entry names are queued again.
     /// Model-region space no slot references (written but never swapped in, or retired but not
     /// reclaimed) is reused after the grace period, as if retired now. What was repaired is in
     /// [`Retrainer::recovery`].
@@ -74,7 +75,14 @@ impl<E: Endpoint> Retrainer<E> {
             let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
             let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
             if current == old_addr {
-                self.clear_flag(old_addr, ModelHeader::new(0).locked().raw())?;
+                // The slot never named the new record, so no compute node has acted on it and
+                // the old record's chains are exactly as frozen: lifting both flags (retired, if
+                // the worker got that far, then locked) rolls the retraining back. Its pre-built
+                // record is unreferenced space, reclaimed below.
+                self.clear_flag(
+                    old_addr,
+                    ModelHeader::new(0).locked().retired().raw(),
+                )?;
                 self.queue_slot(slot)?;
                 self.recovery.unfrozen = Some(slot);
             } else {

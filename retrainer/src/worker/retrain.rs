@@ -11,7 +11,7 @@ impl<E: Endpoint> Retrainer<E> {
     /// 3. snapshot again: if any chain changed since step 1 (inserts, splits, deletes that landed
     ///    meanwhile), rebuild the record from the frozen state, which carries every leaf created
     ///    meanwhile (as a trained leaf);
-    /// 4. point the slot at the new record, retire the old one, clear the slot's queued bit.
+    /// 4. retire the old record, then point the slot at the new one, clear the slot's queued bit.
     ///
     /// Readers are never blocked: the old record stays readable until retired, then they reload.
     pub fn retrain_slot(&mut self, slot: u64) -> Result<Option<RetrainReport>, RetrainError> {
@@ -115,12 +115,23 @@ impl<E: Endpoint> Retrainer<E> {
             }
         };
 
-        // Redirect, retire, unqueue.
-        self.ep.write_word(
-            self.layout.slot_entry_addr(slot),
-            self.layout.at(new_at).pack(),
-        )?;
-        self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+        // Retire, then redirect, then unqueue. Retiring first is what keeps a compute node that
+        // still caches the old record correct: once the slot names the new record, other compute
+        // nodes split leaves that only the new record links, and a reader of the old record must
+        // already see "retired" (its header is otherwise unchanged) and go to the slot table.
+        if self.retire_first() {
+            self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            self.ep.write_word(
+                self.layout.slot_entry_addr(slot),
+                self.layout.at(new_at).pack(),
+            )?;
+        } else {
+            self.ep.write_word(
+                self.layout.slot_entry_addr(slot),
+                self.layout.at(new_at).pack(),
+            )?;
+            self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+        }
         self.retired
             .push_back((Instant::now(), old_addr.offset(), old_bytes));
         self.clear_queued(slot)?;
@@ -148,6 +159,19 @@ impl<E: Endpoint> Retrainer<E> {
         self.stats.train_nanos += report.train_time.as_nanos() as u64;
         self.stats.total_nanos += report.total_time.as_nanos() as u64;
         Ok(Some(report))
+    }
+
+    /// Whether the old record is retired before the slot table moves (always, outside loom
+    /// builds; loom models switch it off to show the other order is caught).
+    fn retire_first(&self) -> bool {
+        #[cfg(loom)]
+        {
+            self.config.retire_first
+        }
+        #[cfg(not(loom))]
+        {
+            true
+        }
     }
 
     /// Reads every chain of `record` in key order: all leaves in one batch, torn ones re-read.
