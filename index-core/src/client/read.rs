@@ -187,9 +187,8 @@ impl<E: Endpoint> Client<E> {
                 self.refresh(node, view, &guard)?;
                 continue;
             };
-            let seen = ModelHeader::from_raw(
-                self.read_batch(&node.layout, &leaves, &[view.record])?[0],
-            );
+            let seen =
+                ModelHeader::from_raw(self.read_batch(&node.layout, &leaves, &[view.record])?[0]);
             let valid = match Freshness::of(view.header, seen) {
                 Freshness::Fresh => true,
                 Freshness::Stale => false,
@@ -239,7 +238,8 @@ impl<E: Endpoint> Client<E> {
                 .div_ceil(fill)
                 .saturating_add(1)
                 .min(MAX_SCAN_LEAVES);
-            let Some(round) = self.plan_scan_round(node, from, node_end, want_leaves, &guard)? else {
+            let Some(round) = self.plan_scan_round(node, from, node_end, want_leaves, &guard)?
+            else {
                 continue;
             };
             let mut words: Vec<RemoteAddr> = round.bound_word.into_iter().collect();

@@ -79,10 +79,7 @@ impl<E: Endpoint> Retrainer<E> {
                 // the old record's chains are exactly as frozen: lifting both flags (retired, if
                 // the worker got that far, then locked) rolls the retraining back. Its pre-built
                 // record is unreferenced space, reclaimed below.
-                self.clear_flag(
-                    old_addr,
-                    ModelHeader::new(0).locked().retired().raw(),
-                )?;
+                self.clear_flag(old_addr, ModelHeader::new(0).locked().retired().raw())?;
                 self.queue_slot(slot)?;
                 self.recovery.unfrozen = Some(slot);
             } else {

@@ -1,0 +1,250 @@
+//! A record and its replacement: compute nodes whose caches predate a retraining — each on its own
+//! `Store` — must never miss a key, in GETs or SCANs, whatever point the retraining reached,
+//! including a worker stopped between any two of its verbs and not yet recovered.
+
+#![cfg(not(loom))]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use index_core::{CacheMode, Client, IndexError, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, Layout, verify};
+use rdma_transport::{Endpoint, Transport};
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::{SimEndpoint, SimTransport};
+
+/// Four keys per leaf, two leaves per slot: a few inserts make synonym leaves, a few deletes
+/// empty a leaf that the next retraining drops.
+fn tiny() -> BulkLoadConfig {
+    BulkLoadConfig {
+        epsilon: 2,
+        delta: 4,
+        fill: 4,
+        slot_leaves: 2,
+        model_region_factor: 24,
+        ..BulkLoadConfig::default()
+    }
+}
+
+fn quiet() -> RetrainConfig {
+    RetrainConfig {
+        idle_sweep_threshold: 0,
+        ..RetrainConfig::default()
+    }
+}
+
+fn load(keys: &[u64], spare: u64) -> (SimTransport, Layout) {
+    load_with(keys, spare, &tiny())
+}
+
+fn load_with(keys: &[u64], spare: u64, config: &BulkLoadConfig) -> (SimTransport, Layout) {
+    let size =
+        leaf_store::required_pool_bytes(keys.len() as u64, config, spare).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let layout = bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), config)
+        .expect("load")[0]
+        .layout;
+    (transport, layout)
+}
+
+fn client(transport: &SimTransport, config: StoreConfig) -> Client<SimEndpoint> {
+    Store::open(transport.clone(), config)
+        .expect("open")
+        .client()
+        .expect("client")
+}
+
+fn expected_scan(oracle: &BTreeMap<u64, u64>, start: u64, n: usize) -> Vec<(u64, u64)> {
+    oracle
+        .range(start..)
+        .take(n)
+        .map(|(&k, &v)| (k, v))
+        .collect()
+}
+
+/// Keys 0, 10, …, 3990; delete a slot's keys so one of its leaves empties, retrain the slot, and
+/// scan through a `Store` whose cache predates the retraining (the retrained record has fewer
+/// trained leaves than the one it caches). Every start key of the slot and its neighbours, in both
+/// cache modes.
+#[test]
+fn a_scan_through_a_cache_older_than_a_retraining_skips_nothing() {
+    for mode in [CacheMode::Pivots, CacheMode::Lean] {
+        let config = StoreConfig {
+            cache_mode: mode,
+            ..StoreConfig::default()
+        };
+        let keys: Vec<u64> = (0..400).map(|i| i * 10).collect();
+        let (transport, layout) = load(&keys, 64);
+        let node = transport.memory_nodes()[0];
+        let mut oracle: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+        let mut writer = client(&transport, config.clone());
+        let mut worker =
+            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        // Slot s holds keys 80·s .. 80·s + 70.
+        for slot in [1u64, 5, 9, 20] {
+            let first = slot * 80;
+            // Empty the slot's first leaf (the case: delete 80–110, retrain slot 1).
+            for k in (first..first + 40).step_by(10) {
+                assert!(writer.delete(k).expect("delete"));
+                oracle.remove(&k);
+            }
+            let mut stale: Vec<Client<SimEndpoint>> = (0..12)
+                .map(|_| client(&transport, config.clone()))
+                .collect();
+            let report = worker.retrain_slot(slot).expect("retrain").expect("report");
+            assert!(
+                report.trained_after < report.trained_before,
+                "the emptied leaf is dropped"
+            );
+            for (i, reader) in stale.iter_mut().enumerate() {
+                let start = first.saturating_sub(20) + 10 * i as u64;
+                for n in [6, 1, 30] {
+                    assert_eq!(
+                        reader.scan(start, n).expect("scan"),
+                        expected_scan(&oracle, start, n),
+                        "{mode:?}: scan({start}, {n}) after retraining slot {slot}"
+                    );
+                }
+            }
+        }
+        assert!(
+            verify(&mut transport.endpoint().expect("endpoint"), node)
+                .expect("verify")
+                .is_clean()
+        );
+        let _ = layout;
+    }
+}
+
+#[test]
+fn a_scan_of_usize_max_entries_returns_everything() {
+    // Fill 1: a scan's leaf estimate is n itself, where `n + 1` would overflow.
+    let keys: Vec<u64> = (0..200).map(|i| i * 7).collect();
+    let (transport, _) = load_with(&keys, 16, &BulkLoadConfig { fill: 1, ..tiny() });
+    for mode in [CacheMode::Pivots, CacheMode::Lean] {
+        let mut reader = client(
+            &transport,
+            StoreConfig {
+                cache_mode: mode,
+                ..StoreConfig::default()
+            },
+        );
+        let all = reader.scan(0, usize::MAX).expect("scan");
+        assert_eq!(all.len(), keys.len());
+        assert_eq!(reader.scan(u64::MAX, usize::MAX).expect("scan"), Vec::new());
+        assert_eq!(reader.scan(5, 0).expect("scan"), Vec::new());
+    }
+}
+
+/// 32 keys 0, 1000, …, 31000 (four slots), keys 1..=12 inserted so slot 0 has synonym leaves.
+fn crash_pool() -> (SimTransport, BTreeMap<u64, u64>) {
+    let keys: Vec<u64> = (0..32).map(|i| i * 1000).collect();
+    let (transport, _) = load(&keys, 256);
+    let mut oracle: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+    let mut writer = client(&transport, StoreConfig::default());
+    for k in 1..=12 {
+        assert!(writer.insert(k, k).expect("insert"));
+        oracle.insert(k, k);
+    }
+    (transport, oracle)
+}
+
+/// Verbs of one uninterrupted retraining of slot 0.
+fn verbs_of_one_retraining() -> u64 {
+    let (transport, _) = crash_pool();
+    let node = transport.memory_nodes()[0];
+    let mut worker =
+        Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+    let before = worker.endpoint_mut().stats().verbs();
+    worker.retrain_slot(0).expect("retrain").expect("slot 0");
+    worker.endpoint_mut().stats().verbs() - before
+}
+
+/// The worker stops after each verb of a retraining. Before any recovery runs: a compute node on
+/// a third `Store` inserts keys that split leaves (through the new record, if the swap happened;
+/// a frozen slot makes it wait and give up, which is allowed); then compute nodes whose caches
+/// predate the retraining — a fresh one per probe, so every probe goes through the old cache —
+/// find every key and scan every range exactly. Then a new worker recovers and `verify` is clean.
+#[test]
+fn readers_with_caches_from_before_a_retraining_stopped_at_any_verb_miss_nothing() {
+    let total = verbs_of_one_retraining();
+    assert!(total > 10, "{total} verbs");
+    let mut inserted_through_new = 0;
+    for crash_after in 0..=total {
+        let (transport, mut oracle) = crash_pool();
+        let node = transport.memory_nodes()[0];
+        let probes = 2 * (oracle.len() + 32) + 4;
+        let mut stale: Vec<Client<SimEndpoint>> = (0..probes)
+            .map(|_| client(&transport, StoreConfig::default()))
+            .collect();
+        let mut worker =
+            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        worker.endpoint_mut().crash_after(crash_after);
+        let outcome = worker.retrain_slot(0);
+        assert_eq!(
+            outcome.is_ok(),
+            crash_after == total,
+            "crash after {crash_after} of {total}: {outcome:?}"
+        );
+        drop(worker);
+
+        let mut writer = client(
+            &transport,
+            StoreConfig {
+                wait_limit: Duration::from_millis(10),
+                ..StoreConfig::default()
+            },
+        );
+        let mut splits = 0;
+        for k in (20..=40).chain(500..=510) {
+            match writer.insert(k, k) {
+                Ok(true) => {
+                    oracle.insert(k, k);
+                    splits += 1;
+                }
+                Ok(false) => panic!("{k} was already there"),
+                Err(IndexError::RetrainingTimeout { .. }) => break,
+                Err(e) => panic!("crash after {crash_after}: insert {k}: {e}"),
+            }
+        }
+        if splits > 0 {
+            inserted_through_new += 1;
+        }
+        let mut probe = stale.drain(..);
+        for &k in oracle.keys() {
+            let mut reader = probe.next().expect("a reader per probe");
+            assert_eq!(
+                reader.get(k).expect("get"),
+                Some(k),
+                "crash after {crash_after}: a reader with an old cache misses {k}"
+            );
+        }
+        let starts: Vec<u64> = oracle.keys().copied().chain([0, 15, 999, 4500]).collect();
+        for start in starts {
+            let mut reader = probe.next().expect("a reader per probe");
+            assert_eq!(
+                reader.scan(start, 7).expect("scan"),
+                expected_scan(&oracle, start, 7),
+                "crash after {crash_after}: scan({start}, 7) through an old cache"
+            );
+        }
+
+        // Now recover, and everything is still there.
+        let mut next =
+            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        next.poll().expect("poll");
+        while next.retrain_next().expect("retrain").is_some() {}
+        let mut reader = client(&transport, StoreConfig::default());
+        assert_eq!(
+            reader.scan(0, usize::MAX).expect("scan"),
+            expected_scan(&oracle, 0, usize::MAX),
+            "crash after {crash_after}: after recovery"
+        );
+        let report = verify(&mut transport.endpoint().expect("endpoint"), node).expect("verify");
+        assert!(report.is_clean(), "crash after {crash_after}: {report}");
+    }
+    assert!(
+        inserted_through_new > 0,
+        "some crash points must come after the swap, with splits through the new record"
+    );
+}
