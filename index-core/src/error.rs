@@ -4,7 +4,8 @@ use leaf_store::LeafStoreError;
 use rdma_transport::TransportError;
 
 /// Why an operation failed. None of them leaves partial state: an operation that fails after
-/// taking a leaf lock releases it, and data is only ever moved inside a locked chain in an order
+/// taking a leaf lock releases it (or, if even that fails, says so with
+/// [`IndexError::LockMayRemain`]), and data is only ever moved inside a locked chain in an order
 /// that keeps every key reachable.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -52,6 +53,22 @@ pub enum IndexError {
         slot: u64,
         /// Trained leaf index in the slot.
         leaf: u64,
+    },
+    /// A verb failed while this client held the lock of trained leaf `leaf`, and releasing the
+    /// lock failed too (the transport is gone: a broken connection, a compute node being cut
+    /// off). The lock may remain held until it is recovered; writers of that one leaf wait, other
+    /// leaves of the slot are not affected. The write may or may not have been applied; readers
+    /// see the chain either as before it or as after it.
+    #[error("leaf lock of slot {slot} leaf {leaf} on memory node {node} may remain held: {cause}")]
+    LockMayRemain {
+        /// The memory node.
+        node: u16,
+        /// The slot.
+        slot: u64,
+        /// Trained leaf index in the slot.
+        leaf: u64,
+        /// What failed, and what failed while releasing.
+        cause: String,
     },
     /// Reads kept failing validation (torn leaves or a changing record) past the retry budget.
     #[error("gave up after {0} attempts: data kept changing or failing its checksum")]

@@ -4,6 +4,13 @@
 //!
 //! Every key must survive the swap. A retrainer that swaps in the record it pre-built, without
 //! carrying over the leaves created between its snapshot and the freeze, must be caught.
+//!
+//! The second model (the new record built and the old one frozen beforehand, so that the
+//! threads race only the retire and the swap) has three compute nodes' worth of caches: a reader on its own `Store`, whose
+//! cache holds the record being replaced, GETs a key while the retraining retires and swaps and a
+//! writer on a third `Store` splits that key's leaf — through the new record, once the swap has
+//! happened. Swapping before retiring must be caught: the reader then accepts the frozen old
+//! record's unchanged header and misses the key the split moved.
 
 #![cfg(loom)]
 
@@ -11,6 +18,7 @@ use index_core::{Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rdma_transport::Transport;
 use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::SimTransport as Sim;
 use sim_transport::SimTransport;
 
 fn scenario(carry_over: bool) {
@@ -72,4 +80,69 @@ fn a_retraining_swap_racing_a_split_loses_nothing() {
 #[test]
 fn loom_catches_a_swap_without_carry_over() {
     sim_transport::loom_support::assert_caught(|| scenario(false), "lost");
+}
+
+fn three_caches(retire_first: bool) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 500_000;
+    builder.check(move || {
+        let load = BulkLoadConfig {
+            epsilon: 1,
+            delta: 2,
+            fill: 2,
+            slot_leaves: 2,
+            ring_capacity: Some(1),
+            model_region_factor: 4,
+            ..BulkLoadConfig::default()
+        };
+        let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
+        let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
+        let transport = Sim::anonymous(&[size]).expect("pool");
+        bootstrap(&transport, pairs, &load).expect("load");
+        let node = transport.memory_nodes()[0];
+        let config = RetrainConfig {
+            retire_first,
+            ..RetrainConfig::default()
+        };
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
+            .expect("retrainer");
+        // Both caches hold the record that is about to be replaced.
+        let reader_store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+        let writer_store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+        // The new record is built and the old one frozen before the threads start: the race is
+        // the retire and the swap against the reader and the writer.
+        let prepared = worker
+            .prepare_swap(0)
+            .expect("prepare")
+            .expect("slot 0 has keys");
+        let retraining = loom::thread::spawn(move || {
+            worker.complete_swap(prepared).expect("swap");
+        });
+        let writing = loom::thread::spawn(move || {
+            let mut writer = writer_store.client().expect("client");
+            // Splits {10, 20}: 15 and 20 move to a new synonym leaf, 10 stays.
+            assert!(writer.insert(15, 15).expect("insert"));
+        });
+        let mut reader = reader_store.client().expect("client");
+        assert_eq!(
+            reader.get(20).expect("get"),
+            Some(20),
+            "a reader with an old cache misses 20"
+        );
+        writing.join().expect("writer");
+        retraining.join().expect("retrainer");
+        for k in [10, 15, 20, 30, 40] {
+            assert_eq!(reader.get(k).expect("get"), Some(k), "{k} lost");
+        }
+    });
+}
+
+#[test]
+fn a_stale_reader_racing_retire_swap_and_a_split_through_the_new_record_misses_nothing() {
+    three_caches(true);
+}
+
+#[test]
+fn loom_catches_swap_before_retire() {
+    sim_transport::loom_support::assert_caught(|| three_caches(false), "misses 20");
 }

@@ -239,7 +239,8 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
     ep.read(leaf_addr, &mut good).expect("read");
 
     // A writer holds the leaf's lock, half way through rewriting it (its checksum fails on every
-    // read), and finishes only once it sees the record frozen.
+    // read), and finishes 50 ms later (or once it sees the record frozen): the worker's first
+    // snapshot sees the torn leaf; the worker waits for the lock before it freezes.
     let held = leaf_store::try_lock(&mut ep, entry_addr, entry)
         .expect("cas")
         .expect("unlocked");
@@ -250,8 +251,10 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
         let transport = transport.clone();
         std::thread::spawn(move || {
             let mut ep = transport.endpoint().expect("endpoint");
+            let started = std::time::Instant::now();
             while !leaf_store::ModelHeader::from_raw(ep.read_word(record_addr).expect("read"))
                 .is_locked()
+                && started.elapsed() < Duration::from_millis(50)
             {
                 std::thread::sleep(Duration::from_millis(1));
             }

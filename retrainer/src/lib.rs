@@ -11,4 +11,6 @@
 pub mod queue;
 mod worker;
 
-pub use worker::{Recovery, RetrainConfig, RetrainError, RetrainReport, RetrainStats, Retrainer};
+pub use worker::{
+    PreparedSwap, Recovery, RetrainConfig, RetrainError, RetrainReport, RetrainStats, Retrainer,
+};

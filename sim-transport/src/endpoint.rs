@@ -18,6 +18,8 @@ pub struct SimEndpoint {
     fail_next: u64,
     /// Verbs still allowed before the endpoint crashes; `None` = no crash planned.
     crash_after: Option<u64>,
+    /// Verbs still allowed before one verb fails transiently; `None` = none planned.
+    fail_after: Option<u64>,
     crashed: bool,
     /// xorshift state for torn-mode yields.
     rng: u64,
@@ -34,6 +36,7 @@ impl SimEndpoint {
             stats: Stats::default(),
             fail_next: 0,
             crash_after: None,
+            fail_after: None,
             crashed: false,
             rng,
         }
@@ -53,6 +56,14 @@ impl SimEndpoint {
         self.crash_after = Some(n);
     }
 
+    /// Fault injection: execute `n` more verbs, then fail the next one with
+    /// [`TransportError::InjectedFault`] (its batch ends there: earlier verbs of the batch have
+    /// executed, later ones have not), then work normally — a transient failure at an exact
+    /// point of a protocol.
+    pub fn fail_after(&mut self, n: u64) {
+        self.fail_after = Some(n);
+    }
+
     /// Whether the endpoint has crashed.
     pub fn is_crashed(&self) -> bool {
         self.crashed
@@ -66,6 +77,13 @@ impl SimEndpoint {
             if *left == 0 {
                 self.crashed = true;
                 return Some(TransportError::Crashed);
+            }
+            *left -= 1;
+        }
+        if let Some(left) = self.fail_after.as_mut() {
+            if *left == 0 {
+                self.fail_after = None;
+                return Some(TransportError::InjectedFault);
             }
             *left -= 1;
         }
@@ -175,6 +193,26 @@ mod tests {
             "failed verbs must not have executed"
         );
         assert_eq!(ep.read_word(addr(0)), Ok(1));
+    }
+
+    #[test]
+    fn fail_after_fails_exactly_one_verb_at_that_point() {
+        let t = SimTransport::anonymous(&[4096]).expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        ep.fail_after(2);
+        let mut verbs = [
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+        ];
+        assert_eq!(ep.batch(&mut verbs), Err(TransportError::InjectedFault));
+        assert_eq!(
+            ep.read_word(addr(0)),
+            Ok(2),
+            "the two verbs before the fault ran"
+        );
+        assert_eq!(ep.faa(addr(0), 1), Ok(2), "later verbs run again");
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! One file per protocol: [`read`] (GET, SCAN and cache freshness), [`write`] (the leaf-lock
 //! protocol of INSERT, UPDATE, UPSERT and DELETE), [`split`] (structural changes: splits and
-//! unlinks, which bump the record's header).
+//! unlinks, which bump the record's header), [`release`] (what a write holds when a verb fails).
 
 mod read;
+mod release;
 mod split;
 mod write;
 
@@ -119,6 +120,11 @@ impl<E: Endpoint> Client<E> {
     /// Counters per operation type since the client was created.
     pub fn stats(&self) -> &OpStats {
         &self.stats
+    }
+
+    /// The client's endpoint (its counters; fault injection in tests).
+    pub fn endpoint_mut(&mut self) -> &mut E {
+        &mut self.ep
     }
 
     /// The endpoint's raw counters.

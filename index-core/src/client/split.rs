@@ -9,7 +9,12 @@ use crate::IndexError;
 use crate::locks::HeldLock;
 use crate::store::NodeCache;
 
+use super::release;
 use super::*;
+
+/// The `old` an atomic of a split's claim batch keeps if it did not execute: neither the leaf
+/// allocation counter nor a header word can hold it.
+const NOT_EXECUTED: u64 = u64::MAX;
 
 impl<E: Endpoint> Client<E> {
     /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
@@ -27,41 +32,34 @@ impl<E: Endpoint> Client<E> {
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
-        let mut verbs: Vec<Verb<'_>> = writes
-            .iter()
-            .map(|(at, bytes)| Verb::write(*at, bytes))
-            .collect();
-        let link_at = verbs.len();
-        if let Some(new) = lt_change {
-            verbs.push(Verb::cas(
-                locked.lt_addr,
-                locked.lt_now.raw(),
-                new.locked().raw(),
-            ));
-        }
-        if let Some((at, bytes)) = &freed {
-            verbs.push(Verb::write(*at, bytes));
-        }
-        verbs.push(Verb::faa(locked.record, ModelHeader::CHANGE_ONE).fenced());
-        for (at, bytes) in &late_writes {
-            verbs.push(Verb::write(*at, bytes));
-        }
+        let lock = locked.lock_ref();
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
-        if !hand_over {
-            verbs.push(leaf_store::unlock_verb(locked.lt_addr, lt_final, None).fenced());
-        }
-        self.ep.batch(&mut verbs)?;
-        if lt_change.is_some() && verbs[link_at].cas_succeeded() != Some(true) {
-            return Err(LeafStoreError::CorruptLeaf("LT entry changed under its lock").into());
-        }
-        if !hand_over {
-            check_unlocked(&verbs)?;
-        }
-        drop(verbs);
+        let link_at = lt_change.is_some().then_some(writes.len());
+        let build = |unlock: bool| {
+            let mut verbs: Vec<Verb<'_>> = writes
+                .iter()
+                .map(|(at, bytes)| Verb::write(*at, bytes))
+                .collect();
+            if let Some(new) = lt_change {
+                verbs.push(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
+            }
+            if let Some((at, bytes)) = &freed {
+                verbs.push(Verb::write(*at, bytes));
+            }
+            verbs.push(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
+            for (at, bytes) in &late_writes {
+                verbs.push(Verb::write(*at, bytes));
+            }
+            if unlock {
+                verbs.push(leaf_store::unlock_verb(lock.lt_addr, lt_final, None).fenced());
+            }
+            verbs
+        };
+        let released = self.run_ending_batch(lock, build, !hand_over, link_at)?;
         locked.lt_now = lt_final;
         locked.header =
             ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::CHANGE_ONE));
-        if hand_over {
+        if !released {
             *held_slot = Some(locked.hand_over());
         }
         Ok(())
@@ -90,32 +88,59 @@ impl<E: Endpoint> Client<E> {
             .map(|i| self.spare_leaves.swap_remove(i).1);
         let mut verbs = Vec::with_capacity(2);
         if spare.is_none() {
-            verbs.push(leaf_store::alloc_leaf_verb(&layout));
+            verbs.push(release::unexecuted(
+                leaf_store::alloc_leaf_verb(&layout),
+                NOT_EXECUTED,
+            ));
         }
-        verbs.push(Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE));
-        self.ep.batch(&mut verbs)?;
-        let slot_use_old =
-            ModelHeader::from_raw(verbs.last().and_then(Verb::old_value).unwrap_or_default())
-                .slot_use();
+        verbs.push(release::unexecuted(
+            Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE),
+            NOT_EXECUTED,
+        ));
+        let outcome = self.ep.batch(&mut verbs);
+        let slot_use_raw = verbs
+            .last()
+            .and_then(Verb::old_value)
+            .unwrap_or(NOT_EXECUTED);
         let allocated = if spare.is_none() {
-            verbs[0].old_value()
+            verbs[0].old_value().filter(|&old| old != NOT_EXECUTED)
         } else {
             None
         };
         drop(verbs);
-        if slot_use_old >= MAX_SYNONYMS {
-            // SLT full: give the slot back, keep the leaf for later, release, ask for retraining.
-            self.ep
-                .faa(locked.record, ModelHeader::SLOT_USE_ONE.wrapping_neg())?;
+        // A leaf claimed now (or the spare) that this split will not use is kept for the next.
+        let keep_leaf = |client: &mut Self| {
             let leaf = match (spare, allocated) {
                 (Some(n), _) => Some(n),
-                (None, Some(old)) => check_allocation(&mut self.ep, &layout, old).ok(),
+                (None, Some(old)) => check_allocation(&mut client.ep, &layout, old).ok(),
                 _ => None,
             };
             if let Some(n) = leaf {
-                self.spare_leaves.push((node.info.id, n));
+                client.spare_leaves.push((node.info.id, n));
             }
-            leaf_store::unlock(&mut self.ep, locked.lt_addr, locked.lt_now, None)?;
+        };
+        if let Err(e) = outcome {
+            // Give back what executed, then release: the claimed SLT slot is marked freed (or an
+            // over-full claim undone), the leaf kept.
+            keep_leaf(self);
+            let cause = IndexError::from(e);
+            if slot_use_raw == NOT_EXECUTED {
+                return Err(self.release_after(locked.lock_ref(), cause));
+            }
+            let claimed = ModelHeader::from_raw(slot_use_raw).slot_use() + 1;
+            if claimed > MAX_SYNONYMS {
+                self.undo_slot_claim(locked.record);
+                return Err(self.release_after(locked.lock_ref(), cause));
+            }
+            self.free_slot_and_release(locked, claimed)?;
+            return Err(cause);
+        }
+        let slot_use_old = ModelHeader::from_raw(slot_use_raw).slot_use();
+        if slot_use_old >= MAX_SYNONYMS {
+            // SLT full: give the slot back, keep the leaf for later, release, ask for retraining.
+            self.undo_slot_claim(locked.record);
+            keep_leaf(self);
+            self.release(locked.lock_ref())?;
             self.request_retraining(node, locked.slot);
             return Ok(None);
         }
@@ -126,20 +151,16 @@ impl<E: Endpoint> Client<E> {
                 Ok(n) => n,
                 Err(LeafStoreError::PoolExhausted { capacity }) => {
                     // The SLT slot is claimed but will hold nothing: mark it freed, release.
-                    let at = offset(locked.record, locked.layout.slt_entry(slt_slot));
-                    let freed = LeafTableEntry::FREED.raw().to_le_bytes();
-                    let mut verbs = [
-                        Verb::write(at, &freed),
-                        leaf_store::unlock_verb(locked.lt_addr, locked.lt_now, None),
-                    ];
-                    self.ep.batch(&mut verbs)?;
-                    check_unlocked(&verbs)?;
+                    self.free_slot_and_release(locked, slt_slot)?;
                     return Err(IndexError::PoolExhausted {
                         node: node.info.id,
                         capacity,
                     });
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    self.free_slot_and_release(locked, slt_slot)?;
+                    return Err(e.into());
+                }
             },
         };
         // Round trip 3, in order: the new leaf and its SLT entry, the link to it, the header
@@ -148,8 +169,19 @@ impl<E: Endpoint> Client<E> {
         let new_entry = LeafTableEntry::new(0, new_leaf)
             .unwrap_or_default()
             .with_synonym(split_entry.synonym_ptr());
+        let encoded = upper.encode(new_leaf, delta).and_then(|upper_bytes| {
+            Ok((upper_bytes, lower.encode(split_entry.leaf_num(), delta)?))
+        });
+        let (upper_bytes, lower_bytes) = match encoded {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.spare_leaves.push((node.info.id, new_leaf));
+                self.free_slot_and_release(locked, slt_slot)?;
+                return Err(e.into());
+            }
+        };
         let mut writes = vec![
-            (layout.leaf_addr(new_leaf), upper.encode(new_leaf, delta)?),
+            (layout.leaf_addr(new_leaf), upper_bytes),
             (
                 offset(locked.record, locked.layout.slt_entry(slt_slot)),
                 new_entry.raw().to_le_bytes().to_vec(),
@@ -167,10 +199,7 @@ impl<E: Endpoint> Client<E> {
             ));
             None
         };
-        let late = vec![(
-            layout.leaf_addr(split_entry.leaf_num()),
-            lower.encode(split_entry.leaf_num(), delta)?,
-        )];
+        let late = vec![(layout.leaf_addr(split_entry.leaf_num()), lower_bytes)];
         #[cfg(loom)]
         if self.caches.config.split_order != crate::config::SplitOrder::Safe {
             self.split_in_wrong_order(locked, writes, late, linked, pos)?;
@@ -221,6 +250,36 @@ impl<E: Endpoint> Client<E> {
         };
         self.ep.batch(&mut verbs)?;
         check_unlocked(&verbs)
+    }
+
+    /// Marks SLT slot `slt_slot`, claimed by this split but left unused, freed, and releases the
+    /// lock in the same batch (repeated if it fails, see [`release`]).
+    fn free_slot_and_release(&mut self, locked: &Locked, slt_slot: u64) -> Result<(), IndexError> {
+        let lock = locked.lock_ref();
+        let at = offset(locked.record, locked.layout.slt_entry(slt_slot));
+        let freed = LeafTableEntry::FREED.raw().to_le_bytes();
+        let build = |unlock: bool| {
+            let mut verbs = vec![Verb::write(at, &freed)];
+            if unlock {
+                verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
+            }
+            verbs
+        };
+        self.run_ending_batch(lock, build, true, None).map(|_| ())
+    }
+
+    /// Gives back an SLT claim past the last slot (best effort: a count left above 255 only
+    /// makes later claimers give theirs back too, until the retraining the full slot needs).
+    fn undo_slot_claim(&mut self, record: RemoteAddr) {
+        for _ in 0..3 {
+            if self
+                .ep
+                .faa(record, ModelHeader::SLOT_USE_ONE.wrapping_neg())
+                .is_ok()
+            {
+                return;
+            }
+        }
     }
 
     pub(super) fn request_retraining(&mut self, node: &NodeCache, slot: u64) {

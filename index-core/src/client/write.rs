@@ -11,6 +11,7 @@ use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
 use crate::view::{Guard, SlotView, pin};
 
+use super::release::{self, LockRef};
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -139,12 +140,31 @@ impl<E: Endpoint> Client<E> {
         self.buf.clear();
         self.buf.resize(chain.len() * leaf_bytes + 8, 0);
         let (leaf_buf, header_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
-        let mut verbs = vec![Verb::cas(lt_addr, expected.raw(), expected.locked().raw())];
+        let mut verbs = vec![release::unexecuted(
+            Verb::cas(lt_addr, expected.raw(), expected.locked().raw()),
+            !expected.raw(),
+        )];
         for (entry, chunk) in chain.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
         }
         verbs.push(Verb::read(view.record, header_buf).fenced());
-        self.ep.batch(&mut verbs)?;
+        if let Err(e) = self.ep.batch(&mut verbs) {
+            let took = release::took_lock(&verbs);
+            drop(verbs);
+            let lock = LockRef {
+                node: node.info.id,
+                slot: slot as u64,
+                leaf,
+                lt_addr,
+                held: expected.locked(),
+                record: view.record,
+            };
+            return Err(if took {
+                self.release_after(lock, e.into())
+            } else {
+                e.into()
+            });
+        }
         let old = verbs[0].old_value().unwrap_or_default();
         drop(verbs);
         if old != expected.raw() {
@@ -174,47 +194,71 @@ impl<E: Endpoint> Client<E> {
             header,
             handovers: 0,
         };
-        let (entries, contents) = if header == view.header {
-            (chain.clone(), self.decode_leaves(&node.layout, &chain)?)
+        // The lock is held from here: every error releases it (or says it may remain).
+        if header != view.header && (header.is_locked() || header.is_retired()) {
+            // Frozen or being replaced by a retraining: let go and wait for the new record.
+            self.release(locked.lock_ref())?;
+            self.refresh(node, view, guard)?;
+            if !backoff.wait() {
+                return Err(IndexError::RetrainingTimeout {
+                    node: node.info.id,
+                    slot: slot as u64,
+                });
+            }
+            return Ok(None);
+        }
+        let read = if header == view.header {
+            self.decode_leaves(&node.layout, &chain)
+                .map(|contents| Some((chain.clone(), contents)))
         } else {
-            if header.is_locked() || header.is_retired() {
-                leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
-                self.refresh(node, view, guard)?;
-                if header.is_locked() && !backoff.wait() {
-                    return Err(IndexError::RetrainingTimeout {
-                        node: node.info.id,
-                        slot: slot as u64,
-                    });
-                }
+            self.reread_locked_chain(node, view, slot, leaf, guard, &mut locked)
+        };
+        let (entries, contents) = match read {
+            Ok(Some(read)) => read,
+            Ok(None) => {
+                // The chain is not in this record any more: let go and start over.
+                self.release(locked.lock_ref())?;
                 return Ok(None);
             }
-            // The record changed since the view was built (another chain split, or ours did).
-            // We hold the lock, so our chain is stable now: read the tables ourselves (not the
-            // cell's view, which may predate our lock), install them, and re-read the chain.
-            let fresh = self.fetch_view(node, view)?;
-            let chain = (fresh.record == view.record)
-                .then(|| fresh.chain(leaf))
-                .flatten();
-            node.slots[slot].replace(view, fresh, guard);
-            let Some(chain) = chain else {
-                leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
-                return Ok(None);
-            };
-            let headers = self.read_batch(&node.layout, &chain, &[view.record])?;
-            locked.header = ModelHeader::from_raw(headers[0]);
-            let contents = self.decode_leaves(&node.layout, &chain)?;
-            (chain, contents)
+            Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
         };
         let Some(contents) = contents else {
             // Under the lock nothing writes these leaves: a failed checksum is damage.
-            leaf_store::unlock(&mut self.ep, lt_addr, held, None)?;
-            return Err(LeafStoreError::TornLeaf {
+            let torn = LeafStoreError::TornLeaf {
                 leaf_num: entries[0].leaf_num(),
-            }
-            .into());
+            };
+            return Err(self.release_after(locked.lock_ref(), torn.into()));
         };
         locked.chain = entries.into_iter().zip(contents).collect();
         Ok(Some(locked))
+    }
+
+    /// The record changed since the view was built (another chain split, or ours did). We hold
+    /// the lock, so our chain is stable now: read the tables ourselves (not the cell's view, which
+    /// may predate our lock), install them, and re-read the chain. `None` if the record no longer
+    /// has this chain (it was replaced).
+    #[allow(clippy::type_complexity)]
+    fn reread_locked_chain(
+        &mut self,
+        node: &NodeCache,
+        view: &SlotView,
+        slot: usize,
+        leaf: u64,
+        guard: &Guard,
+        locked: &mut Locked,
+    ) -> Result<Option<(Vec<LeafTableEntry>, Option<Vec<Leaf>>)>, IndexError> {
+        let fresh = self.fetch_view(node, view)?;
+        let chain = (fresh.record == view.record)
+            .then(|| fresh.chain(leaf))
+            .flatten();
+        node.slots[slot].replace(view, fresh, guard);
+        let Some(chain) = chain else {
+            return Ok(None);
+        };
+        let words = self.read_batch(&node.layout, &chain, &[view.record])?;
+        locked.header = ModelHeader::from_raw(words[0]);
+        let contents = self.decode_leaves(&node.layout, &chain)?;
+        Ok(Some((chain, contents)))
     }
 
     /// Applies `outcome` to the locked chain: writes in the order that keeps concurrent readers
@@ -238,7 +282,10 @@ impl<E: Endpoint> Client<E> {
             }
             Outcome::Rewrite { result, pos, leaf } => {
                 let leaf_num = locked.chain[pos].0.leaf_num();
-                let bytes = leaf.encode(leaf_num, delta)?;
+                let bytes = match leaf.encode(leaf_num, delta) {
+                    Ok(bytes) => bytes,
+                    Err(e) => return Err(self.release_after(locked.lock_ref(), e.into())),
+                };
                 locked.chain[pos].1 = leaf;
                 self.finish(
                     &mut locked,
@@ -250,7 +297,10 @@ impl<E: Endpoint> Client<E> {
             }
             Outcome::Unlink { result, pos } => {
                 let (gone, _) = locked.chain[pos];
-                let empty = Leaf::new().encode(gone.leaf_num(), delta)?;
+                let empty = match Leaf::new().encode(gone.leaf_num(), delta) {
+                    Ok(bytes) => bytes,
+                    Err(e) => return Err(self.release_after(locked.lock_ref(), e.into())),
+                };
                 let slot_of_gone = u64::from(locked.chain[pos - 1].0.synonym_ptr());
                 let next = gone.synonym_ptr();
                 let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> =
@@ -300,6 +350,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Writes `writes` (in order), then releases the lock — or leaves it to a waiting sibling.
+    /// A failed batch is repeated with the unlock (see [`release`]).
     pub(super) fn finish(
         &mut self,
         locked: &mut Locked,
@@ -307,19 +358,19 @@ impl<E: Endpoint> Client<E> {
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
-        let mut verbs: Vec<Verb<'_>> = writes
-            .iter()
-            .map(|(at, bytes)| Verb::write(*at, bytes))
-            .collect();
-        if !hand_over {
-            verbs.push(leaf_store::unlock_verb(locked.lt_addr, locked.lt_now, None));
-        }
-        self.ep.batch(&mut verbs)?;
-        if !hand_over {
-            check_unlocked(&verbs)?;
-        }
-        drop(verbs);
-        if hand_over {
+        let lock = locked.lock_ref();
+        let build = |unlock: bool| {
+            let mut verbs: Vec<Verb<'_>> = writes
+                .iter()
+                .map(|(at, bytes)| Verb::write(*at, bytes))
+                .collect();
+            if unlock {
+                verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
+            }
+            verbs
+        };
+        let released = self.run_ending_batch(lock, build, !hand_over, None)?;
+        if !released {
             *held_slot = Some(locked.hand_over());
         }
         Ok(())

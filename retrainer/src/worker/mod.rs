@@ -8,7 +8,7 @@ mod recover;
 mod retrain;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use leaf_store::{
@@ -25,8 +25,10 @@ pub struct RetrainConfig {
     /// revalidate views older than a second before writing through them, and give up on an
     /// operation after their wait limit (2 s by default), so ten seconds leaves a wide margin.
     pub grace_period: Duration,
-    /// How long to wait for leaf locks held on a frozen record to drain before unfreezing it and
-    /// trying the slot again later.
+    /// How long to wait, before freezing, for each leaf lock seen held to be released once (a
+    /// lock held throughout puts the slot off without freezing it: its holder may have died), and
+    /// after freezing for held locks to drain (else the record is unfrozen and the slot put off).
+    /// Writers of a frozen slot wait at most about this long.
     pub drain_limit: Duration,
     /// Sleep between polls of an empty queue.
     pub idle_sleep: Duration,
@@ -54,7 +56,7 @@ impl Default for RetrainConfig {
     fn default() -> Self {
         Self {
             grace_period: Duration::from_secs(10),
-            drain_limit: Duration::from_secs(2),
+            drain_limit: Duration::from_millis(500),
             idle_sleep: Duration::from_micros(200),
             idle_sweep_threshold: 8,
             sweep_interval: Duration::from_millis(50),
@@ -83,6 +85,59 @@ pub enum RetrainError {
     /// A new model could not be trained.
     #[error("training failed: {0}")]
     Train(String),
+    /// The slot was not retrained because the lock of its trained leaf `leaf` stayed held for
+    /// the whole drain limit (a writer that died holding it?). Nothing was changed; the worker
+    /// tries the slot again later, backing off.
+    #[error("slot {slot} not retrained: the lock of its trained leaf {leaf} stays held")]
+    LeafLocked {
+        /// The slot.
+        slot: u64,
+        /// The trained leaf whose lock is held.
+        leaf: u64,
+    },
+}
+
+impl RetrainError {
+    /// Whether the worker's transport is gone (the connection is broken, the endpoint crashed):
+    /// nothing more can be done through it. Every other error concerns one slot or one attempt.
+    pub fn is_transport_lost(&self) -> bool {
+        matches!(
+            self,
+            RetrainError::Layout(LeafStoreError::Transport(
+                TransportError::Crashed
+                    | TransportError::Connection(_)
+                    | TransportError::NoDevice(_)
+                    | TransportError::UnknownNode(_)
+            ))
+        )
+    }
+}
+
+/// A retraining stopped between its freeze and its swap: see [`Retrainer::prepare_swap`] and
+/// [`Retrainer::complete_swap`]. The old record is frozen, the new one written beside it.
+#[derive(Debug)]
+#[must_use = "the slot stays frozen until complete_swap runs"]
+pub struct PreparedSwap {
+    slot: u64,
+    old_addr: RemoteAddr,
+    old_bytes: u64,
+    trained_before: u64,
+    trained_after: u64,
+    segments: u64,
+    synonyms_absorbed: u64,
+    keys: u64,
+    new_at: u64,
+    rebuilt: bool,
+    train_time: Duration,
+    frozen_at: Instant,
+    started: Instant,
+}
+
+impl PreparedSwap {
+    /// The slot being retrained.
+    pub fn slot(&self) -> u64 {
+        self.slot
+    }
 }
 
 impl From<TransportError> for RetrainError {
@@ -140,6 +195,13 @@ pub struct RetrainStats {
     pub ring_positions_skipped: u64,
     /// Slots marked queued that no ring entry named, queued again (after a skip or at start).
     pub requeued: u64,
+    /// Retrainings put off because a leaf lock stayed held ([`RetrainError::LeafLocked`]).
+    pub leaf_locked: u64,
+    /// Retrainings put off because the model region had no room.
+    pub model_region_full: u64,
+    /// Other failed attempts (a record that could not be read or trained, a transient transport
+    /// error); each slot concerned is tried again later.
+    pub errors: u64,
 }
 
 /// What a worker found and repaired when it started on a pool whose previous worker stopped
@@ -182,7 +244,17 @@ pub struct Retrainer<E: Endpoint> {
     recovery: Recovery,
     /// The ring position found claimed but unwritten, and since when.
     stalled: Option<(u64, Instant)>,
+    /// Slots whose last attempt failed: when to try again.
+    deferred: Vec<(Instant, u64)>,
+    /// The current back-off of each slot whose attempts keep failing.
+    backoff: HashMap<u64, Duration>,
+    /// The last failed attempt: the slot and why.
+    last_problem: Option<(u64, RetrainError)>,
 }
+
+/// First and longest wait before a slot whose retraining failed is tried again.
+const BACKOFF_FIRST: Duration = Duration::from_millis(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 impl<E: Endpoint> Retrainer<E> {
     /// What this worker repaired when it started.
@@ -218,17 +290,60 @@ impl<E: Endpoint> Retrainer<E> {
         &self.layout
     }
 
-    /// Retrains the most urgent pending slot, if any.
+    /// Retrains the most urgent pending slot, if any. A slot whose attempt fails is tried again
+    /// later, after a back-off that doubles with each failure (1 ms to 2 s), and the error is
+    /// returned; deferred slots whose time has come are pending again.
     pub fn retrain_next(&mut self) -> Result<Option<RetrainReport>, RetrainError> {
+        self.undefer();
         let Some((_, Reverse(slot))) = self.pending.pop() else {
             return Ok(None);
         };
-        match self.retrain_slot(slot) {
-            Err(RetrainError::ModelRegionFull { needed }) => {
-                self.pending.push((0, Reverse(slot)));
-                Err(RetrainError::ModelRegionFull { needed })
+        let result = self.retrain_slot(slot);
+        if let Err(e) = &result {
+            match e {
+                RetrainError::LeafLocked { .. } => self.stats.leaf_locked += 1,
+                RetrainError::ModelRegionFull { .. } => self.stats.model_region_full += 1,
+                _ => self.stats.errors += 1,
             }
-            other => other,
+            self.last_problem = Some((slot, e.clone()));
+            self.defer(slot);
+        }
+        result
+    }
+
+    /// Slots put off after a failed attempt, with when each is tried again.
+    pub fn deferred(&self) -> Vec<(u64, Instant)> {
+        self.deferred.iter().map(|&(at, slot)| (slot, at)).collect()
+    }
+
+    /// The last failed retraining attempt: the slot and why.
+    pub fn last_problem(&self) -> Option<&(u64, RetrainError)> {
+        self.last_problem.as_ref()
+    }
+
+    /// Puts `slot` off: it is tried again after its back-off, which doubles each time.
+    fn defer(&mut self, slot: u64) {
+        let wait = self
+            .backoff
+            .get(&slot)
+            .map_or(BACKOFF_FIRST, |&w| (w * 2).min(BACKOFF_MAX));
+        self.backoff.insert(slot, wait);
+        if !self.deferred.iter().any(|&(_, s)| s == slot) {
+            self.deferred.push((Instant::now() + wait, slot));
+        }
+    }
+
+    /// Moves deferred slots whose time has come back into the queue.
+    fn undefer(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.deferred.len() {
+            if self.deferred[i].0 <= now {
+                let (_, slot) = self.deferred.swap_remove(i);
+                self.pending.push((0, Reverse(slot)));
+            } else {
+                i += 1;
+            }
         }
     }
 
@@ -249,27 +364,46 @@ impl<E: Endpoint> Retrainer<E> {
 
     /// Polls, retrains and reclaims until `stop` returns true; when the queue is empty, sweeps
     /// for slots worth compacting (see [`RetrainConfig::idle_sweep_threshold`]); sleeps while idle.
+    ///
+    /// A problem with one slot (a lock that stays held, a full model region, a record that cannot
+    /// be read) never stops the worker: the slot is put off with back-off ([`Self::deferred`],
+    /// [`Self::last_problem`], counted in [`RetrainStats`]) and the others are served. Only an
+    /// error that means the transport is gone ([`RetrainError::is_transport_lost`]) ends it.
     pub fn run(&mut self, mut stop: impl FnMut() -> bool) -> Result<RetrainStats, RetrainError> {
         let mut last_sweep: Option<Instant> = None;
         while !stop() {
-            self.poll()?;
+            let polled = self.poll().map(|_| ());
+            self.survive(polled)?;
             self.reclaim();
             if self.pending.is_empty()
                 && self.config.idle_sweep_threshold > 0
                 && last_sweep.is_none_or(|at| at.elapsed() >= self.config.sweep_interval)
             {
-                self.sweep(self.config.idle_sweep_threshold)?;
+                let swept = self.sweep(self.config.idle_sweep_threshold).map(|_| ());
+                self.survive(swept)?;
                 last_sweep = Some(Instant::now());
             }
             match self.retrain_next() {
                 Ok(Some(_)) => {}
-                Ok(None) | Err(RetrainError::ModelRegionFull { .. }) => {
-                    std::thread::sleep(self.config.idle_sleep)
-                }
-                Err(e) => return Err(e),
+                Ok(None) => std::thread::sleep(self.config.idle_sleep),
+                Err(e) if e.is_transport_lost() => return Err(e),
+                Err(_) => std::thread::sleep(self.config.idle_sleep),
             }
         }
         Ok(self.stats)
+    }
+
+    /// An error of a step that concerns no single slot: fatal only if the transport is gone.
+    fn survive(&mut self, result: Result<(), RetrainError>) -> Result<(), RetrainError> {
+        match result {
+            Err(e) if e.is_transport_lost() => Err(e),
+            Err(_) => {
+                self.stats.errors += 1;
+                std::thread::sleep(self.config.idle_sleep);
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Sets `flag` in the header word at `addr` by CAS (compute nodes FAA the same word).

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// How an unfinished retraining was settled (see [`Retrainer::settle_in_flight`]).
+pub(super) enum Settled {
+    /// The slot still named the old record: unfrozen, to be retrained again.
+    RolledBack(u64),
+    /// The slot had moved on: the old record is retired.
+    Retired(u64),
+}
+
 impl<E: Endpoint> Retrainer<E> {
     /// A worker for the pool on `node`, reached through `ep`. Its generations start above every
     /// record's, so a header word never repeats on this node (records' memory is reused).
@@ -46,6 +54,9 @@ impl<E: Endpoint> Retrainer<E> {
             stats: RetrainStats::default(),
             recovery: Recovery::default(),
             stalled: None,
+            deferred: Vec::new(),
+            backoff: HashMap::new(),
+            last_problem: None,
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)
@@ -58,42 +69,62 @@ impl<E: Endpoint> Retrainer<E> {
         table: &[(RemoteAddr, u64)],
         fixed: &[u8],
     ) -> Result<(), RetrainError> {
-        let in_flight = self.ep.read_word(self.ring.in_flight())?;
-        if in_flight != 0 {
-            let old_addr = RemoteAddr::unpack(in_flight);
-            // Word 1 of a record is its slot id; read_record checks the whole record against it.
-            let slot = self
-                .ep
-                .read_word(old_addr.checked_add(8).unwrap_or(old_addr))?;
-            if slot >= self.layout.slots() {
-                return Err(LeafStoreError::CorruptRecord {
-                    slot,
-                    reason: format!("the in-flight record {old_addr} names no slot"),
-                }
-                .into());
-            }
-            let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
-            let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
-            if current == old_addr {
-                // The slot never named the new record, so no compute node has acted on it and
-                // the old record's chains are exactly as frozen: lifting both flags (retired, if
-                // the worker got that far, then locked) rolls the retraining back. Its pre-built
-                // record is unreferenced space, reclaimed below.
-                self.clear_flag(old_addr, ModelHeader::new(0).locked().retired().raw())?;
+        match self.settle_in_flight()? {
+            Some(Settled::RolledBack(slot)) => {
                 self.queue_slot(slot)?;
                 self.recovery.unfrozen = Some(slot);
-            } else {
-                self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
-                self.retired
-                    .push_back((Instant::now(), old_addr.offset(), old.layout().total()));
-                self.recovery.retired = Some(slot);
             }
-            self.ep.write_word(self.ring.in_flight(), 0)?;
+            Some(Settled::Retired(slot)) => self.recovery.retired = Some(slot),
+            None => {}
         }
-
         self.recovery.requeued = self.requeue_marked()?;
         self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;
         Ok(())
+    }
+
+    /// Settles a retraining the ring's in-flight word says was left unfinished (by a worker that
+    /// stopped, or by this one after a failed step). If the slot still names the old record, the
+    /// retraining is rolled back: the slot table never named the new record, so no compute node
+    /// has acted on it and the old record's chains are exactly as frozen — lifting both flags
+    /// (retired, if set, and locked) is safe; the pre-built record is unreferenced space.
+    /// If the slot names another record, the old one is marked retired (compute nodes still
+    /// caching it go to the slot table) and awaits reclamation.
+    pub(super) fn settle_in_flight(&mut self) -> Result<Option<Settled>, RetrainError> {
+        let in_flight = self.ep.read_word(self.ring.in_flight())?;
+        if in_flight == 0 {
+            return Ok(None);
+        }
+        let old_addr = RemoteAddr::unpack(in_flight);
+        // Word 1 of a record is its slot id; read_record checks the whole record against it.
+        let slot = self
+            .ep
+            .read_word(old_addr.checked_add(8).unwrap_or(old_addr))?;
+        if slot >= self.layout.slots() {
+            return Err(LeafStoreError::CorruptRecord {
+                slot,
+                reason: format!("the in-flight record {old_addr} names no slot"),
+            }
+            .into());
+        }
+        let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
+        let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
+        let settled = if current == old_addr {
+            self.clear_flag(old_addr, ModelHeader::new(0).locked().retired().raw())?;
+            Settled::RolledBack(slot)
+        } else {
+            self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            if !self
+                .retired
+                .iter()
+                .any(|&(_, at, _)| at == old_addr.offset())
+            {
+                self.retired
+                    .push_back((Instant::now(), old_addr.offset(), old.layout().total()));
+            }
+            Settled::Retired(slot)
+        };
+        self.ep.write_word(self.ring.in_flight(), 0)?;
+        Ok(Some(settled))
     }
 
     /// Treats every model-region range below the allocation point that neither a slot's record

@@ -6,19 +6,59 @@ impl<E: Endpoint> Retrainer<E> {
     /// Retrains `slot` now (whether queued or not) — shadow redirection:
     /// 1. read the record and snapshot its chains; train the new record beside the old one and
     ///    write it (unreferenced) into free model-region space;
-    /// 2. freeze the old record (its header's locked flag): writers that lock a leaf and see it
+    /// 2. wait, without freezing, until no leaf of the slot has stayed locked throughout (a lock
+    ///    whose holder died would otherwise freeze every writer of the slot for the drain limit,
+    ///    again and again): [`RetrainError::LeafLocked`] names it;
+    /// 3. freeze the old record (its header's locked flag): writers that lock a leaf and see it
     ///    release and wait; wait for held leaf locks to drain;
-    /// 3. snapshot again: if any chain changed since step 1 (inserts, splits, deletes that landed
+    /// 4. snapshot again: if any chain changed since step 1 (inserts, splits, deletes that landed
     ///    meanwhile), rebuild the record from the frozen state, which carries every leaf created
     ///    meanwhile (as a trained leaf);
-    /// 4. retire the old record, then point the slot at the new one, clear the slot's queued bit.
+    /// 5. retire the old record, then point the slot at the new one, clear the slot's queued bit.
     ///
-    /// Readers are never blocked: the old record stays readable until retired, then they reload.
+    /// Readers are never blocked: the old record stays readable until the slot table moves. If a
+    /// step fails after the freeze, the freeze is lifted (best effort; otherwise the next worker's
+    /// recovery does it). Steps 1–4 are [`Retrainer::prepare_swap`], step 5
+    /// [`Retrainer::complete_swap`].
     pub fn retrain_slot(&mut self, slot: u64) -> Result<Option<RetrainReport>, RetrainError> {
+        match self.prepare_swap(slot)? {
+            Some(prepared) => self.complete_swap(prepared).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Steps 1–4 of [`Retrainer::retrain_slot`]: on return the old record is frozen and the new
+    /// one written beside it; `None` if the slot holds no key (nothing to do, nothing frozen).
+    /// Writers of the slot wait until [`Retrainer::complete_swap`] runs (or, should this worker
+    /// stop first, until the next worker's recovery lifts the freeze). For callers that act
+    /// between the two halves — models of the swap, tests.
+    pub fn prepare_swap(&mut self, slot: u64) -> Result<Option<PreparedSwap>, RetrainError> {
+        let prepared = self.prepare(slot);
+        if prepared.is_err() {
+            self.settle_after_error();
+        }
+        prepared
+    }
+
+    /// Step 5 of [`Retrainer::retrain_slot`]: retire the frozen record, point the slot at the new
+    /// one, clear the slot's queued bit.
+    pub fn complete_swap(&mut self, prepared: PreparedSwap) -> Result<RetrainReport, RetrainError> {
+        let done = self.swap(prepared);
+        if done.is_err() {
+            self.settle_after_error();
+        }
+        done
+    }
+
+    fn prepare(&mut self, slot: u64) -> Result<Option<PreparedSwap>, RetrainError> {
         let started = Instant::now();
+        if slot >= self.layout.slots() {
+            return Err(RetrainError::Layout(LeafStoreError::InvalidConfig(
+                format!("slot {slot} does not exist"),
+            )));
+        }
         let old_addr = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
         let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
-        let old_bytes = old.layout().total();
         // The first snapshot is read while writers work: its tables can show a link before its
         // header shows the slot, or a split half done (a key in two leaves), and a leaf being
         // rewritten can stay torn through every re-read. Such a snapshot is discarded and the
@@ -51,20 +91,29 @@ impl<E: Endpoint> Retrainer<E> {
             Err(RetrainError::Train(_)) => None,
             Err(e) => return Err(e),
         };
+        let give_back = |worker: &mut Self| {
+            if let Some((_, at, len)) = &prebuilt {
+                worker.free.push((*at, *len));
+            }
+        };
+        // A lock held since before the freeze by a writer that died would hold every writer of
+        // the slot off for the whole drain limit: do not freeze until each lock seen has been
+        // released at least once.
+        if let Some(leaf) = self.held_throughout(&old, old_addr)? {
+            give_back(self);
+            return Err(RetrainError::LeafLocked { slot, leaf });
+        }
 
         // Freeze and drain; the in-flight word names the record until it is retired.
         let frozen_at = Instant::now();
         let locked = ModelHeader::new(0).locked().raw();
         self.ep.write_word(self.ring.in_flight(), old_addr.pack())?;
         self.set_flag(old_addr, locked)?;
-        if !self.drain(&old, old_addr)? {
+        if let Some(leaf) = self.drain(&old, old_addr)? {
             self.unfreeze(old_addr)?;
-            if let Some((_, at, len)) = prebuilt {
-                self.free.push((at, len));
-            }
+            give_back(self);
             self.stats.drain_timeouts += 1;
-            self.pending.push((0, Reverse(slot)));
-            return Ok(None);
+            return Err(RetrainError::LeafLocked { slot, leaf });
         }
         let frozen = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
         let frozen_chains = self.snapshot(&frozen)?;
@@ -88,14 +137,7 @@ impl<E: Endpoint> Retrainer<E> {
                     self.free.push((at, len));
                 }
                 // Under the freeze no writer is inside: the chains are consistent.
-                let built = match self.build(&frozen, &frozen_chains, &mut train_time) {
-                    Ok(built) => built,
-                    Err(e) => {
-                        self.unfreeze(old_addr)?;
-                        return Err(e);
-                    }
-                };
-                let Some(record) = built else {
+                let Some(record) = self.build(&frozen, &frozen_chains, &mut train_time)? else {
                     // Everything was deleted meanwhile: keep the old record, unfrozen.
                     self.unfreeze(old_addr)?;
                     self.clear_queued(slot)?;
@@ -103,18 +145,39 @@ impl<E: Endpoint> Retrainer<E> {
                     return Ok(None);
                 };
                 let bytes = record.encode();
-                let at = match self.allocate(bytes.len() as u64) {
-                    Ok(at) => at,
-                    Err(e) => {
-                        self.unfreeze(old_addr)?;
-                        return Err(e);
-                    }
-                };
+                let at = self.allocate(bytes.len() as u64)?;
                 self.ep.write(self.layout.at(at), &bytes)?;
                 (record, at, true)
             }
         };
+        Ok(Some(PreparedSwap {
+            slot,
+            old_addr,
+            old_bytes: old.layout().total(),
+            trained_before: old.lt.len() as u64,
+            trained_after: new_record.lt.len() as u64,
+            segments: new_record.model.segments().len() as u64,
+            synonyms_absorbed: frozen_chains.iter().map(|c| c.len() as u64 - 1).sum(),
+            keys: frozen_chains
+                .iter()
+                .flatten()
+                .map(|(_, l)| l.len() as u64)
+                .sum(),
+            new_at,
+            rebuilt,
+            train_time,
+            frozen_at,
+            started,
+        }))
+    }
 
+    fn swap(&mut self, prepared: PreparedSwap) -> Result<RetrainReport, RetrainError> {
+        let PreparedSwap {
+            slot,
+            old_addr,
+            new_at,
+            ..
+        } = prepared;
         // Retire, then redirect, then unqueue. Retiring first is what keeps a compute node that
         // still caches the old record correct: once the slot names the new record, other compute
         // nodes split leaves that only the new record links, and a reader of the old record must
@@ -133,32 +196,38 @@ impl<E: Endpoint> Retrainer<E> {
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
         }
         self.retired
-            .push_back((Instant::now(), old_addr.offset(), old_bytes));
+            .push_back((Instant::now(), old_addr.offset(), prepared.old_bytes));
         self.clear_queued(slot)?;
         self.ep.write_word(self.ring.in_flight(), 0)?;
+        self.backoff.remove(&slot);
 
         let report = RetrainReport {
             slot,
-            trained_before: old.lt.len() as u64,
-            trained_after: new_record.lt.len() as u64,
-            synonyms_absorbed: frozen_chains.iter().map(|c| c.len() as u64 - 1).sum(),
-            keys: frozen_chains
-                .iter()
-                .flatten()
-                .map(|(_, l)| l.len() as u64)
-                .sum(),
-            segments: new_record.model.segments().len() as u64,
-            rebuilt_under_freeze: rebuilt,
-            train_time,
-            frozen_time: frozen_at.elapsed(),
-            total_time: started.elapsed(),
+            trained_before: prepared.trained_before,
+            trained_after: prepared.trained_after,
+            synonyms_absorbed: prepared.synonyms_absorbed,
+            keys: prepared.keys,
+            segments: prepared.segments,
+            rebuilt_under_freeze: prepared.rebuilt,
+            train_time: prepared.train_time,
+            frozen_time: prepared.frozen_at.elapsed(),
+            total_time: prepared.started.elapsed(),
         };
         self.stats.retrains += 1;
         self.stats.rebuilt_under_freeze += u64::from(report.rebuilt_under_freeze);
         self.stats.keys_trained += report.keys;
         self.stats.train_nanos += report.train_time.as_nanos() as u64;
         self.stats.total_nanos += report.total_time.as_nanos() as u64;
-        Ok(Some(report))
+        Ok(report)
+    }
+
+    /// After a failed step: lifts a freeze this worker left (or finishes retiring a record the
+    /// slot no longer names), as a starting worker's recovery would. Best effort: if the
+    /// transport is gone, the next worker's recovery does it.
+    fn settle_after_error(&mut self) {
+        if let Ok(Some(recover::Settled::RolledBack(slot))) = self.settle_in_flight() {
+            self.defer(slot);
+        }
     }
 
     /// Whether the old record is retired before the slot table moves (always, outside loom
@@ -258,31 +327,63 @@ impl<E: Endpoint> Retrainer<E> {
         }))
     }
 
-    /// Waits until no LT entry of `record` is locked; false after the drain limit.
+    /// Waits until no LT entry of `record` is locked; after the drain limit, a leaf still locked.
     pub(super) fn drain(
         &mut self,
         record: &ModelRecord,
         addr: RemoteAddr,
-    ) -> Result<bool, RetrainError> {
-        let layout = record.layout();
-        let mut lt = vec![0u8; 8 * record.lt.len()];
+    ) -> Result<Option<u64>, RetrainError> {
         let deadline = Instant::now() + self.config.drain_limit;
         loop {
-            self.ep.read(
-                addr.checked_add(layout.lt_entry(0)).unwrap_or(addr),
-                &mut lt,
-            )?;
-            if lt
-                .chunks_exact(8)
-                .all(|c| !LeafTableEntry::from_raw(le_word(c, 0)).is_locked())
-            {
-                return Ok(true);
-            }
+            let locked = self.locked_leaves(record, addr)?;
+            let Some(&first) = locked.first() else {
+                return Ok(None);
+            };
             if Instant::now() >= deadline {
-                return Ok(false);
+                return Ok(Some(first));
             }
             pause();
         }
+    }
+
+    /// A trained leaf of `record` whose LT lock stayed held through every look within the
+    /// drain limit (`None` as soon as each lock seen held has been seen free once).
+    fn held_throughout(
+        &mut self,
+        record: &ModelRecord,
+        addr: RemoteAddr,
+    ) -> Result<Option<u64>, RetrainError> {
+        let deadline = Instant::now() + self.config.drain_limit;
+        let mut stuck = self.locked_leaves(record, addr)?;
+        while !stuck.is_empty() {
+            if Instant::now() >= deadline {
+                return Ok(stuck.first().copied());
+            }
+            pause();
+            let now = self.locked_leaves(record, addr)?;
+            stuck.retain(|leaf| now.binary_search(leaf).is_ok());
+        }
+        Ok(None)
+    }
+
+    /// The trained leaves of `record` whose LT entry is locked now, ascending (one READ).
+    fn locked_leaves(
+        &mut self,
+        record: &ModelRecord,
+        addr: RemoteAddr,
+    ) -> Result<Vec<u64>, RetrainError> {
+        let mut lt = vec![0u8; 8 * record.lt.len()];
+        self.ep.read(
+            addr.checked_add(record.layout().lt_entry(0))
+                .unwrap_or(addr),
+            &mut lt,
+        )?;
+        Ok(lt
+            .chunks_exact(8)
+            .enumerate()
+            .filter(|(_, c)| LeafTableEntry::from_raw(le_word(c, 0)).is_locked())
+            .map(|(i, _)| i as u64)
+            .collect())
     }
 }
 

@@ -1,0 +1,180 @@
+//! What a write holds when a verb fails, and how it lets go.
+//!
+//! A write holds its trained leaf's LT lock from the lock CAS to the unlock CAS. A verb that fails
+//! in between must not leave the lock held behind a transient error, or every later writer of
+//! that leaf — and every retraining of its slot — would wait forever. The rules:
+//!
+//! * **Before anything is written** (the lock batch, reading under the lock, encoding): release the
+//!   lock and report the error.
+//! * **The batch that ends a write** (leaf WRITEs, a structural change, the unlock) may have
+//!   executed a prefix. Every verb in it can be repeated: WRITEs carry the same bytes, a link CAS
+//!   already applied shows its desired value, a second header bump only makes readers refresh once
+//!   more. So it is run again, unlock included, a few times: the write then completes and the
+//!   operation succeeds.
+//! * If releasing (or the repeated batch) fails too, the transport is gone (a dead compute node):
+//!   the error is [`IndexError::LockMayRemain`], naming the leaf. Nothing else of the slot is held.
+//!
+//! A failed batch reports, for each atomic it executed, the previous value in its `old` field;
+//! atomics it did not reach keep the value they were built with. Lock CASes are built with a value
+//! the word cannot hold after a successful swap, so "did my lock CAS take the lock" has an answer.
+
+use leaf_store::{LeafStoreError, LeafTableEntry};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::IndexError;
+
+use super::*;
+
+/// How many times a failed batch that ends a write is run again before the lock is reported as
+/// possibly held.
+const REDO_ATTEMPTS: u32 = 3;
+
+/// `verb` (a CAS or FAA) with its `old` field preset to `sentinel`, so that after a failed batch
+/// an unchanged field means "not executed".
+pub(super) fn unexecuted(mut verb: Verb<'_>, sentinel: u64) -> Verb<'_> {
+    if let Verb::Cas { old, .. } | Verb::Faa { old, .. } = &mut verb {
+        *old = sentinel;
+    }
+    verb
+}
+
+/// What the lock on one trained leaf is, for releasing it after an error.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LockRef {
+    pub(super) node: u16,
+    pub(super) slot: u64,
+    pub(super) leaf: u64,
+    pub(super) lt_addr: RemoteAddr,
+    /// The LT entry's value while held (lock bit set).
+    pub(super) held: LeafTableEntry,
+    /// The record whose LT holds the entry.
+    pub(super) record: RemoteAddr,
+}
+
+impl Locked {
+    pub(super) fn lock_ref(&self) -> LockRef {
+        LockRef {
+            node: self.record.node(),
+            slot: self.slot,
+            leaf: self.leaf,
+            lt_addr: self.lt_addr,
+            held: self.lt_now,
+            record: self.record,
+        }
+    }
+}
+
+impl<E: Endpoint> Client<E> {
+    /// Releases `lock` after `cause` stopped a write before it wrote anything (best effort, a few
+    /// tries). Returns the error to report: `cause` if the lock is free again, else
+    /// [`IndexError::LockMayRemain`].
+    pub(super) fn release_after(&mut self, lock: LockRef, cause: IndexError) -> IndexError {
+        match self.unlock_with_retries(lock) {
+            Ok(Ok(())) => cause,
+            Ok(Err(other)) => other,
+            Err(release) => may_remain(lock, cause, release),
+        }
+    }
+
+    /// Unlocks `lock`, retrying a failed unlock a few times; then
+    /// [`IndexError::LockMayRemain`].
+    pub(super) fn release(&mut self, lock: LockRef) -> Result<(), IndexError> {
+        match self.unlock_with_retries(lock) {
+            Ok(result) => result,
+            Err(release) => Err(may_remain(lock, release.clone(), release)),
+        }
+    }
+
+    /// `Err`: every unlock batch failed (the last error). `Ok(result)`: an unlock ran, and
+    /// `result` says whether it found the lock held as expected.
+    fn unlock_with_retries(&mut self, lock: LockRef) -> Result<Result<(), IndexError>, IndexError> {
+        let mut last = IndexError::Config("no release attempted".into());
+        for _ in 0..REDO_ATTEMPTS {
+            let mut verbs = [leaf_store::unlock_verb(lock.lt_addr, lock.held, None)];
+            match self.ep.batch(&mut verbs) {
+                Ok(()) => return Ok(check_unlocked(&verbs)),
+                Err(e) => last = e.into(),
+            }
+        }
+        Err(last)
+    }
+
+    /// Runs the batch that ends a write. `build(unlock)` makes its verbs; with `unlock`, the
+    /// unlock CAS is the last one; `link_at` is the index of a link CAS on the LT entry, if any.
+    /// Returns whether the lock was released (false: handed over, `unlock` was false).
+    ///
+    /// If the batch fails, it is built again with the unlock and run again (see the module
+    /// documentation for why every verb may be repeated); after [`REDO_ATTEMPTS`] failures the
+    /// error is [`IndexError::LockMayRemain`].
+    pub(super) fn run_ending_batch<'b>(
+        &mut self,
+        lock: LockRef,
+        build: impl Fn(bool) -> Vec<Verb<'b>>,
+        unlock: bool,
+        link_at: Option<usize>,
+    ) -> Result<bool, IndexError> {
+        let mut verbs = build(unlock);
+        let first = match self.ep.batch(&mut verbs) {
+            Ok(()) => {
+                check_link(&verbs, link_at, false)?;
+                if unlock {
+                    check_unlocked(&verbs)?;
+                }
+                return Ok(unlock);
+            }
+            Err(e) => IndexError::from(e),
+        };
+        drop(verbs);
+        let mut last = first.clone();
+        for _ in 0..REDO_ATTEMPTS {
+            let mut verbs = build(true);
+            match self.ep.batch(&mut verbs) {
+                Ok(()) => {
+                    check_link(&verbs, link_at, true)?;
+                    check_unlocked(&verbs)?;
+                    return Ok(true);
+                }
+                Err(e) => last = IndexError::from(e),
+            }
+        }
+        Err(may_remain(lock, first, last))
+    }
+}
+
+/// The link CAS at `link_at` swapped — or, when the batch is being repeated, had swapped before.
+fn check_link(
+    verbs: &[Verb<'_>],
+    link_at: Option<usize>,
+    repeated: bool,
+) -> Result<(), IndexError> {
+    let Some(at) = link_at else {
+        return Ok(());
+    };
+    match &verbs[at] {
+        Verb::Cas {
+            expected,
+            desired,
+            old,
+            ..
+        } if old == expected || (repeated && old == desired) => Ok(()),
+        _ => Err(LeafStoreError::CorruptLeaf("LT entry changed under its lock").into()),
+    }
+}
+
+fn may_remain(lock: LockRef, cause: IndexError, release: IndexError) -> IndexError {
+    IndexError::LockMayRemain {
+        node: lock.node,
+        slot: lock.slot,
+        leaf: lock.leaf,
+        cause: if cause == release {
+            format!("{cause}, also when releasing")
+        } else {
+            format!("{cause}; releasing: {release}")
+        },
+    }
+}
+
+/// The lock CAS at index 0 of a failed lock batch took the lock (it executed and swapped).
+pub(super) fn took_lock(verbs: &[Verb<'_>]) -> bool {
+    verbs.first().and_then(Verb::cas_succeeded) == Some(true)
+}

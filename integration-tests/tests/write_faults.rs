@@ -1,0 +1,293 @@
+//! A verb that fails in the middle of a write — once (a transient fault) or for good (the compute
+//! node's transport is gone) — at every verb of an insert, an update, a splitting insert and an
+//! unlinking delete. A transient fault leaves no lock held and nothing half done: the write either
+//! completed (its ending batch is repeated) or a retry completes it. A crash may leave the leaf's
+//! lock held, but then the error names that leaf, and writers of the slot's other leaves, and the
+//! retrainer, are never held up by it.
+
+#![cfg(not(loom))]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use index_core::{Client, IndexError, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, Problem, verify};
+use rdma_transport::{Endpoint, Transport, TransportError};
+use retrainer::{RetrainConfig, RetrainError, Retrainer};
+use sim_transport::{SimEndpoint, SimTransport};
+
+/// δ = 4, three keys per loaded leaf, two leaves per slot. Keys 0, 100, …, 2900: slot 1 holds
+/// trained leaf 0 = {600, 700, 800} (the target) and leaf 1 = {900, 1000, 1100}.
+fn load() -> BulkLoadConfig {
+    BulkLoadConfig {
+        epsilon: 2,
+        delta: 4,
+        fill: 3,
+        slot_leaves: 2,
+        model_region_factor: 8,
+        ..BulkLoadConfig::default()
+    }
+}
+
+const TARGET_SLOT: u64 = 1;
+const TARGET_LEAF: u64 = 0;
+/// A key of the slot's other trained leaf that no scenario holds.
+const OTHER_LEAF_KEY: u64 = 950;
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Insert(u64),
+    Update(u64, u64),
+    Delete(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Scenario {
+    name: &'static str,
+    /// Done without faults first (fills the leaf, makes a synonym leaf, …).
+    prepare: &'static [Op],
+    /// The write that is faulted.
+    op: Op,
+}
+
+const SCENARIOS: [Scenario; 4] = [
+    Scenario {
+        name: "insert",
+        prepare: &[],
+        op: Op::Insert(650),
+    },
+    Scenario {
+        name: "update",
+        prepare: &[],
+        op: Op::Update(700, 7),
+    },
+    Scenario {
+        name: "splitting insert",
+        prepare: &[Op::Insert(650)],
+        op: Op::Insert(750),
+    },
+    Scenario {
+        // After the split the chain is {600, 650} → {700, 750, 800}; emptying the synonym leaf
+        // unlinks it.
+        name: "unlinking delete",
+        prepare: &[
+            Op::Insert(650),
+            Op::Insert(750),
+            Op::Delete(700),
+            Op::Delete(750),
+        ],
+        op: Op::Delete(800),
+    },
+];
+
+fn apply(client: &mut Client<SimEndpoint>, op: Op) -> Result<bool, IndexError> {
+    match op {
+        Op::Insert(k) => client.insert(k, k),
+        Op::Update(k, v) => client.update(k, v),
+        Op::Delete(k) => client.delete(k),
+    }
+}
+
+fn apply_oracle(oracle: &mut BTreeMap<u64, u64>, op: Op) {
+    match op {
+        Op::Insert(k) => {
+            oracle.entry(k).or_insert(k);
+        }
+        Op::Update(k, v) => {
+            if let Some(old) = oracle.get_mut(&k) {
+                *old = v;
+            }
+        }
+        Op::Delete(k) => {
+            oracle.remove(&k);
+        }
+    }
+}
+
+struct Prepared {
+    transport: SimTransport,
+    client: Client<SimEndpoint>,
+    before: BTreeMap<u64, u64>,
+    after: BTreeMap<u64, u64>,
+}
+
+fn prepare(scenario: Scenario) -> Prepared {
+    let keys: Vec<u64> = (0..30).map(|i| i * 100).collect();
+    let size =
+        leaf_store::required_pool_bytes(keys.len() as u64, &load(), 64).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), &load()).expect("load");
+    let mut client = Store::open(transport.clone(), StoreConfig::default())
+        .expect("open")
+        .client()
+        .expect("client");
+    let mut before: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+    for &op in scenario.prepare {
+        assert!(apply(&mut client, op).expect("prepare"), "{op:?}");
+        apply_oracle(&mut before, op);
+    }
+    let mut after = before.clone();
+    apply_oracle(&mut after, scenario.op);
+    Prepared {
+        transport,
+        client,
+        before,
+        after,
+    }
+}
+
+fn other_client(transport: &SimTransport, wait: Duration) -> Client<SimEndpoint> {
+    Store::open(
+        transport.clone(),
+        StoreConfig {
+            wait_limit: wait,
+            ..StoreConfig::default()
+        },
+    )
+    .expect("open")
+    .client()
+    .expect("client")
+}
+
+fn problems(transport: &SimTransport) -> Vec<Problem> {
+    let mut ep = transport.endpoint().expect("endpoint");
+    verify(&mut ep, transport.memory_nodes()[0])
+        .expect("verify")
+        .problems
+}
+
+fn verbs_of(scenario: Scenario) -> u64 {
+    let mut p = prepare(scenario);
+    let before = p.client.net_stats().verbs();
+    assert!(apply(&mut p.client, scenario.op).expect("op"));
+    p.client.net_stats().verbs() - before
+}
+
+#[test]
+fn a_transient_fault_at_any_verb_of_a_write_leaves_no_lock_and_a_retry_succeeds() {
+    for scenario in SCENARIOS {
+        let total = verbs_of(scenario);
+        assert!(total >= 2, "{}: {total} verbs", scenario.name);
+        let mut completed_despite_fault = 0;
+        for k in 0..total {
+            let what = format!("{}: fault at verb {k} of {total}", scenario.name);
+            let mut p = prepare(scenario);
+            p.client.endpoint_mut().fail_after(k);
+            match apply(&mut p.client, scenario.op) {
+                Ok(applied) => {
+                    assert!(applied, "{what}: reported no change");
+                    completed_despite_fault += 1;
+                }
+                Err(IndexError::Transport(TransportError::InjectedFault)) => {}
+                Err(e) => panic!("{what}: {e}"),
+            }
+            assert_eq!(problems(&p.transport), [], "{what}: left behind");
+            // A retry succeeds (and changes nothing if the write had completed).
+            apply(&mut p.client, scenario.op).unwrap_or_else(|e| panic!("{what}: retry: {e}"));
+            let mut reader = other_client(&p.transport, Duration::from_secs(2));
+            let all: BTreeMap<u64, u64> = reader
+                .scan(0, usize::MAX)
+                .expect("scan")
+                .into_iter()
+                .collect();
+            assert_eq!(all, p.after, "{what}: the write applied exactly once");
+            assert_eq!(problems(&p.transport), [], "{what}: after the retry");
+        }
+        // The ending batch is repeated when it fails: some faults never reach the caller.
+        assert!(
+            completed_despite_fault > 0,
+            "{}: no fault was absorbed",
+            scenario.name
+        );
+    }
+}
+
+#[test]
+fn a_crash_at_any_verb_of_a_write_names_a_lock_it_leaves_and_blocks_nothing_else() {
+    for scenario in SCENARIOS {
+        let total = verbs_of(scenario);
+        let mut left_locked = 0;
+        for k in 0..total {
+            let what = format!("{}: crash at verb {k} of {total}", scenario.name);
+            let mut p = prepare(scenario);
+            p.client.endpoint_mut().crash_after(k);
+            let lock_may_remain = match apply(&mut p.client, scenario.op) {
+                Ok(_) => panic!("{what}: succeeded on a crashed endpoint"),
+                Err(IndexError::LockMayRemain { slot, leaf, .. }) => {
+                    assert_eq!((slot, leaf), (TARGET_SLOT, TARGET_LEAF), "{what}");
+                    true
+                }
+                Err(IndexError::Transport(TransportError::Crashed)) => false,
+                Err(e) => panic!("{what}: {e}"),
+            };
+            let held: Vec<Problem> = problems(&p.transport)
+                .into_iter()
+                .filter(|problem| matches!(problem, Problem::LockHeld { .. }))
+                .collect();
+            if lock_may_remain {
+                left_locked += u64::from(!held.is_empty());
+            } else {
+                assert_eq!(held, [], "{what}: a lock left held without saying so");
+            }
+            for problem in &held {
+                assert_eq!(
+                    problem,
+                    &Problem::LockHeld {
+                        slot: TARGET_SLOT,
+                        leaf: TARGET_LEAF
+                    },
+                    "{what}"
+                );
+            }
+
+            // The retrainer does not freeze the slot behind a lock that stays held: it puts the
+            // slot off, naming the leaf.
+            let node = p.transport.memory_nodes()[0];
+            let mut worker = Retrainer::new(
+                p.transport.endpoint().expect("endpoint"),
+                node,
+                RetrainConfig {
+                    drain_limit: Duration::from_millis(20),
+                    idle_sweep_threshold: 0,
+                    ..RetrainConfig::default()
+                },
+            )
+            .expect("worker");
+            match worker.retrain_slot(TARGET_SLOT) {
+                Ok(_) => assert!(held.is_empty(), "{what}: retrained past a held lock"),
+                Err(RetrainError::LeafLocked { slot, leaf }) => {
+                    assert!(!held.is_empty(), "{what}");
+                    assert_eq!((slot, leaf), (TARGET_SLOT, TARGET_LEAF), "{what}");
+                    assert_eq!(
+                        worker.stats().drain_timeouts,
+                        0,
+                        "{what}: the slot was frozen behind the held lock"
+                    );
+                }
+                Err(e) => panic!("{what}: retrain: {e}"),
+            }
+            // Writers of the slot's other leaf go on without waiting.
+            let mut other = other_client(&p.transport, Duration::from_millis(100));
+            assert_eq!(
+                other.insert(OTHER_LEAF_KEY, 1),
+                Ok(true),
+                "{what}: a writer of another leaf of the slot"
+            );
+            // Readers on another compute node see every key as before or as after the write.
+            for (&key, &value) in p.before.iter().chain(p.after.iter()) {
+                let got = other.get(key).expect("get");
+                assert!(
+                    got == p.before.get(&key).copied() || got == p.after.get(&key).copied(),
+                    "{what}: {key} reads {got:?}, was {value}"
+                );
+            }
+        }
+        if matches!(scenario.op, Op::Insert(_) | Op::Update(..)) {
+            assert!(
+                left_locked > 0,
+                "{}: some crash point must leave the lock held",
+                scenario.name
+            );
+        }
+    }
+}
