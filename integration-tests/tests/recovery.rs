@@ -411,3 +411,61 @@ fn a_starting_worker_requeues_exactly_the_queued_slots() {
         }
     }
 }
+
+#[test]
+fn a_worker_puts_off_a_slot_it_cannot_retrain_and_stops_only_when_its_transport_is_gone() {
+    let p = pool();
+    let node = p.transport.memory_nodes()[0];
+    let mut ep = p.transport.endpoint().expect("endpoint");
+    // A writer that died holding the lock of slot 1's first trained leaf.
+    let table = read_slot_table(&mut ep, &p.layout).expect("table");
+    let record = leaf_store::read_record(&mut ep, &p.layout, 1, table[1].0).expect("record");
+    let lt_addr = table[1]
+        .0
+        .checked_add(record.layout().lt_entry(0))
+        .expect("addr");
+    leaf_store::try_lock(&mut ep, lt_addr, record.lt[0])
+        .expect("cas")
+        .expect("was unlocked");
+    assert!(enqueue(&mut ep, &p.layout, 1).is_ok());
+    assert!(enqueue(&mut ep, &p.layout, 2).is_ok());
+    let mut worker = Retrainer::new(
+        p.transport.endpoint().expect("endpoint"),
+        node,
+        RetrainConfig {
+            drain_limit: Duration::from_millis(10),
+            ..no_sweep()
+        },
+    )
+    .expect("worker");
+    // And one transient fault, in the first retraining (after the poll's 11 verbs).
+    worker.endpoint_mut().fail_after(15);
+    let until = std::time::Instant::now() + Duration::from_millis(400);
+    let stats = worker
+        .run(|| std::time::Instant::now() >= until)
+        .expect("per-slot problems do not stop the worker");
+    assert!(stats.errors >= 1, "the transient fault is counted: {stats:?}");
+    assert!(stats.leaf_locked >= 2, "slot 1 is tried again: {stats:?}");
+    assert_eq!(stats.drain_timeouts, 0, "slot 1 is never frozen");
+    assert!(
+        matches!(
+            worker.last_problem(),
+            Some((1, retrainer::RetrainError::LeafLocked { slot: 1, leaf: 0 }))
+        ),
+        "{:?}",
+        worker.last_problem()
+    );
+    assert!(worker.deferred().iter().any(|&(slot, _)| slot == 1));
+    // The other queued slots were served.
+    for slot in [0, 2] {
+        assert!(
+            !is_pending(&mut ep, &p.layout, slot).expect("read"),
+            "slot {slot} was not retrained"
+        );
+    }
+    assert!(!header_of_slot(&mut ep, &p.layout, 1).is_locked());
+    // Losing the transport ends it, with an error that says so.
+    worker.endpoint_mut().crash_after(0);
+    let stopped = worker.run(|| false).expect_err("a crashed endpoint stops the worker");
+    assert!(stopped.is_transport_lost(), "{stopped}");
+}

@@ -3,7 +3,9 @@
 use rdma_transport::{Endpoint, RemoteAddr};
 
 use crate::record::RECORD_FIXED_BYTES;
-use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelRecord};
+use crate::{
+    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, SLT_SLOTS, le_word,
+};
 
 /// How many times a torn leaf is re-read before giving up.
 pub const TORN_READ_RETRIES: usize = 64;
@@ -33,8 +35,13 @@ pub fn read_slot_table<E: Endpoint>(
     Ok(out)
 }
 
-/// Reads and decodes slot `slot`'s record at `record` (two round trips: the fixed part announces
-/// the size). The record must lie inside the model region.
+/// SLT entries read past the used prefix a record's header showed before the read.
+const SLT_READ_MARGIN: u64 = 8;
+
+/// Reads and decodes slot `slot`'s record at `record` (two round trips, three if the SLT grew
+/// meanwhile: the fixed part announces the size). SLT entries past the header's `slot_use` are
+/// not read (they are zero in the result: nothing links them). The record must lie inside the
+/// model region.
 pub fn read_record<E: Endpoint>(
     ep: &mut E,
     layout: &Layout,
@@ -53,8 +60,19 @@ pub fn read_record<E: Endpoint>(
     let mut fixed = [0u8; RECORD_FIXED_BYTES as usize];
     ep.read(record, &mut fixed)?;
     let record_layout = ModelRecord::layout_of(&fixed, room).map_err(corrupt)?;
+    // Everything up to the SLT's used prefix (as the fixed part's header shows it, plus a
+    // margin), header first; SLT entries past `slot_use` mean nothing and stay zero. If the
+    // header read with the rest shows more slots in use, they are read after it.
     let mut bytes = vec![0u8; record_layout.total() as usize];
-    ep.read(record, &mut bytes)?;
+    let used = |header: u64| (ModelHeader::from_raw(header).slot_use() + 1).min(SLT_SLOTS as u64);
+    let first = (used(le_word(&fixed, 0)) + SLT_READ_MARGIN).min(SLT_SLOTS as u64);
+    let first_end = record_layout.slt_entry(first) as usize;
+    ep.read(record, &mut bytes[..first_end])?;
+    let needed = used(le_word(&bytes, 0));
+    if needed > first {
+        let rest = record.checked_add(first_end as u64).unwrap_or(record);
+        ep.read(rest, &mut bytes[first_end..record_layout.slt_entry(needed) as usize])?;
+    }
     let params = learned_model::ModelParams::new(layout.epsilon(), layout.delta())
         .map_err(|e| corrupt(e.to_string()))?;
     let decoded = ModelRecord::decode(&bytes, params).map_err(corrupt)?;

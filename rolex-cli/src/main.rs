@@ -384,15 +384,28 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
 ) -> Result<(), String> {
     loop {
         let next_status = Instant::now() + Duration::from_secs(1);
+        // The worker stops only when its transport is gone; problems with single slots are
+        // reported here and the slots tried again.
         let stats = worker
             .run(|| Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e))
-            .map_err(|e| e.to_string())?;
-        println!(
+            .map_err(|e| format!("retrainer stopped, its connection to the pool is gone: {e}"))?;
+        let mut line = format!(
             "status: {} retrains, {} pending, {} records reclaimed",
             stats.retrains,
             worker.pending(),
             stats.reclaimed_records
         );
+        let put_off = worker.deferred().len();
+        if put_off > 0 || stats.leaf_locked + stats.model_region_full + stats.errors > 0 {
+            line.push_str(&format!(
+                ", {put_off} put off (so far: {} by a held leaf lock, {} by a full model region, {} other)",
+                stats.leaf_locked, stats.model_region_full, stats.errors
+            ));
+            if let Some((slot, problem)) = worker.last_problem() {
+                line.push_str(&format!("; last: slot {slot}: {problem}"));
+            }
+        }
+        println!("{line}");
         std::io::stdout().flush().map_err(|e| e.to_string())?;
         if end.is_some_and(|e| Instant::now() >= e) {
             return Ok(());

@@ -33,7 +33,7 @@ impl<E: Endpoint> Retrainer<E> {
             };
             self.head += 1;
             if slot < self.layout.slots() {
-                self.queue_slot(slot)?;
+                self.queue_slot(slot);
                 taken += 1;
             }
         }
@@ -46,12 +46,16 @@ impl<E: Endpoint> Retrainer<E> {
         Ok(taken)
     }
 
-    /// Adds `slot` to this worker's queue, ranked by its record's SLT use.
-    pub(super) fn queue_slot(&mut self, slot: u64) -> Result<(), RetrainError> {
-        let record = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
-        let slot_use = ModelHeader::from_raw(self.ep.read_word(record)?).slot_use();
+    /// Adds `slot` to this worker's queue, ranked by its record's SLT use. Never loses the slot:
+    /// if its use cannot be read, it is queued with the lowest rank.
+    pub(super) fn queue_slot(&mut self, slot: u64) {
+        let slot_use = self.slot_use(slot).unwrap_or(0);
         self.pending.push((slot_use, Reverse(slot)));
-        Ok(())
+    }
+
+    fn slot_use(&mut self, slot: u64) -> Result<u64, RetrainError> {
+        let record = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
+        Ok(ModelHeader::from_raw(self.ep.read_word(record)?).slot_use())
     }
 
     /// Queues again every slot marked queued that neither an entry still in the ring nor this
@@ -81,7 +85,7 @@ impl<E: Endpoint> Retrainer<E> {
                 if slot >= self.layout.slots() || held.contains(&slot) {
                     continue;
                 }
-                self.queue_slot(slot)?;
+                self.queue_slot(slot);
                 requeued += 1;
             }
         }

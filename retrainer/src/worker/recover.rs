@@ -71,7 +71,7 @@ impl<E: Endpoint> Retrainer<E> {
     ) -> Result<(), RetrainError> {
         match self.settle_in_flight()? {
             Some(Settled::RolledBack(slot)) => {
-                self.queue_slot(slot)?;
+                self.queue_slot(slot);
                 self.recovery.unfrozen = Some(slot);
             }
             Some(Settled::Retired(slot)) => self.recovery.retired = Some(slot),
