@@ -444,7 +444,10 @@ fn a_worker_puts_off_a_slot_it_cannot_retrain_and_stops_only_when_its_transport_
     let stats = worker
         .run(|| std::time::Instant::now() >= until)
         .expect("per-slot problems do not stop the worker");
-    assert!(stats.errors >= 1, "the transient fault is counted: {stats:?}");
+    assert!(
+        stats.errors >= 1,
+        "the transient fault is counted: {stats:?}"
+    );
     assert!(stats.leaf_locked >= 2, "slot 1 is tried again: {stats:?}");
     assert_eq!(stats.drain_timeouts, 0, "slot 1 is never frozen");
     assert!(
@@ -466,6 +469,8 @@ fn a_worker_puts_off_a_slot_it_cannot_retrain_and_stops_only_when_its_transport_
     assert!(!header_of_slot(&mut ep, &p.layout, 1).is_locked());
     // Losing the transport ends it, with an error that says so.
     worker.endpoint_mut().crash_after(0);
-    let stopped = worker.run(|| false).expect_err("a crashed endpoint stops the worker");
+    let stopped = worker
+        .run(|| false)
+        .expect_err("a crashed endpoint stops the worker");
     assert!(stopped.is_transport_lost(), "{stopped}");
 }

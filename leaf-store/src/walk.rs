@@ -71,7 +71,10 @@ pub fn read_record<E: Endpoint>(
     let needed = used(le_word(&bytes, 0));
     if needed > first {
         let rest = record.checked_add(first_end as u64).unwrap_or(record);
-        ep.read(rest, &mut bytes[first_end..record_layout.slt_entry(needed) as usize])?;
+        ep.read(
+            rest,
+            &mut bytes[first_end..record_layout.slt_entry(needed) as usize],
+        )?;
     }
     let params = learned_model::ModelParams::new(layout.epsilon(), layout.delta())
         .map_err(|e| corrupt(e.to_string()))?;
