@@ -248,3 +248,179 @@ fn readers_with_caches_from_before_a_retraining_stopped_at_any_verb_miss_nothing
         "some crash points must come after the swap, with splits through the new record"
     );
 }
+
+/// Writers on one `Store`, readers and scanners on another, the retrainer on its own thread
+/// (retraining often: a low queueing threshold and an eager idle sweep), torn mode. Keys of
+/// class `k % 8 == t` belong to writer `t` and are published once inserted; class 3 churns
+/// (inserted and deleted again, so leaves empty and retrainings drop them) and is never checked;
+/// class 5 is bulk-loaded. Every published insert is found; every scan is strictly increasing and
+/// misses no key that was present since before it began.
+#[test]
+fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const PER_WRITER: u64 = 4000;
+    const SPACE: u64 = 4096;
+    let writer_key = |t: u64, i: u64| ((i * 7919) % SPACE) * 8 + t;
+    let loaded: Vec<u64> = (0..SPACE / 4).map(|i| i * 32 + 5).collect();
+    let load = BulkLoadConfig {
+        fill: 3,
+        model_region_factor: 64,
+        ..tiny()
+    };
+    let size = leaf_store::required_pool_bytes(loaded.len() as u64, &load, 8 * PER_WRITER)
+        .next_multiple_of(4096);
+    let transport =
+        SimTransport::anonymous_with(&[size], sim_transport::SimConfig::torn()).expect("pool");
+    bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load).expect("load");
+    let node = transport.memory_nodes()[0];
+    let config = StoreConfig {
+        retrain_threshold: 4,
+        ..StoreConfig::default()
+    };
+    let writers_store = Store::open(transport.clone(), config.clone()).expect("open");
+    let readers_store = Store::open(transport.clone(), config).expect("open");
+    let published: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let done = Arc::new(AtomicBool::new(false));
+    let stop_worker = Arc::new(AtomicBool::new(false));
+
+    let worker = {
+        let (transport, stop) = (transport.clone(), Arc::clone(&stop_worker));
+        std::thread::spawn(move || {
+            let mut worker = Retrainer::new(
+                transport.endpoint().expect("endpoint"),
+                node,
+                RetrainConfig {
+                    idle_sweep_threshold: 2,
+                    sweep_interval: Duration::from_millis(2),
+                    ..RetrainConfig::default()
+                },
+            )
+            .expect("worker");
+            worker
+                .run(|| stop.load(Ordering::Acquire))
+                .expect("the worker runs until stopped")
+        })
+    };
+    let mut threads = Vec::new();
+    for t in 0..2u64 {
+        let mut client = writers_store.client().expect("client");
+        let published = Arc::clone(&published);
+        threads.push(std::thread::spawn(move || {
+            for i in 0..PER_WRITER {
+                let k = writer_key(t, i);
+                assert!(client.insert(k, k).expect("insert"), "insert {k}");
+                published[t as usize].store(i + 1, Ordering::Release);
+            }
+        }));
+    }
+    {
+        let mut client = writers_store.client().expect("client");
+        let done = Arc::clone(&done);
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !done.load(Ordering::Acquire) {
+                let k = ((i * 613) % SPACE) * 8 + 3;
+                client.insert(k, k).expect("churn insert");
+                if i % 3 != 0 {
+                    client.delete(k).expect("churn delete");
+                }
+                i += 1;
+            }
+        }));
+    }
+    let mut checkers = Vec::new();
+    {
+        let mut client = readers_store.client().expect("client");
+        let (published, done) = (Arc::clone(&published), Arc::clone(&done));
+        checkers.push(std::thread::spawn(move || {
+            let mut rng = testkit::XorShift64::new(7);
+            let mut reads = 0u64;
+            while !done.load(Ordering::Acquire) {
+                let t = rng.next_u64() % 2;
+                let n = published[t as usize].load(Ordering::Acquire);
+                if n == 0 {
+                    continue;
+                }
+                let k = writer_key(t, rng.next_u64() % n);
+                assert_eq!(client.get(k).expect("get"), Some(k), "a completed insert");
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    {
+        let mut client = readers_store.client().expect("client");
+        let (published, done) = (Arc::clone(&published), Arc::clone(&done));
+        let loaded = loaded.clone();
+        checkers.push(std::thread::spawn(move || {
+            let mut rng = testkit::XorShift64::new(11);
+            let mut scans = 0u64;
+            while !done.load(Ordering::Acquire) {
+                let counts = [
+                    published[0].load(Ordering::Acquire),
+                    published[1].load(Ordering::Acquire),
+                ];
+                let start = rng.next_u64() % (SPACE * 8);
+                let n = (rng.next_u64() % 40) as usize + 1;
+                let got = client.scan(start, n).expect("scan");
+                assert!(
+                    got.windows(2).all(|w| w[0].0 < w[1].0),
+                    "scan({start}, {n}) not strictly increasing"
+                );
+                assert!(got.iter().all(|&(k, _)| k >= start));
+                let end = if got.len() == n {
+                    got.last().map_or(start, |e| e.0)
+                } else {
+                    u64::MAX
+                };
+                let present: Vec<u64> = loaded
+                    .iter()
+                    .copied()
+                    .chain(
+                        (0..2u64)
+                            .flat_map(|t| (0..counts[t as usize]).map(move |i| writer_key(t, i))),
+                    )
+                    .filter(|&k| k >= start && k <= end)
+                    .collect();
+                for k in present {
+                    assert!(
+                        got.binary_search_by_key(&k, |e| e.0).is_ok(),
+                        "scan({start}, {n}) skipped {k}, present since before it began"
+                    );
+                }
+                scans += 1;
+            }
+            scans
+        }));
+    }
+    for t in threads.drain(..2) {
+        t.join().expect("writer");
+    }
+    done.store(true, Ordering::Release);
+    for t in threads {
+        t.join().expect("churn");
+    }
+    let checked: Vec<u64> = checkers
+        .into_iter()
+        .map(|c| c.join().expect("checker"))
+        .collect();
+    stop_worker.store(true, Ordering::Release);
+    let stats = worker.join().expect("worker");
+    eprintln!("reads and scans: {checked:?}; retrainer: {stats:?}");
+    assert!(checked.iter().all(|&n| n > 0), "checks ran: {checked:?}");
+    assert!(
+        stats.retrains > 10,
+        "retrainings ran during the test: {stats:?}"
+    );
+    let mut reader = client(&transport, StoreConfig::default());
+    for t in 0..2 {
+        for i in 0..PER_WRITER {
+            let k = writer_key(t, i);
+            assert_eq!(reader.get(k).expect("get"), Some(k));
+        }
+    }
+    let report = verify(&mut transport.endpoint().expect("endpoint"), node).expect("verify");
+    assert!(report.is_clean(), "{report}");
+}
