@@ -46,6 +46,11 @@ pub struct StoreConfig {
     /// Loom builds only: the order of a split's steps.
     #[cfg(loom)]
     pub split_order: SplitOrder,
+    /// Loom builds only: whether a reader confirms a retired record against the slot table
+    /// before accepting what it read through it (always, outside loom builds; loom models switch
+    /// it off to show the check is needed).
+    #[cfg(loom)]
+    pub confirm_retired: bool,
 }
 
 impl Default for StoreConfig {
@@ -58,6 +63,8 @@ impl Default for StoreConfig {
             max_handovers: 8,
             #[cfg(loom)]
             split_order: SplitOrder::Safe,
+            #[cfg(loom)]
+            confirm_retired: true,
         }
     }
 }

@@ -10,13 +10,14 @@
 //! cache holds the record being replaced, GETs a key while the retraining retires and swaps and a
 //! writer on a third `Store` splits that key's leaf — through the new record, once the swap has
 //! happened. Swapping before retiring must be caught: the reader then accepts the frozen old
-//! record's unchanged header and misses the key the split moved.
+//! record's unchanged header and misses the key the split moved. So must a reader that accepts a
+//! retired record without confirming that the slot table still names it.
 
 #![cfg(loom)]
 
 use index_core::{Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
-use rdma_transport::Transport;
+use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::SimTransport as Sim;
 use sim_transport::SimTransport;
@@ -82,7 +83,7 @@ fn loom_catches_a_swap_without_carry_over() {
     sim_transport::loom_support::assert_caught(|| scenario(false), "lost");
 }
 
-fn three_caches(retire_first: bool) {
+fn three_caches(retire_first: bool, confirm_retired: bool) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 500_000;
     builder.check(move || {
@@ -98,7 +99,7 @@ fn three_caches(retire_first: bool) {
         let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
         let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
         let transport = Sim::anonymous(&[size]).expect("pool");
-        bootstrap(&transport, pairs, &load).expect("load");
+        let layout = bootstrap(&transport, pairs, &load).expect("load")[0].layout;
         let node = transport.memory_nodes()[0];
         let config = RetrainConfig {
             retire_first,
@@ -106,9 +107,15 @@ fn three_caches(retire_first: bool) {
         };
         let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
             .expect("retrainer");
-        // Both caches hold the record that is about to be replaced.
-        let reader_store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
-        let writer_store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+        // The reader's cache holds the record that is about to be replaced.
+        let reader_config = StoreConfig {
+            confirm_retired,
+            ..StoreConfig::default()
+        };
+        let reader_store = Store::open(transport.clone(), reader_config).expect("open");
+        let mut ep = transport.endpoint().expect("endpoint");
+        let slot_entry = layout.slot_entry_addr(0);
+        let old_record = ep.read_word(slot_entry).expect("slot table");
         // The new record is built and the old one frozen before the threads start: the race is
         // the retire and the swap against the reader and the writer.
         let prepared = worker
@@ -118,9 +125,14 @@ fn three_caches(retire_first: bool) {
         let retraining = loom::thread::spawn(move || {
             worker.complete_swap(prepared).expect("swap");
         });
+        // A compute node that attaches once the slot table names the new record, and splits
+        // {10, 20} through it: 15 and 20 move to a new synonym leaf, 10 stays.
         let writing = loom::thread::spawn(move || {
-            let mut writer = writer_store.client().expect("client");
-            // Splits {10, 20}: 15 and 20 move to a new synonym leaf, 10 stays.
+            while ep.read_word(slot_entry).expect("slot table") == old_record {
+                loom::thread::yield_now();
+            }
+            let store = Store::open(transport, StoreConfig::default()).expect("open");
+            let mut writer = store.client().expect("client");
             assert!(writer.insert(15, 15).expect("insert"));
         });
         let mut reader = reader_store.client().expect("client");
@@ -132,17 +144,26 @@ fn three_caches(retire_first: bool) {
         writing.join().expect("writer");
         retraining.join().expect("retrainer");
         for k in [10, 15, 20, 30, 40] {
-            assert_eq!(reader.get(k).expect("get"), Some(k), "{k} lost");
+            assert_eq!(
+                reader.get(k).expect("get"),
+                Some(k),
+                "a reader with an old cache misses {k}"
+            );
         }
     });
 }
 
 #[test]
 fn a_stale_reader_racing_retire_swap_and_a_split_through_the_new_record_misses_nothing() {
-    three_caches(true);
+    three_caches(true, true);
 }
 
 #[test]
 fn loom_catches_swap_before_retire() {
-    sim_transport::loom_support::assert_caught(|| three_caches(false), "misses 20");
+    sim_transport::loom_support::assert_caught(|| three_caches(false, true), "misses");
+}
+
+#[test]
+fn loom_catches_a_reader_that_trusts_a_retired_record() {
+    sim_transport::loom_support::assert_caught(|| three_caches(true, false), "misses");
 }
