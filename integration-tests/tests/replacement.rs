@@ -323,7 +323,7 @@ fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
             while !done.load(Ordering::Acquire) {
                 let k = ((i * 613) % SPACE) * 8 + 3;
                 client.insert(k, k).expect("churn insert");
-                if i % 3 != 0 {
+                if !i.is_multiple_of(3) {
                     client.delete(k).expect("churn delete");
                 }
                 i += 1;

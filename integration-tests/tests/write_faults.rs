@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use index_core::{Client, IndexError, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, Problem, verify};
-use rdma_transport::{Endpoint, Transport, TransportError};
+use rdma_transport::{Transport, TransportError};
 use retrainer::{RetrainConfig, RetrainError, Retrainer};
 use sim_transport::{SimEndpoint, SimTransport};
 

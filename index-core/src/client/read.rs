@@ -344,7 +344,6 @@ impl<E: Endpoint> Client<E> {
             CacheMode::Pivots => leaf,
             CacheMode::Lean => first.model.owner_candidates(from).last,
         };
-        drop(first);
         loop {
             let loaded = node.slots[slot].load(guard);
             let view: &SlotView = &loaded;

@@ -65,6 +65,60 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
+    /// Unlinks the emptied synonym leaf at chain position `pos` (> 0): written empty, linked
+    /// around (in the LT entry, keeping the lock, or in the previous SLT entry), its SLT slot
+    /// marked freed, the header bumped — one structural batch.
+    pub(super) fn unlink(
+        &mut self,
+        node: &NodeCache,
+        locked: &mut Locked,
+        pos: usize,
+        hand_over: bool,
+        held_slot: &mut Option<HeldLock>,
+    ) -> Result<(), IndexError> {
+        let layout = node.layout;
+        let delta = layout.delta();
+        let (gone, _) = locked.chain[pos];
+        let empty = match Leaf::new().encode(gone.leaf_num(), delta) {
+            Ok(bytes) => bytes,
+            Err(e) => return Err(self.release_after(locked.lock_ref(), e.into())),
+        };
+        let slot_of_gone = u64::from(locked.chain[pos - 1].0.synonym_ptr());
+        let next = gone.synonym_ptr();
+        let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> =
+            vec![(layout.leaf_addr(gone.leaf_num()), empty)];
+        // Link around it: in the LT entry (keeping the lock) or in the previous SLT entry.
+        let mut lt_change = None;
+        if pos == 1 {
+            lt_change = Some(locked.lt_now.with_synonym(next));
+            locked.chain[0].0 = locked.chain[0].0.with_synonym(next);
+        } else {
+            let prev_slot = u64::from(locked.chain[pos - 2].0.synonym_ptr());
+            let prev = locked.chain[pos - 1].0.with_synonym(next);
+            verbs_owned.push((
+                offset(locked.record, locked.layout.slt_entry(prev_slot)),
+                prev.raw().to_le_bytes().to_vec(),
+            ));
+            locked.chain[pos - 1].0 = prev;
+        }
+        let freed = (
+            offset(locked.record, locked.layout.slt_entry(slot_of_gone)),
+            LeafTableEntry::FREED.raw().to_le_bytes().to_vec(),
+        );
+        // The chain as it will be: a sibling thread may inherit it with the lock.
+        locked.chain.remove(pos);
+        self.structural(
+            locked,
+            verbs_owned,
+            lt_change,
+            Some(freed),
+            Vec::new(),
+            hand_over,
+            held_slot,
+        )?;
+        Ok(())
+    }
+
     /// Splits the leaf at chain position `pos`: a new synonym leaf after it takes `upper`.
     /// `None` if the slot's SLT is full (nothing changed, lock released).
     #[allow(clippy::too_many_arguments)]
