@@ -26,7 +26,7 @@ fn scenario(order: SplitOrder) {
             fill: 2,
             slot_leaves: 2,
             ring_capacity: Some(1),
-            model_region_factor: 1,
+            model_region_factor: 2,
             ..BulkLoadConfig::default()
         };
         let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();

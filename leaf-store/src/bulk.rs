@@ -27,8 +27,8 @@ pub struct BulkLoadConfig {
     /// Leaves the leaf region holds; `None` (default) gives it all space left after the other
     /// regions.
     pub leaf_capacity: Option<u64>,
-    /// The model region holds this many times the bulk-loaded records' bytes (default 2), room for
-    /// retrained records beside the ones they replace.
+    /// The model region holds this many times the bulk-loaded records' bytes (default 2, at least
+    /// 2), room for retrained records beside the ones they replace.
     pub model_region_factor: u64,
     /// Retraining-ring entries; `None` (default) gives one per slot (at least 64). A smaller ring
     /// than the number of slots is refused: each pending slot may hold an entry.
@@ -114,10 +114,13 @@ impl BulkLoadConfig {
                 self.slot_leaves
             )));
         }
-        if self.model_region_factor == 0 || self.model_region_factor > 64 {
-            return Err(LeafStoreError::InvalidConfig(
-                "model_region_factor must be between 1 and 64".into(),
-            ));
+        if self.model_region_factor < 2 || self.model_region_factor > 64 {
+            // Below 2 no retrained record fits beside the one it replaces: the first slot to
+            // fill its SLT could never take another split.
+            return Err(LeafStoreError::InvalidConfig(format!(
+                "model_region_factor must be between 2 and 64, not {}",
+                self.model_region_factor
+            )));
         }
         if self.node_count == 0 || self.node_index >= self.node_count || self.key_lo > self.key_hi {
             return Err(LeafStoreError::InvalidConfig(

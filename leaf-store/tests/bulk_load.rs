@@ -122,6 +122,14 @@ fn bad_input_is_an_error_and_writes_nothing() {
         (BulkLoadConfig::default(), pairs(200_000, 9), "too small"),
         (
             BulkLoadConfig {
+                model_region_factor: 1,
+                ..Default::default()
+            },
+            good.clone(),
+            "model_region_factor",
+        ),
+        (
+            BulkLoadConfig {
                 ring_capacity: Some(0),
                 ..Default::default()
             },
