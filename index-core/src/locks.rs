@@ -17,8 +17,9 @@ use crate::sync::{AtomicUsize, Mutex};
 /// A remote leaf lock this compute node holds, left for the next local writer.
 #[derive(Debug, Clone)]
 pub(crate) struct HeldLock {
-    /// The record whose LT entry is locked, and the trained leaf.
+    /// The record whose LT entry is locked, its slot, and the trained leaf.
     pub(crate) record: RemoteAddr,
+    pub(crate) slot: u64,
     pub(crate) leaf: u64,
     /// The LT entry's address.
     pub(crate) lt_addr: RemoteAddr,

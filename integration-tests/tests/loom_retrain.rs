@@ -19,28 +19,32 @@ use index_core::{Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
-use sim_transport::SimTransport as Sim;
 use sim_transport::SimTransport;
+
+/// δ = 2, leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first leaf and moves 20
+/// (with 15) into a new synonym leaf. Returns the pool and its layout.
+fn one_slot_pool() -> (SimTransport, leaf_store::Layout) {
+    let load = BulkLoadConfig {
+        epsilon: 1,
+        delta: 2,
+        fill: 2,
+        slot_leaves: 2,
+        ring_capacity: Some(1),
+        model_region_factor: 4,
+        ..BulkLoadConfig::default()
+    };
+    let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
+    let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let layout = bootstrap(&transport, pairs, &load).expect("load")[0].layout;
+    (transport, layout)
+}
 
 fn scenario(carry_over: bool) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 200_000;
     builder.check(move || {
-        // δ = 2, leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first leaf and
-        // moves 20 into a new synonym leaf.
-        let load = BulkLoadConfig {
-            epsilon: 1,
-            delta: 2,
-            fill: 2,
-            slot_leaves: 2,
-            ring_capacity: Some(1),
-            model_region_factor: 4,
-            ..BulkLoadConfig::default()
-        };
-        let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
-        let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
-        let transport = SimTransport::anonymous(&[size]).expect("pool");
-        bootstrap(&transport, pairs, &load).expect("load");
+        let (transport, _) = one_slot_pool();
         let node = transport.memory_nodes()[0];
         let config = RetrainConfig {
             carry_over,
@@ -87,19 +91,7 @@ fn three_caches(retire_first: bool, confirm_retired: bool) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 500_000;
     builder.check(move || {
-        let load = BulkLoadConfig {
-            epsilon: 1,
-            delta: 2,
-            fill: 2,
-            slot_leaves: 2,
-            ring_capacity: Some(1),
-            model_region_factor: 4,
-            ..BulkLoadConfig::default()
-        };
-        let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
-        let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
-        let transport = Sim::anonymous(&[size]).expect("pool");
-        let layout = bootstrap(&transport, pairs, &load).expect("load")[0].layout;
+        let (transport, layout) = one_slot_pool();
         let node = transport.memory_nodes()[0];
         let config = RetrainConfig {
             retire_first,

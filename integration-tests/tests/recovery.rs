@@ -7,24 +7,12 @@
 use std::time::Duration;
 
 use index_core::{Client, IndexError, Store, StoreConfig, bootstrap};
+use integration_tests::tiny;
 use leaf_store::{BulkLoadConfig, Layout, ModelHeader, RingLayout, read_slot_table, verify};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::queue::{enqueue, is_pending};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::{SimEndpoint, SimTransport};
-
-/// Four keys per leaf, two leaves per slot: a few inserts make synonym leaves.
-fn tiny() -> BulkLoadConfig {
-    BulkLoadConfig {
-        epsilon: 2,
-        delta: 4,
-        fill: 4,
-        slot_leaves: 2,
-        // Room for the records retrainings write beside the loaded ones.
-        model_region_factor: 24,
-        ..BulkLoadConfig::default()
-    }
-}
 
 /// The idle sweep would repair some of this on its own; these tests show the repair that does
 /// not depend on it.

@@ -7,24 +7,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use index_core::{CacheMode, Client, IndexError, Store, StoreConfig, bootstrap};
+use index_core::{CacheMode, Client, IndexError, Store, StoreConfig};
+use integration_tests::{self as fixtures, client, tiny};
 use leaf_store::{BulkLoadConfig, Layout, verify};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
-use sim_transport::{SimEndpoint, SimTransport};
-
-/// Four keys per leaf, two leaves per slot: a few inserts make synonym leaves, a few deletes
-/// empty a leaf that the next retraining drops.
-fn tiny() -> BulkLoadConfig {
-    BulkLoadConfig {
-        epsilon: 2,
-        delta: 4,
-        fill: 4,
-        slot_leaves: 2,
-        model_region_factor: 24,
-        ..BulkLoadConfig::default()
-    }
-}
+use sim_transport::{SimConfig, SimEndpoint, SimTransport};
 
 fn quiet() -> RetrainConfig {
     RetrainConfig {
@@ -34,24 +22,11 @@ fn quiet() -> RetrainConfig {
 }
 
 fn load(keys: &[u64], spare: u64) -> (SimTransport, Layout) {
-    load_with(keys, spare, &tiny())
+    fixtures::load(keys, spare, &tiny(), SimConfig::default())
 }
 
 fn load_with(keys: &[u64], spare: u64, config: &BulkLoadConfig) -> (SimTransport, Layout) {
-    let size =
-        leaf_store::required_pool_bytes(keys.len() as u64, config, spare).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    let layout = bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), config)
-        .expect("load")[0]
-        .layout;
-    (transport, layout)
-}
-
-fn client(transport: &SimTransport, config: StoreConfig) -> Client<SimEndpoint> {
-    Store::open(transport.clone(), config)
-        .expect("open")
-        .client()
-        .expect("client")
+    fixtures::load(keys, spare, config, SimConfig::default())
 }
 
 fn expected_scan(oracle: &BTreeMap<u64, u64>, start: u64, n: usize) -> Vec<(u64, u64)> {
@@ -269,11 +244,7 @@ fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
         model_region_factor: 64,
         ..tiny()
     };
-    let size = leaf_store::required_pool_bytes(loaded.len() as u64, &load, 8 * PER_WRITER)
-        .next_multiple_of(4096);
-    let transport =
-        SimTransport::anonymous_with(&[size], sim_transport::SimConfig::torn()).expect("pool");
-    bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load).expect("load");
+    let (transport, _) = fixtures::load(&loaded, 8 * PER_WRITER, &load, SimConfig::torn());
     let node = transport.memory_nodes()[0];
     let config = StoreConfig {
         retrain_threshold: 4,

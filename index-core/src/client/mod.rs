@@ -84,6 +84,7 @@ impl Locked {
     fn hand_over(&mut self) -> HeldLock {
         HeldLock {
             record: self.record,
+            slot: self.slot,
             leaf: self.leaf,
             lt_addr: self.lt_addr,
             lt_now: self.lt_now,

@@ -115,8 +115,14 @@ impl<E: Endpoint> Client<E> {
 
     /// Releases a lock another local writer left for a different leaf of the same stripe.
     pub(super) fn release_held(&mut self, held: HeldLock) -> Result<(), IndexError> {
-        leaf_store::unlock(&mut self.ep, held.lt_addr, held.lt_now, None)?;
-        Ok(())
+        self.release(LockRef {
+            node: held.record.node(),
+            slot: held.slot,
+            leaf: held.leaf,
+            lt_addr: held.lt_addr,
+            held: held.lt_now,
+            record: held.record,
+        })
     }
 
     /// Takes trained leaf `leaf`'s lock and reads its chain behind the CAS in the same batch.
