@@ -39,7 +39,9 @@ pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
 pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout};
 pub use ring::{RingEntry, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
-pub use walk::{read_all_entries, read_leaf, read_record, read_slot_table, walk_chain};
+pub use walk::{
+    TORN_READ_RETRIES, read_all_entries, read_leaf, read_record, read_slot_table, walk_chain,
+};
 
 /// Word `i` (8 bytes, little-endian, as every multi-byte value in remote memory) of bytes read
 /// from a memory node.

@@ -12,6 +12,28 @@
 //! * [`serial`] — compact, versioned, checksummed encodings; corrupt input is an error.
 //!
 //! This crate depends on no transport: it is pure computation over sorted keys.
+//!
+//! # Example: train a PLR, then a leaf model, and query them
+//!
+//! ```
+//! use learned_model::{LeafModel, ModelParams, train};
+//!
+//! // 10,000 sorted keys with gaps: an OptimalPLR with ε = 4 over (key, rank).
+//! let keys: Vec<u64> = (0..10_000u64).map(|i| i * 37 + (i % 7) * 5).collect();
+//! let segments = train(keys.iter().enumerate().map(|(rank, &k)| (k, rank as u64)), 4)?;
+//! let segment = &segments[segments.partition_point(|s| s.first_key <= keys[1234]) - 1];
+//! // Every trained key is predicted within ε of its position (one position of flooring slack).
+//! assert!(segment.predict(keys[1234]).abs_diff(1234) <= 5);
+//!
+//! // A model slot's model over leaves of δ = 16 slots, 12 keys per leaf (leaf-major positions):
+//! // the owner candidates of any key — trained or not — contain the leaf that owns it.
+//! let params = ModelParams::new(4, 16)?;
+//! let model = LeafModel::train_filled(params, &keys, 12)?;
+//! assert_eq!(model.leaves(), keys.len().div_ceil(12) as u64);
+//! let probe = keys[5000] + 1; // between two trained keys
+//! assert!(model.owner_candidates(probe).contains(5000 / 12));
+//! # Ok::<(), learned_model::TrainError>(())
+//! ```
 
 mod error;
 mod hull;

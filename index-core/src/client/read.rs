@@ -242,6 +242,10 @@ impl<E: Endpoint> Client<E> {
                 .min(MAX_SCAN_LEAVES);
             let Some(round) = self.plan_scan_round(node, from, node_end, want_leaves, &guard)?
             else {
+                attempts += 1;
+                if attempts > caches.config.max_attempts {
+                    return Err(IndexError::TooManyRetries(caches.config.max_attempts));
+                }
                 continue;
             };
             let mut words: Vec<RemoteAddr> = round.bound_word.into_iter().collect();
@@ -333,30 +337,33 @@ impl<E: Endpoint> Client<E> {
             bound: Bound::End,
             bound_word: None,
         };
+        // Each slot's view is loaded once and used for everything the round takes from that slot
+        // (leaf indexes, chains, pivots, header): a sibling thread may replace the cell meanwhile,
+        // and a leaf index of one record applied to another would skip or repeat chains.
         let mut slot = node.top.slot_of(from);
-        let first = node.slots[slot].load(guard);
-        let mut leaf = match first.owner(from) {
+        let mut loaded = node.slots[slot].load(guard);
+        let mut leaf = match loaded.owner(from) {
             Some(owner) => owner,
-            None => first.model.owner_candidates(from).first,
+            None => loaded.model.owner_candidates(from).first,
         };
         // Lean mode does not know the owner: read every candidate, which includes it.
         let mut must_reach = match mode {
             CacheMode::Pivots => leaf,
-            CacheMode::Lean => first.model.owner_candidates(from).last,
+            CacheMode::Lean => loaded.model.owner_candidates(from).last,
         };
         loop {
-            let loaded = node.slots[slot].load(guard);
             let view: &SlotView = &loaded;
             if leaf >= view.leaves() {
-                // The slot ends here: its last chain owns keys up to the next slot's first key.
+                // The slot ends here: its last chain owns keys up to the next slot's first key
+                // (slot first keys never change).
                 slot += 1;
                 if slot >= node.slots.len() {
                     round.bound = node_end.map_or(Bound::End, Bound::Key);
                     break;
                 }
-                let next = node.slots[slot].load(guard);
+                loaded = node.slots[slot].load(guard);
                 if round.leaves.len() >= want_leaves {
-                    round.bound = Bound::Key(next.first_key);
+                    round.bound = Bound::Key(loaded.first_key);
                     break;
                 }
                 leaf = 0;

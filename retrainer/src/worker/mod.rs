@@ -250,6 +250,15 @@ pub struct Retrainer<E: Endpoint> {
     backoff: HashMap<u64, Duration>,
     /// The last failed attempt: the slot and why.
     last_problem: Option<(u64, RetrainError)>,
+    /// Slots put off for a leaf lock held throughout, and that leaf: the next attempt first
+    /// checks it with one READ instead of waiting the drain limit again.
+    stuck: HashMap<u64, u64>,
+    /// Model-region space allocated by the retraining in progress and not yet referenced by the
+    /// slot table: given back if the attempt fails.
+    provisional: Vec<(u64, u64)>,
+    /// A re-queue of marked slots is owed (a poll skipped a dead claimant's position but failed
+    /// before re-queueing).
+    requeue_owed: bool,
 }
 
 /// First and longest wait before a slot whose retraining failed is tried again.
@@ -444,7 +453,14 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Model-region space for `bytes`: reclaimed space first (first fit), else the region's end.
+    /// Provisional until the retraining that asked for it swaps it in.
     fn allocate(&mut self, bytes: u64) -> Result<u64, RetrainError> {
+        let at = self.allocate_space(bytes)?;
+        self.provisional.push((at, bytes.next_multiple_of(8)));
+        Ok(at)
+    }
+
+    fn allocate_space(&mut self, bytes: u64) -> Result<u64, RetrainError> {
         let bytes = bytes.next_multiple_of(8);
         if let Some(i) = self.free.iter().position(|&(_, size)| size >= bytes) {
             let (offset, size) = self.free.swap_remove(i);

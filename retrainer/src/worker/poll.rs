@@ -40,8 +40,10 @@ impl<E: Endpoint> Retrainer<E> {
         if self.head != first {
             self.ep.write_word(self.ring.head(), self.head)?;
         }
-        if skipped {
+        if skipped || self.requeue_owed {
+            self.requeue_owed = true;
             taken += self.requeue_marked()? as usize;
+            self.requeue_owed = false;
         }
         Ok(taken)
     }

@@ -57,6 +57,9 @@ impl<E: Endpoint> Retrainer<E> {
             deferred: Vec::new(),
             backoff: HashMap::new(),
             last_problem: None,
+            stuck: HashMap::new(),
+            provisional: Vec::new(),
+            requeue_owed: false,
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)

@@ -34,8 +34,14 @@ impl<E: Endpoint> Retrainer<E> {
     /// between the two halves — models of the swap, tests.
     pub fn prepare_swap(&mut self, slot: u64) -> Result<Option<PreparedSwap>, RetrainError> {
         let prepared = self.prepare(slot);
-        if prepared.is_err() {
-            self.settle_after_error();
+        match &prepared {
+            Ok(Some(_)) => {}
+            Ok(None) => self.give_back_provisional(),
+            Err(_) => {
+                // Nothing references what this attempt wrote: the slot table never moved.
+                self.settle_after_error();
+                self.give_back_provisional();
+            }
         }
         prepared
     }
@@ -45,9 +51,34 @@ impl<E: Endpoint> Retrainer<E> {
     pub fn complete_swap(&mut self, prepared: PreparedSwap) -> Result<RetrainReport, RetrainError> {
         let done = self.swap(prepared);
         if done.is_err() {
-            self.settle_after_error();
+            match self.settle_after_error() {
+                // The slot still names the old record: the new one is unreferenced.
+                Some(recover::Settled::RolledBack(_)) => self.give_back_provisional(),
+                // The slot names the new record (or it cannot be told): keep it.
+                _ => self.provisional.clear(),
+            }
+        } else {
+            self.provisional.clear();
         }
         done
+    }
+
+    /// Returns the model-region space this attempt allocated to the free list.
+    fn give_back_provisional(&mut self) {
+        let provisional = std::mem::take(&mut self.provisional);
+        self.free.extend(provisional);
+    }
+
+    /// Returns one provisional allocation (a pre-built record that will not be used).
+    fn give_back(&mut self, at: u64) {
+        if let Some(i) = self
+            .provisional
+            .iter()
+            .position(|&(offset, _)| offset == at)
+        {
+            let range = self.provisional.swap_remove(i);
+            self.free.push(range);
+        }
     }
 
     fn prepare(&mut self, slot: u64) -> Result<Option<PreparedSwap>, RetrainError> {
@@ -57,8 +88,26 @@ impl<E: Endpoint> Retrainer<E> {
                 format!("slot {slot} does not exist"),
             )));
         }
+        // A freeze an earlier failed attempt could not lift is settled before the in-flight word
+        // is used again (otherwise nothing would name that record any more).
+        if let Some(recover::Settled::RolledBack(other)) = self.settle_in_flight()?
+            && other != slot
+        {
+            self.defer(other);
+        }
         let old_addr = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
         let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
+        // A slot put off for a lock held throughout (see below) is checked with one READ first.
+        if let Some(&leaf) = self.stuck.get(&slot) {
+            if self
+                .locked_leaves(&old, old_addr)?
+                .binary_search(&leaf)
+                .is_ok()
+            {
+                return Err(RetrainError::LeafLocked { slot, leaf });
+            }
+            self.stuck.remove(&slot);
+        }
         // The first snapshot is read while writers work: its tables can show a link before its
         // header shows the slot, or a split half done (a key in two leaves), and a leaf being
         // rewritten can stay torn through every re-read. Such a snapshot is discarded and the
@@ -91,16 +140,12 @@ impl<E: Endpoint> Retrainer<E> {
             Err(RetrainError::Train(_)) => None,
             Err(e) => return Err(e),
         };
-        let give_back = |worker: &mut Self| {
-            if let Some((_, at, len)) = &prebuilt {
-                worker.free.push((*at, *len));
-            }
-        };
+
         // A lock held since before the freeze by a writer that died would hold every writer of
         // the slot off for the whole drain limit: do not freeze until each lock seen has been
         // released at least once.
         if let Some(leaf) = self.held_throughout(&old, old_addr)? {
-            give_back(self);
+            self.stuck.insert(slot, leaf);
             return Err(RetrainError::LeafLocked { slot, leaf });
         }
 
@@ -111,8 +156,8 @@ impl<E: Endpoint> Retrainer<E> {
         self.set_flag(old_addr, locked)?;
         if let Some(leaf) = self.drain(&old, old_addr)? {
             self.unfreeze(old_addr)?;
-            give_back(self);
             self.stats.drain_timeouts += 1;
+            self.stuck.insert(slot, leaf);
             return Err(RetrainError::LeafLocked { slot, leaf });
         }
         let frozen = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
@@ -133,8 +178,8 @@ impl<E: Endpoint> Retrainer<E> {
         let (new_record, new_at, rebuilt) = match prebuilt {
             Some((record, at, _)) if !changed || !carry_over => (record, at, false),
             unusable => {
-                if let Some((_, at, len)) = unusable {
-                    self.free.push((at, len));
+                if let Some((_, at, _)) = unusable {
+                    self.give_back(at);
                 }
                 // Under the freeze no writer is inside: the chains are consistent.
                 let Some(record) = self.build(&frozen, &frozen_chains, &mut train_time)? else {
@@ -200,6 +245,7 @@ impl<E: Endpoint> Retrainer<E> {
         self.clear_queued(slot)?;
         self.ep.write_word(self.ring.in_flight(), 0)?;
         self.backoff.remove(&slot);
+        self.stuck.remove(&slot);
 
         let report = RetrainReport {
             slot,
@@ -224,10 +270,12 @@ impl<E: Endpoint> Retrainer<E> {
     /// After a failed step: lifts a freeze this worker left (or finishes retiring a record the
     /// slot no longer names), as a starting worker's recovery would. Best effort: if the
     /// transport is gone, the next worker's recovery does it.
-    fn settle_after_error(&mut self) {
-        if let Ok(Some(recover::Settled::RolledBack(slot))) = self.settle_in_flight() {
+    fn settle_after_error(&mut self) -> Option<recover::Settled> {
+        let settled = self.settle_in_flight().ok().flatten();
+        if let Some(recover::Settled::RolledBack(slot)) = settled {
             self.defer(slot);
         }
+        settled
     }
 
     /// Whether the old record is retired before the slot table moves (always, outside loom
