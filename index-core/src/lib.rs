@@ -13,6 +13,61 @@
 //!
 //! [`bootstrap`] bulk-loads one or more range-partitioned memory nodes. The protocols and their
 //! ordering arguments are in `docs/ARCHITECTURE.md` §6.
+//!
+//! # Example: a store on a simulated memory node, four client threads, a retrainer beside it
+//!
+//! ```
+//! # #[cfg(loom)] fn main() {} // the simulator's loom build runs only inside loom models
+//! # #[cfg(not(loom))] fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//!
+//! use index_core::{Store, StoreConfig, bootstrap};
+//! use leaf_store::{BulkLoadConfig, required_pool_bytes};
+//! use rdma_transport::Transport;
+//! use retrainer::{RetrainConfig, Retrainer};
+//! use sim_transport::SimTransport;
+//!
+//! // The memory node: a simulated pool, bulk-loaded with even keys.
+//! let config = BulkLoadConfig::default();
+//! let size = required_pool_bytes(100_000, &config, 20_000).next_multiple_of(8);
+//! let transport = SimTransport::anonymous(&[size])?;
+//! bootstrap(&transport, (0..100_000u64).map(|k| (2 * k, k)).collect(), &config)?;
+//!
+//! // Its retrainer, on its own thread, absorbs the synonym leaves inserts create.
+//! let stop = Arc::new(AtomicBool::new(false));
+//! let retrainer = {
+//!     let (ep, node) = (transport.endpoint()?, transport.memory_nodes()[0]);
+//!     let stop = Arc::clone(&stop);
+//!     let mut worker = Retrainer::new(ep, node, RetrainConfig::default())?;
+//!     std::thread::spawn(move || worker.run(|| stop.load(Ordering::Acquire)))
+//! };
+//!
+//! // A compute node: one Store (the cached models), one Client per thread.
+//! let store = Store::open(transport, StoreConfig::default())?;
+//! std::thread::scope(|threads| {
+//!     for t in 0..4u64 {
+//!         let mut client = store.client().expect("endpoint");
+//!         threads.spawn(move || {
+//!             for i in 0..5_000u64 {
+//!                 let key = 2 * (i * 4 + t) + 1; // odd keys: new ones
+//!                 assert!(client.insert(key, key).expect("insert"));
+//!                 assert_eq!(client.get(key).expect("get"), Some(key));
+//!             }
+//!         });
+//!     }
+//! });
+//! let mut client = store.client()?;
+//! assert_eq!(client.get(2 * 777)?, Some(777)); // a bulk-loaded key
+//! assert!(client.update(1, 10)?);
+//! assert!(client.delete(3)?);
+//! let first = client.scan(0, 4)?; // keys ≥ 0, in order
+//! assert_eq!(first, [(0, 0), (1, 10), (2, 1), (4, 2)]);
+//!
+//! stop.store(true, Ordering::Release);
+//! retrainer.join().expect("no panic")?;
+//! # Ok(()) }
+//! ```
 
 mod backoff;
 mod bootstrap;

@@ -11,6 +11,37 @@
 //!
 //! Every function reaches remote memory only through an [`rdma_transport::Endpoint`], so the same
 //! code runs over the simulator and over real RDMA.
+//!
+//! # Example: lay out a pool, attach to it, verify it
+//!
+//! ```
+//! # #[cfg(loom)] fn main() {} // the simulator's loom build runs only inside loom models
+//! # #[cfg(not(loom))] fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use leaf_store::{BulkLoadConfig, Layout, bulk_load, read_all_entries, required_pool_bytes, verify};
+//! use rdma_transport::Transport;
+//! use sim_transport::SimTransport;
+//!
+//! let pairs: Vec<(u64, u64)> = (0..10_000u64).map(|k| (k * 3, k)).collect();
+//! let config = BulkLoadConfig::default(); // ε = δ = 16, 12 keys per leaf, 64 leaves per slot
+//! let size = required_pool_bytes(pairs.len() as u64, &config, 1_000); // room for 1,000 more leaves
+//! let memory_node = SimTransport::anonymous(&[size.next_multiple_of(8)])?;
+//! let node = memory_node.memory_nodes()[0];
+//! let mut ep = memory_node.endpoint()?;
+//!
+//! let report = bulk_load(&mut ep, node, pairs.clone(), &config)?;
+//! assert_eq!(report.trained_leaves, 10_000u64.div_ceil(12));
+//!
+//! // A compute node needs only the superblock to attach.
+//! let layout = Layout::attach(&mut ep, node)?;
+//! assert_eq!((layout.epsilon(), layout.delta()), (16, 16));
+//! assert_eq!(read_all_entries(&mut ep, &layout)?, pairs);
+//!
+//! // Every structural invariant, walked through the endpoint.
+//! let checked = verify(&mut ep, node)?;
+//! assert!(checked.is_clean(), "{checked}");
+//! assert_eq!(checked.keys, 10_000);
+//! # Ok(()) }
+//! ```
 
 mod alloc;
 mod bulk;
