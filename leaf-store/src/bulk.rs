@@ -27,8 +27,10 @@ pub struct BulkLoadConfig {
     /// Leaves the leaf region holds; `None` (default) gives it all space left after the other
     /// regions.
     pub leaf_capacity: Option<u64>,
-    /// The model region holds this many times the bulk-loaded records' bytes (default 2, at least
-    /// 2), room for retrained records beside the ones they replace.
+    /// The model region holds this many times the bulk-loaded records' bytes, plus as many times
+    /// [`MODEL_BYTES_PER_GROWN_LEAF`] for every leaf of the leaf region beyond the loaded ones
+    /// (default 2, at least 2): room for retrained records beside the ones they replace, as the
+    /// data grows into the leaf region.
     pub model_region_factor: u64,
     /// Retraining-ring entries; `None` (default) gives one per slot (at least 64). A smaller ring
     /// than the number of slots is refused: each pending slot may hold an entry.
@@ -131,6 +133,11 @@ impl BulkLoadConfig {
     }
 }
 
+/// Model-region bytes reserved (per copy: see `model_region_factor`) for each leaf the leaf region
+/// holds beyond the bulk-loaded ones: once retrained, a grown leaf is a trained leaf of some record,
+/// with an LT entry and a pivot (16 bytes), plus its share of segments and slack.
+pub const MODEL_BYTES_PER_GROWN_LEAF: u64 = 24;
+
 /// Bytes a pool needs for `keys` keys under `config` plus `spare_leaves` free leaves for inserts
 /// (or `config.leaf_capacity` leaves, if that is larger),
 /// assuming models of at most two segments per slot plus one per 32 keys (true of every
@@ -144,15 +151,17 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64
     let records =
         slots * (RECORD_FIXED_BYTES + 64 + 8 * SLT_SLOTS as u64) + 16 * leaves + 48 * segments;
     let ring = config.ring_capacity.unwrap_or(slots.max(64));
+    let capacity = (leaves + spare_leaves).max(config.leaf_capacity.unwrap_or(0));
+    let grown = capacity - leaves;
     SUPERBLOCK_BYTES
         + 16 * slots
         + RingLayout::bytes(ring, slots)
         + 16
         + records.saturating_mul(config.model_region_factor.max(1))
+        + grown.saturating_mul(config.model_region_factor.max(1) * MODEL_BYTES_PER_GROWN_LEAF)
         + 16
-        + (leaves + spare_leaves)
-            .max(config.leaf_capacity.unwrap_or(0))
-            .saturating_mul(leaf_bytes(config.delta))
+        + 8
+        + capacity.saturating_mul(leaf_bytes(config.delta))
 }
 
 /// [`bulk_load_with_progress`] without progress reports.
@@ -237,15 +246,28 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     let slot_table_offset = SUPERBLOCK_BYTES;
     let ring_offset = slot_table_offset + 16 * slots;
     let model_region_offset = ring_offset + RingLayout::bytes(ring_capacity, slots);
-    let model_region_bytes =
+    // The model region follows the leaf region's capacity: every leaf beyond the loaded ones may
+    // become a trained leaf of some record after retraining (its LT entry and pivot), and shadow
+    // redirection keeps old and new records side by side (the factor).
+    let loaded_models =
         (16 + record_bytes.saturating_mul(config.model_region_factor)).next_multiple_of(8);
-    let leaf_region_offset = model_region_offset.saturating_add(model_region_bytes);
+    let per_grown_leaf = config
+        .model_region_factor
+        .saturating_mul(MODEL_BYTES_PER_GROWN_LEAF);
     let leaf_size = leaf_bytes(config.delta);
-    let room = node
-        .region_len
-        .saturating_sub(leaf_region_offset.saturating_add(16))
-        / leaf_size;
-    let leaf_capacity = config.leaf_capacity.unwrap_or(room);
+    let leaf_capacity = config.leaf_capacity.unwrap_or_else(|| {
+        // The most leaves such that the leaves and the model space they may need both fit.
+        let fixed = model_region_offset
+            .saturating_add(loaded_models)
+            .saturating_add(16 + 8);
+        let room = node.region_len.saturating_sub(fixed);
+        room.saturating_add(per_grown_leaf.saturating_mul(trained_leaves))
+            / (leaf_size + per_grown_leaf)
+    });
+    let model_region_bytes = loaded_models
+        .saturating_add(per_grown_leaf.saturating_mul(leaf_capacity.saturating_sub(trained_leaves)))
+        .next_multiple_of(8);
+    let leaf_region_offset = model_region_offset.saturating_add(model_region_bytes);
     let needed = leaf_region_offset
         .saturating_add(16)
         .saturating_add(leaf_capacity.max(trained_leaves).saturating_mul(leaf_size));

@@ -59,7 +59,8 @@ mod walk;
 
 pub use alloc::{alloc_leaf, alloc_leaf_verb, check_allocation};
 pub use bulk::{
-    BulkLoadConfig, BulkLoadReport, Phase, bulk_load, bulk_load_with_progress, required_pool_bytes,
+    BulkLoadConfig, BulkLoadReport, MODEL_BYTES_PER_GROWN_LEAF, Phase, bulk_load,
+    bulk_load_with_progress, required_pool_bytes,
 };
 pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_LEAF_REGION};
 pub use error::LeafStoreError;

@@ -215,3 +215,36 @@ fn attaching_to_something_else_is_a_clear_error() {
     ));
     assert!(verify(&mut sep, small.memory_nodes()[0]).is_err());
 }
+
+#[test]
+fn the_model_region_grows_with_the_leaf_region() {
+    let input = pairs(5_000, 3);
+    let config = BulkLoadConfig::default();
+    for spare in [0u64, 1_000, 20_000] {
+        let size = leaf_store::required_pool_bytes(input.len() as u64, &config, spare);
+        let transport = SimTransport::anonymous(&[size.next_multiple_of(8)]).expect("pool");
+        let node = transport.memory_nodes()[0];
+        let mut ep = transport.endpoint().expect("endpoint");
+        let report = bulk_load(&mut ep, node, input.clone(), &config).expect("load");
+        let sb = *report.layout.superblock();
+        let grown = report.layout.leaf_capacity() - report.trained_leaves;
+        assert!(
+            grown >= spare,
+            "spare {spare}: room for {grown} more leaves"
+        );
+        // Room for every grown leaf as a trained leaf of a record, in both copies.
+        let for_growth =
+            config.model_region_factor * leaf_store::MODEL_BYTES_PER_GROWN_LEAF * grown;
+        assert!(
+            sb.model_region_bytes >= config.model_region_factor * report.record_bytes + for_growth,
+            "spare {spare}: model region {} for {} loaded record bytes and {grown} grown leaves",
+            sb.model_region_bytes,
+            report.record_bytes
+        );
+        assert!(
+            sb.pool_bytes <= size,
+            "the layout fits the pool it was sized for"
+        );
+        assert!(verify(&mut ep, node).expect("verify").is_clean());
+    }
+}

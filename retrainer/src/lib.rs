@@ -53,5 +53,6 @@ pub mod queue;
 mod worker;
 
 pub use worker::{
-    PreparedSwap, Recovery, RetrainConfig, RetrainError, RetrainReport, RetrainStats, Retrainer,
+    ModelSpace, PoolUsage, PreparedSwap, Recovery, RetrainConfig, RetrainError, RetrainReport,
+    RetrainStats, Retrainer,
 };

@@ -18,7 +18,7 @@ use sim_transport::cost_model::NetworkProfile;
 use sim_transport::{Pool, SimConfig, SimTransport};
 
 use crate::keys::{self, KeyDist};
-use crate::report::{Latency, Modeled, OpReport, Profile, Report};
+use crate::report::{Latency, Modeled, OpReport, Profile, Report, RetrainerSummary};
 use crate::workload::{Chooser, Mix, Op, RequestDist, Workload};
 
 /// Everything `rolex bench` takes.
@@ -244,15 +244,18 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
             if !args.no_retrainer {
                 for &node in transport.memory_nodes() {
                     let (transport, stop) = (transport.clone(), Arc::clone(&stop));
-                    retrainers.push(std::thread::spawn(move || -> Result<u64, String> {
-                        let ep = transport.endpoint().map_err(|e| e.to_string())?;
-                        let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
-                            .map_err(|e| e.to_string())?;
-                        let stats = worker
-                            .run(|| stop.load(Ordering::Acquire))
-                            .map_err(|e| e.to_string())?;
-                        Ok(stats.retrains)
-                    }));
+                    retrainers.push(std::thread::spawn(
+                        move || -> Result<RetrainerSummary, String> {
+                            let ep = transport.endpoint().map_err(|e| e.to_string())?;
+                            let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
+                                .map_err(|e| e.to_string())?;
+                            let stats = worker
+                                .run(|| stop.load(Ordering::Acquire))
+                                .map_err(|e| e.to_string())?;
+                            let pool = worker.pool_usage().map_err(|e| e.to_string())?;
+                            Ok(RetrainerSummary::of(&worker, stats, pool))
+                        },
+                    ));
                 }
             }
             (transport, set.loaded, set.to_insert, retrainers, stop)
@@ -321,7 +324,7 @@ fn run_verbs(_: &BenchArgs, _: Mix, _: u64) -> Result<Report, String> {
     Err("this rolex was built without RDMA verbs support (build with: cargo build --release -p rolex-cli --features verbs)".into())
 }
 
-type Retrainers = Vec<std::thread::JoinHandle<Result<u64, String>>>;
+type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, String>>>;
 
 /// Runs the workload over `transport` and assembles the report.
 #[allow(clippy::too_many_arguments)]
@@ -455,13 +458,17 @@ fn run_workload<T: Transport + 'static>(
     bar.finish_and_clear();
 
     stop_retrainers.store(true, Ordering::Release);
-    let mut retrains = None;
+    let mut retrainer: Option<RetrainerSummary> = None;
     for r in retrainers {
-        let n = r
+        let summary = r
             .join()
             .map_err(|_| "the retrainer panicked".to_string())??;
-        retrains = Some(retrains.unwrap_or(0) + n);
+        retrainer = Some(match retrainer {
+            Some(total) => total.plus(&summary),
+            None => summary,
+        });
     }
+    let retrains = retrainer.as_ref().map(|r| r.retrains);
 
     // Inserted keys must all read back.
     let inserted: Vec<u64> = results
@@ -560,6 +567,7 @@ fn run_workload<T: Transport + 'static>(
         synonym_leaves: synonyms,
         keys_after,
         retrains,
+        retrainer,
         verify_clean: clean,
         inserted: inserted.len() as u64,
         inserts_missing,

@@ -395,6 +395,18 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
             worker.pending(),
             stats.reclaimed_records
         );
+        if let Ok(pool) = worker.pool_usage() {
+            let space = worker.model_space();
+            line.push_str(&format!(
+                "; leaves {}/{}; model region {}/{} KiB used ({} KiB reusable, {} KiB retired)",
+                pool.leaves_allocated,
+                pool.leaf_capacity,
+                pool.model_bytes_used / 1024,
+                pool.model_region_bytes / 1024,
+                space.reusable_bytes / 1024,
+                space.retired_bytes / 1024
+            ));
+        }
         let put_off = worker.deferred().len();
         if put_off > 0 || stats.leaf_locked + stats.model_region_full + stats.errors > 0 {
             line.push_str(&format!(

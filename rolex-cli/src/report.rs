@@ -43,6 +43,64 @@ pub struct Profile {
     pub nic_bytes_per_s: f64,
 }
 
+/// What the embedded memory nodes' retrainers did, and how full their pools ended (summed over
+/// memory nodes).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RetrainerSummary {
+    pub retrains: u64,
+    /// Slots queued or put off and not yet retrained at the end.
+    pub backlog: u64,
+    /// Attempts put off because a leaf lock stayed held, because the model region was full, or
+    /// for another reason (a transient fault, an unreadable record).
+    pub put_off_leaf_locked: u64,
+    pub put_off_model_region_full: u64,
+    pub put_off_other: u64,
+    pub records_reclaimed: u64,
+    pub leaf_capacity: u64,
+    pub leaves_allocated: u64,
+    pub model_region_bytes: u64,
+    pub model_bytes_used: u64,
+}
+
+impl RetrainerSummary {
+    /// One worker's figures.
+    pub fn of<E: rdma_transport::Endpoint>(
+        worker: &retrainer::Retrainer<E>,
+        stats: retrainer::RetrainStats,
+        pool: retrainer::PoolUsage,
+    ) -> Self {
+        Self {
+            retrains: stats.retrains,
+            backlog: (worker.pending() + worker.deferred().len()) as u64,
+            put_off_leaf_locked: stats.leaf_locked,
+            put_off_model_region_full: stats.model_region_full,
+            put_off_other: stats.errors,
+            records_reclaimed: stats.reclaimed_records,
+            leaf_capacity: pool.leaf_capacity,
+            leaves_allocated: pool.leaves_allocated,
+            model_region_bytes: pool.model_region_bytes,
+            model_bytes_used: pool.model_bytes_used,
+        }
+    }
+
+    /// Two memory nodes' figures together.
+    pub fn plus(&self, other: &Self) -> Self {
+        Self {
+            retrains: self.retrains + other.retrains,
+            backlog: self.backlog + other.backlog,
+            put_off_leaf_locked: self.put_off_leaf_locked + other.put_off_leaf_locked,
+            put_off_model_region_full: self.put_off_model_region_full
+                + other.put_off_model_region_full,
+            put_off_other: self.put_off_other + other.put_off_other,
+            records_reclaimed: self.records_reclaimed + other.records_reclaimed,
+            leaf_capacity: self.leaf_capacity + other.leaf_capacity,
+            leaves_allocated: self.leaves_allocated + other.leaves_allocated,
+            model_region_bytes: self.model_region_bytes + other.model_region_bytes,
+            model_bytes_used: self.model_bytes_used + other.model_bytes_used,
+        }
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -57,6 +115,8 @@ pub struct Report {
     pub synonym_leaves: u64,
     pub keys_after: u64,
     pub retrains: Option<u64>,
+    /// The embedded memory nodes' retrainers and pools at the end (null when attached).
+    pub retrainer: Option<RetrainerSummary>,
     pub verify_clean: bool,
     /// Inserts that added a key.
     pub inserted: u64,
@@ -118,6 +178,20 @@ impl Report {
             self.modeled.throughput_ops_s,
             self.modeled.clients
         ));
+        if let Some(r) = &self.retrainer {
+            out.push_str(&format!(
+                "retrainer: {} retrainings, backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: leaves {}/{}, model region {}/{} KiB\n",
+                r.retrains,
+                r.backlog,
+                r.put_off_leaf_locked,
+                r.put_off_model_region_full,
+                r.put_off_other,
+                r.leaves_allocated,
+                r.leaf_capacity,
+                r.model_bytes_used / 1024,
+                r.model_region_bytes / 1024
+            ));
+        }
         out.push_str(if self.verify_clean {
             "verify: clean\n"
         } else {

@@ -6,6 +6,9 @@
 mod poll;
 mod recover;
 mod retrain;
+mod space;
+
+use space::FreeSpace;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -204,6 +207,30 @@ pub struct RetrainStats {
     pub errors: u64,
 }
 
+/// Model-region space the worker holds for reuse (see [`Retrainer::model_space`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelSpace {
+    /// Bytes free for the next records (coalesced).
+    pub reusable_bytes: u64,
+    /// Separate free ranges those bytes form.
+    pub reusable_fragments: u64,
+    /// Bytes of retired records still inside their grace period.
+    pub retired_bytes: u64,
+}
+
+/// How full a pool is (see [`Retrainer::pool_usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Leaves the leaf region holds.
+    pub leaf_capacity: u64,
+    /// Leaves handed out so far (the allocation counter).
+    pub leaves_allocated: u64,
+    /// Bytes of the model region.
+    pub model_region_bytes: u64,
+    /// Model-region bytes below the allocation point, less what this worker holds for reuse.
+    pub model_bytes_used: u64,
+}
+
 /// What a worker found and repaired when it started on a pool whose previous worker stopped
 /// without finishing (a crash, a kill): see [`Retrainer::new`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -238,7 +265,7 @@ pub struct Retrainer<E: Endpoint> {
     /// Retired records: when, where, how many bytes.
     retired: VecDeque<(Instant, u64, u64)>,
     /// Reusable model-region space: offset, bytes.
-    free: Vec<(u64, u64)>,
+    free: FreeSpace,
     generation: u64,
     stats: RetrainStats,
     recovery: Recovery,
@@ -292,6 +319,30 @@ impl<E: Endpoint> Retrainer<E> {
         let mut slots: Vec<u64> = self.pending.iter().map(|&(_, Reverse(s))| s).collect();
         slots.sort_unstable();
         slots
+    }
+
+    /// The model-region space this worker can hand out again, and what awaits reclamation.
+    pub fn model_space(&self) -> ModelSpace {
+        ModelSpace {
+            reusable_bytes: self.free.total(),
+            reusable_fragments: self.free.fragments() as u64,
+            retired_bytes: self.retired.iter().map(|&(_, _, bytes)| bytes).sum(),
+        }
+    }
+
+    /// How full the pool is now (two READs).
+    pub fn pool_usage(&mut self) -> Result<PoolUsage, RetrainError> {
+        let sb = *self.layout.superblock();
+        let allocated = self.ep.read_word(self.layout.alloc_num_addr())?;
+        let next_free = self.ep.read_word(self.layout.model_region_addr())?;
+        Ok(PoolUsage {
+            leaf_capacity: self.layout.leaf_capacity(),
+            leaves_allocated: allocated.min(self.layout.leaf_capacity()),
+            model_region_bytes: sb.model_region_bytes,
+            model_bytes_used: next_free
+                .saturating_sub(sb.model_region_offset + 16)
+                .saturating_sub(self.free.total()),
+        })
     }
 
     /// The layout of the pool.
@@ -365,7 +416,7 @@ impl<E: Endpoint> Retrainer<E> {
             .is_some_and(|&(at, _, _)| now.duration_since(at) >= self.config.grace_period)
         {
             if let Some((_, offset, bytes)) = self.retired.pop_front() {
-                self.free.push((offset, bytes));
+                self.free.release(offset, bytes);
                 self.stats.reclaimed_records += 1;
             }
         }
@@ -452,7 +503,8 @@ impl<E: Endpoint> Retrainer<E> {
         self.clear_flag(addr, bit)
     }
 
-    /// Model-region space for `bytes`: reclaimed space first (first fit), else the region's end.
+    /// Model-region space for `bytes`: reclaimed space first (coalesced, lowest fit), else the
+    /// region's end.
     /// Provisional until the retraining that asked for it swaps it in.
     fn allocate(&mut self, bytes: u64) -> Result<u64, RetrainError> {
         let at = self.allocate_space(bytes)?;
@@ -462,11 +514,7 @@ impl<E: Endpoint> Retrainer<E> {
 
     fn allocate_space(&mut self, bytes: u64) -> Result<u64, RetrainError> {
         let bytes = bytes.next_multiple_of(8);
-        if let Some(i) = self.free.iter().position(|&(_, size)| size >= bytes) {
-            let (offset, size) = self.free.swap_remove(i);
-            if size > bytes {
-                self.free.push((offset + bytes, size - bytes));
-            }
+        if let Some(offset) = self.free.take(bytes) {
             return Ok(offset);
         }
         let header = self.layout.model_region_addr();

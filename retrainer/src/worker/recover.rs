@@ -49,7 +49,7 @@ impl<E: Endpoint> Retrainer<E> {
             head,
             pending: BinaryHeap::new(),
             retired: VecDeque::new(),
-            free: Vec::new(),
+            free: FreeSpace::default(),
             generation: generation + 1,
             stats: RetrainStats::default(),
             recovery: Recovery::default(),

@@ -65,8 +65,9 @@ impl<E: Endpoint> Retrainer<E> {
 
     /// Returns the model-region space this attempt allocated to the free list.
     fn give_back_provisional(&mut self) {
-        let provisional = std::mem::take(&mut self.provisional);
-        self.free.extend(provisional);
+        for (offset, bytes) in std::mem::take(&mut self.provisional) {
+            self.free.release(offset, bytes);
+        }
     }
 
     /// Returns one provisional allocation (a pre-built record that will not be used).
@@ -76,8 +77,8 @@ impl<E: Endpoint> Retrainer<E> {
             .iter()
             .position(|&(offset, _)| offset == at)
         {
-            let range = self.provisional.swap_remove(i);
-            self.free.push(range);
+            let (offset, bytes) = self.provisional.swap_remove(i);
+            self.free.release(offset, bytes);
         }
     }
 
