@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// A SOSD key file to bulk-load instead (u64 count, then sorted u64 keys).
     #[arg(long)]
     pub keys_file: Option<PathBuf>,
+    /// The order inserted keys arrive in: `random` (the key distribution's) or `append`
+    /// (ascending above every loaded key, as time-stamped keys arrive).
+    #[arg(long, value_enum, default_value_t = keys::InsertOrder::Random)]
+    pub insert_order: keys::InsertOrder,
     /// Model error bound ε.
     #[arg(long, default_value_t = 16)]
     pub epsilon: u64,
@@ -130,13 +134,17 @@ pub enum CliCacheMode {
     Lean,
 }
 
-const OP_NAMES: [&str; 5] = ["read", "update", "insert", "scan", "rmw"];
+const OP_NAMES: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"];
 
 /// Per thread: latency histograms and network counters per operation type.
 struct ThreadResult {
     latency: Vec<Histogram<u64>>,
     net: Vec<Stats>,
     inserted: Vec<u64>,
+    /// Inserts that added a key.
+    inserted_count: u64,
+    /// Churn: the keys this thread owns at the end (all must be present).
+    owned: Vec<u64>,
 }
 
 fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
@@ -176,90 +184,107 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         return run_verbs(args, mix, expected_inserts);
     }
     // The memory node(s): embedded, or an attached pool file.
-    let (transport, loaded, to_insert, retrainers, stop_retrainers) =
-        if let Some(path) = &args.attach {
-            let pool = Pool::open_file(path).map_err(|e| e.to_string())?;
-            let transport = SimTransport::new(vec![pool], SimConfig::default());
-            let loaded = existing_keys(&transport, args.quiet)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            let to_insert = fresh_keys(args.seed, expected_inserts);
-            (
-                transport,
-                loaded,
-                to_insert,
-                Vec::new(),
-                Arc::new(AtomicBool::new(false)),
-            )
-        } else {
-            let bar = progress(args.quiet, None, "key set");
-            let set = match &args.keys_file {
-                Some(path) => {
-                    let loaded = keys::read_sosd(path)?;
-                    let mut rng = StdRng::seed_from_u64(args.seed);
-                    keys::KeySet {
-                        loaded,
-                        to_insert: (0..expected_inserts).map(|_| rng.random::<u64>()).collect(),
-                    }
-                }
-                None => keys::generate(
-                    args.key_dist,
-                    keys_wanted as usize,
-                    expected_inserts as usize,
-                    args.seed,
-                ),
-            };
-            bar.set_message("bulk load");
-            let load = BulkLoadConfig {
-                epsilon: args.epsilon,
-                delta: args.delta,
-                fill: args.fill,
-                ..BulkLoadConfig::default()
-            };
-            let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
-            let spare =
-                (expected_inserts / args.memory_nodes).saturating_mul(2) / args.fill.max(1) + 1024;
-            let size = required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4;
-            let transport = SimTransport::anonymous(&vec![
-                size.next_multiple_of(4096);
-                args.memory_nodes as usize
-            ])
-            .map_err(|e| e.to_string())?;
-            bar.finish_and_clear();
-            let load_bar = progress(args.quiet, Some(1), "bulk load");
-            index_core::bootstrap_with_progress(
-                &transport,
-                set.loaded.iter().map(|&k| (k, k)).collect(),
-                &load,
-                |node, phase, done, total| {
-                    load_bar.set_message(format!("node {node}: {phase:?}"));
-                    load_bar.set_length(total.max(1));
-                    load_bar.set_position(done);
-                },
-            )
-            .map_err(|e| e.to_string())?;
-            load_bar.finish_and_clear();
-            bar.finish_and_clear();
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut retrainers = Vec::new();
-            if !args.no_retrainer {
-                for &node in transport.memory_nodes() {
-                    let (transport, stop) = (transport.clone(), Arc::clone(&stop));
-                    retrainers.push(std::thread::spawn(
-                        move || -> Result<RetrainerSummary, String> {
-                            let ep = transport.endpoint().map_err(|e| e.to_string())?;
-                            let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
-                                .map_err(|e| e.to_string())?;
-                            let stats = worker
-                                .run(|| stop.load(Ordering::Acquire))
-                                .map_err(|e| e.to_string())?;
-                            let pool = worker.pool_usage().map_err(|e| e.to_string())?;
-                            Ok(RetrainerSummary::of(&worker, stats, pool))
-                        },
-                    ));
-                }
+    let (transport, loaded, to_insert, retrainers, stop_retrainers) = if let Some(path) =
+        &args.attach
+    {
+        let pool = Pool::open_file(path).map_err(|e| e.to_string())?;
+        let transport = SimTransport::new(vec![pool], SimConfig::default());
+        let loaded = existing_keys(&transport, args.quiet)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let to_insert = match args.insert_order {
+            keys::InsertOrder::Random => fresh_keys(args.seed, expected_inserts),
+            keys::InsertOrder::Append => {
+                keys::ascending_above(loaded.iter().copied().max().unwrap_or(0), expected_inserts)
             }
-            (transport, set.loaded, set.to_insert, retrainers, stop)
         };
+        (
+            transport,
+            loaded,
+            to_insert,
+            Vec::new(),
+            Arc::new(AtomicBool::new(false)),
+        )
+    } else {
+        let bar = progress(args.quiet, None, "key set");
+        let set = match &args.keys_file {
+            Some(path) => {
+                let loaded = keys::read_sosd(path)?;
+                let mut rng = StdRng::seed_from_u64(args.seed);
+                let to_insert = match args.insert_order {
+                    keys::InsertOrder::Random => {
+                        (0..expected_inserts).map(|_| rng.random::<u64>()).collect()
+                    }
+                    // The file's keys stay as they are; inserts ascend above the largest.
+                    keys::InsertOrder::Append => {
+                        keys::ascending_above(loaded.last().copied().unwrap_or(0), expected_inserts)
+                    }
+                };
+                keys::KeySet { loaded, to_insert }
+            }
+            None => keys::generate(
+                args.key_dist,
+                keys_wanted as usize,
+                expected_inserts as usize,
+                args.seed,
+            ),
+        };
+        let set = if args.keys_file.is_some() {
+            set
+        } else {
+            set.in_order(args.insert_order)
+        };
+        bar.set_message("bulk load");
+        let load = BulkLoadConfig {
+            epsilon: args.epsilon,
+            delta: args.delta,
+            fill: args.fill,
+            ..BulkLoadConfig::default()
+        };
+        let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
+        let spare =
+            (expected_inserts / args.memory_nodes).saturating_mul(2) / args.fill.max(1) + 1024;
+        let size = required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4;
+        let transport = SimTransport::anonymous(&vec![
+            size.next_multiple_of(4096);
+            args.memory_nodes as usize
+        ])
+        .map_err(|e| e.to_string())?;
+        bar.finish_and_clear();
+        let load_bar = progress(args.quiet, Some(1), "bulk load");
+        index_core::bootstrap_with_progress(
+            &transport,
+            set.loaded.iter().map(|&k| (k, k)).collect(),
+            &load,
+            |node, phase, done, total| {
+                load_bar.set_message(format!("node {node}: {phase:?}"));
+                load_bar.set_length(total.max(1));
+                load_bar.set_position(done);
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        load_bar.finish_and_clear();
+        bar.finish_and_clear();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut retrainers = Vec::new();
+        if !args.no_retrainer {
+            for &node in transport.memory_nodes() {
+                let (transport, stop) = (transport.clone(), Arc::clone(&stop));
+                retrainers.push(std::thread::spawn(
+                    move || -> Result<RetrainerSummary, String> {
+                        let ep = transport.endpoint().map_err(|e| e.to_string())?;
+                        let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
+                            .map_err(|e| e.to_string())?;
+                        let stats = worker
+                            .run(|| stop.load(Ordering::Acquire))
+                            .map_err(|e| e.to_string())?;
+                        let pool = worker.pool_usage().map_err(|e| e.to_string())?;
+                        Ok(RetrainerSummary::of(&worker, stats, pool))
+                    },
+                ));
+            }
+        }
+        (transport, set.loaded, set.to_insert, retrainers, stop)
+    };
     run_workload(
         args,
         ops,
@@ -380,6 +405,10 @@ fn run_workload<T: Transport + 'static>(
         "running",
     );
 
+    // A churn run deletes as much as it inserts (a workload file, which overrides --workload,
+    // has no deletes).
+    let churn = args.workload == Workload::Churn && args.workload_file.is_none();
+    let thread_count = args.threads;
     let started = Instant::now();
     let handles: Vec<_> = (0..args.threads)
         .map(|t| {
@@ -408,7 +437,17 @@ fn run_workload<T: Transport + 'static>(
                         .collect::<Result<_, _>>()?,
                     net: vec![Stats::default(); OP_NAMES.len()],
                     inserted: Vec::new(),
+                    inserted_count: 0,
+                    owned: Vec::new(),
                 };
+                if churn {
+                    result.owned = loaded
+                        .iter()
+                        .skip(t as usize)
+                        .step_by(thread_count as usize)
+                        .copied()
+                        .collect();
+                }
                 let mut i = 0u64;
                 while deadline.map_or(i < per_thread, |d| Instant::now() < d) {
                     i += 1;
@@ -427,10 +466,24 @@ fn run_workload<T: Transport + 'static>(
                             .copied()
                             .unwrap_or_else(rand::random::<u64>)
                     };
-                    let op = mix.next(&mut rng, &chooser, live, key_at, new_key);
+                    let op = if churn && !result.owned.is_empty() && rng.random::<bool>() {
+                        let at = rng.random_range(0..result.owned.len());
+                        Op::Delete(result.owned.swap_remove(at))
+                    } else {
+                        mix.next(&mut rng, &chooser, live, key_at, new_key)
+                    };
                     let before = client.net_stats();
                     let at = Instant::now();
                     let kind = execute(&mut client, op, &mut result.inserted)?;
+                    if let Op::Insert(k) = op {
+                        if result.inserted.last() == Some(&k) {
+                            result.inserted_count += 1;
+                            if churn {
+                                result.inserted.pop();
+                                result.owned.push(k);
+                            }
+                        }
+                    }
                     let ns = at.elapsed().as_nanos() as u64;
                     let _ = result.latency[kind].record(ns.max(1));
                     result.net[kind] += client.net_stats() - before;
@@ -473,8 +526,9 @@ fn run_workload<T: Transport + 'static>(
     // Inserted keys must all read back.
     let inserted: Vec<u64> = results
         .iter()
-        .flat_map(|r| r.inserted.iter().copied())
+        .flat_map(|r| r.inserted.iter().chain(&r.owned).copied())
         .collect();
+    let inserted_count: u64 = results.iter().map(|r| r.inserted_count).sum();
     let inserts_missing = if args.check_inserts {
         let mut client = store.client().map_err(|e| e.to_string())?;
         let mut missing = 0;
@@ -569,7 +623,7 @@ fn run_workload<T: Transport + 'static>(
         retrains,
         retrainer,
         verify_clean: clean,
-        inserted: inserted.len() as u64,
+        inserted: inserted_count,
         inserts_missing,
         modeled: Modeled {
             profile: Profile {
@@ -607,6 +661,14 @@ fn execute<E: Endpoint>(
                 inserted.push(k);
             }
             2
+        }
+        Op::Delete(k) => {
+            if !client.delete(k).map_err(e)? {
+                return Err(format!(
+                    "churn: deleting {k}, which this thread owns, found nothing"
+                ));
+            }
+            5
         }
         Op::Scan(k, n) => {
             client.scan(k, n).map_err(e)?;

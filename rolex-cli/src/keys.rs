@@ -21,6 +21,49 @@ pub enum KeyDist {
     Lognormal,
 }
 
+/// The order in which inserted keys arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InsertOrder {
+    /// Drawn from the same distribution as the loaded keys, in random order.
+    #[default]
+    Random,
+    /// Ascending, above every loaded key — time-stamped keys arriving (the loaded keys are the
+    /// distribution's smallest).
+    Append,
+}
+
+impl KeySet {
+    /// The same keys with the inserts arriving in `order`: for `Append`, the loaded keys become
+    /// the smallest of all and the inserts ascend above them.
+    pub fn in_order(self, order: InsertOrder) -> Self {
+        match order {
+            InsertOrder::Random => self,
+            InsertOrder::Append => {
+                let loaded_count = self.loaded.len();
+                let mut all = self.loaded;
+                all.extend(self.to_insert);
+                all.sort_unstable();
+                all.dedup();
+                let to_insert = all.split_off(loaded_count.min(all.len()));
+                KeySet {
+                    loaded: all,
+                    to_insert,
+                }
+            }
+        }
+    }
+}
+
+/// `n` distinct keys ascending above `top`, evenly spaced (at most 2^16 apart) — appends to a
+/// key set whose largest key is `top` (fewer if the key space above `top` runs out).
+pub fn ascending_above(top: u64, n: u64) -> Vec<u64> {
+    let step = ((u64::MAX - top) / n.saturating_add(1)).clamp(1, 1 << 16);
+    (1..=n)
+        .map_while(|i| top.checked_add(i.checked_mul(step)?))
+        .collect()
+}
+
 /// The bulk-loaded keys (sorted) and a pool of further keys from the same distribution for
 /// inserts (in insertion order).
 #[derive(Debug)]
@@ -114,4 +157,19 @@ pub fn read_sosd(path: &Path) -> Result<Vec<u64>, String> {
         return Err(format!("{}: the key file holds no keys", path.display()));
     }
     Ok(keys)
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    #[test]
+    fn append_order_ascends_above_every_loaded_key() {
+        let set = generate(KeyDist::Uniform, 1000, 500, 3).in_order(InsertOrder::Append);
+        assert_eq!((set.loaded.len(), set.to_insert.len()), (1000, 500));
+        let top = set.loaded.last().copied().unwrap_or(0);
+        assert!(set.to_insert.windows(2).all(|w| w[0] < w[1]));
+        assert!(set.to_insert.iter().all(|&k| k > top));
+        assert!(set.loaded.is_sorted());
+    }
 }

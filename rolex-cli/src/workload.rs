@@ -26,6 +26,10 @@ pub enum Workload {
     InsertOnly,
     /// 50% reads, 50% inserts.
     Write50,
+    /// A steady key count: each operation deletes a random existing key or inserts a new one,
+    /// 50/50 (each client thread deletes only keys it owns: a share of the loaded keys and its
+    /// own inserts, so every delete finds its key).
+    Churn,
 }
 
 /// The request distribution over existing keys.
@@ -64,6 +68,8 @@ impl Workload {
             Workload::YcsbF => (0.5, 0.0, 0.0, 0.0, 0.5, RequestDist::Zipfian),
             Workload::InsertOnly => (0.0, 0.0, 1.0, 0.0, 0.0, RequestDist::Uniform),
             Workload::Write50 => (0.5, 0.0, 0.5, 0.0, 0.0, RequestDist::Zipfian),
+            // Inserts only here: the bench loop turns half of a churn run into deletes.
+            Workload::Churn => (0.0, 0.0, 1.0, 0.0, 0.0, RequestDist::Uniform),
         };
         Mix {
             read,
@@ -177,6 +183,7 @@ pub enum Op {
     Insert(u64),
     Scan(u64, usize),
     ReadModifyWrite(u64),
+    Delete(u64),
 }
 
 /// Chooses existing keys by the request distribution.

@@ -1,0 +1,66 @@
+//! The growth and churn workloads: `churn` keeps the key count steady (every delete finds the key
+//! its thread owns), `--insert-order append` inserts ascending keys above every loaded one.
+
+mod common;
+
+use std::process::Command;
+
+use common::ROLEX;
+
+fn bench(args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("report.json");
+    let out = Command::new(ROLEX)
+        .args(["bench", "--quiet", "--check-inserts", "--json"])
+        .arg(&report)
+        .args(args)
+        .output()
+        .expect("run rolex");
+    assert!(
+        out.status.success(),
+        "rolex bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json")
+}
+
+#[test]
+fn churn_keeps_the_key_count_and_finds_every_owned_key() {
+    let report = bench(&["--workload", "churn", "--keys", "20000", "--ops", "40000"]);
+    let deletes = report["ops"]["delete"]["count"].as_u64().expect("deletes");
+    let inserts = report["ops"]["insert"]["count"].as_u64().expect("inserts");
+    assert!(
+        deletes > 15_000 && inserts > 15_000,
+        "{deletes} deletes, {inserts} inserts"
+    );
+    let keys_after = report["keys_after"].as_u64().expect("keys");
+    assert_eq!(
+        keys_after,
+        20_000 + inserts - deletes,
+        "every delete removed a key"
+    );
+    assert_eq!(
+        report["inserts_missing"], 0,
+        "every key a thread owns is present"
+    );
+    assert_eq!(report["verify_clean"], true);
+    assert!(report["retrainer"]["leaf_capacity"].as_u64().expect("pool") > 0);
+}
+
+#[test]
+fn append_inserts_ascend_above_the_loaded_keys() {
+    let report = bench(&[
+        "--workload",
+        "insert-only",
+        "--insert-order",
+        "append",
+        "--keys",
+        "20000",
+        "--ops",
+        "5000",
+    ]);
+    assert_eq!(report["config"]["insert_order"], "append");
+    assert_eq!(report["keys_after"], 25_000);
+    assert_eq!(report["inserts_missing"], 0);
+    assert_eq!(report["verify_clean"], true);
+}
