@@ -302,6 +302,7 @@ mod tests {
                 Op::Insert(_) => 2,
                 Op::Scan(..) => 3,
                 Op::ReadModifyWrite(_) => 4,
+                Op::Delete(_) => unreachable!("mixes issue no deletes"),
             };
             counts[i] += 1;
         }

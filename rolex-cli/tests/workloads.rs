@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::ROLEX;
+use common::{ROLEX, bad_input_line};
 
 fn bench(args: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -63,4 +63,10 @@ fn append_inserts_ascend_above_the_loaded_keys() {
     assert_eq!(report["keys_after"], 25_000);
     assert_eq!(report["inserts_missing"], 0);
     assert_eq!(report["verify_clean"], true);
+}
+
+#[test]
+fn an_unknown_insert_order_is_one_line_of_bad_input() {
+    let line = bad_input_line(&["bench", "--insert-order", "sideways"]);
+    assert!(line.contains("sideways"), "{line}");
 }
