@@ -474,14 +474,13 @@ fn run_workload<T: Transport + 'static>(
                     };
                     let before = client.net_stats();
                     let at = Instant::now();
+                    let inserted_before = result.inserted.len();
                     let kind = execute(&mut client, op, &mut result.inserted)?;
-                    if let Op::Insert(k) = op {
-                        if result.inserted.last() == Some(&k) {
-                            result.inserted_count += 1;
-                            if churn {
-                                result.inserted.pop();
-                                result.owned.push(k);
-                            }
+                    if result.inserted.len() > inserted_before {
+                        result.inserted_count += 1;
+                        if churn {
+                            // The key is this thread's to delete later, not a lasting insert.
+                            result.owned.extend(result.inserted.pop());
                         }
                     }
                     let ns = at.elapsed().as_nanos() as u64;
