@@ -476,6 +476,9 @@ fn run_workload<T: Transport + 'static>(
                     let at = Instant::now();
                     let inserted_before = result.inserted.len();
                     let kind = execute(&mut client, op, &mut result.inserted)?;
+                    let ns = at.elapsed().as_nanos() as u64;
+                    let _ = result.latency[kind].record(ns.max(1));
+                    result.net[kind] += client.net_stats() - before;
                     if result.inserted.len() > inserted_before {
                         result.inserted_count += 1;
                         if churn {
@@ -483,9 +486,6 @@ fn run_workload<T: Transport + 'static>(
                             result.owned.extend(result.inserted.pop());
                         }
                     }
-                    let ns = at.elapsed().as_nanos() as u64;
-                    let _ = result.latency[kind].record(ns.max(1));
-                    result.net[kind] += client.net_stats() - before;
                     if i.is_multiple_of(1024) {
                         done.fetch_add(1024, Ordering::Relaxed);
                     }
