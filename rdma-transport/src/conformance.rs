@@ -12,7 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Endpoint, RemoteAddr, Stats, Transport, TransportError, Verb};
+use crate::{
+    Endpoint, MAX_BATCH_BYTES, MAX_BATCH_VERBS, RemoteAddr, Stats, Transport, TransportError, Verb,
+};
 
 /// The remote range a check may use freely: `len` bytes at `base` on memory node `node`.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +59,7 @@ pub fn run_all<T: Transport>(transport: &T, scratch: Scratch) {
     faa_returns_old_value_and_adds(&mut ep, scratch);
     batch_executes_in_order(&mut ep, scratch);
     counters_are_exact(&mut ep, scratch);
+    batch_limits_are_enforced(&mut ep, scratch);
     malformed_verbs_are_errors(transport, &mut ep, scratch);
     concurrent_faa_is_unique(transport, scratch, 4, 2_000);
     peer_exchange_in_threads(transport, scratch, 500);
@@ -427,4 +430,71 @@ pub fn peer_exchange_in_threads<T: Transport>(transport: &T, scratch: Scratch, r
             });
         }
     });
+}
+
+/// A batch at the limits ([`MAX_BATCH_VERBS`] verbs, [`MAX_BATCH_BYTES`] staging bytes) executes
+/// as one round trip; one over either limit is [`TransportError::BatchTooLarge`] and executes
+/// nothing; [`Endpoint::batches`] splits larger work into consecutive batches.
+pub fn batch_limits_are_enforced<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    const PAGE: usize = 8 * 1024;
+    zero(ep, scratch, 0, PAGE);
+    let word = scratch.at(0);
+    ep.write_word(word, 7).expect("write");
+
+    // At the verb limit.
+    let mut bufs = vec![[0u8; 8]; MAX_BATCH_VERBS];
+    let mut verbs: Vec<Verb<'_>> = bufs.iter_mut().map(|b| Verb::read(word, b)).collect();
+    let before = ep.stats();
+    ep.batch(&mut verbs)
+        .expect("a batch of exactly MAX_BATCH_VERBS verbs");
+    assert_eq!(ep.stats().batches - before.batches, 1, "one round trip");
+    drop(verbs);
+    assert!(bufs.iter().all(|b| u64::from_le_bytes(*b) == 7));
+
+    // One verb over: nothing runs, not even the WRITE in front.
+    let new_value = 8u64.to_le_bytes();
+    let mut verbs = vec![Verb::write(word, &new_value)];
+    verbs.extend(bufs.iter_mut().map(|b| Verb::read(word, b)));
+    let before = ep.stats();
+    assert!(matches!(
+        ep.batch(&mut verbs),
+        Err(TransportError::BatchTooLarge { verbs, .. }) if verbs == MAX_BATCH_VERBS + 1
+    ));
+    drop(verbs);
+    assert_eq!(ep.stats(), before, "an oversized batch is not counted");
+    assert_eq!(
+        ep.read_word(word),
+        Ok(7),
+        "an oversized batch executed a verb"
+    );
+
+    // At, and one page over, the byte limit.
+    let pages = MAX_BATCH_BYTES / PAGE;
+    let mut big = vec![0u8; MAX_BATCH_BYTES + PAGE];
+    let mut verbs: Vec<Verb<'_>> = big
+        .chunks_mut(PAGE)
+        .take(pages)
+        .map(|b| Verb::read(scratch.at(0), b))
+        .collect();
+    ep.batch(&mut verbs)
+        .expect("a batch of exactly MAX_BATCH_BYTES bytes");
+    drop(verbs);
+    let mut verbs: Vec<Verb<'_>> = big
+        .chunks_mut(PAGE)
+        .map(|b| Verb::read(scratch.at(0), b))
+        .collect();
+    assert!(matches!(
+        ep.batch(&mut verbs),
+        Err(TransportError::BatchTooLarge { bytes, .. }) if bytes == MAX_BATCH_BYTES + PAGE
+    ));
+    // The same work split: three batches of verbs, and atomics' results come back.
+    ep.write_word(word, 100).expect("write");
+    let mut bufs = vec![[0u8; 8]; 2 * MAX_BATCH_VERBS + 10];
+    let mut verbs: Vec<Verb<'_>> = bufs.iter_mut().map(|b| Verb::read(word, b)).collect();
+    verbs.push(Verb::faa(word, 1));
+    let before = ep.stats();
+    ep.batches(&mut verbs).expect("split work");
+    assert_eq!(ep.stats().batches - before.batches, 3);
+    assert_eq!(verbs.last().and_then(Verb::old_value), Some(100));
+    assert_eq!(ep.read_word(word), Ok(101));
 }

@@ -47,14 +47,29 @@ pub trait Endpoint: Send {
     /// Counters accumulated by this endpoint since it was created.
     fn stats(&self) -> Stats;
 
-    /// READ `buf.len()` bytes at `addr` (one round trip).
-    fn read(&mut self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), TransportError> {
-        self.batch(&mut [Verb::read(addr, buf)])
+    /// Executes `verbs` in order as few consecutive batches as the limits allow
+    /// ([`crate::MAX_BATCH_VERBS`], [`crate::MAX_BATCH_BYTES`]): one batch and one round trip
+    /// when they fit, else one round trip per batch, each batch completing before the next is
+    /// posted (so every ordering a single batch guarantees still holds). A READ or WRITE larger
+    /// than a batch's bytes is split into consecutive pieces. Atomics' `old` fields are filled
+    /// in. If a batch fails, earlier batches have executed.
+    fn batches(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if verbs.len() <= crate::MAX_BATCH_VERBS
+            && crate::batch_bytes(verbs) <= crate::MAX_BATCH_BYTES
+        {
+            return self.batch(verbs);
+        }
+        split_batches(self, verbs)
     }
 
-    /// WRITE `data` at `addr` (one round trip).
+    /// READ `buf.len()` bytes at `addr` (one round trip; more if it exceeds one batch).
+    fn read(&mut self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), TransportError> {
+        self.batches(&mut [Verb::read(addr, buf)])
+    }
+
+    /// WRITE `data` at `addr` (one round trip; more if it exceeds one batch).
     fn write(&mut self, addr: RemoteAddr, data: &[u8]) -> Result<(), TransportError> {
-        self.batch(&mut [Verb::write(addr, data)])
+        self.batches(&mut [Verb::write(addr, data)])
     }
 
     /// CAS the word at `addr` from `expected` to `desired`; returns the previous value, so the
@@ -88,6 +103,111 @@ pub trait Endpoint: Send {
     fn write_word(&mut self, addr: RemoteAddr, value: u64) -> Result<(), TransportError> {
         self.write(addr, &value.to_le_bytes())
     }
+}
+
+/// The address of piece `k` (of `PIECE` bytes each) of a verb at `addr`.
+fn piece_addr(addr: RemoteAddr, k: usize, len: usize) -> Result<RemoteAddr, TransportError> {
+    addr.checked_add((k * crate::MAX_BATCH_BYTES) as u64)
+        .ok_or(TransportError::OutOfBounds {
+            addr,
+            len,
+            region_len: 0,
+        })
+}
+
+/// [`Endpoint::batches`] for work that does not fit one batch.
+fn split_batches<E: Endpoint + ?Sized>(
+    ep: &mut E,
+    verbs: &mut [Verb<'_>],
+) -> Result<(), TransportError> {
+    const PIECE: usize = crate::MAX_BATCH_BYTES;
+    // Oversized READs and WRITEs become consecutive pieces; `origin[i]` is the verb piece i
+    // came from (to copy atomics' results back).
+    let mut pieces: Vec<Verb<'_>> = Vec::with_capacity(verbs.len());
+    let mut origin: Vec<usize> = Vec::with_capacity(verbs.len());
+    for (i, verb) in verbs.iter_mut().enumerate() {
+        match verb {
+            Verb::Read { addr, buf, fenced } => {
+                for (k, chunk) in buf.chunks_mut(PIECE).enumerate() {
+                    let at = piece_addr(*addr, k, chunk.len())?;
+                    let piece = Verb::read(at, chunk);
+                    pieces.push(if *fenced && k == 0 {
+                        piece.fenced()
+                    } else {
+                        piece
+                    });
+                    origin.push(i);
+                }
+            }
+            Verb::Write { addr, data } => {
+                for (k, chunk) in data.chunks(PIECE).enumerate() {
+                    pieces.push(Verb::write(piece_addr(*addr, k, chunk.len())?, chunk));
+                    origin.push(i);
+                }
+            }
+            Verb::Cas {
+                addr,
+                expected,
+                desired,
+                fenced,
+                old,
+            } => {
+                pieces.push(Verb::Cas {
+                    addr: *addr,
+                    expected: *expected,
+                    desired: *desired,
+                    fenced: *fenced,
+                    old: *old,
+                });
+                origin.push(i);
+            }
+            Verb::Faa {
+                addr,
+                add,
+                fenced,
+                old,
+            } => {
+                pieces.push(Verb::Faa {
+                    addr: *addr,
+                    add: *add,
+                    fenced: *fenced,
+                    old: *old,
+                });
+                origin.push(i);
+            }
+        }
+    }
+    // Consecutive runs that fit one batch each.
+    let mut start = 0;
+    let mut result = Ok(());
+    while start < pieces.len() {
+        let (mut end, mut bytes) = (start, 0);
+        while end < pieces.len()
+            && end - start < crate::MAX_BATCH_VERBS
+            && bytes + pieces[end].len().next_multiple_of(8) <= crate::MAX_BATCH_BYTES
+        {
+            bytes += pieces[end].len().next_multiple_of(8);
+            end += 1;
+        }
+        result = ep.batch(&mut pieces[start..end]);
+        if result.is_err() {
+            break;
+        }
+        start = end;
+    }
+    // Atomics' results (also of a failed run: executed atomics report their old values).
+    let olds: Vec<(usize, u64)> = pieces
+        .iter()
+        .zip(&origin)
+        .filter_map(|(piece, &i)| piece.old_value().map(|old| (i, old)))
+        .collect();
+    drop(pieces);
+    for (i, value) in olds {
+        if let Verb::Cas { old, .. } | Verb::Faa { old, .. } = &mut verbs[i] {
+            *old = value;
+        }
+    }
+    result
 }
 
 /// Checks that `verb` is well formed against the memory nodes in `nodes`: a known node, a range

@@ -28,6 +28,20 @@ pub enum TransportError {
     /// Connecting to, or talking to, a memory node failed.
     #[error("connection failed: {0}")]
     Connection(String),
+    /// A batch carries more verbs or staging bytes than one batch may
+    /// ([`crate::MAX_BATCH_VERBS`], [`crate::MAX_BATCH_BYTES`]); nothing was executed. Split the
+    /// work ([`crate::Endpoint::batches`]).
+    #[error(
+        "a batch of {verbs} verbs and {bytes} staging bytes exceeds the limits ({} verbs, {} bytes)",
+        crate::MAX_BATCH_VERBS,
+        crate::MAX_BATCH_BYTES
+    )]
+    BatchTooLarge {
+        /// Verbs in the batch.
+        verbs: usize,
+        /// Staging bytes it would use.
+        bytes: usize,
+    },
     /// A verb failed because the test harness asked it to (simulator fault injection).
     #[error("injected fault")]
     InjectedFault,

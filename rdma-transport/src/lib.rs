@@ -11,21 +11,25 @@
 //! * [`Endpoint`] — `read`, `write`, `cas`, `faa`, and [`Endpoint::batch`]: a doorbell batch whose
 //!   verbs are executed **in order** by the memory node and cost **one round trip**.
 //! * [`Stats`] — per-endpoint counters; every network figure the project reports comes from them.
+//! * Limits — [`MAX_BATCH_VERBS`] and [`MAX_BATCH_BYTES`] per batch, enforced by every backend;
+//!   [`Endpoint::batches`] splits larger work into consecutive batches.
 //! * [`conformance`] — a test suite written once and run against every implementation.
 //!
 //! # Example: a new transport, checked by the conformance suite
 //!
 //! A toy transport whose one memory node is a byte vector behind a mutex (the simulator in
 //! `sim-transport` does it properly, with atomics and cross-process pools). Implementing
-//! [`Endpoint::batch`] is all it takes; [`validate_verb`] and [`Stats::record_verb`] keep errors
-//! and counters identical across backends, and [`conformance::run_all`] checks the contract.
+//! [`Endpoint::batch`] is all it takes; [`validate_batch`], [`validate_verb`] and
+//! [`Stats::record_verb`] keep limits, errors and counters identical across backends, and
+//! [`conformance::run_all`] checks the contract.
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
 //!
 //! use rdma_transport::conformance::{self, Scratch};
 //! use rdma_transport::{
-//!     Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, validate_verb,
+//!     Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, validate_batch,
+//!     validate_verb,
 //! };
 //!
 //! #[derive(Clone)]
@@ -55,7 +59,8 @@
 //!
 //! impl Endpoint for ToyEndpoint {
 //!     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
-//!         // Validate everything before executing anything.
+//!         // Validate everything — the batch limits, then each verb — before executing anything.
+//!         validate_batch(verbs)?;
 //!         for verb in verbs.iter() {
 //!             validate_verb(verb, &self.toy.nodes)?;
 //!         }
@@ -101,6 +106,7 @@ mod addr;
 pub mod conformance;
 mod endpoint;
 mod error;
+mod limits;
 mod stats;
 mod verb;
 #[cfg(feature = "verbs")]
@@ -109,6 +115,7 @@ pub mod verbs;
 pub use addr::{MAX_OFFSET, RemoteAddr};
 pub use endpoint::{Endpoint, MemoryNodeInfo, Transport, validate_verb};
 pub use error::TransportError;
+pub use limits::{MAX_BATCH_BYTES, MAX_BATCH_VERBS, batch_bytes, validate_batch};
 pub use stats::Stats;
 pub use verb::Verb;
 

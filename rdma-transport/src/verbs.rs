@@ -37,7 +37,7 @@ use crate::{Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, va
 const MAGIC: u32 = u32::from_le_bytes(*b"RLXV");
 const PORT: u8 = 1;
 /// Staging buffer per endpoint: the most one batch may move.
-pub const STAGING_BYTES: usize = 4 << 20;
+pub const STAGING_BYTES: usize = crate::MAX_BATCH_BYTES;
 const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn connection(what: impl std::fmt::Display) -> TransportError {
@@ -201,7 +201,7 @@ impl Device {
         );
         let mut builder = self.pd.create_qp_builder();
         builder
-            .setup_max_send_wr(1024)
+            .setup_max_send_wr(crate::MAX_BATCH_VERBS as u32)
             .setup_max_send_sge(1)
             .setup_max_inline_data(0)
             .setup_send_cq(cq.clone())
@@ -528,6 +528,7 @@ impl Endpoint for VerbsEndpoint {
         if verbs.is_empty() {
             return Ok(());
         }
+        crate::validate_batch(verbs)?;
         for verb in verbs.iter() {
             validate_verb(verb, &self.nodes)?;
         }

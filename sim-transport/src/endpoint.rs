@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdma_transport::{Endpoint, Stats, TransportError, Verb, validate_verb};
+use rdma_transport::{Endpoint, Stats, TransportError, Verb, validate_batch, validate_verb};
 
 use crate::transport::Shared;
 
@@ -139,6 +139,7 @@ impl Endpoint for SimEndpoint {
         if self.crashed {
             return Err(TransportError::Crashed);
         }
+        validate_batch(verbs)?;
         for verb in verbs.iter() {
             validate_verb(verb, &self.shared.nodes)?;
         }
@@ -193,6 +194,26 @@ mod tests {
             "failed verbs must not have executed"
         );
         assert_eq!(ep.read_word(addr(0)), Ok(1));
+    }
+
+    #[test]
+    fn reads_and_writes_larger_than_a_batch_are_split_and_oversized_batches_refused() {
+        let len = 2 * rdma_transport::MAX_BATCH_BYTES + 4096;
+        let t = SimTransport::anonymous(&[len as u64 + 4096]).expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        ep.write(addr(8), &data).expect("a large WRITE is split");
+        assert_eq!(ep.stats().batches, 3);
+        let mut back = vec![0u8; len];
+        ep.read(addr(8), &mut back).expect("a large READ is split");
+        assert_eq!(back, data);
+        assert_eq!(ep.stats().batches, 6);
+        let mut one = vec![0u8; rdma_transport::MAX_BATCH_BYTES + 8];
+        assert!(matches!(
+            ep.batch(&mut [Verb::read(addr(0), &mut one)]),
+            Err(TransportError::BatchTooLarge { .. })
+        ));
+        assert_eq!(ep.stats().batches, 6, "a refused batch costs nothing");
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl<E: Endpoint> Client<E> {
         for (&at, chunk) in words.iter().zip(word_buf.chunks_exact_mut(8)) {
             verbs.push(Verb::read(at, chunk));
         }
-        self.ep.batch(&mut verbs)?;
+        self.ep.batches(&mut verbs)?;
         drop(verbs);
         Ok(self.buf[leaf_part..]
             .chunks_exact(8)
@@ -59,7 +59,7 @@ impl<E: Endpoint> Client<E> {
             .zip(words.chunks_exact_mut(8))
             .map(|(&(slot, _), chunk)| Verb::read(layout.slot_entry_addr(slot), chunk))
             .collect();
-        self.ep.batch(&mut verbs)?;
+        self.ep.batches(&mut verbs)?;
         drop(verbs);
         Ok(views
             .iter()
@@ -124,7 +124,7 @@ impl<E: Endpoint> Client<E> {
             Verb::read(stale.record, &mut fixed),
             Verb::read(offset(stale.record, stale.layout.lt_entry(0)), first),
         ];
-        self.ep.batch(&mut verbs)?;
+        self.ep.batches(&mut verbs)?;
         let header = ModelHeader::from_raw(le_word(&fixed, 0));
         if header.is_retired()
             || le_word(&fixed, 1) != stale.slot

@@ -91,7 +91,7 @@ impl<E: Endpoint> Client<E> {
         let mut last = IndexError::Config("no release attempted".into());
         for _ in 0..REDO_ATTEMPTS {
             let mut verbs = [leaf_store::unlock_verb(lock.lt_addr, lock.held, None)];
-            match self.ep.batch(&mut verbs) {
+            match self.ep.batches(&mut verbs) {
                 Ok(()) => return Ok(check_unlocked(&verbs)),
                 Err(e) => last = e.into(),
             }
@@ -114,7 +114,7 @@ impl<E: Endpoint> Client<E> {
         link_at: Option<usize>,
     ) -> Result<bool, IndexError> {
         let mut verbs = build(unlock);
-        let first = match self.ep.batch(&mut verbs) {
+        let first = match self.ep.batches(&mut verbs) {
             Ok(()) => {
                 check_link(&verbs, link_at, false)?;
                 if unlock {
@@ -128,7 +128,7 @@ impl<E: Endpoint> Client<E> {
         let mut last = first.clone();
         for _ in 0..REDO_ATTEMPTS {
             let mut verbs = build(true);
-            match self.ep.batch(&mut verbs) {
+            match self.ep.batches(&mut verbs) {
                 Ok(()) => {
                     check_link(&verbs, link_at, true)?;
                     check_unlocked(&verbs)?;

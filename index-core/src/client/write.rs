@@ -154,7 +154,7 @@ impl<E: Endpoint> Client<E> {
             verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
         }
         verbs.push(Verb::read(view.record, header_buf).fenced());
-        if let Err(e) = self.ep.batch(&mut verbs) {
+        if let Err(e) = self.ep.batches(&mut verbs) {
             let took = release::took_lock(&verbs);
             drop(verbs);
             let lock = LockRef {

@@ -528,8 +528,8 @@ impl<E: Endpoint> Retrainer<E> {
     }
 }
 
-/// The first `len` bytes of every record in `table`, in slot order: one batch of READs per 4,096
-/// slots.
+/// The first `len` bytes of every record in `table`, in slot order: READs in as few batches as the
+/// limits allow.
 fn record_prefixes<E: Endpoint>(
     ep: &mut E,
     table: &[(RemoteAddr, u64)],
@@ -542,7 +542,7 @@ fn record_prefixes<E: Endpoint>(
             .zip(bufs.chunks_exact_mut(len))
             .map(|(&(addr, _), buf)| Verb::read(addr, buf))
             .collect();
-        ep.batch(&mut verbs)?;
+        ep.batches(&mut verbs)?;
     }
     Ok(out)
 }

@@ -96,7 +96,8 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Queues every slot whose SLT has handed out at least `threshold` slots (one READ of the slot
-    /// table, one batch of header READs per 4,096 slots). Returns how many were queued.
+    /// table, then the header READs in as few batches as the limits allow). Returns how many were
+    /// queued.
     pub fn sweep(&mut self, threshold: u64) -> Result<usize, RetrainError> {
         let table = read_slot_table(&mut self.ep, &self.layout)?;
         let headers = record_prefixes(&mut self.ep, &table, 8)?;

@@ -310,7 +310,7 @@ impl<E: Endpoint> Retrainer<E> {
                 .zip(buf.chunks_exact_mut(leaf_bytes))
                 .map(|(e, chunk)| Verb::read(self.layout.leaf_addr(e.leaf_num()), chunk))
                 .collect();
-            self.ep.batch(&mut verbs)?;
+            self.ep.batches(&mut verbs)?;
         }
         let mut leaves = Vec::with_capacity(all.len());
         for (e, chunk) in all.iter().zip(buf.chunks_exact(leaf_bytes)) {
