@@ -51,6 +51,10 @@ pub struct StoreConfig {
     /// it off to show the check is needed).
     #[cfg(loom)]
     pub confirm_retired: bool,
+    /// Loom builds only: whether a split's shrinking WRITE is fenced behind the header bump
+    /// (always, outside loom builds; loom models switch it off to show the fence is needed).
+    #[cfg(loom)]
+    pub fence_shrink: bool,
 }
 
 impl Default for StoreConfig {
@@ -65,6 +69,8 @@ impl Default for StoreConfig {
             split_order: SplitOrder::Safe,
             #[cfg(loom)]
             confirm_retired: true,
+            #[cfg(loom)]
+            fence_shrink: true,
         }
     }
 }

@@ -4,19 +4,33 @@
 //!
 //! The GET must always find the key. Two wrong split orders must be caught: DESIGN.md's (bump the
 //! header, shrink the split leaf, then link and unlock in one CAS — a reader that refreshes between
-//! the bump and the link caches the new header without the link) and shrinking first.
+//! the bump and the link caches the new header without the link) and shrinking first. The same
+//! model also runs with the simulator holding back every READ and atomic as long as InfiniBand
+//! allows (`Reordering::Adversarial`): the split as built passes, and a shrinking WRITE that is not
+//! fenced behind the header bump — it may then land before the bump — is caught.
 
 #![cfg(loom)]
 
 use index_core::{SplitOrder, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use sim_transport::SimTransport;
+use sim_transport::{Reordering, SimConfig};
 
 fn scenario(order: SplitOrder) {
+    scenario_in(order, Reordering::InOrder, true);
+}
+
+fn scenario_in(order: SplitOrder, reordering: Reordering, fence_shrink: bool) {
     // The single-threaded setup (bulk load, two stores attaching) alone makes hundreds of word
     // accesses, each a loom branch point: raise the per-execution budget.
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 50_000;
+    if reordering != Reordering::InOrder {
+        // The reordered schedule that breaks an unfenced shrink needs four preemptions: the
+        // writer starts, runs up to its SLT claim, the reader refreshes and is stopped before its
+        // leaf READ, the writer links and shrinks, the reader reads before the bump lands.
+        builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(4).max(4));
+    }
     builder.check(move || {
         // δ = 2, two full leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first and
         // moves 20 into a new synonym leaf.
@@ -31,10 +45,15 @@ fn scenario(order: SplitOrder) {
         };
         let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
         let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
-        let transport = SimTransport::anonymous(&[size]).expect("pool");
+        let sim = SimConfig {
+            reordering,
+            ..SimConfig::default()
+        };
+        let transport = SimTransport::anonymous_with(&[size], sim).expect("pool");
         bootstrap(&transport, pairs, &load).expect("load");
         let config = StoreConfig {
             split_order: order,
+            fence_shrink,
             ..StoreConfig::default()
         };
         let writer_store = Store::open(transport.clone(), config.clone()).expect("open");
@@ -79,4 +98,17 @@ fn loom_catches_the_design_split_order() {
 #[test]
 fn loom_catches_shrinking_before_linking() {
     caught(SplitOrder::ShrinkFirst);
+}
+
+#[test]
+fn under_infiniband_reordering_the_split_as_built_loses_nothing() {
+    scenario_in(SplitOrder::Safe, Reordering::Adversarial, true);
+}
+
+#[test]
+fn loom_catches_an_unfenced_shrink_under_infiniband_reordering() {
+    sim_transport::loom_support::assert_caught(
+        || scenario_in(SplitOrder::Safe, Reordering::Adversarial, false),
+        "GET missed a key while it moved",
+    );
 }

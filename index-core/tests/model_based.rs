@@ -84,7 +84,7 @@ fn run(case: &Case, load: &BulkLoadConfig, nodes: usize, mode: CacheMode) -> Res
     )
     .next_multiple_of(8)
         * 2;
-    let transport = SimTransport::anonymous_with(&vec![size; nodes], SimConfig::default())
+    let transport = SimTransport::anonymous_with(&vec![size; nodes], SimConfig::harsh())
         .map_err(|e| e.to_string())?;
     let pairs: Vec<(u64, u64)> = case.initial.iter().map(|&k| (k, k ^ 0xabcd)).collect();
     bootstrap(&transport, pairs.clone(), load).map_err(|e| e.to_string())?;

@@ -27,7 +27,7 @@ fn tiny() -> BulkLoadConfig {
 fn pool(initial: &[(u64, u64)], spare: u64, nodes: usize) -> SimTransport {
     let size = required_pool_bytes(initial.len() as u64, &tiny(), spare).next_multiple_of(8);
     let transport =
-        SimTransport::anonymous_with(&vec![size; nodes], SimConfig::torn()).expect("pool");
+        SimTransport::anonymous_with(&vec![size; nodes], SimConfig::harsh()).expect("pool");
     bootstrap(&transport, initial.to_vec(), &tiny()).expect("load");
     transport
 }

@@ -12,7 +12,7 @@ use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use rdma_transport::Transport;
 use retrainer::{RetrainConfig, RetrainError, Retrainer};
-use sim_transport::{SimEndpoint, SimTransport};
+use sim_transport::{SimConfig, SimEndpoint, SimTransport};
 
 const STORES: usize = 3;
 
@@ -90,7 +90,8 @@ fn run(case: &Case, mode: CacheMode) -> Result<(), String> {
         ..BulkLoadConfig::default()
     };
     let size = required_pool_bytes(case.initial.len() as u64, &load, 512).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).map_err(|e| e.to_string())?;
+    let transport =
+        SimTransport::anonymous_with(&[size], SimConfig::harsh()).map_err(|e| e.to_string())?;
     let pairs: Vec<(u64, u64)> = case.initial.iter().map(|&k| (k, k)).collect();
     let layout = bootstrap(&transport, pairs.clone(), &load).map_err(|e| e.to_string())?[0].layout;
     let node = transport.memory_nodes()[0];

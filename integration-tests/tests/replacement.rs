@@ -244,7 +244,7 @@ fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
         model_region_factor: 64,
         ..tiny()
     };
-    let (transport, _) = fixtures::load(&loaded, 8 * PER_WRITER, &load, SimConfig::torn());
+    let (transport, _) = fixtures::load(&loaded, 8 * PER_WRITER, &load, SimConfig::harsh());
     let node = transport.memory_nodes()[0];
     let config = StoreConfig {
         retrain_threshold: 4,

@@ -12,7 +12,7 @@ use index_core::{OpKind, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, RingLayout, required_pool_bytes, verify};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
-use sim_transport::SimTransport;
+use sim_transport::{SimConfig, SimTransport};
 use testkit::XorShift64;
 
 fn keys(n: usize, seed: u64) -> Vec<u64> {
@@ -75,7 +75,7 @@ fn retraining_keeps_up_with_five_times_the_loaded_keys() {
     };
     let size = required_pool_bytes(loaded.len() as u64, &load, inserted.len() as u64 / 2)
         .next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let transport = SimTransport::anonymous_with(&[size], SimConfig::harsh()).expect("pool");
     let reports =
         bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load).expect("load");
     let layout = reports[0].layout;

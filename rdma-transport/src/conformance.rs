@@ -161,7 +161,8 @@ pub fn faa_returns_old_value_and_adds<E: Endpoint>(ep: &mut E, scratch: Scratch)
     );
 }
 
-/// Verbs of one batch execute in order: later (fenced) verbs see earlier verbs' effects.
+/// Fenced verbs of one batch see every earlier verb's effect, and a fenced WRITE does not overtake
+/// an earlier READ; WRITEs land in order.
 pub fn batch_executes_in_order<E: Endpoint>(ep: &mut E, scratch: Scratch) {
     let w = scratch.at(80);
     ep.write_word(w, 0).expect("write");
@@ -173,7 +174,7 @@ pub fn batch_executes_in_order<E: Endpoint>(ep: &mut E, scratch: Scratch) {
         Verb::cas(w, 1, 7).fenced(),
         Verb::faa(w, 3).fenced(),
         Verb::read(w, &mut seen).fenced(),
-        Verb::write(w, &two),
+        Verb::write(w, &two).fenced(),
     ];
     ep.batch(&mut verbs).expect("batch");
     assert_eq!(

@@ -139,9 +139,14 @@ fn split_batches<E: Endpoint + ?Sized>(
                     origin.push(i);
                 }
             }
-            Verb::Write { addr, data } => {
+            Verb::Write { addr, data, fenced } => {
                 for (k, chunk) in data.chunks(PIECE).enumerate() {
-                    pieces.push(Verb::write(piece_addr(*addr, k, chunk.len())?, chunk));
+                    let piece = Verb::write(piece_addr(*addr, k, chunk.len())?, chunk);
+                    pieces.push(if *fenced && k == 0 {
+                        piece.fenced()
+                    } else {
+                        piece
+                    });
                     origin.push(i);
                 }
             }

@@ -7,10 +7,12 @@ use crate::RemoteAddr;
 /// Buffers are borrowed for the duration of the batch; atomics carry an `old` slot that the
 /// endpoint fills with the value the remote word held before the atomic executed.
 ///
-/// **Ordering.** The memory node executes a batch's verbs in order. On real hardware a READ or an
-/// atomic may still start before an earlier READ or atomic of the same batch has completed; a verb
-/// that must observe the effect of an earlier verb in its batch is therefore marked *fenced*
-/// (`IBV_SEND_FENCE`). WRITEs are always placed in order and need no fence.
+/// **Ordering** (InfiniBand RC, as `shared/DESIGN.md` §3 states it). WRITEs take effect in order
+/// with respect to earlier WRITEs, and READs observe memory in order; but a later verb — a WRITE
+/// included — may take effect before an earlier READ of its batch has returned its data or an
+/// earlier atomic has executed. A verb that must take effect (or observe memory) only after every
+/// earlier READ and atomic of its batch has completed is marked *fenced* (`IBV_SEND_FENCE`). The
+/// simulator's reordering mode (`sim-transport`) applies exactly these permitted reorderings.
 #[derive(Debug)]
 pub enum Verb<'a> {
     /// `READ`: copy `buf.len()` bytes from `addr` into `buf`.
@@ -28,6 +30,8 @@ pub enum Verb<'a> {
         addr: RemoteAddr,
         /// Local source; its length is the WRITE's length.
         data: &'a [u8],
+        /// Take effect only after every earlier READ and atomic of the batch has completed.
+        fenced: bool,
     },
     /// `CAS`: if the 8-byte word at `addr` equals `expected`, replace it with `desired`.
     Cas {
@@ -67,7 +71,11 @@ impl<'a> Verb<'a> {
 
     /// A WRITE of `data` to `addr`.
     pub fn write(addr: RemoteAddr, data: &'a [u8]) -> Self {
-        Verb::Write { addr, data }
+        Verb::Write {
+            addr,
+            data,
+            fenced: false,
+        }
     }
 
     /// An unfenced CAS of the word at `addr` from `expected` to `desired`.
@@ -91,15 +99,15 @@ impl<'a> Verb<'a> {
         }
     }
 
-    /// The same verb, marked fenced: it observes every earlier verb of its batch.
-    /// WRITEs are always ordered, so fencing one changes nothing.
+    /// The same verb, marked fenced: it takes effect (or observes memory) only after every earlier
+    /// READ and atomic of its batch has completed.
     #[must_use]
     pub fn fenced(mut self) -> Self {
         match &mut self {
-            Verb::Read { fenced, .. } | Verb::Cas { fenced, .. } | Verb::Faa { fenced, .. } => {
-                *fenced = true;
-            }
-            Verb::Write { .. } => {}
+            Verb::Read { fenced, .. }
+            | Verb::Write { fenced, .. }
+            | Verb::Cas { fenced, .. }
+            | Verb::Faa { fenced, .. } => *fenced = true,
         }
         self
     }
@@ -107,10 +115,10 @@ impl<'a> Verb<'a> {
     /// Whether the verb waits for every earlier verb of its batch.
     pub fn is_fenced(&self) -> bool {
         match self {
-            Verb::Read { fenced, .. } | Verb::Cas { fenced, .. } | Verb::Faa { fenced, .. } => {
-                *fenced
-            }
-            Verb::Write { .. } => false,
+            Verb::Read { fenced, .. }
+            | Verb::Write { fenced, .. }
+            | Verb::Cas { fenced, .. }
+            | Verb::Faa { fenced, .. } => *fenced,
         }
     }
 

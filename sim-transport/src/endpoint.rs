@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use rdma_transport::{Endpoint, Stats, TransportError, Verb, validate_batch, validate_verb};
 
+use crate::Reordering;
 use crate::transport::Shared;
 
 /// One thread's endpoint on a [`crate::SimTransport`]. Executes verbs directly on the pools'
@@ -118,7 +119,9 @@ impl SimEndpoint {
         let pool = &self.shared.pools[usize::from(verb.addr().node())];
         match verb {
             Verb::Read { addr, buf, .. } => pool.read_bytes(addr.offset(), buf, &mut between_words),
-            Verb::Write { addr, data } => pool.write_bytes(addr.offset(), data, &mut between_words),
+            Verb::Write { addr, data, .. } => {
+                pool.write_bytes(addr.offset(), data, &mut between_words)
+            }
             Verb::Cas {
                 addr,
                 expected,
@@ -128,6 +131,77 @@ impl SimEndpoint {
             } => *old = pool.cas(addr.offset(), *expected, *desired),
             Verb::Faa { addr, add, old, .. } => *old = pool.faa(addr.offset(), *add),
         }
+    }
+}
+
+impl SimEndpoint {
+    /// Executes one verb (or fails it, if a fault is due) and counts it.
+    fn run(&mut self, verb: &mut Verb<'_>) -> Result<(), TransportError> {
+        if let Some(fault) = self.injected_fault() {
+            return Err(fault);
+        }
+        self.execute(verb);
+        self.stats.record_verb(verb);
+        Ok(())
+    }
+
+    /// A batch under the permitted reorderings (see [`Reordering`]): READs and atomics — fenced
+    /// ones too, once their fence is satisfied — may be held back; a held verb completes before
+    /// the next fenced verb, before a later READ (READs observe memory in order), at a
+    /// pseudo-random later point (random mode), or at the end. WRITEs are never held, so they stay
+    /// in order with respect to each other.
+    fn run_reordered(
+        &mut self,
+        verbs: &mut [Verb<'_>],
+        mode: Reordering,
+    ) -> Result<(), TransportError> {
+        let mut held: Vec<usize> = Vec::new();
+        for i in 0..verbs.len() {
+            let (is_read, fenced) = (matches!(verbs[i], Verb::Read { .. }), verbs[i].is_fenced());
+            if fenced {
+                for j in std::mem::take(&mut held) {
+                    self.run(&mut verbs[j])?;
+                }
+            } else if is_read {
+                // READs observe memory in order: earlier held READs complete first.
+                let mut rest = Vec::with_capacity(held.len());
+                for j in std::mem::take(&mut held) {
+                    if matches!(verbs[j], Verb::Read { .. }) {
+                        self.run(&mut verbs[j])?;
+                    } else {
+                        rest.push(j);
+                    }
+                }
+                held = rest;
+            }
+            if mode == Reordering::Random && !held.is_empty() && self.coin() {
+                // Some held verbs complete now, in their order.
+                let cut = held.len() / 2 + 1;
+                for j in held.drain(..cut.min(held.len())) {
+                    self.run(&mut verbs[j])?;
+                }
+            }
+            // A fenced verb waits for the earlier ones (above), but once issued, a fenced READ or
+            // atomic may itself be overtaken by later unfenced verbs.
+            let holdable = is_read || verbs[i].is_atomic();
+            if holdable && (mode == Reordering::Adversarial || self.coin()) {
+                held.push(i);
+            } else {
+                self.run(&mut verbs[i])?;
+            }
+        }
+        for j in held {
+            self.run(&mut verbs[j])?;
+        }
+        Ok(())
+    }
+
+    /// A pseudo-random bit.
+    fn coin(&mut self) -> bool {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng & 1 == 1
     }
 }
 
@@ -150,15 +224,15 @@ impl Endpoint for SimEndpoint {
             }
         }
         self.stats.batches += 1;
-        // The simulator executes strictly in order, so fenced and unfenced verbs behave alike.
-        for verb in verbs.iter_mut() {
-            if let Some(fault) = self.injected_fault() {
-                return Err(fault);
+        match self.shared.config.reordering {
+            Reordering::InOrder => {
+                for verb in verbs.iter_mut() {
+                    self.run(verb)?;
+                }
+                Ok(())
             }
-            self.execute(verb);
-            self.stats.record_verb(verb);
+            mode => self.run_reordered(verbs, mode),
         }
-        Ok(())
     }
 
     fn stats(&self) -> Stats {
@@ -214,6 +288,57 @@ mod tests {
             Err(TransportError::BatchTooLarge { .. })
         ));
         assert_eq!(ep.stats().batches, 6, "a refused batch costs nothing");
+    }
+
+    #[test]
+    fn reordering_lets_unfenced_verbs_overtake_reads_and_atomics_and_fences_stop_it() {
+        let t = SimTransport::anonymous_with(
+            &[4096],
+            SimConfig {
+                reordering: crate::Reordering::Adversarial,
+                ..SimConfig::default()
+            },
+        )
+        .expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        let five = 5u64.to_le_bytes();
+        // An unfenced WRITE lands before the earlier FAA executes.
+        let mut verbs = [Verb::faa(addr(0), 1), Verb::write(addr(0), &five)];
+        ep.batch(&mut verbs).expect("batch");
+        assert_eq!(verbs[0].old_value(), Some(5));
+        assert_eq!(ep.read_word(addr(0)), Ok(6));
+        // Fenced, it waits for the FAA.
+        ep.write_word(addr(8), 0).expect("write");
+        let mut verbs = [Verb::faa(addr(8), 1), Verb::write(addr(8), &five).fenced()];
+        ep.batch(&mut verbs).expect("batch");
+        assert_eq!(verbs[0].old_value(), Some(0));
+        assert_eq!(ep.read_word(addr(8)), Ok(5));
+        // A READ may return data written after it; fenced WRITE, it may not.
+        let nine = 9u64.to_le_bytes();
+        let mut seen = [0u8; 8];
+        ep.batch(&mut [Verb::read(addr(8), &mut seen), Verb::write(addr(8), &nine)])
+            .expect("batch");
+        assert_eq!(u64::from_le_bytes(seen), 9);
+        ep.batch(&mut [
+            Verb::read(addr(8), &mut seen),
+            Verb::write(addr(8), &five).fenced(),
+        ])
+        .expect("batch");
+        assert_eq!(u64::from_le_bytes(seen), 9);
+        assert_eq!(ep.read_word(addr(8)), Ok(5));
+        // WRITEs stay in order; READs observe memory in order.
+        let (one, two) = (1u64.to_le_bytes(), 2u64.to_le_bytes());
+        let (mut first, mut second) = ([0u8; 8], [0u8; 8]);
+        ep.batch(&mut [
+            Verb::write(addr(16), &one),
+            Verb::read(addr(16), &mut first),
+            Verb::write(addr(16), &two),
+            Verb::read(addr(16), &mut second),
+        ])
+        .expect("batch");
+        assert_eq!(ep.read_word(addr(16)), Ok(2));
+        assert_eq!(u64::from_le_bytes(first), 2, "held past the later WRITE");
+        assert_eq!(u64::from_le_bytes(second), 2);
     }
 
     #[test]

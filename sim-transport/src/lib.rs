@@ -43,4 +43,4 @@ mod transport;
 
 pub use endpoint::SimEndpoint;
 pub use pool::{Pool, PoolError};
-pub use transport::{SimConfig, SimTransport};
+pub use transport::{Reordering, SimConfig, SimTransport};

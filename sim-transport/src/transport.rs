@@ -16,6 +16,29 @@ pub struct SimConfig {
     pub torn: bool,
     /// Busy-wait this long before executing each batch (a crude network delay).
     pub batch_delay: Option<Duration>,
+    /// Apply InfiniBand's permitted reorderings inside a batch (see [`Reordering`]).
+    pub reordering: Reordering,
+}
+
+/// How the simulator orders the verbs of one batch.
+///
+/// InfiniBand RC lets a later verb — a WRITE included — take effect before an earlier READ of its
+/// batch has returned its data or an earlier atomic has executed, unless the later verb is fenced.
+/// WRITEs stay in order with respect to earlier WRITEs, and READs observe memory in order. The
+/// simulator models this by *holding back* READs and atomics: a held verb completes later —
+/// before the next fenced verb, or at the end of the batch — while the unfenced verbs after it
+/// take effect first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reordering {
+    /// Strictly in order (fences change nothing).
+    #[default]
+    InOrder,
+    /// Each READ and atomic is held back with probability ½, and a held verb completes at a
+    /// pseudo-random later point: the permitted reorderings, mixed with in-order runs.
+    Random,
+    /// Every READ and atomic is held back as long as the rules allow: the harshest schedule,
+    /// deterministic (for loom models).
+    Adversarial,
 }
 
 impl SimConfig {
@@ -23,6 +46,15 @@ impl SimConfig {
     pub fn torn() -> Self {
         Self {
             torn: true,
+            ..Self::default()
+        }
+    }
+
+    /// Torn-read mode and random reordering: the harshest mode for stress tests.
+    pub fn harsh() -> Self {
+        Self {
+            torn: true,
+            reordering: Reordering::Random,
             ..Self::default()
         }
     }

@@ -19,7 +19,8 @@ const NOT_EXECUTED: u64 = u64::MAX;
 impl<E: Endpoint> Client<E> {
     /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
     /// entries), the LT link change (keeping the lock), the FREED marker, FAA of the header's
-    /// change counter, then `late_writes` (the split leaf's shrunken contents), then the unlock.
+    /// change counter, then `late_writes` (the split leaf's shrunken contents, fenced behind the
+    /// bump), then the unlock (fenced).
     /// Readers that cached the old tables see the bump before any key leaves a leaf they read.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn structural(
@@ -33,6 +34,16 @@ impl<E: Endpoint> Client<E> {
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
+        let fence_shrink = {
+            #[cfg(loom)]
+            {
+                self.caches.config.fence_shrink
+            }
+            #[cfg(not(loom))]
+            {
+                true
+            }
+        };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
         let link_at = lt_change.is_some().then_some(writes.len());
         let build = |unlock: bool| {
@@ -47,8 +58,15 @@ impl<E: Endpoint> Client<E> {
                 verbs.push(Verb::write(*at, bytes));
             }
             verbs.push(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
+            // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
+            // executes, and a reader could see the shrunk leaf under the old header.
             for (at, bytes) in &late_writes {
-                verbs.push(Verb::write(*at, bytes));
+                let shrink = Verb::write(*at, bytes);
+                verbs.push(if fence_shrink {
+                    shrink.fenced()
+                } else {
+                    shrink
+                });
             }
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lt_final, None).fenced());
