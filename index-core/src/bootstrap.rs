@@ -45,33 +45,63 @@ pub fn bootstrap_with_progress<T: Transport>(
             "{len} keys cannot fill {count} memory nodes"
         )));
     }
-    // Balanced: node i gets pairs[i·len/count .. (i+1)·len/count], never empty.
-    let chunks: Vec<Vec<(u64, u64)>> = (0..count)
-        .map(|i| pairs[i * len / count..(i + 1) * len / count].to_vec())
-        .collect();
-    drop(pairs);
-    let starts: Vec<u64> = chunks
-        .iter()
-        .enumerate()
-        .map(|(i, c)| if i == 0 { 0 } else { c[0].0 })
-        .collect();
+    let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+    let parts = partition(&keys, count, config);
+    drop(keys);
     let mut ep = transport.endpoint()?;
     let mut reports = Vec::new();
-    for (i, chunk) in chunks.into_iter().enumerate() {
-        let node_config = BulkLoadConfig {
-            node_index: i as u64,
-            node_count: nodes.len() as u64,
-            key_lo: starts[i],
-            key_hi: starts.get(i + 1).map_or(u64::MAX, |next| next - 1),
-            ..config.clone()
-        };
+    for (i, (range, node_config)) in parts.into_iter().enumerate() {
         reports.push(bulk_load_with_progress(
             &mut ep,
             nodes[i],
-            chunk,
+            pairs[range].to_vec(),
             &node_config,
             |phase, done, total| progress(i, phase, done, total),
         )?);
     }
     Ok(reports)
+}
+
+/// How [`bootstrap`] range-partitions `keys` (sorted, distinct, at least `count`) over `count`
+/// memory nodes: node `i` gets `keys[i·len/count .. (i+1)·len/count]` (never empty) and serves
+/// from its first key (0 for node 0) to the next node's first key; returns each node's index
+/// range into `keys` and its bulk-load configuration (`config` with the node's index, count and
+/// key range). A process that loads one memory node of a deployment uses the same split.
+pub fn partition(
+    keys: &[u64],
+    count: usize,
+    config: &BulkLoadConfig,
+) -> Vec<(std::ops::Range<usize>, BulkLoadConfig)> {
+    let len = keys.len();
+    let count = count.max(1);
+    let ranges: Vec<std::ops::Range<usize>> = (0..count)
+        .map(|i| i * len / count..(i + 1) * len / count)
+        .collect();
+    let starts: Vec<u64> = ranges
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if i == 0 {
+                0
+            } else {
+                keys.get(r.start).copied().unwrap_or(0)
+            }
+        })
+        .collect();
+    ranges
+        .into_iter()
+        .enumerate()
+        .map(|(i, range)| {
+            let node_config = BulkLoadConfig {
+                node_index: i as u64,
+                node_count: count as u64,
+                key_lo: starts[i],
+                key_hi: starts
+                    .get(i + 1)
+                    .map_or(u64::MAX, |next| next.saturating_sub(1)),
+                ..config.clone()
+            };
+            (range, node_config)
+        })
+        .collect()
 }

@@ -80,7 +80,7 @@ mod store;
 mod sync;
 mod view;
 
-pub use bootstrap::{bootstrap, bootstrap_with_progress};
+pub use bootstrap::{bootstrap, bootstrap_with_progress, partition};
 pub use client::Client;
 #[cfg(loom)]
 pub use config::SplitOrder;

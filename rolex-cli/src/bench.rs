@@ -14,8 +14,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_transport::{Endpoint, Stats, Transport};
 use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::SimTransport;
 use sim_transport::cost_model::NetworkProfile;
-use sim_transport::{Pool, SimConfig, SimTransport};
 
 use crate::keys::{self, KeyDist};
 use crate::report::{Latency, Modeled, OpReport, Profile, Report, RetrainerSummary};
@@ -79,9 +79,10 @@ pub struct BenchArgs {
     /// Write the JSON report here.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Attach to a pool file served by `rolex memnode` instead of an embedded memory node.
-    #[arg(long)]
-    pub attach: Option<PathBuf>,
+    /// Attach to pool files served by `rolex memnode` instead of embedded memory nodes: one
+    /// file, or every memory node's of a deployment (comma-separated, any order).
+    #[arg(long, value_delimiter = ',')]
+    pub attach: Vec<PathBuf>,
     /// The transport: the simulator, or real RDMA verbs (needs the `verbs` build feature, an RDMA
     /// device, and `--connect`).
     #[arg(long, value_enum, default_value_t = CliTransport::Sim)]
@@ -184,13 +185,9 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         return run_verbs(args, mix, expected_inserts);
     }
     // The memory node(s): embedded, or an attached pool file.
-    let (transport, loaded, to_insert, retrainers, stop_retrainers) = if let Some(path) =
-        &args.attach
-    {
-        let pool = Pool::open_file(path).map_err(|e| e.to_string())?;
-        let transport = SimTransport::new(vec![pool], SimConfig::default());
-        let loaded = existing_keys(&transport, args.quiet)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+    let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
+        let transport = crate::pools::attach_files(&args.attach, true)?;
+        let loaded = existing_keys(&transport, args.quiet)?;
         let to_insert = match args.insert_order {
             keys::InsertOrder::Random => fresh_keys(args.seed, expected_inserts),
             keys::InsertOrder::Append => {

@@ -10,6 +10,7 @@
 
 mod bench;
 mod keys;
+mod pools;
 mod report;
 mod workload;
 
@@ -159,11 +160,18 @@ struct MemnodeArgs {
     /// Serve an existing pool file (created by an earlier `rolex memnode`, which stopped or was
     /// killed) instead of creating one: its keys stay as they are, and the retrainer repairs what
     /// a retraining cut short left behind.
-    #[arg(long, conflicts_with_all = ["size", "load", "keys", "force"])]
+    #[arg(long, conflicts_with_all = ["size", "load", "keys", "force", "node", "nodes"])]
     resume: bool,
-    /// Keys to generate and bulk-load.
+    /// Keys to generate and bulk-load (all memory nodes' together: each takes its share).
     #[arg(long, default_value_t = 1_000_000, conflicts_with = "load")]
     keys: u64,
+    /// This memory node's id in a deployment of `--nodes` (each started with the same key flags;
+    /// node i loads the i-th range of the keys, as `bootstrap` splits them).
+    #[arg(long, default_value_t = 0)]
+    node: u16,
+    /// Memory nodes in the deployment.
+    #[arg(long, default_value_t = 1)]
+    nodes: u16,
     /// Key distribution of the generated keys.
     #[arg(long, value_enum, default_value_t = keys::KeyDist::Uniform)]
     key_dist: keys::KeyDist,
@@ -288,18 +296,34 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
         fill: args.fill,
         ..BulkLoadConfig::default()
     };
+    if args.nodes == 0 || args.node >= args.nodes {
+        return Err(format!(
+            "--node {} is not a node of a deployment of --nodes {}",
+            args.node, args.nodes
+        ));
+    }
+    if (keys.len() as u64) < u64::from(args.nodes) {
+        return Err(format!(
+            "{} keys cannot fill {} memory nodes",
+            keys.len(),
+            args.nodes
+        ));
+    }
+    let (range, config) = index_core::partition(&keys, usize::from(args.nodes), &config)
+        .swap_remove(usize::from(args.node));
     let size = args.size.ok_or("--size is needed to create a pool")?;
     let pool =
         Pool::create_file(&args.pool, size.next_multiple_of(8)).map_err(|e| e.to_string())?;
     let lock = lock_pool(&args.pool)?;
-    let transport = SimTransport::new(vec![pool], SimConfig::default());
-    let node = transport.memory_nodes()[0];
+    let transport = SimTransport::with_node_ids(vec![(args.node, pool)], SimConfig::default())
+        .map_err(|e| e.to_string())?;
+    let node = pools::only_node(&transport);
     let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
     let started = Instant::now();
     let report = match bulk_load(
         &mut ep,
         node,
-        keys.iter().map(|&k| (k, k)).collect(),
+        keys[range].iter().map(|&k| (k, k)).collect(),
         &config,
     ) {
         Ok(report) => report,
@@ -309,8 +333,10 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
         }
     };
     println!(
-        "ready: {} holds {} keys in {} slots, {} trained leaves of {} (loaded in {:.2} s)",
+        "ready: {} (memory node {} of {}) holds {} keys in {} slots, {} trained leaves of {} (loaded in {:.2} s)",
         args.pool.display(),
+        args.node,
+        args.nodes,
         report.keys,
         report.slots,
         report.trained_leaves,
@@ -323,9 +349,8 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
 /// Attaches to an existing pool file; prints `ready:`.
 fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), String> {
     let lock = lock_pool(&args.pool)?;
-    let pool = Pool::open_file(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?;
-    let transport = SimTransport::new(vec![pool], SimConfig::default());
-    let node = transport.memory_nodes()[0];
+    let transport = pools::attach_files(std::slice::from_ref(&args.pool), false)?;
+    let node = pools::only_node(&transport);
     let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
     let layout =
         Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.pool.display()))?;
@@ -486,9 +511,8 @@ fn serve_verbs(_: &MemnodeArgs, _: SimTransport, _: Option<Instant>) -> Result<(
 }
 
 fn inspect(args: &InspectArgs) -> Result<bool, String> {
-    let pool = Pool::open_file(&args.attach).map_err(|e| e.to_string())?;
-    let transport = SimTransport::new(vec![pool], SimConfig::default());
-    let node = transport.memory_nodes()[0];
+    let transport = pools::attach_files(std::slice::from_ref(&args.attach), false)?;
+    let node = pools::only_node(&transport);
     let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
     let layout =
         Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.attach.display()))?;

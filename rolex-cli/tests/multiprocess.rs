@@ -122,6 +122,17 @@ fn bad_input_is_one_line_and_exit_code_2() {
         vec!["bench".into(), "--bogus".into()],
         vec!["bench".into(), "--threads".into(), "0".into()],
         vec!["bench".into(), "--workload".into(), "ycsb-z".into()],
+        vec![
+            "memnode".into(),
+            "--pool".into(),
+            dir.path().join("p3").display().to_string(),
+            "--size".into(),
+            "16M".into(),
+            "--node".into(),
+            "3".into(),
+            "--nodes".into(),
+            "3".into(),
+        ],
         // Without the verbs feature (the default build), or without a device: one line either way.
         vec![
             "bench".into(),
@@ -253,4 +264,137 @@ fn a_killed_memnode_resumes_its_pool() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_pool_holds(&pool, 20_000 + inserted);
+}
+
+/// `rolex inspect` on one pool file: its output, after checking it ran and verified clean.
+fn inspect_clean(pool: &std::path::Path) -> String {
+    let out = Command::new(ROLEX)
+        .args(["inspect", "--attach"])
+        .arg(pool)
+        .output()
+        .expect("inspect");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "inspect: {text}");
+    assert!(text.contains("verify: clean"), "{text}");
+    text
+}
+
+/// The number after `before` and up to `after` in `text`.
+fn number_between(text: &str, before: &str, after: &str) -> u64 {
+    let start = text.find(before).expect("field") + before.len();
+    let rest = &text[start..];
+    rest[..rest.find(after).expect("end")]
+        .trim()
+        .parse()
+        .expect("number")
+}
+
+/// The paper's deployment on one machine: three `rolex memnode` processes, each creating its own
+/// pool file with one range partition of the keys, and two `rolex bench` processes attached to
+/// all three, inserting and reading across them. Every inserted key reads back (through the
+/// partition table), and each pool verifies clean — `verify` bounds every key by its node's key
+/// range, so a key stored in the wrong partition would show.
+#[test]
+fn three_memnodes_and_two_benches_across_all_of_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pools: Vec<std::path::PathBuf> = (0..3).map(|i| dir.path().join(format!("p{i}"))).collect();
+    let memnodes: Vec<_> = pools
+        .iter()
+        .enumerate()
+        .map(|(i, pool)| {
+            let node = i.to_string();
+            start_memnode_with_keys(
+                pool,
+                "30000",
+                &["--nodes", "3", "--node", &node, "--duration", "12"],
+            )
+        })
+        .collect();
+    for (i, (_, ready, _)) in memnodes.iter().enumerate() {
+        assert!(ready.contains(&format!("memory node {i} of 3")), "{ready}");
+    }
+    let attach = pools
+        .iter()
+        .rev() // any order
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let benches: Vec<_> = (1..=2)
+        .map(|seed| {
+            let report = dir.path().join(format!("bench{seed}.json"));
+            let child = Command::new(ROLEX)
+                .args(["bench", "--attach", &attach])
+                .args([
+                    "--workload",
+                    "write50",
+                    "--ops",
+                    "20000",
+                    "--quiet",
+                    "--check-inserts",
+                ])
+                .args(["--seed", &seed.to_string(), "--json"])
+                .arg(&report)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start bench");
+            (child, report)
+        })
+        .collect();
+    let mut inserted = 0;
+    for (mut child, report) in benches {
+        assert!(child.wait().expect("wait").success(), "bench failed");
+        let r = json(&report);
+        assert_eq!(r["inserts_missing"], 0, "inserted keys missing: {r}");
+        assert!(r["ops"]["read"]["count"].as_u64().unwrap_or(0) > 0);
+        assert_eq!(r["verify_clean"], true);
+        inserted += r["inserted"].as_u64().expect("inserted");
+    }
+    assert!(inserted > 15_000, "only {inserted} inserts");
+    for (mut memnode, _, drain) in memnodes {
+        assert!(memnode.wait().expect("memnode").success(), "memnode failed");
+        drain.join().expect("stdout");
+    }
+    // Each pool clean; their key ranges tile the key space; together they hold every key.
+    let mut keys = 0;
+    let mut next_lo = 0u64;
+    for (i, pool) in pools.iter().enumerate() {
+        let text = inspect_clean(pool);
+        assert!(text.contains(&format!("node {i} of 3")), "{text}");
+        let lo = number_between(&text, "keys [", ",");
+        let hi = number_between(&text, &format!("keys [{lo},"), "]");
+        assert_eq!(
+            lo,
+            next_lo,
+            "node {i}'s range starts where node {}'s ends",
+            i.max(1) - 1
+        );
+        next_lo = hi.wrapping_add(1);
+        keys += text
+            .lines()
+            .find(|line| line.contains(" keys in "))
+            .and_then(|line| line.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .expect("the keys line");
+    }
+    assert_eq!(next_lo, 0, "the last node serves up to the largest key");
+    assert_eq!(keys, 30_000 + inserted);
+}
+
+/// A memnode creating `pool` with `keys` keys, and `extra` flags.
+fn start_memnode_with_keys(
+    pool: &std::path::Path,
+    keys: &str,
+    extra: &[&str],
+) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "memnode".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--size".as_ref(),
+        "64M".as_ref(),
+        "--keys".as_ref(),
+        keys.as_ref(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    start_until_ready(&args)
 }

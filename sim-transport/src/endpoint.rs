@@ -116,7 +116,10 @@ impl SimEndpoint {
                 }
             }
         };
-        let pool = &self.shared.pools[usize::from(verb.addr().node())];
+        // Validation found the node, so its pool exists.
+        let Some(pool) = self.shared.pool(verb.addr().node()) else {
+            return;
+        };
         match verb {
             Verb::Read { addr, buf, .. } => pool.read_bytes(addr.offset(), buf, &mut between_words),
             Verb::Write { addr, data, .. } => {

@@ -21,6 +21,9 @@ pub enum PoolError {
         /// What the operating system said.
         source: std::io::Error,
     },
+    /// Pools given to a transport do not fit together (e.g. one memory-node id twice).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// The memory of one simulated memory node.

@@ -64,13 +64,24 @@ impl SimConfig {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) pools: Vec<Pool>,
+    /// Memory-node id → index into `pools` (`usize::MAX`: no such node).
+    pub(crate) index_of: Vec<usize>,
     pub(crate) nodes: Vec<MemoryNodeInfo>,
     pub(crate) config: SimConfig,
     /// Transport-wide fault injection: this many upcoming verbs, on any endpoint, fail.
     pub(crate) fail_verbs: AtomicU64,
 }
 
-/// A simulated RDMA fabric: memory node `i` is the `i`-th pool.
+impl Shared {
+    /// The pool of memory node `id`.
+    pub(crate) fn pool(&self, id: u16) -> Option<&Pool> {
+        let at = *self.index_of.get(usize::from(id))?;
+        self.pools.get(at)
+    }
+}
+
+/// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
+/// [`SimTransport::with_node_ids`]).
 ///
 /// Cloning is cheap and shares the pools.
 #[derive(Debug, Clone)]
@@ -85,22 +96,45 @@ impl SimTransport {
     /// If more than 65,536 pools are given (memory-node ids are 16 bits).
     pub fn new(pools: Vec<Pool>, config: SimConfig) -> Self {
         assert!(pools.len() <= 1 << 16, "at most 65,536 memory nodes");
-        let nodes = pools
-            .iter()
+        let numbered = pools
+            .into_iter()
             .enumerate()
-            .map(|(id, pool)| MemoryNodeInfo {
-                id: id as u16,
-                region_len: pool.len(),
-            })
+            .map(|(id, pool)| (id as u16, pool))
             .collect();
-        Self {
+        Self::with_node_ids(numbered, config).unwrap_or_else(|_| unreachable!("ids are distinct"))
+    }
+
+    /// A transport over `pools`, each with its memory-node id — e.g. one process serving memory
+    /// node 2 of three, or a compute process attaching to the pool files of nodes 0, 1 and 2.
+    /// Ids must be distinct.
+    pub fn with_node_ids(pools: Vec<(u16, Pool)>, config: SimConfig) -> Result<Self, PoolError> {
+        let mut index_of = Vec::new();
+        let mut nodes = Vec::with_capacity(pools.len());
+        let mut list = Vec::with_capacity(pools.len());
+        for (i, (id, pool)) in pools.into_iter().enumerate() {
+            let at = usize::from(id);
+            if index_of.len() <= at {
+                index_of.resize(at + 1, usize::MAX);
+            }
+            if index_of[at] != usize::MAX {
+                return Err(PoolError::Config(format!("memory node {id} given twice")));
+            }
+            index_of[at] = i;
+            nodes.push(MemoryNodeInfo {
+                id,
+                region_len: pool.len(),
+            });
+            list.push(pool);
+        }
+        Ok(Self {
             shared: Arc::new(Shared {
-                pools,
+                pools: list,
+                index_of,
                 nodes,
                 config,
                 fail_verbs: AtomicU64::new(0),
             }),
-        }
+        })
     }
 
     /// A transport over fresh anonymous pools of the given sizes, default configuration.
@@ -124,7 +158,7 @@ impl SimTransport {
 
     /// The pool behind memory node `id`.
     pub fn pool(&self, id: u16) -> Option<&Pool> {
-        self.shared.pools.get(usize::from(id))
+        self.shared.pool(id)
     }
 
     /// Fault injection: the next `n` verbs executed by any endpoint of this transport fail with

@@ -1,0 +1,64 @@
+//! Pool files as memory nodes: each is attached under the memory-node id its superblock names, so
+//! one process can serve node 2 of three and a compute process can attach to all three.
+
+use std::path::{Path, PathBuf};
+
+use leaf_store::Layout;
+use rdma_transport::{MemoryNodeInfo, Transport};
+use sim_transport::{Pool, SimConfig, SimTransport};
+
+/// The memory-node id and node count a pool file's superblock names.
+pub fn node_of_file(path: &Path) -> Result<(u16, u64), String> {
+    let pool = Pool::open_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let transport = SimTransport::new(vec![pool], SimConfig::default());
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let layout = Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sb = layout.superblock();
+    let id = u16::try_from(sb.node_id).map_err(|_| {
+        format!(
+            "{}: memory-node id {} out of range",
+            path.display(),
+            sb.node_id
+        )
+    })?;
+    Ok((id, sb.node_count))
+}
+
+/// A transport over pool files, each under its superblock's memory-node id. With `complete`, the
+/// files must be every node of one deployment (ids 0 .. count, each once).
+pub fn attach_files(paths: &[PathBuf], complete: bool) -> Result<SimTransport, String> {
+    if paths.is_empty() {
+        return Err("no pool file given".into());
+    }
+    let mut pools = Vec::with_capacity(paths.len());
+    let mut counts = Vec::with_capacity(paths.len());
+    for path in paths {
+        let (id, count) = node_of_file(path)?;
+        let pool = Pool::open_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        pools.push((id, pool));
+        counts.push((id, count, path.display().to_string()));
+    }
+    if complete {
+        let count = counts[0].1;
+        let mut ids: Vec<u16> = counts.iter().map(|c| c.0).collect();
+        ids.sort_unstable();
+        let expected: Vec<u16> = (0..count).filter_map(|i| u16::try_from(i).ok()).collect();
+        if counts.iter().any(|c| c.1 != count) || ids != expected {
+            let found: Vec<String> = counts
+                .iter()
+                .map(|(id, n, path)| format!("{path}: node {id} of {n}"))
+                .collect();
+            return Err(format!(
+                "the pool files are not one deployment's memory nodes 0..{count}, each once ({})",
+                found.join("; ")
+            ));
+        }
+    }
+    SimTransport::with_node_ids(pools, SimConfig::default()).map_err(|e| e.to_string())
+}
+
+/// The memory node a single-pool transport serves.
+pub fn only_node(transport: &SimTransport) -> MemoryNodeInfo {
+    transport.memory_nodes()[0]
+}
