@@ -78,6 +78,19 @@ pub enum IndexError {
     Config(String),
 }
 
+impl IndexError {
+    /// Whether the client's endpoint is gone (broken, crashed, disconnected): reconnect with
+    /// [`crate::Store::reconnect`] before trying again.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(
+            self,
+            IndexError::Transport(
+                TransportError::Broken(_) | TransportError::Crashed | TransportError::Connection(_)
+            )
+        ) || matches!(self, IndexError::LockMayRemain { .. })
+    }
+}
+
 impl From<LeafStoreError> for IndexError {
     fn from(e: LeafStoreError) -> Self {
         match e {

@@ -104,6 +104,15 @@ impl<T: Transport> Store<T> {
         ))
     }
 
+    /// Gives `client` a fresh endpoint (on hardware a new queue pair through the bootstrap) after
+    /// its own broke ([`IndexError::is_connection_lost`]). What the client held through the old
+    /// endpoint is not released by this: an operation that failed holding a leaf lock said so
+    /// ([`IndexError::LockMayRemain`]). The client's counters carry on.
+    pub fn reconnect(&self, client: &mut Client<T::Endpoint>) -> Result<(), IndexError> {
+        client.replace_endpoint(self.transport.endpoint()?);
+        Ok(())
+    }
+
     /// The transport.
     pub fn transport(&self) -> &T {
         &self.transport

@@ -291,3 +291,30 @@ fn a_crash_at_any_verb_of_a_write_names_a_lock_it_leaves_and_blocks_nothing_else
         }
     }
 }
+
+#[test]
+fn a_client_whose_endpoint_died_reconnects_and_goes_on() {
+    let scenario = SCENARIOS[0];
+    let keys: Vec<u64> = (0..30).map(|i| i * 100).collect();
+    let size =
+        leaf_store::required_pool_bytes(keys.len() as u64, &load(), 64).next_multiple_of(4096);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), &load()).expect("load");
+    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let mut client = store.client().expect("client");
+    assert_eq!(client.get(700), Ok(Some(700)));
+    let before = client.net_stats();
+    // The endpoint dies before the insert's first verb: nothing was taken.
+    client.endpoint_mut().crash_after(0);
+    let err = apply(&mut client, scenario.op).expect_err("a dead endpoint");
+    assert!(err.is_connection_lost(), "{err}");
+    assert!(apply(&mut client, scenario.op).is_err(), "still dead");
+    store.reconnect(&mut client).expect("a fresh endpoint");
+    assert_eq!(apply(&mut client, scenario.op), Ok(true));
+    assert_eq!(client.get(650), Ok(Some(650)));
+    assert!(
+        client.net_stats().batches > before.batches,
+        "counters carry on across the reconnect"
+    );
+    assert_eq!(problems(&transport), []);
+}

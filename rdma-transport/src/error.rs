@@ -42,6 +42,11 @@ pub enum TransportError {
         /// Staging bytes it would use.
         bytes: usize,
     },
+    /// The endpoint is broken: a batch timed out or completed with an error, so its queue pair
+    /// may still execute or write into local buffers; nothing more is posted through it. Open a
+    /// fresh endpoint (a new queue pair through the bootstrap) to go on.
+    #[error("endpoint broken: {0}")]
+    Broken(String),
     /// A verb failed because the test harness asked it to (simulator fault injection).
     #[error("injected fault")]
     InjectedFault,

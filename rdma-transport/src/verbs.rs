@@ -494,6 +494,7 @@ impl Transport for VerbsTransport {
             nodes,
             stats: Stats::default(),
             next_wr: 0,
+            broken: None,
         })
     }
 
@@ -512,6 +513,10 @@ pub struct VerbsEndpoint {
     nodes: Vec<MemoryNodeInfo>,
     stats: Stats,
     next_wr: u64,
+    /// Why the endpoint stopped working: a batch timed out or completed with an error. Its work
+    /// requests may still be in flight and the NIC may still write into the staging buffer, so
+    /// nothing is posted any more; every later call fails with [`TransportError::Broken`].
+    broken: Option<String>,
 }
 
 impl std::fmt::Debug for VerbsEndpoint {
@@ -525,6 +530,9 @@ impl std::fmt::Debug for VerbsEndpoint {
 
 impl Endpoint for VerbsEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if let Some(why) = &self.broken {
+            return Err(TransportError::Broken(why.clone()));
+        }
         if verbs.is_empty() {
             return Ok(());
         }
@@ -588,22 +596,40 @@ impl Endpoint for VerbsEndpoint {
         self.stats.batches += 1;
         // One signaled completion ends the batch.
         let deadline = Instant::now() + COMPLETION_TIMEOUT;
-        loop {
+        // The completion is matched by its work-request id: only the batch's last request is
+        // signaled. Anything else — an error status, another id, no completion in time — breaks
+        // the endpoint for good (see `broken`).
+        let signaled = self.next_wr;
+        let outcome = loop {
             if let Ok(mut poller) = self.cq.start_poll()
                 && let Some(wc) = poller.next()
             {
                 if wc.status() != 0 {
-                    return Err(connection(format!(
-                        "work completion failed with status {}",
+                    break Err(format!(
+                        "work request {} completed with status {}",
+                        wc.wr_id(),
                         wc.status()
-                    )));
+                    ));
                 }
-                break;
+                if wc.wr_id() != signaled {
+                    break Err(format!(
+                        "a completion for work request {} arrived while waiting for {signaled}",
+                        wc.wr_id()
+                    ));
+                }
+                break Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(connection("no completion from the memory node within 10 s"));
+                break Err(format!(
+                    "no completion for work request {signaled} within {} s",
+                    COMPLETION_TIMEOUT.as_secs()
+                ));
             }
             std::hint::spin_loop();
+        };
+        if let Err(why) = outcome {
+            self.broken = Some(why.clone());
+            return Err(TransportError::Broken(why));
         }
         for (verb, &at) in verbs.iter_mut().zip(&offsets) {
             match verb {

@@ -31,6 +31,8 @@ pub struct Client<E: Endpoint> {
     /// next split on the same node.
     spare_leaves: Vec<(u16, u64)>,
     enqueue_failures: u64,
+    /// Counters of endpoints this client had before a reconnect.
+    retired_stats: Stats,
 }
 
 /// The change a write makes to a key.
@@ -115,12 +117,20 @@ impl<E: Endpoint> Client<E> {
             buf: Vec::new(),
             spare_leaves: Vec::new(),
             enqueue_failures: 0,
+            retired_stats: Stats::default(),
         }
     }
 
     /// Counters per operation type since the client was created.
     pub fn stats(&self) -> &OpStats {
         &self.stats
+    }
+
+    /// Swaps in a fresh endpoint; counters carry on (see [`crate::Store::reconnect`]).
+    pub(crate) fn replace_endpoint(&mut self, ep: E) {
+        let carried = self.ep.stats();
+        self.ep = ep;
+        self.retired_stats += carried;
     }
 
     /// The client's endpoint (its counters; fault injection in tests).
@@ -130,7 +140,7 @@ impl<E: Endpoint> Client<E> {
 
     /// The endpoint's raw counters.
     pub fn net_stats(&self) -> Stats {
-        self.ep.stats()
+        self.retired_stats + self.ep.stats()
     }
 
     /// Times a slot that reached the retraining threshold could not be queued (transport errors

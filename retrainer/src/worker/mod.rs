@@ -108,6 +108,7 @@ impl RetrainError {
             self,
             RetrainError::Layout(LeafStoreError::Transport(
                 TransportError::Crashed
+                    | TransportError::Broken(_)
                     | TransportError::Connection(_)
                     | TransportError::NoDevice(_)
                     | TransportError::UnknownNode(_)
