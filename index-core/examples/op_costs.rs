@@ -8,9 +8,12 @@
 //! a client whose cache was just built: M (default 100,000) GETs of present keys, M INSERTs of new
 //! keys, M UPDATEs and M DELETEs of present keys, M/10 SCANs of 100 keys, and again M GETs.
 //! Counts include every cache refresh and retry the operations needed. Prints a table, then one
-//! JSON object per mode.
+//! JSON object per mode. Heap allocations per operation are counted by a counting global
+//! allocator (this process's only allocator; the client runs on this thread alone).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use index_core::{CacheMode, OpKind, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
@@ -18,6 +21,39 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use sim_transport::SimTransport;
+
+/// The system allocator, counting allocations.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
+// guarantees hold; the counter is a relaxed atomic and never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System` shares.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` through `alloc`/`realloc` with this `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for `dealloc`, and `new_size` is the caller's, valid for `System` too.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -48,15 +84,19 @@ fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
     let cache_after_load = store.cache_bytes();
     let mut client = store.client().map_err(|e| e.to_string())?;
     let e = |e: index_core::IndexError| e.to_string();
+    let at_start = allocations();
     for &k in loaded.iter().take(ops) {
         if client.get(k).map_err(e)? != Some(k) {
             return Err(format!("key {k} not found"));
         }
     }
+    let get_allocs = allocations() - at_start;
     let gets_fresh = client.stats().get(OpKind::Get);
+    let at_start = allocations();
     for &k in fresh.iter().take(ops) {
         client.insert(k, k).map_err(e)?;
     }
+    let insert_allocs = allocations() - at_start;
     for &k in loaded.iter().skip(ops).take(ops) {
         client.update(k, k + 1).map_err(e)?;
     }
@@ -114,6 +154,17 @@ fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
             c.bytes_per_op()
         ));
     }
+    let per_op = |n: u64| n as f64 / ops.max(1) as f64;
+    rows.push(format!(
+        "heap allocations per op: get (fresh cache) {:.2}, insert {:.2}",
+        per_op(get_allocs),
+        per_op(insert_allocs)
+    ));
+    json.push(format!(
+        "\"allocations_per_op\": {{\"get\": {:.3}, \"insert\": {:.3}}}",
+        per_op(get_allocs),
+        per_op(insert_allocs)
+    ));
     Ok(format!(
         "mode {mode:?}: {} keys, cache {:.3} bytes/key after load\n{:<26} {:>9} {:>8} {:>8} {:>10}\n{}\n{{{}}}",
         loaded.len(),

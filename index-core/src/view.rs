@@ -43,6 +43,10 @@ pub(crate) struct SlotView {
 /// Age past which a writer refreshes a view before using its addresses.
 pub(crate) const VIEW_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The entries of one chain: inline for the chains operations meet (no heap allocation per
+/// operation).
+pub(crate) type ChainEntries = smallvec::SmallVec<[LeafTableEntry; 8]>;
+
 /// Longest chain a view will follow before declaring itself inconsistent.
 const MAX_CHAIN: usize = SLT_SLOTS;
 
@@ -132,9 +136,10 @@ impl SlotView {
     /// The entries of trained leaf `i`'s chain: its LT entry, then its synonyms. `None` if the
     /// cached tables are inconsistent (a pointer past the cached SLT, a freed slot, a cycle): the
     /// view is stale and must be refreshed.
-    pub(crate) fn chain(&self, i: u64) -> Option<Vec<LeafTableEntry>> {
+    pub(crate) fn chain(&self, i: u64) -> Option<ChainEntries> {
         let mut entry = self.lt_entry(i);
-        let mut chain = vec![entry];
+        let mut chain = ChainEntries::new();
+        chain.push(entry);
         while entry.synonym_ptr() != 0 {
             entry = *self.slt.get(usize::from(entry.synonym_ptr()))?;
             if entry.is_freed() || chain.len() >= MAX_CHAIN {

@@ -119,10 +119,18 @@ impl Leaf {
         Ok(out)
     }
 
-    /// Decodes leaf number `leaf_num` from `bytes` (`16 + 16·δ` bytes). A checksum mismatch is
-    /// [`LeafStoreError::TornLeaf`] (re-read it); a valid checksum over impossible contents is
-    /// [`LeafStoreError::CorruptLeaf`].
-    pub fn decode(leaf_num: u64, bytes: &[u8]) -> Result<Self, LeafStoreError> {
+    /// The value of `key` in the encoded leaf `bytes` of leaf `leaf_num`, checked like
+    /// [`Leaf::decode`] (a failed checksum is [`LeafStoreError::TornLeaf`]) but without building
+    /// the leaf: no allocation.
+    pub fn lookup(leaf_num: u64, bytes: &[u8], key: u64) -> Result<Option<u64>, LeafStoreError> {
+        let count = Self::checked_count(leaf_num, bytes)?;
+        Ok((0..count)
+            .find(|&i| le_word(bytes, 2 + 2 * i) == key)
+            .map(|i| le_word(bytes, 3 + 2 * i)))
+    }
+
+    /// The entry count of encoded leaf `bytes` after checking its size and checksum.
+    fn checked_count(leaf_num: u64, bytes: &[u8]) -> Result<usize, LeafStoreError> {
         if bytes.len() < 16 || !(bytes.len() - 16).is_multiple_of(16) {
             return Err(LeafStoreError::CorruptLeaf(
                 "leaf buffer is not 16 + 16·δ bytes",
@@ -136,6 +144,14 @@ impl Leaf {
         if count > delta {
             return Err(LeafStoreError::CorruptLeaf("entry count above δ"));
         }
+        Ok(count)
+    }
+
+    /// Decodes leaf number `leaf_num` from `bytes` (`16 + 16·δ` bytes). A checksum mismatch is
+    /// [`LeafStoreError::TornLeaf`] (re-read it); a valid checksum over impossible contents is
+    /// [`LeafStoreError::CorruptLeaf`].
+    pub fn decode(leaf_num: u64, bytes: &[u8]) -> Result<Self, LeafStoreError> {
+        let count = Self::checked_count(leaf_num, bytes)?;
         let entries: Vec<(u64, u64)> = (0..count)
             .map(|i| (le_word(bytes, 2 + 2 * i), le_word(bytes, 3 + 2 * i)))
             .collect();
@@ -156,6 +172,24 @@ mod tests {
         keys.truncate(delta);
         Leaf::from_entries(keys.iter().map(|&k| (k, k.wrapping_mul(31) ^ 7)).collect())
             .expect("sorted")
+    }
+
+    #[test]
+    fn lookup_agrees_with_decode_and_detects_tearing() {
+        fn prop(keys: Vec<u64>, probe: u64, leaf_num: u64) -> bool {
+            let leaf = leaf_from(keys, 16);
+            let mut bytes = leaf.encode(leaf_num, 16).expect("encode");
+            let probes = leaf.entries().iter().map(|e| e.0).chain([probe]);
+            let agrees = probes
+                .into_iter()
+                .all(|k| Leaf::lookup(leaf_num, &bytes, k) == Ok(leaf.get(k)));
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+            agrees
+                && Leaf::lookup(leaf_num, &bytes, probe)
+                    == Err(LeafStoreError::TornLeaf { leaf_num })
+        }
+        QuickCheck::new().quickcheck(prop as fn(Vec<u64>, u64, u64) -> bool);
     }
 
     #[test]

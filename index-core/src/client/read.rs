@@ -5,7 +5,7 @@ use leaf_store::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, SLT_
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::store::NodeCache;
-use crate::view::{Guard, SlotView, pin};
+use crate::view::{ChainEntries, Guard, SlotView, pin};
 use crate::{CacheMode, IndexError};
 
 use super::*;
@@ -23,13 +23,13 @@ impl<E: Endpoint> Client<E> {
         layout: &Layout,
         leaves: &[LeafTableEntry],
         words: &[RemoteAddr],
-    ) -> Result<Vec<u64>, IndexError> {
+    ) -> Result<Words, IndexError> {
         let leaf_bytes = layout.leaf_bytes() as usize;
         let leaf_part = leaves.len() * leaf_bytes;
         self.buf.clear();
         self.buf.resize(leaf_part + 8 * words.len(), 0);
         let (leaf_buf, word_buf) = self.buf.split_at_mut(leaf_part);
-        let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(leaves.len() + words.len());
+        let mut verbs: smallvec::SmallVec<[Verb<'_>; 12]> = smallvec::SmallVec::new();
         for (entry, chunk) in leaves.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(layout.leaf_addr(entry.leaf_num()), chunk));
         }
@@ -66,6 +66,28 @@ impl<E: Endpoint> Client<E> {
             .zip(words.chunks_exact(8))
             .map(|(&(_, record), w)| RemoteAddr::unpack(le_word(w, 0)) == record)
             .collect())
+    }
+
+    /// Looks `key` up in the leaves last read by [`Self::read_batch`], without decoding them.
+    /// Keys are unique across a chain except while a split is in progress, when both copies carry
+    /// the same value: a hit in a whole leaf is the answer even if another leaf was torn.
+    pub(super) fn lookup_in_batch(
+        &self,
+        layout: &Layout,
+        leaves: &[LeafTableEntry],
+        key: u64,
+    ) -> Result<Lookup, IndexError> {
+        let leaf_bytes = layout.leaf_bytes() as usize;
+        let mut torn = false;
+        for (entry, chunk) in leaves.iter().zip(self.buf.chunks_exact(leaf_bytes)) {
+            match Leaf::lookup(entry.leaf_num(), chunk, key) {
+                Ok(Some(value)) => return Ok(Lookup::Found(value)),
+                Ok(None) => {}
+                Err(LeafStoreError::TornLeaf { .. }) => torn = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(if torn { Lookup::Torn } else { Lookup::Absent })
     }
 
     /// Decodes the `count` leaves last read by [`Self::read_batch`]; `None` if one was torn.
@@ -157,16 +179,12 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// The chains a GET of `key` reads: the owner's (pivots mode) or every candidate's (lean).
-    pub(super) fn chains_for(
-        view: &SlotView,
-        mode: CacheMode,
-        key: u64,
-    ) -> Option<Vec<LeafTableEntry>> {
+    pub(super) fn chains_for(view: &SlotView, mode: CacheMode, key: u64) -> Option<ChainEntries> {
         match (mode, view.owner(key)) {
             (CacheMode::Pivots, Some(owner)) => view.chain(owner),
             _ => {
                 let range = view.model.owner_candidates(key);
-                let mut all = Vec::new();
+                let mut all = ChainEntries::new();
                 for leaf in range.iter() {
                     all.extend(view.chain(leaf)?);
                 }
@@ -202,11 +220,12 @@ impl<E: Endpoint> Client<E> {
                 self.refresh(node, view, &guard)?;
                 continue;
             }
-            if let Some(contents) = self.decode_leaves(&node.layout, &leaves)? {
-                return Ok(contents.iter().find_map(|leaf| leaf.get(key)));
+            match self.lookup_in_batch(&node.layout, &leaves, key)? {
+                Lookup::Found(value) => return Ok(Some(value)),
+                Lookup::Absent => return Ok(None),
+                // A leaf was being written: let the writer finish.
+                Lookup::Torn => retry_pause(),
             }
-            // A leaf was being written: let the writer finish.
-            retry_pause();
         }
         Err(IndexError::TooManyRetries(caches.config.max_attempts))
     }
@@ -400,8 +419,19 @@ impl<E: Endpoint> Client<E> {
     }
 }
 
+/// Words read after the leaves of a read batch (headers, a pivot): inline, no allocation.
+pub(super) type Words = smallvec::SmallVec<[u64; 4]>;
+
 /// Most leaves one scan round reads in its batch.
 const MAX_SCAN_LEAVES: usize = 512;
+
+/// A GET's search of the leaves it read.
+pub(super) enum Lookup {
+    Found(u64),
+    Absent,
+    /// A leaf failed its checksum (a writer was rewriting it) and the key was not found elsewhere.
+    Torn,
+}
 
 /// What a header read in a batch says about data read through a cached view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

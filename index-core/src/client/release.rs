@@ -25,6 +25,9 @@ use crate::IndexError;
 
 use super::*;
 
+/// The verbs of one batch of a write: inline, no heap allocation per operation.
+pub(super) type Verbs<'a> = smallvec::SmallVec<[Verb<'a>; 12]>;
+
 /// How many times a failed batch that ends a write is run again before the lock is reported as
 /// possibly held.
 const REDO_ATTEMPTS: u32 = 3;
@@ -109,7 +112,7 @@ impl<E: Endpoint> Client<E> {
     pub(super) fn run_ending_batch<'b>(
         &mut self,
         lock: LockRef,
-        build: impl Fn(bool) -> Vec<Verb<'b>>,
+        build: impl Fn(bool) -> Verbs<'b>,
         unlock: bool,
         link_at: Option<usize>,
     ) -> Result<bool, IndexError> {

@@ -47,7 +47,7 @@ impl<E: Endpoint> Client<E> {
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
         let link_at = lt_change.is_some().then_some(writes.len());
         let build = |unlock: bool| {
-            let mut verbs: Vec<Verb<'_>> = writes
+            let mut verbs: release::Verbs<'_> = writes
                 .iter()
                 .map(|(at, bytes)| Verb::write(*at, bytes))
                 .collect();
@@ -331,7 +331,7 @@ impl<E: Endpoint> Client<E> {
         let at = offset(locked.record, locked.layout.slt_entry(slt_slot));
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let build = |unlock: bool| {
-            let mut verbs = vec![Verb::write(at, &freed)];
+            let mut verbs: release::Verbs<'_> = smallvec::smallvec![Verb::write(at, &freed)];
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }

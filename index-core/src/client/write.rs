@@ -9,7 +9,7 @@ use crate::IndexError;
 use crate::backoff::Backoff;
 use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
-use crate::view::{Guard, SlotView, pin};
+use crate::view::{ChainEntries, Guard, SlotView, pin};
 
 use super::release::{self, LockRef};
 use super::*;
@@ -146,7 +146,7 @@ impl<E: Endpoint> Client<E> {
         self.buf.clear();
         self.buf.resize(chain.len() * leaf_bytes + 8, 0);
         let (leaf_buf, header_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
-        let mut verbs = vec![release::unexecuted(
+        let mut verbs: release::Verbs<'_> = smallvec::smallvec![release::unexecuted(
             Verb::cas(lt_addr, expected.raw(), expected.locked().raw()),
             !expected.raw(),
         )];
@@ -252,7 +252,7 @@ impl<E: Endpoint> Client<E> {
         leaf: u64,
         guard: &Guard,
         locked: &mut Locked,
-    ) -> Result<Option<(Vec<LeafTableEntry>, Option<Vec<Leaf>>)>, IndexError> {
+    ) -> Result<Option<(ChainEntries, Option<Vec<Leaf>>)>, IndexError> {
         let fresh = self.fetch_view(node, view)?;
         let chain = (fresh.record == view.record)
             .then(|| fresh.chain(leaf))
@@ -329,7 +329,7 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
         let build = |unlock: bool| {
-            let mut verbs: Vec<Verb<'_>> = writes
+            let mut verbs: release::Verbs<'_> = writes
                 .iter()
                 .map(|(at, bytes)| Verb::write(*at, bytes))
                 .collect();
