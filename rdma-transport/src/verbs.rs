@@ -402,17 +402,18 @@ fn serve_one(served: &Served, mut stream: TcpStream) -> Result<(), TransportErro
     Ok(())
 }
 
-/// A compute node's handle on one memory node's verbs server.
+/// A compute node's handle on the verbs servers of its memory nodes (one server per memory-node
+/// process; each endpoint holds one RC queue pair to each).
 pub struct VerbsTransport {
     device: Device,
-    server: SocketAddr,
+    servers: Vec<SocketAddr>,
     nodes: Vec<MemoryNodeInfo>,
 }
 
 impl std::fmt::Debug for VerbsTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VerbsTransport")
-            .field("server", &self.server)
+            .field("servers", &self.servers)
             .field("nodes", &self.nodes)
             .finish_non_exhaustive()
     }
@@ -426,29 +427,48 @@ impl VerbsTransport {
         server: impl ToSocketAddrs,
         device: Option<&str>,
     ) -> Result<Self, TransportError> {
+        Self::connect_all(&[server], device)
+    }
+
+    /// [`VerbsTransport::connect`] to several servers — the paper's deployment, one memory-node
+    /// process each. Their memory-node ids must be distinct.
+    pub fn connect_all<A: ToSocketAddrs>(
+        servers: &[A],
+        device: Option<&str>,
+    ) -> Result<Self, TransportError> {
         let device = Device::open(device)?;
-        let server = server
-            .to_socket_addrs()
-            .map_err(connection)?
-            .next()
-            .ok_or_else(|| connection("the server address resolves to nothing"))?;
+        let mut resolved = Vec::with_capacity(servers.len());
+        for server in servers {
+            resolved.push(
+                server
+                    .to_socket_addrs()
+                    .map_err(connection)?
+                    .next()
+                    .ok_or_else(|| connection("a server address resolves to nothing"))?,
+            );
+        }
+        if resolved.is_empty() {
+            return Err(connection("no server to connect to"));
+        }
         let mut transport = Self {
             device,
-            server,
+            servers: resolved,
             nodes: Vec::new(),
         };
         let first = transport.endpoint()?;
+        let mut ids: Vec<u16> = first.nodes.iter().map(|n| n.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(connection("two servers serve the same memory-node id"));
+        }
         transport.nodes = first.nodes.clone();
         Ok(transport)
     }
-}
 
-impl Transport for VerbsTransport {
-    type Endpoint = VerbsEndpoint;
-
-    fn endpoint(&self) -> Result<VerbsEndpoint, TransportError> {
+    /// One RC queue pair to the server at `server`, connected through its bootstrap.
+    fn link_to(&self, server: SocketAddr) -> Result<Link, TransportError> {
         let (mut qp, cq, local) = self.device.queue_pair()?;
-        let mut stream = TcpStream::connect(self.server).map_err(connection)?;
+        let mut stream = TcpStream::connect(server).map_err(connection)?;
         let mut request = Vec::new();
         encode_qp(&mut request, &local);
         send_message(&mut stream, &request)?;
@@ -478,22 +498,38 @@ impl Transport for VerbsTransport {
             )
         }
         .map_err(|e| connection(format!("registering the staging buffer: {e}")))?;
-        let nodes = regions
+        Ok(Link {
+            qp,
+            cq,
+            staging_mr,
+            staging,
+            regions,
+            next_wr: 0,
+        })
+    }
+}
+
+impl Transport for VerbsTransport {
+    type Endpoint = VerbsEndpoint;
+
+    fn endpoint(&self) -> Result<VerbsEndpoint, TransportError> {
+        let links = self
+            .servers
             .iter()
+            .map(|&server| self.link_to(server))
+            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = links
+            .iter()
+            .flat_map(|link| link.regions.iter())
             .map(|r| MemoryNodeInfo {
                 id: r.id,
                 region_len: r.len,
             })
             .collect();
         Ok(VerbsEndpoint {
-            qp,
-            cq,
-            staging_mr,
-            staging,
-            regions,
+            links,
             nodes,
             stats: Stats::default(),
-            next_wr: 0,
             broken: None,
         })
     }
@@ -503,20 +539,32 @@ impl Transport for VerbsTransport {
     }
 }
 
-/// One thread's RC queue pair to the memory node, with its staging buffer.
+/// One thread's RC queue pairs, one to each server, each with its staging buffer.
 pub struct VerbsEndpoint {
+    links: Vec<Link>,
+    nodes: Vec<MemoryNodeInfo>,
+    stats: Stats,
+    /// Why the endpoint stopped working: a batch timed out or completed with an error. Its work
+    /// requests may still be in flight and the NIC may still write into the staging buffer, so
+    /// nothing is posted any more; every later call fails with [`TransportError::Broken`].
+    broken: Option<String>,
+}
+
+/// One RC queue pair to one server, with its registered staging buffer. Field order matters:
+/// the queue pair goes first, then the registration, then the buffer.
+struct Link {
     qp: GenericQueuePair,
     cq: GenericCompletionQueue,
     staging_mr: Arc<MemoryRegion>,
     staging: Box<[u8]>,
     regions: Vec<RegionInfo>,
-    nodes: Vec<MemoryNodeInfo>,
-    stats: Stats,
     next_wr: u64,
-    /// Why the endpoint stopped working: a batch timed out or completed with an error. Its work
-    /// requests may still be in flight and the NIC may still write into the staging buffer, so
-    /// nothing is posted any more; every later call fails with [`TransportError::Broken`].
-    broken: Option<String>,
+}
+
+impl Link {
+    fn serves(&self, node: u16) -> bool {
+        self.regions.iter().any(|r| r.id == node)
+    }
 }
 
 impl std::fmt::Debug for VerbsEndpoint {
@@ -540,6 +588,39 @@ impl Endpoint for VerbsEndpoint {
         for verb in verbs.iter() {
             validate_verb(verb, &self.nodes)?;
         }
+        // Consecutive verbs for one server go out as one chain on its queue pair; a batch that
+        // spans servers runs its runs one after the other (in order, one round trip each).
+        let mut start = 0;
+        while start < verbs.len() {
+            let node = verbs[start].addr().node();
+            let link = self
+                .links
+                .iter()
+                .position(|l| l.serves(node))
+                .ok_or(TransportError::UnknownNode(node))?;
+            let mut end = start + 1;
+            while end < verbs.len() && self.links[link].serves(verbs[end].addr().node()) {
+                end += 1;
+            }
+            if let Err(e) = self.links[link].post(&mut verbs[start..end], &mut self.stats) {
+                if let TransportError::Broken(why) = &e {
+                    self.broken = Some(why.clone());
+                }
+                return Err(e);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+}
+
+impl Link {
+    /// Posts `verbs` (all for this server, validated) as one chain and waits for its completion.
+    fn post(&mut self, verbs: &mut [Verb<'_>], stats: &mut Stats) -> Result<(), TransportError> {
         // Lay the batch out in the staging buffer (8-byte aligned slots).
         let mut offsets = Vec::with_capacity(verbs.len());
         let mut used = 0usize;
@@ -593,7 +674,7 @@ impl Endpoint for VerbsEndpoint {
         guard
             .post()
             .map_err(|e| connection(format!("posting a batch: {e}")))?;
-        self.stats.batches += 1;
+        stats.batches += 1;
         // One signaled completion ends the batch.
         let deadline = Instant::now() + COMPLETION_TIMEOUT;
         // The completion is matched by its work-request id: only the batch's last request is
@@ -628,7 +709,6 @@ impl Endpoint for VerbsEndpoint {
             std::hint::spin_loop();
         };
         if let Err(why) = outcome {
-            self.broken = Some(why.clone());
             return Err(TransportError::Broken(why));
         }
         for (verb, &at) in verbs.iter_mut().zip(&offsets) {
@@ -641,12 +721,8 @@ impl Endpoint for VerbsEndpoint {
                 }
                 Verb::Write { .. } => {}
             }
-            self.stats.record_verb(verb);
+            stats.record_verb(verb);
         }
         Ok(())
-    }
-
-    fn stats(&self) -> Stats {
-        self.stats
     }
 }

@@ -87,9 +87,10 @@ pub struct BenchArgs {
     /// device, and `--connect`).
     #[arg(long, value_enum, default_value_t = CliTransport::Sim)]
     pub transport: CliTransport,
-    /// With `--transport verbs`: the memory node's bootstrap address (`rolex memnode --listen`).
-    #[arg(long)]
-    pub connect: Option<String>,
+    /// With `--transport verbs`: the memory nodes' bootstrap addresses (`rolex memnode
+    /// --listen`), comma-separated: one per memory-node process.
+    #[arg(long, value_delimiter = ',')]
+    pub connect: Vec<String>,
     /// With `--transport verbs`: the RDMA device to use (default: the first).
     #[arg(long)]
     pub device: Option<String>,
@@ -146,6 +147,8 @@ struct ThreadResult {
     inserted_count: u64,
     /// Churn: the keys this thread owns at the end (all must be present).
     owned: Vec<u64>,
+    /// Fresh endpoints this thread needed after its endpoint broke.
+    reconnects: u64,
 }
 
 fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
@@ -320,13 +323,16 @@ fn fresh_keys(seed: u64, n: u64) -> Vec<u64> {
 
 #[cfg(feature = "verbs")]
 fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report, String> {
-    let transport = rdma_transport::verbs::VerbsTransport::connect(
-        args.connect
-            .as_deref()
-            .ok_or("--transport verbs needs --connect ADDR (a rolex memnode --listen address)")?,
-        args.device.as_deref(),
-    )
-    .map_err(|e| e.to_string())?;
+    if args.connect.is_empty() {
+        return Err(
+            "--transport verbs needs --connect ADDR[,ADDR…] (rolex memnode --listen addresses)"
+                .into(),
+        );
+    }
+    let servers: Vec<&str> = args.connect.iter().map(String::as_str).collect();
+    let transport =
+        rdma_transport::verbs::VerbsTransport::connect_all(&servers, args.device.as_deref())
+            .map_err(|e| e.to_string())?;
     let loaded = existing_keys(&transport, args.quiet)?;
     let to_insert = fresh_keys(args.seed, expected_inserts);
     run_workload(
@@ -436,6 +442,7 @@ fn run_workload<T: Transport + 'static>(
                     inserted: Vec::new(),
                     inserted_count: 0,
                     owned: Vec::new(),
+                    reconnects: 0,
                 };
                 if churn {
                     result.owned = loaded
@@ -472,7 +479,20 @@ fn run_workload<T: Transport + 'static>(
                     let before = client.net_stats();
                     let at = Instant::now();
                     let inserted_before = result.inserted.len();
-                    let kind = execute(&mut client, op, &mut result.inserted)?;
+                    let kind = match execute(&mut client, op, &mut result.inserted) {
+                        Ok(kind) => kind,
+                        // A broken endpoint (a failed or timed-out batch on a real NIC): a fresh
+                        // one, and the operation once more.
+                        Err(Failed::ConnectionLost(first)) => {
+                            store
+                                .reconnect(&mut client)
+                                .map_err(|e| format!("{first}; reconnecting: {e}"))?;
+                            result.reconnects += 1;
+                            execute(&mut client, op, &mut result.inserted)
+                                .map_err(|e| format!("{first}; after reconnecting: {e}"))?
+                        }
+                        Err(other) => return Err(other.to_string()),
+                    };
                     let ns = at.elapsed().as_nanos() as u64;
                     let _ = result.latency[kind].record(ns.max(1));
                     result.net[kind] += client.net_stats() - before;
@@ -525,6 +545,7 @@ fn run_workload<T: Transport + 'static>(
         .flat_map(|r| r.inserted.iter().chain(&r.owned).copied())
         .collect();
     let inserted_count: u64 = results.iter().map(|r| r.inserted_count).sum();
+    let reconnects: u64 = results.iter().map(|r| r.reconnects).sum();
     let inserts_missing = if args.check_inserts {
         let mut client = store.client().map_err(|e| e.to_string())?;
         let mut missing = 0;
@@ -620,6 +641,7 @@ fn run_workload<T: Transport + 'static>(
         retrainer,
         verify_clean: clean,
         inserted: inserted_count,
+        reconnects,
         inserts_missing,
         modeled: Modeled {
             profile: Profile {
@@ -637,12 +659,35 @@ fn run_workload<T: Transport + 'static>(
 }
 
 /// Issues one operation; returns its index in [`OP_NAMES`].
+/// Why an operation failed.
+#[derive(Debug)]
+enum Failed {
+    /// The client's endpoint is gone ([`index_core::IndexError::is_connection_lost`]).
+    ConnectionLost(index_core::IndexError),
+    Other(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::ConnectionLost(e) => write!(f, "{e}"),
+            Failed::Other(e) => f.write_str(e),
+        }
+    }
+}
+
 fn execute<E: Endpoint>(
     client: &mut Client<E>,
     op: Op,
     inserted: &mut Vec<u64>,
-) -> Result<usize, String> {
-    let e = |e: index_core::IndexError| e.to_string();
+) -> Result<usize, Failed> {
+    let e = |e: index_core::IndexError| {
+        if e.is_connection_lost() {
+            Failed::ConnectionLost(e)
+        } else {
+            Failed::Other(e.to_string())
+        }
+    };
     Ok(match op {
         Op::Read(k) => {
             client.get(k).map_err(e)?;
@@ -660,9 +705,9 @@ fn execute<E: Endpoint>(
         }
         Op::Delete(k) => {
             if !client.delete(k).map_err(e)? {
-                return Err(format!(
+                return Err(Failed::Other(format!(
                     "churn: deleting {k}, which this thread owns, found nothing"
-                ));
+                )));
             }
             5
         }

@@ -481,9 +481,10 @@ fn serve_verbs(
         .ok_or("--transport verbs needs --listen ADDR")?;
     // The pool's mapping must outlive the server: keep it for the rest of the process.
     let transport: &'static SimTransport = Box::leak(Box::new(transport));
-    let pool = transport.pool(0).ok_or("the pool is missing")?;
+    let node = pools::only_node(transport);
+    let pool = transport.pool(node.id).ok_or("the pool is missing")?;
     let region = ServedRegion {
-        id: 0,
+        id: node.id,
         ptr: pool.base_ptr(),
         len: pool.len(),
     };

@@ -120,6 +120,9 @@ pub struct Report {
     pub verify_clean: bool,
     /// Inserts that added a key.
     pub inserted: u64,
+    /// Fresh endpoints client threads needed after theirs broke (each operation that met a broken
+    /// endpoint was tried once more on the fresh one).
+    pub reconnects: u64,
     pub inserts_missing: Option<u64>,
     pub modeled: Modeled,
 }
