@@ -295,6 +295,7 @@ pub struct ServedRegion {
 /// A memory node's verbs server: registered regions and the TCP bootstrap listener.
 pub struct VerbsServer {
     addr: SocketAddr,
+    served: Arc<Served>,
     _regions: Vec<Arc<MemoryRegion>>,
 }
 
@@ -356,9 +357,10 @@ impl VerbsServer {
             regions: infos,
             peers: Mutex::new(Vec::new()),
         });
+        let serving = Arc::clone(&served);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let served = Arc::clone(&served);
+                let served = Arc::clone(&serving);
                 std::thread::spawn(move || {
                     if let Err(e) = serve_one(&served, stream) {
                         eprintln!("rolex verbs server: {e}");
@@ -368,6 +370,7 @@ impl VerbsServer {
         });
         Ok(Self {
             addr,
+            served,
             _regions: registered,
         })
     }
@@ -375,6 +378,16 @@ impl VerbsServer {
     /// The address compute nodes connect to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Destroys the queue pairs of every compute node connected so far (they see their next
+    /// batch fail: a compute node cut off). Returns how many. New compute nodes can still
+    /// connect.
+    pub fn disconnect_all(&self) -> usize {
+        let mut peers = self.served.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let count = peers.len();
+        peers.clear();
+        count
     }
 }
 

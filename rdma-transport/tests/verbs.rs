@@ -5,7 +5,7 @@
 
 use rdma_transport::conformance::{self, Scratch};
 use rdma_transport::verbs::{ServedRegion, VerbsServer, VerbsTransport, device_present};
-use rdma_transport::{Transport, TransportError};
+use rdma_transport::{Endpoint, Transport, TransportError};
 
 #[test]
 fn without_a_device_opening_is_a_clean_no_device_error() {
@@ -53,4 +53,31 @@ fn the_conformance_suite_passes_over_a_loopback_queue_pair() {
     let transport = VerbsTransport::connect(server.local_addr(), None).expect("connect");
     assert_eq!(transport.memory_nodes()[0].region_len, region.len);
     conformance::run_all(&transport, Scratch::new(0, 0, region.len));
+}
+
+#[test]
+fn a_failed_batch_breaks_the_endpoint_and_a_fresh_one_works() {
+    if !device_present() {
+        eprintln!("skipped: no RDMA device on this machine (breaking a queue pair needs one)");
+        return;
+    }
+    let memory: &'static mut [u64] = Box::leak(vec![0u64; 1 << 12].into_boxed_slice());
+    let region = ServedRegion {
+        id: 0,
+        ptr: memory.as_mut_ptr().cast(),
+        len: (memory.len() * 8) as u64,
+    };
+    // SAFETY: the region is leaked, so it stays mapped and valid for the rest of the process.
+    let server = unsafe { VerbsServer::start("127.0.0.1:0", None, &[region]) }.expect("server");
+    let transport = VerbsTransport::connect(server.local_addr(), None).expect("connect");
+    let mut ep = transport.endpoint().expect("endpoint");
+    let word = rdma_transport::RemoteAddr::new(0, 0).expect("addr");
+    ep.write_word(word, 5).expect("a working queue pair");
+    assert!(server.disconnect_all() >= 1);
+    // The peer's queue pair is gone: the batch fails (retries exhausted, or no completion)...
+    assert!(ep.read_word(word).is_err());
+    // ...and the endpoint stays broken: nothing more is posted through it.
+    assert!(matches!(ep.read_word(word), Err(TransportError::Broken(_))));
+    let mut fresh = transport.endpoint().expect("a fresh queue pair");
+    assert_eq!(fresh.read_word(word), Ok(5));
 }
