@@ -35,14 +35,10 @@ fn without_a_device_opening_is_a_clean_no_device_error() {
     ));
 }
 
-#[test]
-fn the_conformance_suite_passes_over_a_loopback_queue_pair() {
-    if !device_present() {
-        eprintln!("skipped: no RDMA device on this machine (the verbs conformance run needs one)");
-        return;
-    }
+/// A verbs server on loopback serving a leaked region of `words` words as memory node 0.
+fn loopback_server(words: usize) -> (VerbsServer, ServedRegion) {
     // The region lives for the rest of the process, as registration requires.
-    let memory: &'static mut [u64] = Box::leak(vec![0u64; 1 << 17].into_boxed_slice());
+    let memory: &'static mut [u64] = Box::leak(vec![0u64; words].into_boxed_slice());
     let region = ServedRegion {
         id: 0,
         ptr: memory.as_mut_ptr().cast(),
@@ -50,6 +46,16 @@ fn the_conformance_suite_passes_over_a_loopback_queue_pair() {
     };
     // SAFETY: the region is leaked, so it stays mapped and valid for the rest of the process.
     let server = unsafe { VerbsServer::start("127.0.0.1:0", None, &[region]) }.expect("server");
+    (server, region)
+}
+
+#[test]
+fn the_conformance_suite_passes_over_a_loopback_queue_pair() {
+    if !device_present() {
+        eprintln!("skipped: no RDMA device on this machine (the verbs conformance run needs one)");
+        return;
+    }
+    let (server, region) = loopback_server(1 << 17);
     let transport = VerbsTransport::connect(server.local_addr(), None).expect("connect");
     assert_eq!(transport.memory_nodes()[0].region_len, region.len);
     conformance::run_all(&transport, Scratch::new(0, 0, region.len));
@@ -61,14 +67,7 @@ fn a_failed_batch_breaks_the_endpoint_and_a_fresh_one_works() {
         eprintln!("skipped: no RDMA device on this machine (breaking a queue pair needs one)");
         return;
     }
-    let memory: &'static mut [u64] = Box::leak(vec![0u64; 1 << 12].into_boxed_slice());
-    let region = ServedRegion {
-        id: 0,
-        ptr: memory.as_mut_ptr().cast(),
-        len: (memory.len() * 8) as u64,
-    };
-    // SAFETY: the region is leaked, so it stays mapped and valid for the rest of the process.
-    let server = unsafe { VerbsServer::start("127.0.0.1:0", None, &[region]) }.expect("server");
+    let (server, _) = loopback_server(1 << 12);
     let transport = VerbsTransport::connect(server.local_addr(), None).expect("connect");
     let mut ep = transport.endpoint().expect("endpoint");
     let word = rdma_transport::RemoteAddr::new(0, 0).expect("addr");

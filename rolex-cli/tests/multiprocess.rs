@@ -62,18 +62,17 @@ fn assert_pool_holds(pool: &std::path::Path, keys: u64) {
     );
 }
 
-#[test]
-fn a_memnode_and_two_attached_benches() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pool = dir.path().join("pool");
-    let (mut memnode, _, drain) = start_memnode(&pool, &["--duration", "12"]);
-
+/// Two `rolex bench` processes (seeds 1 and 2) attached to `attach` (one pool file, or a
+/// comma-separated list), each running write50 for 20,000 operations with `--check-inserts`;
+/// waits for both, checks each found every key it inserted, and returns how many keys they
+/// inserted together.
+fn two_attached_benches(dir: &std::path::Path, attach: &std::ffi::OsStr) -> u64 {
     let benches: Vec<_> = (1..=2)
         .map(|seed| {
-            let report = dir.path().join(format!("bench{seed}.json"));
+            let report = dir.join(format!("bench{seed}.json"));
             let child = Command::new(ROLEX)
                 .args(["bench", "--attach"])
-                .arg(&pool)
+                .arg(attach)
                 .args([
                     "--workload",
                     "write50",
@@ -101,6 +100,15 @@ fn a_memnode_and_two_attached_benches() {
         inserted += r["inserted"].as_u64().expect("inserted");
     }
     assert!(inserted > 15_000, "only {inserted} inserts");
+    inserted
+}
+
+#[test]
+fn a_memnode_and_two_attached_benches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    let (mut memnode, _, drain) = start_memnode(&pool, &["--duration", "12"]);
+    let inserted = two_attached_benches(dir.path(), pool.as_os_str());
     assert!(memnode.wait().expect("memnode").success(), "memnode failed");
     assert!(
         drain.join().expect("stdout") >= 1,
@@ -319,37 +327,7 @@ fn three_memnodes_and_two_benches_across_all_of_them() {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let benches: Vec<_> = (1..=2)
-        .map(|seed| {
-            let report = dir.path().join(format!("bench{seed}.json"));
-            let child = Command::new(ROLEX)
-                .args(["bench", "--attach", &attach])
-                .args([
-                    "--workload",
-                    "write50",
-                    "--ops",
-                    "20000",
-                    "--quiet",
-                    "--check-inserts",
-                ])
-                .args(["--seed", &seed.to_string(), "--json"])
-                .arg(&report)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start bench");
-            (child, report)
-        })
-        .collect();
-    let mut inserted = 0;
-    for (mut child, report) in benches {
-        assert!(child.wait().expect("wait").success(), "bench failed");
-        let r = json(&report);
-        assert_eq!(r["inserts_missing"], 0, "inserted keys missing: {r}");
-        assert!(r["ops"]["read"]["count"].as_u64().unwrap_or(0) > 0);
-        assert_eq!(r["verify_clean"], true);
-        inserted += r["inserted"].as_u64().expect("inserted");
-    }
-    assert!(inserted > 15_000, "only {inserted} inserts");
+    let inserted = two_attached_benches(dir.path(), attach.as_ref());
     for (mut memnode, _, drain) in memnodes {
         assert!(memnode.wait().expect("memnode").success(), "memnode failed");
         drain.join().expect("stdout");
