@@ -78,11 +78,30 @@ fn emptied_synonym_leaves_are_unlinked() {
         .expect("open");
         let mut cold = other.client().expect("client");
         assert_eq!(cold.scan(0, 100).expect("scan").len(), 40 + 6 - 23);
-        // Re-inserting into the emptied range works and keeps the pool clean.
+        // Re-inserting into the emptied range works and keeps the pool clean — and the leaves the
+        // deletes unlinked are the new leaves of the splits it causes: nothing is allocated.
+        let mut ep = transport.endpoint().expect("endpoint");
+        let alloc_num = store.layouts()[0].alloc_num_addr();
+        let allocated = ep.read_word(alloc_num).expect("read");
+        let linked = |ep: &mut sim_transport::SimEndpoint| {
+            verify(ep, transport.memory_nodes()[0])
+                .expect("verify")
+                .synonym_leaves
+        };
+        let synonyms_before = linked(&mut ep);
         for k in (1..=12u64).chain(20..=30) {
             assert!(c.insert(k, k + 1).expect("re-insert"));
         }
         assert_clean(&transport);
+        assert!(
+            linked(&mut ep) > synonyms_before,
+            "the re-inserts split leaves"
+        );
+        assert_eq!(
+            ep.read_word(alloc_num).expect("read"),
+            allocated,
+            "{mode:?}: unlinked leaves are reused before new ones are allocated"
+        );
         assert_eq!(cold.get(25).expect("get"), Some(26));
     }
 }

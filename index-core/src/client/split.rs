@@ -134,6 +134,11 @@ impl<E: Endpoint> Client<E> {
             hand_over,
             held_slot,
         )?;
+        // The unlinked leaf is this client's next split's new leaf. Safe at once: the batch above
+        // bumped the record's header after emptying the leaf, so a reader whose view still links
+        // it finds the header changed whatever it read there, and no chain of the record links it
+        // any more.
+        self.spare_leaves.push((node.info.id, gone.leaf_num()));
         Ok(())
     }
 
