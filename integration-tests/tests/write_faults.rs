@@ -318,3 +318,40 @@ fn a_client_whose_endpoint_died_reconnects_and_goes_on() {
     );
     assert_eq!(problems(&transport), []);
 }
+
+#[test]
+fn a_lost_completion_after_the_lock_cas_is_reported_as_a_lock_that_may_remain() {
+    for scenario in SCENARIOS {
+        let mut p = prepare(scenario);
+        // The lock batch executes — its CAS takes the lock — but its completion is lost, as a
+        // real queue pair's can be: the client cannot tell whether it holds the lock.
+        p.client.endpoint_mut().break_after(0);
+        match apply(&mut p.client, scenario.op) {
+            Err(IndexError::LockMayRemain { slot, leaf, .. }) => {
+                assert_eq!(
+                    (slot, leaf),
+                    (TARGET_SLOT, TARGET_LEAF),
+                    "{}",
+                    scenario.name
+                );
+            }
+            other => panic!("{}: {other:?}", scenario.name),
+        }
+        assert_eq!(
+            problems(&p.transport),
+            [Problem::LockHeld {
+                slot: TARGET_SLOT,
+                leaf: TARGET_LEAF
+            }],
+            "{}: the lock the lost batch took",
+            scenario.name
+        );
+        let mut other = other_client(&p.transport, Duration::from_millis(100));
+        assert_eq!(
+            other.insert(OTHER_LEAF_KEY, 1),
+            Ok(true),
+            "{}",
+            scenario.name
+        );
+    }
+}

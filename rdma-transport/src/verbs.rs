@@ -684,9 +684,11 @@ impl Link {
             // until the batch's completion has been polled below.
             unsafe { handle.setup_sge(lkey, base + at as u64, verb.len() as u32) };
         }
+        // A post that fails may have handed some requests to the NIC: treat it like a failed
+        // completion (the endpoint breaks, nothing reuses the staging buffer).
         guard
             .post()
-            .map_err(|e| connection(format!("posting a batch: {e}")))?;
+            .map_err(|e| TransportError::Broken(format!("posting a batch: {e}")))?;
         stats.batches += 1;
         // One signaled completion ends the batch.
         let deadline = Instant::now() + COMPLETION_TIMEOUT;

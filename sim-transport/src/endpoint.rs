@@ -21,6 +21,10 @@ pub struct SimEndpoint {
     crash_after: Option<u64>,
     /// Verbs still allowed before one verb fails transiently; `None` = none planned.
     fail_after: Option<u64>,
+    /// Verbs still allowed before the batch in flight loses its completion; `None` = none planned.
+    break_after: Option<u64>,
+    /// Set once a completion was lost: every later call fails with `Broken`.
+    broken: bool,
     crashed: bool,
     /// xorshift state for torn-mode yields.
     rng: u64,
@@ -38,6 +42,8 @@ impl SimEndpoint {
             fail_next: 0,
             crash_after: None,
             fail_after: None,
+            break_after: None,
+            broken: false,
             crashed: false,
             rng,
         }
@@ -63,6 +69,14 @@ impl SimEndpoint {
     /// point of a protocol.
     pub fn fail_after(&mut self, n: u64) {
         self.fail_after = Some(n);
+    }
+
+    /// Fault injection: the batch in flight once `n` more verbs have executed loses its
+    /// completion, as a real queue pair's can — its remaining verbs still execute, but the caller
+    /// learns nothing of them (atomics keep the `old` they were built with) and gets
+    /// [`TransportError::Broken`], as on every later call.
+    pub fn break_after(&mut self, n: u64) {
+        self.break_after = Some(n);
     }
 
     /// Whether the endpoint has crashed.
@@ -162,9 +176,7 @@ impl SimEndpoint {
         for i in 0..verbs.len() {
             let (is_read, fenced) = (matches!(verbs[i], Verb::Read { .. }), verbs[i].is_fenced());
             if fenced {
-                for j in std::mem::take(&mut held) {
-                    self.run(&mut verbs[j])?;
-                }
+                self.flush(verbs, &mut held, mode)?;
             } else if is_read {
                 // READs observe memory in order: earlier held READs complete first.
                 let mut rest = Vec::with_capacity(held.len());
@@ -193,8 +205,31 @@ impl SimEndpoint {
                 self.run(&mut verbs[i])?;
             }
         }
-        for j in held {
-            self.run(&mut verbs[j])?;
+        self.flush(verbs, &mut held, mode)
+    }
+
+    /// Completes every held verb. In adversarial mode the held READs go first, in order, and
+    /// the held atomics after them, latest first — both permitted (a later verb may take effect
+    /// before an earlier READ or atomic), and the order that most punishes a missing fence
+    /// between atomics, or between an atomic and the READs after it. Otherwise in order.
+    fn flush(
+        &mut self,
+        verbs: &mut [Verb<'_>],
+        held: &mut Vec<usize>,
+        mode: Reordering,
+    ) -> Result<(), TransportError> {
+        let held = std::mem::take(held);
+        if mode == Reordering::Adversarial {
+            let (reads, atomics): (Vec<usize>, Vec<usize>) = held
+                .into_iter()
+                .partition(|&j| matches!(verbs[j], Verb::Read { .. }));
+            for j in reads.into_iter().chain(atomics.into_iter().rev()) {
+                self.run(&mut verbs[j])?;
+            }
+        } else {
+            for j in held {
+                self.run(&mut verbs[j])?;
+            }
         }
         Ok(())
     }
@@ -210,6 +245,39 @@ impl SimEndpoint {
 
 impl Endpoint for SimEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if self.broken {
+            return Err(TransportError::Broken("a completion was lost".into()));
+        }
+        if let Some(left) = self.break_after
+            && (left as usize) < verbs.len()
+        {
+            // The whole batch executes; its completion (and with it every result) is lost.
+            self.break_after = None;
+            let built: Vec<Option<u64>> = verbs.iter().map(Verb::old_value).collect();
+            self.broken = true;
+            let executed = self.batch_inner(verbs);
+            for (verb, before) in verbs.iter_mut().zip(built) {
+                if let (Verb::Cas { old, .. } | Verb::Faa { old, .. }, Some(value)) = (verb, before)
+                {
+                    *old = value;
+                }
+            }
+            executed?;
+            return Err(TransportError::Broken("a completion was lost".into()));
+        }
+        if let Some(left) = self.break_after.as_mut() {
+            *left -= verbs.len() as u64;
+        }
+        self.batch_inner(verbs)
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+}
+
+impl SimEndpoint {
+    fn batch_inner(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
         if verbs.is_empty() {
             return Ok(());
         }
@@ -236,10 +304,6 @@ impl Endpoint for SimEndpoint {
             }
             mode => self.run_reordered(verbs, mode),
         }
-    }
-
-    fn stats(&self) -> Stats {
-        self.stats
     }
 }
 

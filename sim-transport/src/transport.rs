@@ -36,8 +36,9 @@ pub enum Reordering {
     /// Each READ and atomic is held back with probability ½, and a held verb completes at a
     /// pseudo-random later point: the permitted reorderings, mixed with in-order runs.
     Random,
-    /// Every READ and atomic is held back as long as the rules allow: the harshest schedule,
-    /// deterministic (for loom models).
+    /// Every READ and atomic is held back as long as the rules allow, and held verbs complete
+    /// READs first (in order), then atomics latest first: deterministic (for loom models), and
+    /// the schedule that most punishes a missing fence.
     Adversarial,
 }
 

@@ -16,7 +16,9 @@
 //!
 //! A failed batch reports, for each atomic it executed, the previous value in its `old` field;
 //! atomics it did not reach keep the value they were built with. Lock CASes are built with a value
-//! the word cannot hold after a successful swap, so "did my lock CAS take the lock" has an answer.
+//! the word cannot hold after a successful swap, so "did my lock CAS take the lock" has an answer —
+//! except on a broken endpoint ([`rdma_transport::TransportError::Broken`]: a real queue pair whose
+//! batch timed out or failed), where nothing is known and the lock is treated as taken.
 
 use leaf_store::{LeafStoreError, LeafTableEntry};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};

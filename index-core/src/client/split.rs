@@ -54,8 +54,10 @@ impl<E: Endpoint> Client<E> {
             if let Some(new) = lt_change {
                 verbs.push(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
             }
+            // Fenced behind the link CAS: were the slot marked freed while the LT entry still
+            // pointed at it, a batch cut off there would leave a chain no reader can follow.
             if let Some((at, bytes)) = &freed {
-                verbs.push(Verb::write(*at, bytes));
+                verbs.push(Verb::write(*at, bytes).fenced());
             }
             verbs.push(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
             // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
