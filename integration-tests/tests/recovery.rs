@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use index_core::{Client, IndexError, Store, StoreConfig, bootstrap};
+use index_core::{Client, IndexError, Store, StoreConfig};
 use integration_tests::tiny;
 use leaf_store::{BulkLoadConfig, Layout, ModelHeader, RingLayout, read_slot_table, verify};
 use rdma_transport::{Endpoint, Transport};
@@ -40,12 +40,8 @@ fn pool() -> Pool {
 
 fn pool_with(load: &BulkLoadConfig) -> Pool {
     let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
-    let size =
-        leaf_store::required_pool_bytes(loaded.len() as u64, load, 256).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    let layout = bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), load)
-        .expect("load")[0]
-        .layout;
+    let (transport, layout) =
+        integration_tests::load(&loaded, 256, load, sim_transport::SimConfig::default());
     let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
     let mut writer = store.client().expect("client");
     let mut keys = loaded;
@@ -334,14 +330,9 @@ fn an_entry_of_an_earlier_lap_is_not_taken_for_an_unwritten_position() {
 
 /// 600 keys in slots of two four-key leaves: 75 slots, a ring of 75 entries.
 fn many_slots() -> Pool {
-    let load = tiny();
     let loaded: Vec<u64> = (0..600).map(|i| i * 1000).collect();
-    let size =
-        leaf_store::required_pool_bytes(loaded.len() as u64, &load, 64).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    let layout = bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load)
-        .expect("load")[0]
-        .layout;
+    let (transport, layout) =
+        integration_tests::load(&loaded, 64, &tiny(), sim_transport::SimConfig::default());
     let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
     let stale = store.client().expect("client");
     Pool {

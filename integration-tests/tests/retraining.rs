@@ -213,20 +213,13 @@ fn retraining_keeps_up_with_five_times_the_loaded_keys() {
 /// built under the freeze, once the writer is out.
 #[test]
 fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
-    let load = BulkLoadConfig {
-        epsilon: 2,
-        delta: 4,
-        fill: 4,
-        slot_leaves: 2,
-        model_region_factor: 24,
-        ..BulkLoadConfig::default()
-    };
     let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
-    let size = required_pool_bytes(loaded.len() as u64, &load, 64).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    let layout = bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load)
-        .expect("load")[0]
-        .layout;
+    let (transport, layout) = integration_tests::load(
+        &loaded,
+        64,
+        &integration_tests::tiny(),
+        SimConfig::default(),
+    );
     let mut ep = transport.endpoint().expect("endpoint");
     let record_addr = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
     let record = leaf_store::read_record(&mut ep, &layout, 0, record_addr).expect("record");

@@ -106,6 +106,7 @@ fn apply_oracle(oracle: &mut BTreeMap<u64, u64>, op: Op) {
 
 struct Prepared {
     transport: SimTransport,
+    store: Store<SimTransport>,
     client: Client<SimEndpoint>,
     before: BTreeMap<u64, u64>,
     after: BTreeMap<u64, u64>,
@@ -117,10 +118,8 @@ fn prepare(scenario: Scenario) -> Prepared {
         leaf_store::required_pool_bytes(keys.len() as u64, &load(), 64).next_multiple_of(4096);
     let transport = SimTransport::anonymous(&[size]).expect("pool");
     bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), &load()).expect("load");
-    let mut client = Store::open(transport.clone(), StoreConfig::default())
-        .expect("open")
-        .client()
-        .expect("client");
+    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let mut client = store.client().expect("client");
     let mut before: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
     for &op in scenario.prepare {
         assert!(apply(&mut client, op).expect("prepare"), "{op:?}");
@@ -130,6 +129,7 @@ fn prepare(scenario: Scenario) -> Prepared {
     apply_oracle(&mut after, scenario.op);
     Prepared {
         transport,
+        store,
         client,
         before,
         after,
@@ -295,13 +295,12 @@ fn a_crash_at_any_verb_of_a_write_names_a_lock_it_leaves_and_blocks_nothing_else
 #[test]
 fn a_client_whose_endpoint_died_reconnects_and_goes_on() {
     let scenario = SCENARIOS[0];
-    let keys: Vec<u64> = (0..30).map(|i| i * 100).collect();
-    let size =
-        leaf_store::required_pool_bytes(keys.len() as u64, &load(), 64).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), &load()).expect("load");
-    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
-    let mut client = store.client().expect("client");
+    let Prepared {
+        transport,
+        store,
+        mut client,
+        ..
+    } = prepare(scenario);
     assert_eq!(client.get(700), Ok(Some(700)));
     let before = client.net_stats();
     // The endpoint dies before the insert's first verb: nothing was taken.

@@ -33,17 +33,7 @@ fn start_memnode(
     pool: &std::path::Path,
     extra: &[&str],
 ) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
-    let mut args: Vec<&std::ffi::OsStr> = vec![
-        "memnode".as_ref(),
-        "--pool".as_ref(),
-        pool.as_os_str(),
-        "--size".as_ref(),
-        "96M".as_ref(),
-        "--keys".as_ref(),
-        "20000".as_ref(),
-    ];
-    args.extend(extra.iter().map(std::ffi::OsStr::new));
-    start_until_ready(&args)
+    start_memnode_sized(pool, "96M", "20000", extra)
 }
 
 /// `rolex inspect` reports a clean verify and exactly `keys` keys.
@@ -311,8 +301,9 @@ fn three_memnodes_and_two_benches_across_all_of_them() {
         .enumerate()
         .map(|(i, pool)| {
             let node = i.to_string();
-            start_memnode_with_keys(
+            start_memnode_sized(
                 pool,
+                "64M",
                 "30000",
                 &["--nodes", "3", "--node", &node, "--duration", "12"],
             )
@@ -358,9 +349,10 @@ fn three_memnodes_and_two_benches_across_all_of_them() {
     assert_eq!(keys, 30_000 + inserted);
 }
 
-/// A memnode creating `pool` with `keys` keys, and `extra` flags.
-fn start_memnode_with_keys(
+/// A memnode creating a pool of `size` at `pool` with `keys` keys, and `extra` flags.
+fn start_memnode_sized(
     pool: &std::path::Path,
+    size: &str,
     keys: &str,
     extra: &[&str],
 ) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
@@ -369,7 +361,7 @@ fn start_memnode_with_keys(
         "--pool".as_ref(),
         pool.as_os_str(),
         "--size".as_ref(),
-        "64M".as_ref(),
+        size.as_ref(),
         "--keys".as_ref(),
         keys.as_ref(),
     ];
