@@ -121,13 +121,8 @@ impl SimEndpoint {
         let torn = self.shared.config.torn && !cfg!(loom);
         let rng = &mut self.rng;
         let mut between_words = || {
-            if torn {
-                *rng ^= *rng << 13;
-                *rng ^= *rng >> 7;
-                *rng ^= *rng << 17;
-                if *rng & 3 == 0 {
-                    crate::sync::yield_now();
-                }
+            if torn && xorshift(rng) & 3 == 0 {
+                crate::sync::yield_now();
             }
         };
         // Validation found the node, so its pool exists.
@@ -236,11 +231,16 @@ impl SimEndpoint {
 
     /// A pseudo-random bit.
     fn coin(&mut self) -> bool {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng & 1 == 1
+        xorshift(&mut self.rng) & 1 == 1
     }
+}
+
+/// The endpoint's pseudo-random stream (xorshift64): advances `state` and returns it.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
 
 impl Endpoint for SimEndpoint {
