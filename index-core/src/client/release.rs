@@ -21,7 +21,7 @@
 //! batch timed out or failed), where nothing is known and the lock is treated as taken.
 
 use leaf_store::{LeafStoreError, LeafTableEntry};
-use rdma_transport::{Endpoint, RemoteAddr, Verb};
+use rdma_transport::{Endpoint, RemoteAddr, TransportError, Verb};
 
 use crate::IndexError;
 
@@ -179,7 +179,9 @@ fn may_remain(lock: LockRef, cause: IndexError, release: IndexError) -> IndexErr
     }
 }
 
-/// The lock CAS at index 0 of a failed lock batch took the lock (it executed and swapped).
-pub(super) fn took_lock(verbs: &[Verb<'_>]) -> bool {
+/// Whether the lock CAS at index 0 of a lock batch that failed with `error` may hold the lock: it
+/// executed and swapped, or the endpoint broke and cannot tell which of its verbs executed.
+pub(super) fn may_hold_lock(verbs: &[Verb<'_>], error: &TransportError) -> bool {
     verbs.first().and_then(Verb::cas_succeeded) == Some(true)
+        || matches!(error, TransportError::Broken(_))
 }

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, le_word};
-use rdma_transport::{Endpoint, RemoteAddr, TransportError, Verb};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
 use crate::backoff::Backoff;
@@ -155,9 +155,9 @@ impl<E: Endpoint> Client<E> {
         }
         verbs.push(Verb::read(view.record, header_buf).fenced());
         if let Err(e) = self.ep.batches(&mut verbs) {
-            // A broken endpoint cannot tell which of its verbs executed: the CAS may have taken
-            // the lock, so it is released — which fails there, and says so (LockMayRemain).
-            let took = release::took_lock(&verbs) || matches!(e, TransportError::Broken(_));
+            // A lock that may be held is released — which fails on a broken endpoint, and then
+            // says so (LockMayRemain).
+            let took = release::may_hold_lock(&verbs, &e);
             drop(verbs);
             let lock = LockRef {
                 node: node.info.id,
