@@ -43,6 +43,14 @@ pub struct StoreConfig {
     /// How many times in a row a held leaf lock may be handed to another thread of this compute
     /// node without being released remotely.
     pub max_handovers: u32,
+    /// Join every memory node's membership table when the store opens (default; off in loom
+    /// builds). A member's locks carry its tag, so a memory node that declares it dead can find
+    /// and recover them; a store that did not join takes locks no recovery will release.
+    pub join_members: bool,
+    /// How often the lease of every membership is renewed (one CAS per memory node), by a
+    /// background thread (default 5 ms). Memory nodes declare a member dead when its lease
+    /// has not been renewed for their lease time (`rolex memnode --lease-ms`, default 250 ms).
+    pub lease_renewal: Duration,
     /// Loom builds only: the order of a split's steps.
     #[cfg(loom)]
     pub split_order: SplitOrder,
@@ -65,6 +73,8 @@ impl Default for StoreConfig {
             max_attempts: 10_000,
             retrain_threshold: 128,
             max_handovers: 8,
+            join_members: !cfg!(loom),
+            lease_renewal: Duration::from_millis(5),
             #[cfg(loom)]
             split_order: SplitOrder::Safe,
             #[cfg(loom)]

@@ -70,6 +70,16 @@ pub enum IndexError {
         /// What failed, and what failed while releasing.
         cause: String,
     },
+    /// A memory node declared this compute node dead — its lease lapsed — and cut its
+    /// connections off; it recovered whatever locks the compute node held. Nothing this compute
+    /// node posts takes effect any more: open the store again to rejoin as a new member.
+    #[error(
+        "memory node {node} declared this compute node dead and fenced it; open the store again"
+    )]
+    Fenced {
+        /// The memory node.
+        node: u16,
+    },
     /// Reads kept failing validation (torn leaves or a changing record) past the retry budget.
     #[error("gave up after {0} attempts: data kept changing or failing its checksum")]
     TooManyRetries(u32),
@@ -88,6 +98,17 @@ impl IndexError {
                 TransportError::Broken(_) | TransportError::Crashed | TransportError::Connection(_)
             )
         ) || matches!(self, IndexError::LockMayRemain { .. })
+    }
+}
+
+impl IndexError {
+    /// Whether this compute node was declared dead and fenced ([`IndexError::Fenced`]): it must
+    /// open the store again (a new member) before it can go on.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self,
+            IndexError::Fenced { .. } | IndexError::Transport(TransportError::Fenced(_))
+        )
     }
 }
 

@@ -75,6 +75,7 @@ mod client;
 mod config;
 mod error;
 mod locks;
+mod membership;
 mod stats;
 mod store;
 mod sync;

@@ -1,12 +1,14 @@
 //! The store a compute node opens: per memory node, its layout, top-level index and slot views.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use leaf_store::{Layout, read_record, read_slot_table};
 use learned_model::TopLevelIndex;
 use rdma_transport::{Endpoint, MemoryNodeInfo, Transport};
 
 use crate::locks::LockTable;
+use crate::membership::{self, Members};
 use crate::view::{SlotView, ViewCell};
 use crate::{Client, IndexError, StoreConfig};
 
@@ -17,6 +19,9 @@ pub(crate) struct NodeCache {
     pub(crate) layout: Layout,
     pub(crate) top: TopLevelIndex,
     pub(crate) slots: Vec<ViewCell>,
+    /// This compute node's member tag on the node: the owner its leaf locks carry (0: not
+    /// joined).
+    pub(crate) tag: u8,
 }
 
 /// Everything the clients of one compute node share.
@@ -28,6 +33,23 @@ pub(crate) struct Caches {
     /// First key served by each node of `nodes`.
     pub(crate) partition: Vec<u64>,
     pub(crate) locks: LockTable,
+    pub(crate) members: Arc<Members>,
+    /// The lease renewer, stopped and joined when the last client and the store are gone.
+    renewer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Caches {
+    fn drop(&mut self) {
+        self.members.stop();
+        if let Some(renewer) = self
+            .renewer
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = renewer.join();
+        }
+    }
 }
 
 impl Caches {
@@ -47,7 +69,10 @@ pub struct Store<T: Transport> {
     caches: Arc<Caches>,
 }
 
-impl<T: Transport> Store<T> {
+impl<T: Transport> Store<T>
+where
+    T::Endpoint: 'static,
+{
     /// Attaches to every memory node of `transport` from its superblock, reads every slot's record
     /// and builds the caches. The nodes' key ranges must tile the key space (as [`crate::bootstrap`]
     /// lays them out).
@@ -85,6 +110,18 @@ impl<T: Transport> Store<T> {
             ));
         }
         let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
+        let layouts: Vec<Layout> = nodes.iter().map(|n| n.layout).collect();
+        let members = membership::join_all(&mut ep, &layouts, config.join_members)?;
+        for (i, node) in nodes.iter_mut().enumerate() {
+            node.tag = members.tag(i);
+        }
+        let renewer = if config.join_members {
+            let renewer = membership::spawn_renewer(ep, Arc::clone(&members), config.lease_renewal)
+                .map_err(|e| IndexError::Config(format!("starting the lease renewer: {e}")))?;
+            Some(renewer)
+        } else {
+            None
+        };
         Ok(Self {
             transport,
             caches: Arc::new(Caches {
@@ -92,16 +129,34 @@ impl<T: Transport> Store<T> {
                 nodes,
                 partition,
                 locks: LockTable::new(),
+                members,
+                renewer: Mutex::new(renewer),
             }),
         })
     }
 
-    /// A client for one thread (its own endpoint: one queue pair per memory node on hardware).
+    /// A client for one thread (its own endpoint: one queue pair per memory node on hardware),
+    /// registered with every memory node so that fencing this compute node covers it. At most
+    /// 127 clients of one store exist at a time.
     pub fn client(&self) -> Result<Client<T::Endpoint>, IndexError> {
-        Ok(Client::new(
-            self.transport.endpoint()?,
-            Arc::clone(&self.caches),
-        ))
+        let mut ep = self.transport.endpoint()?;
+        let index = self.caches.members.take_index()?;
+        if let Err(e) = self.caches.members.register(&mut ep, index) {
+            self.caches.members.release_index(index);
+            return Err(e);
+        }
+        Ok(Client::new(ep, Arc::clone(&self.caches), index))
+    }
+
+    /// Whether a memory node declared this compute node dead and fenced it (see
+    /// [`IndexError::Fenced`]): open the store again to go on.
+    pub fn is_fenced(&self) -> bool {
+        self.caches.members.is_fenced()
+    }
+
+    /// This compute node's member tag on each memory node, in key order (0: not joined).
+    pub fn member_tags(&self) -> Vec<u8> {
+        self.caches.nodes.iter().map(|n| n.tag).collect()
     }
 
     /// Gives `client` a fresh endpoint (on hardware a new queue pair through the bootstrap) after
@@ -109,7 +164,11 @@ impl<T: Transport> Store<T> {
     /// endpoint is not released by this: an operation that failed holding a leaf lock said so
     /// ([`IndexError::LockMayRemain`]). The client's counters carry on.
     pub fn reconnect(&self, client: &mut Client<T::Endpoint>) -> Result<(), IndexError> {
-        client.replace_endpoint(self.transport.endpoint()?);
+        let mut ep = self.transport.endpoint()?;
+        self.caches
+            .members
+            .register(&mut ep, client.connection_index())?;
+        client.replace_endpoint(ep);
         Ok(())
     }
 
@@ -176,5 +235,6 @@ fn open_node<E: Endpoint>(
         layout,
         top,
         slots,
+        tag: 0,
     })
 }

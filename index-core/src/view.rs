@@ -101,7 +101,7 @@ impl SlotView {
                     .iter()
                     .map(unlocked)
                     .enumerate()
-                    .filter(|&(i, e)| LeafTableEntry::new(0, base + i as u64) != Some(e))
+                    .filter(|&(i, e)| LeafTableEntry::new(base + i as u64) != Some(e))
                     .map(|(i, e)| (i as u64, e))
                     .collect();
                 CachedLt::Lean {
@@ -128,7 +128,7 @@ impl SlotView {
                 base, exceptions, ..
             } => match exceptions.binary_search_by_key(&i, |e| e.0) {
                 Ok(at) => exceptions[at].1,
-                Err(_) => LeafTableEntry::new(0, base + i).unwrap_or_default(),
+                Err(_) => LeafTableEntry::new(base + i).unwrap_or_default(),
             },
         }
     }

@@ -403,7 +403,7 @@ fn a_worker_puts_off_a_slot_it_cannot_retrain_and_stops_only_when_its_transport_
         .0
         .checked_add(record.layout().lt_entry(0))
         .expect("addr");
-    leaf_store::try_lock(&mut ep, lt_addr, record.lt[0])
+    leaf_store::try_lock(&mut ep, lt_addr, record.lt[0], 1)
         .expect("cas")
         .expect("was unlocked");
     assert!(enqueue(&mut ep, &p.layout, 1).is_ok());

@@ -149,8 +149,13 @@ fn readers_with_caches_from_before_a_retraining_stopped_at_any_verb_miss_nothing
         let (transport, mut oracle) = crash_pool();
         let node = transport.memory_nodes()[0];
         let probes = 2 * (oracle.len() + 32) + 4;
+        // More readers than a memory node has member entries: they only read, so they do not join.
+        let readers = StoreConfig {
+            join_members: false,
+            ..StoreConfig::default()
+        };
         let mut stale: Vec<Client<SimEndpoint>> = (0..probes)
-            .map(|_| client(&transport, StoreConfig::default()))
+            .map(|_| client(&transport, readers.clone()))
             .collect();
         let mut worker =
             Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");

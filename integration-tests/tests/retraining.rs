@@ -234,7 +234,7 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
     // A writer holds the leaf's lock, half way through rewriting it (its checksum fails on every
     // read), and finishes 50 ms later (or once it sees the record frozen): the worker's first
     // snapshot sees the torn leaf; the worker waits for the lock before it freezes.
-    let held = leaf_store::try_lock(&mut ep, entry_addr, entry)
+    let held = leaf_store::try_lock(&mut ep, entry_addr, entry, 1)
         .expect("cas")
         .expect("unlocked");
     let mut torn = good.clone();

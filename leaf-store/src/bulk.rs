@@ -156,6 +156,7 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64
     SUPERBLOCK_BYTES
         + 16 * slots
         + RingLayout::bytes(ring, slots)
+        + crate::members::MEMBERS_BYTES
         + 16
         + records.saturating_mul(config.model_region_factor.max(1))
         + grown.saturating_mul(config.model_region_factor.max(1) * MODEL_BYTES_PER_GROWN_LEAF)
@@ -245,7 +246,8 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     }
     let slot_table_offset = SUPERBLOCK_BYTES;
     let ring_offset = slot_table_offset + 16 * slots;
-    let model_region_offset = ring_offset + RingLayout::bytes(ring_capacity, slots);
+    let members_offset = ring_offset + RingLayout::bytes(ring_capacity, slots);
+    let model_region_offset = members_offset + crate::members::MEMBERS_BYTES;
     // The model region follows the leaf region's capacity: every leaf beyond the loaded ones may
     // become a trained leaf of some record after retraining (its LT entry and pivot), and shadow
     // redirection keeps old and new records side by side (the factor).
@@ -306,7 +308,8 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         keys_loaded: keys.len() as u64,
         trained_leaves,
         record_bytes_loaded: record_bytes,
-        reserved: [0; 8],
+        members_offset,
+        reserved: [0; 7],
         checksum: 0,
     }
     .sealed();
@@ -337,7 +340,7 @@ pub fn bulk_load_with_progress<E: Endpoint>(
                 .map(|c| c[0])
                 .collect(),
             lt: (first_leaf..first_leaf + model.leaves())
-                .map(|n| LeafTableEntry::new(0, n).unwrap_or_default())
+                .map(|n| LeafTableEntry::new(n).unwrap_or_default())
                 .collect(),
             slt: vec![LeafTableEntry::default(); SLT_SLOTS],
             model,
@@ -363,6 +366,9 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     let mut ring = vec![0u8; RingLayout::bytes(ring_capacity, slots) as usize];
     ring[16..24].copy_from_slice(&ring_capacity.to_le_bytes());
     write_chunked(ep, &layout, ring_offset, &ring)?;
+    // No member yet: a pool loaded over an old one must not inherit its leases.
+    let members = vec![0u8; crate::members::MEMBERS_BYTES as usize];
+    write_chunked(ep, &layout, members_offset, &members)?;
     let mut leaf_header = trained_leaves.to_le_bytes().to_vec();
     leaf_header.extend_from_slice(&leaf_capacity.to_le_bytes());
     ep.write(layout.alloc_num_addr(), &leaf_header)?;

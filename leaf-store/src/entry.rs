@@ -5,30 +5,33 @@
 /// ```text
 ///  63   62          56 55          48 47                                              0
 /// +----+--------------+--------------+-------------------------------------------------+
-/// |lock| leaf_region  | synonym_ptr  |                    leaf_num                     |
+/// |lock|    owner     | synonym_ptr  |                    leaf_num                     |
 /// +----+--------------+--------------+-------------------------------------------------+
 ///   1        7               8                              48 bits
 /// ```
 ///
 /// * `lock` — set while a writer holds the trained leaf and its whole synonym chain (only LT
 ///   entries are ever locked; SLT entries share their trained leaf's lock).
-/// * `leaf_region` — which leaf region of the memory node holds the leaf (always 0 today).
+/// * `owner` — while locked, the lock holder's member tag on this memory node (1..=127, see
+///   [`crate::members`]; 0 = a holder that did not join); 0 while unlocked. Recovery finds a
+///   dead compute node's locks by this tag, so taking a lock records its holder for free.
+///   (Layout v2 called these bits `leaf_region` and always kept them 0.)
 /// * `synonym_ptr` — the SLT slot (1..=255) of the next leaf in this chain; 0 = end of chain.
 /// * `leaf_num` — the leaf's number in its region (address = region base + 16 + num · leaf size).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct LeafTableEntry(u64);
 
 const LOCK_SHIFT: u32 = 63;
-const REGION_SHIFT: u32 = 56;
-const REGION_MASK: u64 = 0x7f;
+const OWNER_SHIFT: u32 = 56;
+const OWNER_MASK: u64 = 0x7f;
 const SYNONYM_SHIFT: u32 = 48;
 const SYNONYM_MASK: u64 = 0xff;
 const LEAF_MASK: u64 = (1 << 48) - 1;
 
 /// Largest leaf number an entry can hold.
 pub const MAX_LEAF_NUM: u64 = LEAF_MASK;
-/// Largest leaf-region number an entry can hold.
-pub const MAX_LEAF_REGION: u8 = REGION_MASK as u8;
+/// Largest owner tag an entry can hold (member tags are 1..=127).
+pub const MAX_OWNER: u8 = OWNER_MASK as u8;
 
 impl LeafTableEntry {
     /// Marks an SLT slot that was handed out (its `slot_use` FAA happened) but holds no leaf: the
@@ -42,13 +45,13 @@ impl LeafTableEntry {
         self.0 == Self::FREED.0
     }
 
-    /// An unlocked entry for leaf `leaf_num` of region `leaf_region` with no synonym. `None` if a
-    /// field does not fit (leaf number beyond 48 bits, region beyond 7 bits).
-    pub const fn new(leaf_region: u8, leaf_num: u64) -> Option<Self> {
-        if leaf_num > LEAF_MASK || leaf_region as u64 > REGION_MASK {
+    /// An unlocked entry for leaf `leaf_num` with no synonym. `None` if the leaf number does not
+    /// fit in 48 bits.
+    pub const fn new(leaf_num: u64) -> Option<Self> {
+        if leaf_num > LEAF_MASK {
             return None;
         }
-        Some(Self(((leaf_region as u64) << REGION_SHIFT) | leaf_num))
+        Some(Self(leaf_num))
     }
 
     /// The entry from its raw word (every word is a valid entry).
@@ -66,9 +69,9 @@ impl LeafTableEntry {
         self.0 >> LOCK_SHIFT != 0
     }
 
-    /// The leaf region number.
-    pub const fn leaf_region(self) -> u8 {
-        ((self.0 >> REGION_SHIFT) & REGION_MASK) as u8
+    /// The lock holder's member tag (0 while unlocked, or for a holder that did not join).
+    pub const fn owner(self) -> u8 {
+        ((self.0 >> OWNER_SHIFT) & OWNER_MASK) as u8
     }
 
     /// The SLT slot of the next leaf in the chain, 0 for none.
@@ -81,14 +84,23 @@ impl LeafTableEntry {
         self.0 & LEAF_MASK
     }
 
-    /// The same entry with the lock bit set.
+    /// The same entry with the lock bit set (the owner tag unchanged).
     pub const fn locked(self) -> Self {
         Self(self.0 | (1 << LOCK_SHIFT))
     }
 
-    /// The same entry with the lock bit clear.
+    /// The same entry locked by member `owner` (tags above [`MAX_OWNER`] are cut to 7 bits).
+    pub const fn locked_by(self, owner: u8) -> Self {
+        Self(
+            (self.0 & !(OWNER_MASK << OWNER_SHIFT))
+                | (1 << LOCK_SHIFT)
+                | ((owner as u64 & OWNER_MASK) << OWNER_SHIFT),
+        )
+    }
+
+    /// The same entry unlocked: lock bit and owner tag clear.
     pub const fn unlocked(self) -> Self {
-        Self(self.0 & !(1 << LOCK_SHIFT))
+        Self(self.0 & !(1 << LOCK_SHIFT) & !(OWNER_MASK << OWNER_SHIFT))
     }
 
     /// The same entry pointing at SLT slot `ptr` (0 = no synonym).
@@ -101,11 +113,14 @@ impl std::fmt::Debug for LeafTableEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Entry{{leaf {}:{}, syn {}{}}}",
-            self.leaf_region(),
+            "Entry{{leaf {}, syn {}{}}}",
             self.leaf_num(),
             self.synonym_ptr(),
-            if self.is_locked() { ", locked" } else { "" }
+            if self.is_locked() {
+                format!(", locked by {}", self.owner())
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -117,16 +132,17 @@ mod tests {
     use super::*;
 
     quickcheck! {
-        fn fields_round_trip(lock: bool, region: u8, ptr: u8, leaf: u64) -> bool {
-            let (region, leaf) = (region & 0x7f, leaf & MAX_LEAF_NUM);
-            let mut e = LeafTableEntry::new(region, leaf).expect("fields fit").with_synonym(ptr);
+        fn fields_round_trip(lock: bool, owner: u8, ptr: u8, leaf: u64) -> bool {
+            let (owner, leaf) = (owner & MAX_OWNER, leaf & MAX_LEAF_NUM);
+            let mut e = LeafTableEntry::new(leaf).expect("fields fit").with_synonym(ptr);
             if lock {
-                e = e.locked();
+                e = e.locked_by(owner);
             }
             let back = LeafTableEntry::from_raw(e.raw());
             back == e
                 && back.is_locked() == lock
-                && back.leaf_region() == region
+                && back.owner() == if lock { owner } else { 0 }
+                && back.unlocked().owner() == 0
                 && back.synonym_ptr() == ptr
                 && back.leaf_num() == leaf
                 && !back.unlocked().is_locked()
@@ -138,22 +154,24 @@ mod tests {
 
         fn every_word_decodes_and_re_encodes(word: u64) -> bool {
             let e = LeafTableEntry::from_raw(word);
-            let rebuilt = LeafTableEntry::new(e.leaf_region(), e.leaf_num())
+            let rebuilt = LeafTableEntry::new(e.leaf_num())
                 .expect("fields of a word fit")
                 .with_synonym(e.synonym_ptr());
-            let rebuilt = if e.is_locked() { rebuilt.locked() } else { rebuilt };
-            rebuilt.raw() == word
+            let rebuilt = if e.is_locked() { rebuilt.locked_by(e.owner()) } else { rebuilt };
+            // An unlocked word with owner bits (only FREED is one) is the one exception.
+            rebuilt.raw() == word || (!e.is_locked() && e.owner() != 0)
         }
     }
 
     #[test]
     fn the_layout_is_the_documented_one() {
-        let e = LeafTableEntry::new(0x7f, 0xabc)
+        let e = LeafTableEntry::new(0xabc)
             .expect("fits")
             .with_synonym(0x12)
-            .locked();
+            .locked_by(0x7f);
         assert_eq!(e.raw(), 1 << 63 | 0x7f << 56 | 0x12 << 48 | 0xabc);
-        assert!(LeafTableEntry::new(0x80, 0).is_none());
-        assert!(LeafTableEntry::new(0, 1 << 48).is_none());
+        assert_eq!(e.unlocked().raw(), 0x12 << 48 | 0xabc);
+        assert_eq!(e.locked_by(3).owner(), 3);
+        assert!(LeafTableEntry::new(1 << 48).is_none());
     }
 }

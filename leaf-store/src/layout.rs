@@ -8,7 +8,7 @@ use crate::{LeafStoreError, leaf_bytes};
 /// `"ROLEXPL1"`: the first word of every pool.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
 /// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 2;
+pub const LAYOUT_VERSION: u64 = 3;
 /// Size of the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 256;
 
@@ -23,11 +23,11 @@ pub const SUPERBLOCK_BYTES: u64 = 256;
 ///       4 fill (bulk load)      12 leaf_capacity (leaves)      20 keys at bulk load
 ///       5 slot_leaves           13 leaf_bytes                  21 trained leaves at bulk load
 ///       6 node_id               14 slot_table_offset           22 model records' bytes at bulk load
-///       7 node_count            15 slots                       23 reserved
+///       7 node_count            15 slots                       23 members_offset (v3)
 /// ```
 ///
 /// Regions, in address order: superblock, slot table (`slots` × 16 bytes: record address, first
-/// key), retraining ring, model region (`[next_free][end]` then records), leaf region
+/// key), retraining ring, membership table ([`crate::members`], v3), model region (`[next_free][end]` then records), leaf region
 /// (`[alloc_num][capacity]` then `leaf_capacity` leaves). `checksum` is XXH3-64 of words 0..31.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq)]
@@ -56,7 +56,8 @@ pub struct Superblock {
     pub keys_loaded: u64,
     pub trained_leaves: u64,
     pub record_bytes_loaded: u64,
-    pub reserved: [u64; 8],
+    pub members_offset: u64,
+    pub reserved: [u64; 7],
     pub checksum: u64,
 }
 
@@ -133,6 +134,10 @@ impl Superblock {
             && ring_end
                 .and_then(|w| w.checked_mul(8))
                 .and_then(|b| b.checked_add(sb.ring_offset))
+                .is_some_and(|e| e <= sb.members_offset)
+            && sb
+                .members_offset
+                .checked_add(crate::members::MEMBERS_BYTES)
                 .is_some_and(|e| e <= sb.model_region_offset)
             && sb
                 .model_region_offset
@@ -143,6 +148,7 @@ impl Superblock {
             && [
                 sb.slot_table_offset,
                 sb.ring_offset,
+                sb.members_offset,
                 sb.model_region_offset,
                 sb.leaf_region_offset,
                 sb.model_region_bytes,

@@ -51,6 +51,7 @@ mod header;
 mod layout;
 mod leaf;
 mod lock;
+pub mod members;
 mod record;
 mod ring;
 mod sync;
@@ -62,7 +63,7 @@ pub use bulk::{
     BulkLoadConfig, BulkLoadReport, MODEL_BYTES_PER_GROWN_LEAF, Phase, bulk_load,
     bulk_load_with_progress, required_pool_bytes,
 };
-pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_LEAF_REGION};
+pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_OWNER};
 pub use error::LeafStoreError;
 pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
 pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};

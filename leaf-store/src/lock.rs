@@ -1,7 +1,8 @@
 //! The leaf lock: the lock bit of a trained leaf's LT entry, taken and released by CAS.
 //!
 //! One lock covers a trained leaf and its whole synonym chain. Taking it is a CAS from the entry
-//! unlocked to the same entry locked; releasing it is a CAS from the locked entry to the unlocked
+//! unlocked to the same entry locked by the taker's member tag (see [`crate::members`]: recovery
+//! finds a dead compute node's locks by it); releasing it is a CAS from the locked entry to the unlocked
 //! one, optionally installing a new synonym pointer in the same CAS (linking a new synonym leaf
 //! and unlocking cost one verb).
 
@@ -9,33 +10,37 @@ use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::{LeafStoreError, LeafTableEntry};
 
-/// The CAS that locks the entry at `addr`, expected to hold `current` (lock bit ignored: the CAS
-/// expects it clear). Succeeds iff the returned old value equals `current.unlocked()`.
-pub fn lock_verb(addr: RemoteAddr, current: LeafTableEntry) -> Verb<'static> {
+/// The CAS that locks the entry at `addr` for member `owner`, expected to hold `current` (lock
+/// bit ignored: the CAS expects it clear). Succeeds iff the returned old value equals
+/// `current.unlocked()`.
+pub fn lock_verb(addr: RemoteAddr, current: LeafTableEntry, owner: u8) -> Verb<'static> {
     Verb::cas(
         addr,
         current.unlocked().raw(),
-        current.unlocked().locked().raw(),
+        current.unlocked().locked_by(owner).raw(),
     )
 }
 
-/// Tries once to lock the entry at `addr`, expected to hold `current`. `Ok(Ok(locked entry))` on
-/// success; `Ok(Err(actual))` with the entry's actual value if it was locked or had changed.
+/// Tries once to lock the entry at `addr` for member `owner`, expected to hold `current`.
+/// `Ok(Ok(locked entry))` on success; `Ok(Err(actual))` with the entry's actual value if it was
+/// locked or had changed.
 pub fn try_lock<E: Endpoint>(
     ep: &mut E,
     addr: RemoteAddr,
     current: LeafTableEntry,
+    owner: u8,
 ) -> Result<Result<LeafTableEntry, LeafTableEntry>, LeafStoreError> {
     let expected = current.unlocked();
-    let old = ep.cas(addr, expected.raw(), expected.locked().raw())?;
+    let old = ep.cas(addr, expected.raw(), expected.locked_by(owner).raw())?;
     Ok(if old == expected.raw() {
-        Ok(expected.locked())
+        Ok(expected.locked_by(owner))
     } else {
         Err(LeafTableEntry::from_raw(old))
     })
 }
 
-/// The CAS that releases `held` (the locked entry at `addr`), installing `synonym_ptr` if given.
+/// The CAS that releases `held` (the locked entry at `addr`, owner tag included), installing
+/// `synonym_ptr` if given.
 pub fn unlock_verb(
     addr: RemoteAddr,
     held: LeafTableEntry,

@@ -240,10 +240,10 @@ mod tests {
             model,
             pivots: keys.chunks(3).map(|c| c[0]).collect(),
             lt: (0..leaves)
-                .map(|i| LeafTableEntry::new(0, 100 + i).expect("fits"))
+                .map(|i| LeafTableEntry::new(100 + i).expect("fits"))
                 .collect(),
             slt: (0..SLT_SLOTS as u64)
-                .map(|i| LeafTableEntry::new(0, i).expect("fits"))
+                .map(|i| LeafTableEntry::new(i).expect("fits"))
                 .collect(),
         }
     }
@@ -269,8 +269,8 @@ mod tests {
         let mut r = record();
         r.header = ModelHeader::new(0).with_slot_use(3);
         r.lt[0] = r.lt[0].with_synonym(2).locked();
-        r.slt[2] = LeafTableEntry::new(0, 500).expect("fits").with_synonym(1);
-        r.slt[1] = LeafTableEntry::new(0, 501).expect("fits");
+        r.slt[2] = LeafTableEntry::new(500).expect("fits").with_synonym(1);
+        r.slt[1] = LeafTableEntry::new(501).expect("fits");
         let chain = r.chain_entries(0).expect("valid chain");
         assert_eq!(
             chain.iter().map(|e| e.leaf_num()).collect::<Vec<_>>(),

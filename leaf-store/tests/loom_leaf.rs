@@ -24,7 +24,8 @@ const LT_WORD: u64 = 256 + 16 + 48 + 16;
 fn pool() -> (Arc<SimTransport>, Layout) {
     let slot_table = 256;
     let ring = slot_table + 16;
-    let model = ring + 8 * (4 + 1 + 1);
+    let members = ring + 8 * (4 + 1 + 1);
+    let model = members + leaf_store::members::MEMBERS_BYTES;
     let leaves = model + 32;
     let size = leaves + 16 + LEAVES * leaf_bytes(DELTA);
     let transport = Arc::new(SimTransport::anonymous(&[size]).expect("pool"));
@@ -52,7 +53,8 @@ fn pool() -> (Arc<SimTransport>, Layout) {
         keys_loaded: 0,
         trained_leaves: 1,
         record_bytes_loaded: 0,
-        reserved: [0; 8],
+        members_offset: members,
+        reserved: [0; 7],
         checksum: 0,
     }
     .sealed();
@@ -65,11 +67,8 @@ fn pool() -> (Arc<SimTransport>, Layout) {
         .expect("capacity");
     let empty = Leaf::new().encode(0, DELTA).expect("encode");
     ep.write(layout.leaf_addr(0), &empty).expect("leaf 0");
-    ep.write_word(
-        addr(LT_WORD),
-        LeafTableEntry::new(0, 0).expect("entry").raw(),
-    )
-    .expect("lt");
+    ep.write_word(addr(LT_WORD), LeafTableEntry::new(0).expect("entry").raw())
+        .expect("lt");
     (transport, layout)
 }
 
@@ -123,12 +122,12 @@ fn loom_catches_read_then_write_allocation() {
 
 /// Inserts `key` into leaf 0 under its LT lock (or without it, when `broken`).
 fn insert(ep: &mut impl Endpoint, layout: &Layout, key: u64, broken: bool) {
-    let entry = LeafTableEntry::new(0, 0).expect("entry");
+    let entry = LeafTableEntry::new(0).expect("entry");
     let held = if broken {
         None
     } else {
         loop {
-            match try_lock(ep, addr(LT_WORD), entry).expect("cas") {
+            match try_lock(ep, addr(LT_WORD), entry, 1).expect("cas") {
                 Ok(held) => break Some(held),
                 Err(_) => loom::thread::yield_now(),
             }
@@ -211,8 +210,8 @@ fn reader_vs_writer(broken: bool) {
     let new_entries = new.clone();
     let writer = loom::thread::spawn(move || {
         let mut ep = t.endpoint().expect("endpoint");
-        let entry = LeafTableEntry::new(0, 0).expect("entry");
-        let held = try_lock(&mut ep, addr(LT_WORD), entry)
+        let entry = LeafTableEntry::new(0).expect("entry");
+        let held = try_lock(&mut ep, addr(LT_WORD), entry, 1)
             .expect("cas")
             .expect("free");
         let leaf = Leaf::from_entries(new_entries).expect("sorted");

@@ -113,7 +113,7 @@ fn verify_reports_a_key_outside_its_owner() {
 fn verify_reports_a_held_lock() {
     let mut f = fixture(None);
     let (addr, entry) = f.lt_addr(3, 2);
-    let locked = try_lock(&mut f.ep, addr, entry)
+    let locked = try_lock(&mut f.ep, addr, entry, 1)
         .expect("cas")
         .expect("lock is free");
     assert!(
@@ -147,7 +147,9 @@ fn verify_reports_a_leaf_reachable_twice_and_an_unsorted_chain() {
         .expect("addr");
     f.ep.write_word(slt1, record.lt[1].raw()).expect("write");
     let (lt0, entry) = f.lt_addr(0, 0);
-    let locked = try_lock(&mut f.ep, lt0, entry).expect("cas").expect("free");
+    let locked = try_lock(&mut f.ep, lt0, entry, 1)
+        .expect("cas")
+        .expect("free");
     unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
     let problems = f.problems();
     let twice = record.lt[1].leaf_num();
@@ -175,10 +177,12 @@ fn verify_reports_a_leaf_reachable_twice_and_an_unsorted_chain() {
     let slt1 = record_addr
         .checked_add(record.layout().slt_entry(1))
         .expect("addr");
-    f.ep.write_word(slt1, LeafTableEntry::new(0, fresh).expect("fits").raw())
+    f.ep.write_word(slt1, LeafTableEntry::new(fresh).expect("fits").raw())
         .expect("write");
     let (lt0, entry) = f.lt_addr(0, 0);
-    let locked = try_lock(&mut f.ep, lt0, entry).expect("cas").expect("free");
+    let locked = try_lock(&mut f.ep, lt0, entry, 1)
+        .expect("cas")
+        .expect("free");
     unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
     assert!(
         f.problems()
@@ -281,13 +285,13 @@ fn concurrent_allocations_hand_out_each_leaf_once() {
 fn locks_exclude_and_unlock_can_link() {
     let mut f = fixture(None);
     let (addr, entry) = f.lt_addr(1, 3);
-    let held = try_lock(&mut f.ep, addr, entry)
+    let held = try_lock(&mut f.ep, addr, entry, 1)
         .expect("cas")
         .expect("free");
     assert!(held.is_locked());
     let mut other = f.transport.endpoint().expect("endpoint");
     assert_eq!(
-        try_lock(&mut other, addr, entry).expect("cas"),
+        try_lock(&mut other, addr, entry, 1).expect("cas"),
         Err(held),
         "a held lock must refuse"
     );

@@ -29,6 +29,18 @@ pub trait Transport: Send + Sync {
     }
 }
 
+/// A memory node's power to cut compute nodes off (fencing).
+///
+/// Guarantee: once [`Fence::fence`] returns `Ok`, no verb posted through the named connection —
+/// earlier or later — takes effect any more, and later ones fail with
+/// [`TransportError::Fenced`]. A verb that was executing when the fence came either completed
+/// whole before `fence` returned or never takes effect.
+pub trait Fence: Send + Sync {
+    /// Cuts connection `connection` (an [`Endpoint::connection_id`]) off. Fencing an unknown or
+    /// already fenced connection is not an error.
+    fn fence(&self, connection: u64) -> Result<(), TransportError>;
+}
+
 /// One thread's connection to the memory nodes. `Send` but not meant to be shared.
 ///
 /// Guarantees every implementation gives (checked by [`crate::conformance`]):
@@ -46,6 +58,13 @@ pub trait Endpoint: Send {
 
     /// Counters accumulated by this endpoint since it was created.
     fn stats(&self) -> Stats;
+
+    /// The id under which memory node `node` knows this endpoint's connection, for a [`Fence`]
+    /// there to cut it off; `None` if the transport cannot fence (the default). Never 0.
+    fn connection_id(&self, node: u16) -> Option<u64> {
+        let _ = node;
+        None
+    }
 
     /// Executes `verbs` in order as few consecutive batches as the limits allow
     /// ([`crate::MAX_BATCH_VERBS`], [`crate::MAX_BATCH_BYTES`]): one batch and one round trip

@@ -53,4 +53,8 @@ pub enum TransportError {
     /// The endpoint has crashed (simulator fault injection) and executes nothing more.
     #[error("endpoint crashed")]
     Crashed,
+    /// The memory node cut this connection off ([`crate::Fence`]): it declared the compute node
+    /// dead. Nothing posted through it takes effect any more; the compute node must join again.
+    #[error("connection fenced by memory node {0}: this compute node was declared dead")]
+    Fenced(u16),
 }

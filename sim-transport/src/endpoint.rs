@@ -7,6 +7,7 @@ use std::time::Instant;
 use rdma_transport::{Endpoint, Stats, TransportError, Verb, validate_batch, validate_verb};
 
 use crate::Reordering;
+use crate::nic::{self, Connection};
 use crate::transport::Shared;
 
 /// One thread's endpoint on a [`crate::SimTransport`]. Executes verbs directly on the pools'
@@ -28,15 +29,39 @@ pub struct SimEndpoint {
     crashed: bool,
     /// xorshift state for torn-mode yields.
     rng: u64,
+    /// This endpoint's connection on each pool (index as in `shared.pools`), for fencing.
+    connections: Vec<Option<Connection>>,
 }
 
 static ENDPOINT_SEED: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 
 impl SimEndpoint {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    /// A new endpoint with a connection on every pool; fails if a pool's connection table is full.
+    pub(crate) fn new(shared: Arc<Shared>) -> Result<Self, TransportError> {
         let rng = ENDPOINT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1;
-        Self {
+        let mut connections = Vec::with_capacity(shared.pools.len());
+        if nic::enabled() {
+            let pid = u64::from(std::process::id());
+            for (pool, info) in shared.pools.iter().zip(&shared.nodes) {
+                match nic::open(pool.nic(), pid) {
+                    Some(conn) => connections.push(Some(conn)),
+                    None => {
+                        for (pool, conn) in shared.pools.iter().zip(&connections) {
+                            if let Some(conn) = conn {
+                                nic::close(pool.nic(), *conn);
+                            }
+                        }
+                        return Err(TransportError::Connection(format!(
+                            "memory node {}: all {} simulated connections are open",
+                            info.id,
+                            nic::CONNECTIONS
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(Self {
             shared,
             stats: Stats::default(),
             fail_next: 0,
@@ -46,6 +71,43 @@ impl SimEndpoint {
             broken: false,
             crashed: false,
             rng,
+            connections,
+        })
+    }
+
+    /// The connection on the pool of memory node `node`, with that pool's index.
+    fn connection(&self, node: u16) -> Option<(usize, Connection)> {
+        let at = *self.shared.index_of.get(usize::from(node))?;
+        Some((at, (*self.connections.get(at)?)?))
+    }
+
+    /// Enters a batch on the connection of every node it touches; `Err(Fenced)` (nothing held)
+    /// if one was fenced.
+    fn enter(
+        &self,
+        verbs: &[Verb<'_>],
+    ) -> Result<smallvec::SmallVec<[(usize, Connection); 2]>, TransportError> {
+        let mut entered: smallvec::SmallVec<[(usize, Connection); 2]> = smallvec::SmallVec::new();
+        for verb in verbs {
+            let node = verb.addr().node();
+            let Some((at, conn)) = self.connection(node) else {
+                continue;
+            };
+            if entered.iter().any(|&(a, _)| a == at) {
+                continue;
+            }
+            if !nic::enter(self.shared.pools[at].nic(), conn) {
+                self.leave(&entered);
+                return Err(TransportError::Fenced(node));
+            }
+            entered.push((at, conn));
+        }
+        Ok(entered)
+    }
+
+    fn leave(&self, entered: &[(usize, Connection)]) {
+        for &(at, conn) in entered {
+            nic::leave(self.shared.pools[at].nic(), conn);
         }
     }
 
@@ -132,7 +194,18 @@ impl SimEndpoint {
         match verb {
             Verb::Read { addr, buf, .. } => pool.read_bytes(addr.offset(), buf, &mut between_words),
             Verb::Write { addr, data, .. } => {
-                pool.write_bytes(addr.offset(), data, &mut between_words)
+                let conn = self
+                    .shared
+                    .index_of
+                    .get(usize::from(addr.node()))
+                    .and_then(|&at| self.connections.get(at).copied().flatten());
+                if let Some(conn) = conn {
+                    nic::log_write(pool.nic(), conn, addr.offset(), data);
+                }
+                pool.write_bytes(addr.offset(), data, &mut between_words);
+                if let Some(conn) = conn {
+                    nic::clear_log(pool.nic(), conn);
+                }
             }
             Verb::Cas {
                 addr,
@@ -274,6 +347,20 @@ impl Endpoint for SimEndpoint {
     fn stats(&self) -> Stats {
         self.stats
     }
+
+    fn connection_id(&self, node: u16) -> Option<u64> {
+        self.connection(node).map(|(_, conn)| conn.id())
+    }
+}
+
+impl Drop for SimEndpoint {
+    fn drop(&mut self) {
+        for (pool, conn) in self.shared.pools.iter().zip(&self.connections) {
+            if let Some(conn) = conn {
+                nic::close(pool.nic(), *conn);
+            }
+        }
+    }
 }
 
 impl SimEndpoint {
@@ -294,16 +381,14 @@ impl SimEndpoint {
                 std::hint::spin_loop();
             }
         }
+        let entered = self.enter(verbs)?;
         self.stats.batches += 1;
-        match self.shared.config.reordering {
-            Reordering::InOrder => {
-                for verb in verbs.iter_mut() {
-                    self.run(verb)?;
-                }
-                Ok(())
-            }
+        let outcome = match self.shared.config.reordering {
+            Reordering::InOrder => verbs.iter_mut().try_for_each(|verb| self.run(verb)),
             mode => self.run_reordered(verbs, mode),
-        }
+        };
+        self.leave(&entered);
+        outcome
     }
 }
 
@@ -464,6 +549,31 @@ mod tests {
 
     /// In torn mode a READ racing WRITEs of all-zero and all-one blocks must observe a mixture:
     /// this is what makes the checksum-validation paths of the layers above run in tests.
+    #[test]
+    fn a_fenced_endpoint_executes_nothing_more_and_others_go_on() {
+        use rdma_transport::Fence;
+        let fabric = SimTransport::anonymous(&[4096]).expect("pool");
+        let mut victim = fabric.endpoint().expect("endpoint");
+        let mut other = fabric.endpoint().expect("endpoint");
+        let id = victim
+            .connection_id(0)
+            .expect("the simulator names connections");
+        assert_ne!(Some(id), other.connection_id(0));
+        victim.write_word(addr(0), 1).expect("write");
+        fabric.fence(0).expect("node 0").fence(id).expect("fence");
+        assert_eq!(
+            victim.write_word(addr(0), 2),
+            Err(TransportError::Fenced(0))
+        );
+        assert_eq!(victim.read_word(addr(0)), Err(TransportError::Fenced(0)));
+        assert_eq!(
+            other.read_word(addr(0)),
+            Ok(1),
+            "the fenced WRITE did not land"
+        );
+        other.write_word(addr(8), 3).expect("others are not fenced");
+    }
+
     #[test]
     fn torn_mode_makes_reads_tear() {
         let t = SimTransport::anonymous_with(&[4096], SimConfig::torn()).expect("pool");

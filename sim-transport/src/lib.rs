@@ -37,10 +37,11 @@ pub mod cost_model;
 mod endpoint;
 #[cfg(loom)]
 pub mod loom_support;
+mod nic;
 mod pool;
 mod sync;
 mod transport;
 
 pub use endpoint::SimEndpoint;
 pub use pool::{Pool, PoolError};
-pub use transport::{Reordering, SimConfig, SimTransport};
+pub use transport::{Reordering, SimConfig, SimFence, SimTransport};

@@ -92,12 +92,19 @@ mod backing {
                 options.create_new(true);
             }
             let file = options.open(path).map_err(io)?;
+            // The file holds the region, then the simulated NIC's area.
             let len = match len {
                 Some(len) => {
-                    file.set_len(len).map_err(io)?;
+                    file.set_len(len + crate::nic::NIC_BYTES).map_err(io)?;
                     len
                 }
-                None => file.metadata().map_err(io)?.len(),
+                None => {
+                    let file_len = file.metadata().map_err(io)?.len();
+                    file_len
+                        .checked_sub(crate::nic::NIC_BYTES)
+                        .filter(|&len| len > 0)
+                        .ok_or(PoolError::BadSize(file_len))?
+                }
             };
             check_size(len)?;
             // SAFETY: the mapping is shared with other processes that attach to the same file.
@@ -173,7 +180,7 @@ impl Pool {
     pub fn anonymous(len: u64) -> Result<Self, PoolError> {
         let bytes = check_size(len)?;
         Ok(Self {
-            memory: Memory::anonymous(bytes)?,
+            memory: Memory::anonymous(bytes + crate::nic::NIC_BYTES as usize)?,
             len,
         })
     }
@@ -221,7 +228,12 @@ impl Pool {
     }
 
     fn words(&self) -> &[AtomicU64] {
-        self.memory.words()
+        &self.memory.words()[..self.len as usize / 8]
+    }
+
+    /// The simulated NIC's area behind the region (see [`crate::nic`]).
+    pub(crate) fn nic(&self) -> &[AtomicU64] {
+        &self.memory.words()[self.len as usize / 8..]
     }
 
     /// Copies `buf.len()` bytes starting at byte `offset` into `buf`, one atomic word load at a

@@ -162,6 +162,16 @@ impl SimTransport {
         self.shared.pool(id)
     }
 
+    /// The fence of memory node `id` (its pool must be one of this transport's): what the memory
+    /// node's process uses to cut compute nodes' connections off.
+    pub fn fence(&self, id: u16) -> Option<SimFence> {
+        self.shared.pool(id)?;
+        Some(SimFence {
+            shared: Arc::clone(&self.shared),
+            node: id,
+        })
+    }
+
     /// Fault injection: the next `n` verbs executed by any endpoint of this transport fail with
     /// [`TransportError::InjectedFault`] (each failure ends its batch).
     pub fn fail_next_verbs(&self, n: u64) {
@@ -169,11 +179,33 @@ impl SimTransport {
     }
 }
 
+/// Cuts connections to one simulated memory node off (see [`crate::nic`] for how a connection's
+/// batch in flight is waited for, or completed when its process was killed).
+#[derive(Debug, Clone)]
+pub struct SimFence {
+    shared: Arc<Shared>,
+    node: u16,
+}
+
+impl rdma_transport::Fence for SimFence {
+    fn fence(&self, connection: u64) -> Result<(), TransportError> {
+        let Some(pool) = self.shared.pool(self.node) else {
+            return Err(TransportError::UnknownNode(self.node));
+        };
+        crate::nic::fence(pool.nic(), connection, |offset, bytes| {
+            if offset.saturating_add(bytes.len() as u64) <= pool.len() {
+                pool.write_bytes(offset, bytes, || {});
+            }
+        })
+        .map_err(TransportError::Connection)
+    }
+}
+
 impl Transport for SimTransport {
     type Endpoint = SimEndpoint;
 
     fn endpoint(&self) -> Result<SimEndpoint, TransportError> {
-        Ok(SimEndpoint::new(Arc::clone(&self.shared)))
+        SimEndpoint::new(Arc::clone(&self.shared))
     }
 
     fn memory_nodes(&self) -> &[MemoryNodeInfo] {

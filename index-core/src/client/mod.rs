@@ -33,6 +33,14 @@ pub struct Client<E: Endpoint> {
     enqueue_failures: u64,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
+    /// The client's connection index in its store's memberships.
+    connection_index: u64,
+}
+
+impl<E: Endpoint> Drop for Client<E> {
+    fn drop(&mut self) {
+        self.caches.members.release_index(self.connection_index);
+    }
 }
 
 /// The change a write makes to a key.
@@ -109,7 +117,7 @@ fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
 }
 
 impl<E: Endpoint> Client<E> {
-    pub(crate) fn new(ep: E, caches: Arc<Caches>) -> Self {
+    pub(crate) fn new(ep: E, caches: Arc<Caches>, connection_index: u64) -> Self {
         Self {
             ep,
             caches,
@@ -118,7 +126,12 @@ impl<E: Endpoint> Client<E> {
             spare_leaves: Vec::new(),
             enqueue_failures: 0,
             retired_stats: Stats::default(),
+            connection_index,
         }
+    }
+
+    pub(crate) fn connection_index(&self) -> u64 {
+        self.connection_index
     }
 
     /// Counters per operation type since the client was created.
@@ -149,12 +162,28 @@ impl<E: Endpoint> Client<E> {
         self.enqueue_failures
     }
 
-    fn counted<R>(&mut self, kind: OpKind, op: impl FnOnce(&mut Self) -> R) -> R {
+    fn counted<R>(
+        &mut self,
+        kind: OpKind,
+        op: impl FnOnce(&mut Self) -> Result<R, IndexError>,
+    ) -> Result<R, IndexError> {
+        if self.caches.members.is_fenced() {
+            return Err(self.caches.members.fenced_error());
+        }
         let before = self.ep.stats();
         let result = op(self);
         let used = self.ep.stats() - before;
         self.stats.record(kind, used);
-        result
+        result.map_err(|e| match e {
+            IndexError::Transport(rdma_transport::TransportError::Fenced(node)) => {
+                IndexError::Fenced { node }
+            }
+            IndexError::LockMayRemain { .. } => {
+                self.caches.members.note_lock_may_remain();
+                e
+            }
+            e => e,
+        })
     }
 
     /// The value of `key`, if present. One round trip with a fresh cache.

@@ -167,6 +167,10 @@ fn check_link(
 }
 
 fn may_remain(lock: LockRef, cause: IndexError, release: IndexError) -> IndexError {
+    if let IndexError::Transport(TransportError::Fenced(node)) = release {
+        // The memory node cut this compute node off and recovers its locks itself.
+        return IndexError::Fenced { node };
+    }
     IndexError::LockMayRemain {
         node: lock.node,
         slot: lock.slot,

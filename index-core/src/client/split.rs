@@ -245,7 +245,7 @@ impl<E: Endpoint> Client<E> {
         // Round trip 3, in order: the new leaf and its SLT entry, the link to it, the header
         // bump, and only then the split leaf's shrunken contents; then unlock.
         let (split_entry, _) = locked.chain[pos];
-        let new_entry = LeafTableEntry::new(0, new_leaf)
+        let new_entry = LeafTableEntry::new(new_leaf)
             .unwrap_or_default()
             .with_synonym(split_entry.synonym_ptr());
         let encoded = upper.encode(new_leaf, delta).and_then(|upper_bytes| {

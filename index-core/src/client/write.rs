@@ -147,7 +147,7 @@ impl<E: Endpoint> Client<E> {
         self.buf.resize(chain.len() * leaf_bytes + 8, 0);
         let (leaf_buf, header_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
         let mut verbs: release::Verbs<'_> = smallvec::smallvec![release::unexecuted(
-            Verb::cas(lt_addr, expected.raw(), expected.locked().raw()),
+            Verb::cas(lt_addr, expected.raw(), expected.locked_by(node.tag).raw()),
             !expected.raw(),
         )];
         for (entry, chunk) in chain.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
@@ -164,7 +164,7 @@ impl<E: Endpoint> Client<E> {
                 slot: slot as u64,
                 leaf,
                 lt_addr,
-                held: expected.locked(),
+                held: expected.locked_by(node.tag),
                 record: view.record,
             };
             return Err(if took {
@@ -189,7 +189,7 @@ impl<E: Endpoint> Client<E> {
             }
             return Ok(None);
         }
-        let held = expected.locked();
+        let held = expected.locked_by(node.tag);
         let header = ModelHeader::from_raw(le_word(&self.buf[chain.len() * leaf_bytes..], 0));
         let mut locked = Locked {
             slot: slot as u64,

@@ -368,9 +368,7 @@ impl<E: Endpoint> Retrainer<E> {
             pivots: keys.iter().map(|k| k[0]).collect(),
             lt: leaves
                 .iter()
-                .map(|(e, _)| {
-                    LeafTableEntry::new(e.leaf_region(), e.leaf_num()).unwrap_or_default()
-                })
+                .map(|(e, _)| LeafTableEntry::new(e.leaf_num()).unwrap_or_default())
                 .collect(),
             slt: vec![LeafTableEntry::default(); SLT_SLOTS],
         }))

@@ -1,0 +1,352 @@
+//! The membership table: which compute nodes a memory node serves, their leases, and the
+//! connections to cut off when one of them is declared dead.
+//!
+//! A compute node *joins* a memory node by taking a free entry of this table (one READ, one CAS);
+//! the entry's index is its **member tag** on that memory node (1..=[`MEMBER_TAGS`]), which its
+//! leaf locks carry (see [`crate::LeafTableEntry::owner`]). It registers the connection id of
+//! every endpoint it uses there, and renews its lease with one CAS every few milliseconds. The
+//! memory node's CPU declares a member dead when its heartbeat has not moved for the lease time,
+//! cuts its connections off (fencing), releases its locks (roll-forward recovery), and frees the
+//! entry; the next compute node to take it gets a new incarnation, so an old holder's renewal can
+//! never succeed again.
+//!
+//! ```text
+//! region (MEMBERS_BYTES):
+//!   words 0..=127          lease word of tag t at word t (word 0 unused)
+//!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: connection ids (0 = none), index 0 the
+//!                           compute node's own (renewing) endpoint, 1.. its clients
+//!
+//! lease word:
+//!  63  62 61                              32 31                                     0
+//! +------+----------------------------------+----------------------------------------+
+//! |state |         incarnation (30)         |             heartbeat (32)             |
+//! +------+----------------------------------+----------------------------------------+
+//!   state: 0 free, 1 alive, 2 dead (fenced; its locks being recovered)
+//! ```
+//!
+//! Why a registered connection is always fenced: a compute node registers an endpoint by WRITing
+//! its id and READing the lease word behind it in one batch (the READ observes memory after the
+//! WRITE), and uses the endpoint only if the lease is still alive with its incarnation. The memory
+//! node marks the lease dead by CAS *before* it reads the connection ids. So either the
+//! registration's READ came first — and the WRITE, before it, is seen by the memory node's READ —
+//! or the READ saw the lease dead and the endpoint is never used.
+
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::{Layout, LeafStoreError, le_word};
+
+/// Member tags are 1..=127 (the LT entry's 7-bit owner field; 0 = no owner). Loom builds keep a
+/// tiny table: every word of a loom pool is a model-checked atomic.
+pub const MEMBER_TAGS: u8 = if cfg!(loom) { 3 } else { 127 };
+/// Connection-id words per member: the compute node's own endpoint plus up to 127 clients.
+pub const CONNECTIONS_PER_MEMBER: u64 = if cfg!(loom) { 4 } else { 128 };
+/// Lease words at the start of the region (tag t's at word t; word 0 unused).
+const LEASE_WORDS: u64 = MEMBER_TAGS as u64 + 1;
+/// Bytes of the membership region.
+pub const MEMBERS_BYTES: u64 = 8 * LEASE_WORDS + (MEMBER_TAGS as u64) * CONNECTIONS_PER_MEMBER * 8;
+
+const STATE_SHIFT: u32 = 62;
+const INCARNATION_SHIFT: u32 = 32;
+const INCARNATION_MASK: u64 = (1 << 30) - 1;
+const HEARTBEAT_MASK: u64 = (1 << 32) - 1;
+
+/// The state of a membership entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Nobody holds the entry; a joining compute node may take it.
+    Free,
+    /// Held by a live compute node, which renews the heartbeat.
+    Alive,
+    /// Declared dead by the memory node: fenced, its locks being recovered; freed afterwards.
+    Dead,
+}
+
+/// One lease word (see the module diagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lease(u64);
+
+impl Lease {
+    /// The lease from its raw word.
+    pub const fn from_raw(word: u64) -> Self {
+        Self(word)
+    }
+
+    /// The raw word, as stored remotely.
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// The entry's state (the unused fourth state reads as dead: nobody may take it).
+    pub const fn state(self) -> MemberState {
+        match self.0 >> STATE_SHIFT {
+            0 => MemberState::Free,
+            1 => MemberState::Alive,
+            _ => MemberState::Dead,
+        }
+    }
+
+    /// How many times the entry has been taken (wraps after 2^30 joins of one entry).
+    pub const fn incarnation(self) -> u64 {
+        (self.0 >> INCARNATION_SHIFT) & INCARNATION_MASK
+    }
+
+    /// The heartbeat counter, advanced by every renewal.
+    pub const fn heartbeat(self) -> u64 {
+        self.0 & HEARTBEAT_MASK
+    }
+
+    const fn with(state: u64, incarnation: u64, heartbeat: u64) -> Self {
+        Self(
+            (state << STATE_SHIFT)
+                | ((incarnation & INCARNATION_MASK) << INCARNATION_SHIFT)
+                | (heartbeat & HEARTBEAT_MASK),
+        )
+    }
+
+    /// What a joining compute node CASes a free entry to: alive, next incarnation, heartbeat 0.
+    pub const fn joined(self) -> Self {
+        Self::with(1, self.incarnation() + 1, 0)
+    }
+
+    /// The same lease renewed once (heartbeat + 1, wrapping).
+    pub const fn renewed(self) -> Self {
+        Self::with(1, self.incarnation(), self.heartbeat() + 1)
+    }
+
+    /// The lease declared dead (same incarnation).
+    pub const fn dead(self) -> Self {
+        Self::with(2, self.incarnation(), self.heartbeat())
+    }
+
+    /// The entry freed after recovery (same incarnation: the next join counts up from it).
+    pub const fn freed(self) -> Self {
+        Self::with(0, self.incarnation(), 0)
+    }
+
+    /// Whether `self` is the same holding as `other`: same state and incarnation (heartbeats
+    /// may differ).
+    pub const fn same_holding(self, other: Self) -> bool {
+        self.0 >> INCARNATION_SHIFT == other.0 >> INCARNATION_SHIFT
+    }
+}
+
+/// Where the membership table of a pool lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberTable {
+    layout: Layout,
+}
+
+/// A compute node's membership on one memory node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Membership {
+    /// The member tag (1..=127): the owner its leaf locks carry.
+    pub tag: u8,
+    /// The lease as this member last wrote it.
+    pub lease: Lease,
+}
+
+/// Why joining or registering failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MembershipError {
+    /// Every entry of the table is held.
+    #[error("memory node {node}: all {MEMBER_TAGS} membership entries are held")]
+    TableFull {
+        /// The memory node.
+        node: u16,
+    },
+    /// The member's lease is no longer its own: the memory node declared it dead (and cut its
+    /// connections off). The compute node must join again, as a new member.
+    #[error("memory node {node}: member {tag} was declared dead and fenced; join again")]
+    Fenced {
+        /// The memory node.
+        node: u16,
+        /// The tag that was lost.
+        tag: u8,
+    },
+    /// A connection index beyond [`CONNECTIONS_PER_MEMBER`].
+    #[error("at most {CONNECTIONS_PER_MEMBER} connections per member")]
+    TooManyConnections,
+    /// The transport failed.
+    #[error(transparent)]
+    Store(#[from] LeafStoreError),
+}
+
+impl From<rdma_transport::TransportError> for MembershipError {
+    fn from(e: rdma_transport::TransportError) -> Self {
+        Self::Store(e.into())
+    }
+}
+
+impl MemberTable {
+    /// The table of the pool laid out by `layout`.
+    pub fn new(layout: &Layout) -> Self {
+        Self { layout: *layout }
+    }
+
+    /// The memory node.
+    pub fn node(&self) -> u16 {
+        self.layout.node()
+    }
+
+    /// Address of tag `tag`'s lease word.
+    pub fn lease_addr(&self, tag: u8) -> RemoteAddr {
+        self.layout
+            .at(self.layout.superblock().members_offset + 8 * u64::from(tag))
+    }
+
+    /// Address of the first lease word (tag 0's, unused): READ `MEMBER_TAGS + 1` words here for
+    /// every lease.
+    pub fn leases_addr(&self) -> RemoteAddr {
+        self.lease_addr(0)
+    }
+
+    /// Address of connection word `index` of tag `tag`.
+    pub fn connection_addr(&self, tag: u8, index: u64) -> RemoteAddr {
+        let tag = u64::from(tag.max(1)) - 1;
+        self.layout.at(self.layout.superblock().members_offset
+            + 8 * 128
+            + 8 * (tag * CONNECTIONS_PER_MEMBER + index))
+    }
+
+    /// Every lease, indexed by tag (index 0 unused), with one READ.
+    pub fn read_leases<E: Endpoint>(&self, ep: &mut E) -> Result<Vec<Lease>, LeafStoreError> {
+        let mut bytes = vec![0u8; 8 * LEASE_WORDS as usize];
+        ep.read(self.leases_addr(), &mut bytes)?;
+        Ok((0..LEASE_WORDS as usize)
+            .map(|i| Lease(le_word(&bytes, i)))
+            .collect())
+    }
+
+    /// Every registered connection id of `tag` (zeros left out), with one READ.
+    pub fn read_connections<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        tag: u8,
+    ) -> Result<Vec<u64>, LeafStoreError> {
+        let mut bytes = vec![0u8; 8 * CONNECTIONS_PER_MEMBER as usize];
+        ep.read(self.connection_addr(tag, 0), &mut bytes)?;
+        Ok((0..CONNECTIONS_PER_MEMBER as usize)
+            .map(|i| le_word(&bytes, i))
+            .filter(|&c| c != 0)
+            .collect())
+    }
+
+    /// Joins: takes the first free entry by CAS (one READ, then one CAS per try).
+    pub fn join<E: Endpoint>(&self, ep: &mut E) -> Result<Membership, MembershipError> {
+        for _ in 0..64 {
+            let leases = self.read_leases(ep)?;
+            let Some(tag) =
+                (1..=MEMBER_TAGS).find(|&t| leases[t as usize].state() == MemberState::Free)
+            else {
+                return Err(MembershipError::TableFull {
+                    node: self.layout.node(),
+                });
+            };
+            let free = leases[tag as usize];
+            let joined = free.joined();
+            if ep.cas(self.lease_addr(tag), free.raw(), joined.raw())? == free.raw() {
+                return Ok(Membership { tag, lease: joined });
+            }
+        }
+        Err(MembershipError::TableFull {
+            node: self.layout.node(),
+        })
+    }
+
+    /// Registers connection `connection` (0: the transport names none) as `member`'s connection
+    /// `index`, and confirms in the same batch that the membership still holds. After `Ok`, a
+    /// memory node that declares `member` dead will fence this connection.
+    pub fn register<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        member: Membership,
+        index: u64,
+        connection: u64,
+    ) -> Result<(), MembershipError> {
+        if index >= CONNECTIONS_PER_MEMBER {
+            return Err(MembershipError::TooManyConnections);
+        }
+        let id = connection.to_le_bytes();
+        let mut lease = [0u8; 8];
+        ep.batch(&mut [
+            Verb::write(self.connection_addr(member.tag, index), &id),
+            Verb::read(self.lease_addr(member.tag), &mut lease),
+        ])?;
+        if Lease(u64::from_le_bytes(lease)).same_holding(member.lease) {
+            Ok(())
+        } else {
+            Err(MembershipError::Fenced {
+                node: self.layout.node(),
+                tag: member.tag,
+            })
+        }
+    }
+
+    /// Renews `member`'s lease with one CAS; on success `member.lease` is the renewed lease.
+    /// [`MembershipError::Fenced`] if the lease is no longer this member's.
+    pub fn renew<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        member: &mut Membership,
+    ) -> Result<(), MembershipError> {
+        let renewed = member.lease.renewed();
+        let old = ep.cas(
+            self.lease_addr(member.tag),
+            member.lease.raw(),
+            renewed.raw(),
+        )?;
+        if old == member.lease.raw() {
+            member.lease = renewed;
+            Ok(())
+        } else {
+            Err(MembershipError::Fenced {
+                node: self.layout.node(),
+                tag: member.tag,
+            })
+        }
+    }
+
+    /// Leaves: frees the entry if it is still `member`'s (a clean shutdown; nothing is held).
+    pub fn leave<E: Endpoint>(&self, ep: &mut E, member: Membership) -> Result<(), LeafStoreError> {
+        ep.cas(
+            self.lease_addr(member.tag),
+            member.lease.raw(),
+            member.lease.freed().raw(),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_words_move_through_their_states() {
+        let free = Lease::default();
+        assert_eq!(free.state(), MemberState::Free);
+        let joined = free.joined();
+        assert_eq!(
+            (joined.state(), joined.incarnation(), joined.heartbeat()),
+            (MemberState::Alive, 1, 0)
+        );
+        let renewed = joined.renewed().renewed();
+        assert_eq!(renewed.heartbeat(), 2);
+        assert!(renewed.same_holding(joined));
+        let dead = renewed.dead();
+        assert_eq!(dead.state(), MemberState::Dead);
+        assert!(!dead.same_holding(joined));
+        let again = dead.freed().joined();
+        assert_eq!(again.incarnation(), 2);
+        assert!(!again.same_holding(joined));
+        assert_eq!(joined.raw(), 1 << 62 | 1 << 32);
+    }
+
+    #[test]
+    fn heartbeats_wrap_without_touching_the_incarnation() {
+        let lease = Lease::with(1, 7, HEARTBEAT_MASK);
+        assert_eq!(lease.renewed().heartbeat(), 0);
+        assert_eq!(lease.renewed().incarnation(), 7);
+    }
+}

@@ -1,0 +1,306 @@
+//! The simulated NIC's connection table: what lets a memory node cut a compute node off.
+//!
+//! On InfiniBand a memory node fences a compute node by moving its queue pairs to the error
+//! state: no packet of theirs lands afterwards, and a packet lands whole or not at all. The
+//! simulator keeps the same promise with a table stored *behind* each pool's RDMA-visible region
+//! (in the same mapping, so every process attached to a pool file shares it):
+//!
+//! ```text
+//! NIC area (NIC_BYTES, after the pool's region):
+//!   CONNECTIONS entries of ENTRY_WORDS words:
+//!     0 state   open:1 | revoked:1 | generation:30 | in_flight:32
+//!     1 pid     the process that opened the connection
+//!     2 log_at  offset+1 of the WRITE being executed (0: none)
+//!     3 log_len its length
+//!     4..       its bytes (up to LOG_BYTES)
+//!
+//! connection id = generation << 16 | (entry index + 1)      (never 0)
+//! ```
+//!
+//! An endpoint opens one connection per pool. Every batch *enters* (adds 1 to `in_flight`, then
+//! checks `revoked` and its generation) and *leaves* when done. Before a WRITE of at most
+//! [`LOG_BYTES`] it copies the WRITE into the log. [`fence`] sets `revoked`, then waits for
+//! `in_flight` to drain; if the process that owns the connection has died in the middle of a
+//! batch (killed: `in_flight` never drains), the WRITE it was executing is replayed from the log —
+//! a packet that lands whole — and the connection is closed. So after `fence` returns nothing of
+//! the connection takes effect any more, and no WRITE is left torn by a killed process.
+
+// Loom builds have no connection table (CONNECTIONS = 0).
+#![cfg_attr(
+    loom,
+    allow(clippy::absurd_extreme_comparisons, clippy::reversed_empty_ranges)
+)]
+
+use std::time::{Duration, Instant};
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Connections per pool (entries are reused once closed).
+pub(crate) const CONNECTIONS: usize = if cfg!(loom) { 0 } else { 1024 };
+/// Whether connections are tracked (not in loom builds: fencing is not modelled there).
+pub(crate) const fn enabled() -> bool {
+    !cfg!(loom)
+}
+
+/// Bytes of the largest WRITE the log holds (compute nodes write leaves and single words).
+pub(crate) const LOG_BYTES: usize = 2048;
+const ENTRY_WORDS: usize = 4 + LOG_BYTES / 8;
+/// Bytes of the NIC area behind each pool's region.
+pub(crate) const NIC_BYTES: u64 = (CONNECTIONS * ENTRY_WORDS * 8) as u64;
+
+const OPEN: u64 = 1 << 63;
+const REVOKED: u64 = 1 << 62;
+const GEN_SHIFT: u32 = 32;
+const GEN_MASK: u64 = (1 << 30) - 1;
+const IN_FLIGHT_MASK: u64 = (1 << 32) - 1;
+
+/// How long [`fence`] waits for a batch in flight in a live process before giving up.
+const FENCE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// A connection an endpoint holds on one pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Connection {
+    index: usize,
+    generation: u64,
+}
+
+impl Connection {
+    /// The id a memory node fences it by.
+    pub(crate) fn id(self) -> u64 {
+        (self.generation << 16) | (self.index as u64 + 1)
+    }
+
+    fn from_id(id: u64) -> Option<Self> {
+        let index = usize::try_from(id & 0xffff).ok()?.checked_sub(1)?;
+        (index < CONNECTIONS).then_some(Self {
+            index,
+            generation: (id >> 16) & GEN_MASK,
+        })
+    }
+}
+
+fn entry(nic: &[AtomicU64], index: usize) -> &[AtomicU64] {
+    &nic[index * ENTRY_WORDS..(index + 1) * ENTRY_WORDS]
+}
+
+/// Opens a connection for process `pid`: takes a closed entry, with the next generation. `None`
+/// if every entry is open.
+pub(crate) fn open(nic: &[AtomicU64], pid: u64) -> Option<Connection> {
+    for index in 0..CONNECTIONS {
+        let e = entry(nic, index);
+        let mut state = e[0].load(Ordering::Acquire);
+        while state & OPEN == 0 {
+            let generation = ((state >> GEN_SHIFT) + 1) & GEN_MASK;
+            let opened = OPEN | (generation << GEN_SHIFT);
+            match e[0].compare_exchange(state, opened, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    e[1].store(pid, Ordering::Release);
+                    e[2].store(0, Ordering::Release);
+                    return Some(Connection { index, generation });
+                }
+                Err(seen) => state = seen,
+            }
+        }
+    }
+    None
+}
+
+/// Closes `conn` (its endpoint is dropped). A fenced connection may already be closed.
+pub(crate) fn close(nic: &[AtomicU64], conn: Connection) {
+    let e = entry(nic, conn.index);
+    let mut state = e[0].load(Ordering::Acquire);
+    while state & OPEN != 0 && (state >> GEN_SHIFT) & GEN_MASK == conn.generation {
+        let closed = state & !(OPEN | REVOKED);
+        match e[0].compare_exchange(state, closed, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(seen) => state = seen,
+        }
+    }
+}
+
+/// Enters a batch on `conn`; `false` (and nothing held) if the connection was fenced.
+pub(crate) fn enter(nic: &[AtomicU64], conn: Connection) -> bool {
+    let e = entry(nic, conn.index);
+    let state = e[0].fetch_add(1, Ordering::AcqRel);
+    let ours = state & OPEN != 0
+        && state & REVOKED == 0
+        && (state >> GEN_SHIFT) & GEN_MASK == conn.generation;
+    if !ours {
+        e[0].fetch_sub(1, Ordering::AcqRel);
+    }
+    ours
+}
+
+/// Leaves the batch [`enter`] let in.
+pub(crate) fn leave(nic: &[AtomicU64], conn: Connection) {
+    entry(nic, conn.index)[0].fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Records the WRITE of `data` at `offset` about to execute (nothing for WRITEs over
+/// [`LOG_BYTES`]: compute nodes never issue them).
+pub(crate) fn log_write(nic: &[AtomicU64], conn: Connection, offset: u64, data: &[u8]) {
+    if data.len() > LOG_BYTES {
+        return;
+    }
+    let e = entry(nic, conn.index);
+    for (word, chunk) in e[4..].iter().zip(data.chunks(8)) {
+        let mut bytes = [0u8; 8];
+        bytes[..chunk.len()].copy_from_slice(chunk);
+        word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+    }
+    e[3].store(data.len() as u64, Ordering::Relaxed);
+    e[2].store(offset + 1, Ordering::Release);
+}
+
+/// The logged WRITE has executed.
+pub(crate) fn clear_log(nic: &[AtomicU64], conn: Connection) {
+    entry(nic, conn.index)[2].store(0, Ordering::Release);
+}
+
+/// Whether process `pid` is gone (no such process, or a zombie).
+fn process_is_dead(pid: u64) -> bool {
+    if pid == u64::from(std::process::id()) {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
+/// Fences connection `id`: revokes it, waits for its batch in flight (replaying the WRITE of a
+/// killed process from the log through `replay`), and closes it. An unknown, closed or reused id
+/// is already fenced. Errors if a live process keeps a batch in flight past the patience.
+pub(crate) fn fence(
+    nic: &[AtomicU64],
+    id: u64,
+    mut replay: impl FnMut(u64, &[u8]),
+) -> Result<(), String> {
+    let Some(conn) = Connection::from_id(id) else {
+        return Ok(());
+    };
+    let e = entry(nic, conn.index);
+    let mut state = e[0].load(Ordering::Acquire);
+    loop {
+        if state & OPEN == 0 || (state >> GEN_SHIFT) & GEN_MASK != conn.generation {
+            return Ok(());
+        }
+        match e[0].compare_exchange(state, state | REVOKED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(seen) => state = seen,
+        }
+    }
+    let pid = e[1].load(Ordering::Acquire);
+    let started = Instant::now();
+    loop {
+        let state = e[0].load(Ordering::Acquire);
+        if (state >> GEN_SHIFT) & GEN_MASK != conn.generation || state & OPEN == 0 {
+            return Ok(());
+        }
+        if state & IN_FLIGHT_MASK == 0 {
+            break;
+        }
+        if process_is_dead(pid) {
+            // Killed inside a batch: the WRITE it was executing lands whole.
+            let at = e[2].load(Ordering::Acquire);
+            if at != 0 {
+                let len = (e[3].load(Ordering::Acquire) as usize).min(LOG_BYTES);
+                let mut bytes = vec![0u8; len.next_multiple_of(8)];
+                for (chunk, word) in bytes.chunks_exact_mut(8).zip(&e[4..]) {
+                    chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
+                }
+                replay(at - 1, &bytes[..len]);
+            }
+            break;
+        }
+        if started.elapsed() > FENCE_PATIENCE {
+            return Err(format!(
+                "connection {id}: process {pid} kept a batch in flight for {FENCE_PATIENCE:?}"
+            ));
+        }
+        std::thread::yield_now();
+    }
+    close(nic, conn);
+    Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn table() -> Vec<AtomicU64> {
+        (0..CONNECTIONS * ENTRY_WORDS)
+            .map(|_| AtomicU64::new(0))
+            .collect()
+    }
+
+    #[test]
+    fn a_fenced_connection_lets_no_batch_in_and_its_entry_is_reused_under_a_new_id() {
+        let nic = table();
+        let pid = u64::from(std::process::id());
+        let a = open(&nic, pid).expect("free entry");
+        let b = open(&nic, pid).expect("free entry");
+        assert_ne!(a.id(), b.id());
+        assert!(enter(&nic, a));
+        leave(&nic, a);
+        fence(&nic, a.id(), |_, _| panic!("nothing to replay")).expect("fenced");
+        assert!(!enter(&nic, a), "a fenced connection must not execute");
+        assert!(enter(&nic, b), "other connections are untouched");
+        leave(&nic, b);
+        let c = open(&nic, pid).expect("the fenced entry is free again");
+        assert_eq!(c.index, a.index);
+        assert_ne!(c.id(), a.id());
+        assert!(
+            !enter(&nic, a),
+            "the old connection stays cut off after reuse"
+        );
+        assert!(enter(&nic, c));
+        leave(&nic, c);
+        fence(&nic, a.id(), |_, _| panic!("nothing to replay")).expect("stale id: no-op");
+        assert!(
+            enter(&nic, c),
+            "fencing a stale id must not touch the entry's new owner"
+        );
+        leave(&nic, c);
+    }
+
+    #[test]
+    fn a_killed_process_inside_a_write_has_its_write_completed_by_the_fence() {
+        let nic = table();
+        // A pid no process has (beyond the kernel's pid_max).
+        let conn = open(&nic, 1 << 40).expect("free entry");
+        assert!(enter(&nic, conn));
+        log_write(&nic, conn, 4096, &[7u8; 24]);
+        // ... and the process dies here: the batch never leaves.
+        let mut replayed = Vec::new();
+        fence(&nic, conn.id(), |at, bytes| {
+            replayed.push((at, bytes.to_vec()))
+        })
+        .expect("a dead process does not hold the fence up");
+        assert_eq!(replayed, vec![(4096, vec![7u8; 24])]);
+        assert!(!enter(&nic, conn));
+    }
+
+    #[test]
+    fn a_live_process_inside_a_batch_holds_the_fence_until_it_leaves() {
+        let nic = std::sync::Arc::new(table());
+        let conn = open(&nic, u64::from(std::process::id())).expect("free entry");
+        assert!(enter(&nic, conn));
+        let fencer = {
+            let nic = std::sync::Arc::clone(&nic);
+            std::thread::spawn(move || fence(&nic, conn.id(), |_, _| panic!("not dead")))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !fencer.is_finished(),
+            "the fence must wait for the batch in flight"
+        );
+        leave(&nic, conn);
+        fencer.join().expect("fencer").expect("fenced");
+        assert!(!enter(&nic, conn));
+    }
+}
