@@ -38,6 +38,8 @@ pub(crate) struct Members {
     /// memberships at shutdown (the memory node must recover that lock when the lease lapses).
     may_hold_lock: AtomicBool,
     stop: (Mutex<bool>, Condvar),
+    /// Set by [`Members::halt`]: renew no more, and do not leave.
+    halted: AtomicBool,
 }
 
 impl Members {
@@ -116,6 +118,12 @@ impl Members {
         }
     }
 
+    /// Stops renewing without leaving (a fault drill: the compute node looks dead to the memory
+    /// nodes once its lease lapses).
+    pub(crate) fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
+    }
+
     /// Asks the renewer to stop (and leave, unless a lock may remain) and returns at once.
     pub(crate) fn stop(&self) {
         let (flag, wake) = &self.stop;
@@ -158,6 +166,7 @@ pub(crate) fn join_all<E: Endpoint>(
         fenced: AtomicBool::new(false),
         may_hold_lock: AtomicBool::new(false),
         stop: (Mutex::new(false), Condvar::new()),
+        halted: AtomicBool::new(false),
     }))
 }
 
@@ -187,6 +196,9 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                     if *stopped {
                         break;
                     }
+                }
+                if members.halted.load(Ordering::Acquire) {
+                    return;
                 }
                 for (table, member) in &mut held {
                     match table.renew(&mut ep, member) {

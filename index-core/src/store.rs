@@ -154,6 +154,13 @@ where
         self.caches.members.is_fenced()
     }
 
+    /// Fault drill: stops renewing this compute node's leases without leaving, so that memory
+    /// nodes watching leases declare it dead once they lapse, fence it and recover its locks —
+    /// what happens when the process dies. Its clients then fail with [`IndexError::Fenced`].
+    pub fn stop_renewing(&self) {
+        self.caches.members.halt();
+    }
+
     /// This compute node's member tag on each memory node, in key order (0: not joined).
     pub fn member_tags(&self) -> Vec<u8> {
         self.caches.nodes.iter().map(|n| n.tag).collect()

@@ -1,6 +1,8 @@
 //! Whole-store scenarios live in this crate's `tests/` directory; this library holds the fixtures
 //! they share.
 
+pub mod write_scenarios;
+
 use index_core::{Client, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, Layout};
 use sim_transport::{SimConfig, SimEndpoint, SimTransport};

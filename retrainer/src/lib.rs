@@ -53,6 +53,6 @@ pub mod queue;
 mod worker;
 
 pub use worker::{
-    ModelSpace, PoolUsage, PreparedSwap, Recovery, RetrainConfig, RetrainError, RetrainReport,
-    RetrainStats, Retrainer,
+    MemberStats, ModelSpace, PoolUsage, PreparedSwap, Recovery, RetrainConfig, RetrainError,
+    RetrainReport, RetrainStats, Retrainer, RollForward,
 };

@@ -31,6 +31,56 @@ pub struct SimEndpoint {
     rng: u64,
     /// This endpoint's connection on each pool (index as in `shared.pools`), for fencing.
     connections: Vec<Option<Connection>>,
+    /// Batches still allowed before the endpoint waits at `gate`.
+    pause: Option<(u64, Gate)>,
+}
+
+/// A gate a paused endpoint waits at (see [`SimEndpoint::pause_after`]): a thread descheduled
+/// between two batches, as long as a test wants.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    state: Arc<(std::sync::Mutex<(bool, bool)>, std::sync::Condvar)>,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Opens the gate: the endpoint waiting at it goes on.
+    pub fn open(&self) {
+        let (lock, wake) = &*self.state;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
+        wake.notify_all();
+    }
+
+    /// Whether an endpoint is waiting at the gate.
+    pub fn is_waiting(&self) -> bool {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// Waits until an endpoint waits at the gate, at most `limit`; whether one does.
+    pub fn wait_for_arrival(&self, limit: std::time::Duration) -> bool {
+        let until = Instant::now() + limit;
+        while !self.is_waiting() {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
+    }
+
+    fn pass(&self) {
+        let (lock, wake) = &*self.state;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 = true;
+        while !state.0 {
+            state = wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.1 = false;
+    }
 }
 
 static ENDPOINT_SEED: std::sync::atomic::AtomicU64 =
@@ -72,7 +122,15 @@ impl SimEndpoint {
             crashed: false,
             rng,
             connections,
+            pause: None,
         })
+    }
+
+    /// Fault injection: after `n` more batches, the endpoint stops before its next batch until
+    /// `gate` opens — a compute-node thread paused (descheduled, stopped) between two verbs of a
+    /// protocol for as long as the test wants.
+    pub fn pause_after(&mut self, n: u64, gate: Gate) {
+        self.pause = Some((n, gate));
     }
 
     /// The connection on the pool of memory node `node`, with that pool's index.
@@ -318,6 +376,15 @@ fn xorshift(state: &mut u64) -> u64 {
 
 impl Endpoint for SimEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if let Some((left, gate)) = self.pause.as_mut() {
+            if *left == 0 {
+                let gate = gate.clone();
+                self.pause = None;
+                gate.pass();
+            } else {
+                *left -= 1;
+            }
+        }
         if self.broken {
             return Err(TransportError::Broken("a completion was lost".into()));
         }

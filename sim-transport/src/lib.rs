@@ -42,6 +42,6 @@ mod pool;
 mod sync;
 mod transport;
 
-pub use endpoint::SimEndpoint;
+pub use endpoint::{Gate, SimEndpoint};
 pub use pool::{Pool, PoolError};
 pub use transport::{Reordering, SimConfig, SimFence, SimTransport};

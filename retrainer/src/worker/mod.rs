@@ -1,12 +1,19 @@
 //! The retraining worker.
 //!
 //! One file per protocol: [`recover`] (start-up and repair after a crash), [`poll`] (taking work
-//! from the ring and the idle sweep), [`retrain`] (one retraining with shadow redirection).
+//! from the ring and the idle sweep), [`retrain`] (one retraining with shadow redirection),
+//! [`members`] (leases: declaring compute nodes dead and fencing them), [`roll_forward`]
+//! (releasing a dead compute node's locks, finishing its cut-short writes).
 
+mod members;
 mod poll;
 mod recover;
 mod retrain;
+mod roll_forward;
 mod space;
+
+pub use members::MemberStats;
+pub use roll_forward::RollForward;
 
 use space::FreeSpace;
 
@@ -97,6 +104,15 @@ pub enum RetrainError {
         slot: u64,
         /// The trained leaf whose lock is held.
         leaf: u64,
+    },
+    /// A dead compute node's connection could not be fenced (a live process kept a batch in
+    /// flight); its recovery is tried again at the next check.
+    #[error("member {tag} not fenced: {reason}")]
+    FenceFailed {
+        /// The member's tag.
+        tag: u8,
+        /// What the fence said.
+        reason: String,
     },
 }
 
@@ -287,6 +303,8 @@ pub struct Retrainer<E: Endpoint> {
     /// A re-queue of marked slots is owed (a poll skipped a dead claimant's position but failed
     /// before re-queueing).
     requeue_owed: bool,
+    /// The lease watch, if this worker watches its memory node's members.
+    members: Option<members::MemberWatch>,
 }
 
 /// First and longest wait before a slot whose retraining failed is tried again.
@@ -433,6 +451,8 @@ impl<E: Endpoint> Retrainer<E> {
     pub fn run(&mut self, mut stop: impl FnMut() -> bool) -> Result<RetrainStats, RetrainError> {
         let mut last_sweep: Option<Instant> = None;
         while !stop() {
+            let checked = self.check_members_if_due();
+            self.survive(checked)?;
             let polled = self.poll().map(|_| ());
             self.survive(polled)?;
             self.reclaim();

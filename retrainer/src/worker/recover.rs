@@ -60,6 +60,7 @@ impl<E: Endpoint> Retrainer<E> {
             stuck: HashMap::new(),
             provisional: Vec::new(),
             requeue_owed: false,
+            members: None,
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)

@@ -1,0 +1,235 @@
+//! A compute node that dies — at any verb of an insert, an update, a delete, a splitting insert
+//! or an unlinking delete — while another compute node waits for the same leaf: the memory node
+//! declares it dead when its lease lapses, fences it, and rolls its cut-short write forward. The
+//! waiter proceeds, no key that was present is lost, the dead write is applied wholly or not at
+//! all, and `verify` is clean once the slots recovery queued are retrained.
+//!
+//! A compute node that was only paused past its lease finds its resumed write refused (fenced)
+//! with nothing changed, and rejoins as a new member.
+
+#![cfg(not(loom))]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use index_core::{IndexError, Store, StoreConfig};
+use integration_tests::write_scenarios::{
+    SCENARIOS, TARGET_LEAF, TARGET_SLOT, apply, apply_oracle, other_client, prepare, prepare_with,
+    problems, verbs_of,
+};
+use leaf_store::{LeafTableEntry, read_record, read_slot_table};
+use rdma_transport::Transport;
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
+
+/// The memory node's lease time in these tests.
+const LEASE: Duration = Duration::from_millis(30);
+/// A key of the target leaf no scenario touches: what the waiter inserts.
+const WAITER_KEY: u64 = 610;
+
+/// A worker that watches leases (driven by the test, not a thread).
+fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
+    let node = transport.memory_nodes()[0];
+    let mut worker = Retrainer::new(
+        transport.endpoint().expect("endpoint"),
+        node,
+        RetrainConfig {
+            idle_sweep_threshold: 0,
+            ..RetrainConfig::default()
+        },
+    )
+    .expect("worker");
+    worker.watch_members(LEASE, Box::new(transport.fence(node.id).expect("fence")));
+    worker.check_members().expect("first look at the leases");
+    worker
+}
+
+/// Checks leases until a member has been recovered (at most five seconds).
+fn recover_dead_member(worker: &mut Retrainer<SimEndpoint>) -> Duration {
+    let started = Instant::now();
+    loop {
+        if worker.check_members().expect("check") > 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the dead member was never recovered: {:?} {:?}",
+            worker.member_stats(),
+            worker.member_problem()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The target leaf's LT entry as it is now.
+fn target_entry(transport: &SimTransport) -> LeafTableEntry {
+    let mut ep = transport.endpoint().expect("endpoint");
+    let node = transport.memory_nodes()[0];
+    let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
+    let table = read_slot_table(&mut ep, &layout).expect("slot table");
+    let (addr, _) = table[TARGET_SLOT as usize];
+    read_record(&mut ep, &layout, TARGET_SLOT, addr)
+        .expect("record")
+        .lt[TARGET_LEAF as usize]
+}
+
+fn contents(transport: &SimTransport) -> BTreeMap<u64, u64> {
+    let mut reader = other_client(transport, Duration::from_secs(10));
+    reader
+        .scan(0, usize::MAX)
+        .expect("scan")
+        .into_iter()
+        .collect()
+}
+
+/// Retrains what recovery queued, then returns `verify`'s problems.
+fn retrain_and_verify(worker: &mut Retrainer<SimEndpoint>, transport: &SimTransport) {
+    while worker.retrain_next().expect("retrain").is_some() {}
+    assert_eq!(problems(transport), []);
+}
+
+#[test]
+fn a_compute_node_dying_at_any_verb_of_a_write_costs_a_waiter_a_pause_and_loses_nothing() {
+    let mut longest_pause = Duration::ZERO;
+    // In order, then with torn words and InfiniBand's reorderings (a crash point then falls
+    // between verbs in the order the fabric executed them).
+    for (sim, mode) in [
+        (SimConfig::default(), "in order"),
+        (SimConfig::harsh(), "harsh"),
+    ] {
+        for scenario in SCENARIOS {
+            let total = verbs_of(scenario);
+            let mut held_at_death = 0;
+            let mut applied = 0;
+            for k in 0..=total {
+                let what = format!("{mode}: {}: dead after verb {k} of {total}", scenario.name);
+                let mut p = prepare_with(scenario, sim);
+                let tag = p.store.member_tags()[0];
+                assert_ne!(tag, 0, "{what}: the store joined");
+                let mut worker = watcher(&p.transport);
+
+                p.client.endpoint_mut().crash_after(k);
+                let outcome = apply(&mut p.client, scenario.op);
+                assert_eq!(outcome.is_ok(), k == total, "{what}: {outcome:?}");
+                p.store.stop_renewing();
+                // Before any recovery: the lock is held exactly when the crash came between the lock
+                // CAS and the unlock.
+                let entry = target_entry(&p.transport);
+                if entry.is_locked() {
+                    assert_eq!(entry.owner(), tag, "{what}: the lock names its holder");
+                    held_at_death += 1;
+                }
+
+                // Another compute node writes the same leaf meanwhile.
+                let waiter = {
+                    let transport = p.transport.clone();
+                    std::thread::spawn(move || {
+                        let mut client = other_client(&transport, Duration::from_secs(10));
+                        let started = Instant::now();
+                        let result = client.insert(WAITER_KEY, WAITER_KEY);
+                        (result, started.elapsed())
+                    })
+                };
+                recover_dead_member(&mut worker);
+                let (result, waited) = waiter.join().expect("waiter");
+                assert_eq!(result, Ok(true), "{what}: the waiter's insert");
+                longest_pause = longest_pause.max(waited);
+
+                let mut before = p.before.clone();
+                let mut after = p.after.clone();
+                before.insert(WAITER_KEY, WAITER_KEY);
+                after.insert(WAITER_KEY, WAITER_KEY);
+                let now = contents(&p.transport);
+                assert!(
+                    now == before || now == after,
+                    "{what}: neither before nor after the dead write:\n now {now:?}\n before {before:?}\n after {after:?}"
+                );
+                applied += u64::from(now == after && before != after);
+
+                // The dead node stays cut off: a new client of its store is refused.
+                assert!(
+                    matches!(p.store.client(), Err(IndexError::Fenced { .. })),
+                    "{what}: the fenced node registered a new client"
+                );
+                let stats = worker.member_stats().expect("watching");
+                assert_eq!((stats.deaths, stats.recoveries), (1, 1), "{what}");
+                retrain_and_verify(&mut worker, &p.transport);
+            }
+            assert!(
+                held_at_death > 0,
+                "{}: no crash point held the lock",
+                scenario.name
+            );
+            assert!(
+                applied > 0,
+                "{}: no cut-short write was rolled forward",
+                scenario.name
+            );
+        }
+    }
+    println!("longest pause of a waiter: {longest_pause:?} (lease {LEASE:?})");
+}
+
+#[test]
+fn a_paused_compute_node_is_fenced_its_resumed_write_changes_nothing_and_it_rejoins() {
+    for scenario in SCENARIOS {
+        let what = scenario.name;
+        let mut p = prepare(scenario);
+        let mut worker = watcher(&p.transport);
+        // The writer stops after its lock batch, holding the lock, for as long as the test says;
+        // its renewals stop with it.
+        let gate = Gate::new();
+        p.client.endpoint_mut().pause_after(1, gate.clone());
+        let store = Arc::new(p.store);
+        let victim = {
+            let mut client = p.client;
+            let op = scenario.op;
+            std::thread::spawn(move || apply(&mut client, op))
+        };
+        assert!(
+            gate.wait_for_arrival(Duration::from_secs(5)),
+            "{what}: paused"
+        );
+        store.stop_renewing();
+        assert!(
+            target_entry(&p.transport).is_locked(),
+            "{what}: paused holding the lock"
+        );
+
+        let mut waiter = other_client(&p.transport, Duration::from_secs(10));
+        recover_dead_member(&mut worker);
+        assert_eq!(
+            waiter.insert(WAITER_KEY, WAITER_KEY),
+            Ok(true),
+            "{what}: the waiter goes on"
+        );
+        gate.open();
+        let resumed = victim.join().expect("victim");
+        assert!(
+            matches!(resumed, Err(IndexError::Fenced { .. })),
+            "{what}: the resumed write must fail as fenced, got {resumed:?}"
+        );
+        let mut expected = p.before.clone();
+        expected.insert(WAITER_KEY, WAITER_KEY);
+        assert_eq!(
+            contents(&p.transport),
+            expected,
+            "{what}: the resumed write changed something"
+        );
+        retrain_and_verify(&mut worker, &p.transport);
+
+        // Rejoining: a new store is a new member, with a new tag or incarnation.
+        drop(store);
+        let again = Store::open(p.transport.clone(), StoreConfig::default()).expect("rejoin");
+        let mut client = again.client().expect("client");
+        assert_eq!(
+            apply(&mut client, scenario.op),
+            Ok(true),
+            "{what}: after rejoining"
+        );
+        apply_oracle(&mut expected, scenario.op);
+        assert_eq!(contents(&p.transport), expected, "{what}");
+        assert_eq!(problems(&p.transport), [], "{what}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Roll-forward: releasing the leaf locks of a compute node declared dead, finishing or undoing
+//! the write it had cut short.
+//!
+//! Runs only after the dead node is fenced, so nothing it posted lands any more and the chains it
+//! locked are stable: no live writer touches a locked chain, and the worker is the only other
+//! party. The state of a chain tells how far the dead writer got, because every write protocol
+//! orders its steps so that each prefix is a chain this repair can finish (client `split.rs`,
+//! `write.rs`):
+//!
+//! | the dead writer stopped …                                   | the chain shows …                                   | repair                                  |
+//! |-------------------------------------------------------------|-----------------------------------------------------|-----------------------------------------|
+//! | before or after a leaf rewrite (insert, update, delete)     | the leaf old or new, whole (a packet lands whole)    | unlock                                  |
+//! | in a split, before the link (leaf claimed, new leaf written) | the chain as before; the new leaf unlinked           | unlock; the slot is retrained           |
+//! | in a split, after the link, before the shrink               | the split leaf still holding the keys the new one has | drop them from the split leaf; unlock   |
+//! | in an unlink, after emptying the leaf, before the link-around | an empty synonym leaf in the chain                | unlock (an empty synonym is legal)      |
+//! | in an unlink, after the link-around, before marking it freed | the chain without it; its SLT slot unlinked         | unlock; the slot is retrained           |
+//!
+//! Every repair is one batch: the header bump first (so readers whose cached tables predate the
+//! link refresh before any key leaves a leaf they might read), the trimmed leaves fenced behind
+//! it, the unlock fenced last. Each step is idempotent — trimming a trimmed chain changes nothing,
+//! a second bump only makes readers refresh once more, the unlock CAS expects the dead owner's
+//! tag — so a memory node that dies during recovery simply recovers again: the member stays
+//! marked dead until every lock is released.
+//!
+//! SLT slots a cut-short split or unlink handed out but left unlinked cannot be told apart, in a
+//! live record, from a live writer's split between its claim and its link; the slots whose locks
+//! were released are therefore queued for retraining, which rebuilds the record from its chains
+//! and leaves such slots behind.
+
+use leaf_store::{LeafTableEntry, ModelHeader, read_record, read_slot_table, walk_chain};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use super::*;
+
+/// What releasing one dead member's locks did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RollForward {
+    /// Leaf locks released.
+    pub locks_released: u64,
+    /// Chains where a cut-short split was completed (keys dropped from the split leaf).
+    pub splits_completed: u64,
+    /// Chains with a leaf that failed its checksum under the dead lock (released anyway; `verify`
+    /// reports the leaf).
+    pub damaged_chains: u64,
+}
+
+impl<E: Endpoint> Retrainer<E> {
+    /// Releases every leaf lock that carries owner `tag`, repairing each chain first (see the
+    /// module documentation), and queues the slots concerned for retraining. The caller has
+    /// fenced the member: call it for a live one and its writes break.
+    pub fn roll_forward(&mut self, tag: u8) -> Result<RollForward, RetrainError> {
+        let mut done = RollForward::default();
+        let table = read_slot_table(&mut self.ep, &self.layout)?;
+        for (slot, &(record_addr, _)) in table.iter().enumerate() {
+            let slot = slot as u64;
+            let record = read_record(&mut self.ep, &self.layout, slot, record_addr)?;
+            let mut touched = false;
+            for (leaf, &entry) in record.lt.iter().enumerate() {
+                if !(entry.is_locked() && entry.owner() == tag) {
+                    continue;
+                }
+                let lt_addr = at(record_addr, record.layout().lt_entry(leaf as u64));
+                let repaired = self.repair_chain(record_addr, &record, leaf, lt_addr, entry)?;
+                done.locks_released += 1;
+                match repaired {
+                    Repaired::Clean => {}
+                    Repaired::SplitCompleted => done.splits_completed += 1,
+                    Repaired::Damaged => done.damaged_chains += 1,
+                }
+                touched = true;
+            }
+            if touched {
+                self.stuck.remove(&slot);
+                self.queue_slot(slot);
+            }
+        }
+        Ok(done)
+    }
+
+    fn repair_chain(
+        &mut self,
+        record_addr: RemoteAddr,
+        record: &leaf_store::ModelRecord,
+        leaf: usize,
+        lt_addr: RemoteAddr,
+        held: LeafTableEntry,
+    ) -> Result<Repaired, RetrainError> {
+        let delta = self.layout.delta();
+        let mut outcome = Repaired::Clean;
+        let mut writes: Vec<(RemoteAddr, Vec<u8>)> = Vec::new();
+        match walk_chain(&mut self.ep, &self.layout, record, leaf) {
+            Ok(chain) => {
+                // Each leaf keeps only keys below the first key of every later non-empty leaf:
+                // what a split had copied to its new leaf leaves the split leaf.
+                let mut bound = u64::MAX;
+                let mut trimmed = Vec::new();
+                for (entry, contents) in chain.iter().rev() {
+                    let keep: Vec<(u64, u64)> = contents
+                        .entries()
+                        .iter()
+                        .copied()
+                        .filter(|&(k, _)| k < bound)
+                        .collect();
+                    if keep.len() != contents.len() {
+                        let leaf = leaf_store::Leaf::from_entries(keep.clone())?;
+                        trimmed.push((entry.leaf_num(), leaf));
+                    }
+                    if let Some(&(first, _)) = keep.first() {
+                        bound = bound.min(first);
+                    }
+                }
+                for (leaf_num, contents) in trimmed {
+                    writes.push((
+                        self.layout.leaf_addr(leaf_num),
+                        contents.encode(leaf_num, delta)?,
+                    ));
+                    outcome = Repaired::SplitCompleted;
+                }
+            }
+            Err(_) => outcome = Repaired::Damaged,
+        }
+        let mut verbs: Vec<Verb<'_>> = vec![Verb::faa(record_addr, ModelHeader::CHANGE_ONE)];
+        verbs.extend(
+            writes
+                .iter()
+                .map(|(addr, bytes)| Verb::write(*addr, bytes).fenced()),
+        );
+        verbs.push(Verb::cas(lt_addr, held.raw(), held.unlocked().raw()).fenced());
+        self.ep.batches(&mut verbs)?;
+        Ok(outcome)
+    }
+}
+
+enum Repaired {
+    Clean,
+    SplitCompleted,
+    Damaged,
+}
+
+fn at(addr: RemoteAddr, by: u64) -> RemoteAddr {
+    addr.checked_add(by).unwrap_or(addr)
+}
