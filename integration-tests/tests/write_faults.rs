@@ -90,7 +90,8 @@ fn a_crash_at_any_verb_of_a_write_names_a_lock_it_leaves_and_blocks_nothing_else
                     problem,
                     &Problem::LockHeld {
                         slot: TARGET_SLOT,
-                        leaf: TARGET_LEAF
+                        leaf: TARGET_LEAF,
+                        owner: p.store.member_tags()[0],
                     },
                     "{what}"
                 );
@@ -196,7 +197,8 @@ fn a_lost_completion_after_the_lock_cas_is_reported_as_a_lock_that_may_remain() 
             problems(&p.transport),
             [Problem::LockHeld {
                 slot: TARGET_SLOT,
-                leaf: TARGET_LEAF
+                leaf: TARGET_LEAF,
+                owner: p.store.member_tags()[0],
             }],
             "{}: the lock the lost batch took",
             scenario.name

@@ -69,6 +69,8 @@ pub enum Problem {
         slot: u64,
         /// Trained leaf index.
         leaf: u64,
+        /// The holder's member tag (0: a holder that had not joined).
+        owner: u8,
     },
     /// An SLT slot handed out but linked into no chain (e.g. its writer crashed).
     OrphanSynonym {
@@ -106,7 +108,9 @@ impl fmt::Display for Problem {
                     "slot {slot} leaf {leaf}: key {key} outside the range the leaf owns"
                 )
             }
-            Problem::LockHeld { slot, leaf } => write!(f, "slot {slot} leaf {leaf}: lock held"),
+            Problem::LockHeld { slot, leaf, owner } => {
+                write!(f, "slot {slot} leaf {leaf}: lock held by member {owner}")
+            }
             Problem::OrphanSynonym { slot, slt_slot } => {
                 write!(
                     f,
@@ -280,7 +284,11 @@ pub fn verify<E: Endpoint>(
         for (i, lt_entry) in record.lt.iter().enumerate() {
             let leaf = i as u64;
             if lt_entry.is_locked() {
-                problems.push(Problem::LockHeld { slot, leaf });
+                problems.push(Problem::LockHeld {
+                    slot,
+                    leaf,
+                    owner: lt_entry.owner(),
+                });
             }
             let lower = if i == 0 {
                 first_key

@@ -116,10 +116,11 @@ fn verify_reports_a_held_lock() {
     let locked = try_lock(&mut f.ep, addr, entry, 1)
         .expect("cas")
         .expect("lock is free");
-    assert!(
-        f.problems()
-            .contains(&Problem::LockHeld { slot: 3, leaf: 2 })
-    );
+    assert!(f.problems().contains(&Problem::LockHeld {
+        slot: 3,
+        leaf: 2,
+        owner: 1
+    }));
     unlock(&mut f.ep, addr, locked, None).expect("unlock");
     assert!(f.problems().is_empty());
 }

@@ -196,6 +196,11 @@ struct MemnodeArgs {
     /// RDMA verbs (needs the `verbs` build feature, an RDMA device and `--listen`).
     #[arg(long, value_enum, default_value_t = bench::CliTransport::Sim)]
     transport: bench::CliTransport,
+    /// A compute node whose lease has not been renewed for this many milliseconds is declared
+    /// dead: its connections are cut off and the leaf locks it held released (its cut-short
+    /// writes finished or undone). Compute nodes renew every 5 ms. 0 turns the watch off.
+    #[arg(long, default_value_t = 250)]
+    lease_ms: u64,
     /// With `--transport verbs`: the TCP address to serve bootstrap requests on.
     #[arg(long)]
     listen: Option<String>,
@@ -265,8 +270,14 @@ fn memnode(args: &MemnodeArgs) -> Result<(), String> {
         bench::CliTransport::Sim => {
             let node = transport.memory_nodes()[0];
             let ep = transport.endpoint().map_err(|e| e.to_string())?;
-            let worker =
+            let mut worker =
                 Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+            if args.lease_ms > 0 {
+                let fence = transport
+                    .fence(node.id)
+                    .ok_or("the pool's memory node is unknown to its transport")?;
+                worker.watch_members(Duration::from_millis(args.lease_ms), Box::new(fence));
+            }
             report_recovery(&worker);
             retrain_loop(worker, end)
         }
@@ -442,6 +453,22 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
                 line.push_str(&format!("; last: slot {slot}: {problem}"));
             }
         }
+        if let Some(members) = worker.member_stats() {
+            let done = members.rolled_forward;
+            line.push_str(&format!(
+                "; members: {} alive, {} joined, {} died, {} recovered ({} locks released, {} splits completed, longest recovery {:.1} ms)",
+                members.alive,
+                members.joins,
+                members.deaths,
+                members.recoveries,
+                done.locks_released,
+                done.splits_completed,
+                members.longest_recovery.as_secs_f64() * 1e3
+            ));
+            if let Some(problem) = worker.member_problem() {
+                line.push_str(&format!("; last recovery problem: {problem}"));
+            }
+        }
         println!("{line}");
         std::io::stdout().flush().map_err(|e| e.to_string())?;
         if end.is_some_and(|e| Instant::now() >= e) {
@@ -549,7 +576,47 @@ fn inspect(args: &InspectArgs) -> Result<bool, String> {
     );
     let report = verify(&mut ep, node).map_err(|e| e.to_string())?;
     println!("{report}");
-    Ok(report.is_clean())
+    let table = leaf_store::members::MemberTable::new(&layout);
+    let leases = table.read_leases(&mut ep).map_err(|e| e.to_string())?;
+    let mut alive = Vec::new();
+    let mut listed = Vec::new();
+    for (tag, lease) in leases.iter().enumerate().skip(1) {
+        use leaf_store::members::MemberState;
+        let state = match lease.state() {
+            MemberState::Free => continue,
+            MemberState::Alive => {
+                alive.push(tag as u8);
+                "alive"
+            }
+            MemberState::Dead => "dead, being recovered",
+        };
+        listed.push(format!(
+            "{tag} ({state}, incarnation {}, heartbeat {})",
+            lease.incarnation(),
+            lease.heartbeat()
+        ));
+    }
+    if listed.is_empty() {
+        println!("members: none");
+    } else {
+        println!("members: {}", listed.join(", "));
+    }
+    let orphaned: Vec<String> = report
+        .problems
+        .iter()
+        .filter_map(|p| match p {
+            leaf_store::Problem::LockHeld { slot, leaf, owner } if !alive.contains(owner) => {
+                Some(format!("slot {slot} leaf {leaf} (member {owner})"))
+            }
+            _ => None,
+        })
+        .collect();
+    if orphaned.is_empty() {
+        println!("locks held by non-members: none");
+    } else {
+        println!("locks held by non-members: {}", orphaned.join(", "));
+    }
+    Ok(report.is_clean() && orphaned.is_empty())
 }
 
 fn main() -> ExitCode {

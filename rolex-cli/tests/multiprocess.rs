@@ -368,3 +368,88 @@ fn start_memnode_sized(
     args.extend(extra.iter().map(std::ffi::OsStr::new));
     start_until_ready(&args)
 }
+
+/// A compute process killed with SIGKILL while inserting never blocks another one inserting into
+/// the same keys: the memnode declares it dead when its lease lapses, cuts its connections off and
+/// releases the leaf locks it held; the survivor finishes without an error and finds every key it
+/// inserted; `rolex inspect` then verifies clean with no lock held by a non-member.
+#[test]
+fn a_compute_process_killed_while_inserting_blocks_nobody() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    let mut memnode = Command::new(ROLEX)
+        .args(["memnode", "--pool"])
+        .arg(&pool)
+        .args(["--size", "256M", "--keys", "200000", "--duration", "10"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start memnode");
+    let mut lines = BufReader::new(memnode.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().expect("a line").expect("read");
+    assert!(ready.starts_with("ready:"), "{ready}");
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let status = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in lines.map_while(Result::ok) {
+            let _ = line_tx.send(line.clone());
+            all.push(line);
+        }
+        all
+    });
+
+    let bench = |seed: &str, ops: &str| {
+        let mut command = Command::new(ROLEX);
+        command
+            .args(["bench", "--attach"])
+            .arg(&pool)
+            .args(["--workload", "write50", "--threads", "2", "--quiet"])
+            .args(["--ops", ops, "--seed", seed])
+            .stdout(Stdio::null());
+        command
+    };
+    // The victim would insert for minutes; the survivor inserts into the same key space.
+    let mut victim = bench("7", "100000000")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("victim");
+    let report = dir.path().join("survivor.json");
+    let survivor = bench("8", "300000")
+        .args(["--check-inserts", "--json"])
+        .arg(&report)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("survivor");
+    // Killed once both have joined (the memnode's status line, once a second, says so) and are
+    // inserting.
+    let both_joined = line_rx.iter().any(|line| line.contains("members: 2 alive"));
+    assert!(both_joined, "the two benches never both joined");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    victim.kill().expect("SIGKILL");
+    victim.wait().expect("reap");
+
+    let out = survivor.wait_with_output().expect("survivor");
+    assert!(
+        out.status.success(),
+        "the survivor failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&report);
+    assert_eq!(r["inserts_missing"], 0, "{r}");
+    let inserted = r["inserted"].as_u64().expect("inserted");
+    assert!(inserted > 50_000, "only {inserted} inserts");
+
+    assert!(memnode.wait().expect("memnode").success(), "memnode failed");
+    let status = status.join().expect("status lines");
+    let last = status.last().expect("a status line");
+    println!("{last}");
+    assert!(
+        last.contains("1 died, 1 recovered"),
+        "the memnode did not recover the killed process: {last}"
+    );
+    let text = inspect_clean(&pool);
+    assert!(text.contains("locks held by non-members: none"), "{text}");
+    assert!(
+        number_between(&text, "record bytes\n", " keys in") >= 200_000 + inserted,
+        "{text}"
+    );
+}
