@@ -380,6 +380,14 @@ impl VerbsServer {
         self.addr
     }
 
+    /// The fence of this server: moves one compute node's queue pair to the error state, by the
+    /// queue-pair number its endpoint reports as [`Endpoint::connection_id`].
+    pub fn fence(&self) -> VerbsFence {
+        VerbsFence {
+            served: Arc::clone(&self.served),
+        }
+    }
+
     /// Destroys the queue pairs of every compute node connected so far (they see their next
     /// batch fail: a compute node cut off). Returns how many. New compute nodes can still
     /// connect.
@@ -388,6 +396,44 @@ impl VerbsServer {
         let count = peers.len();
         peers.clear();
         count
+    }
+}
+
+/// Cuts compute nodes off a [`VerbsServer`] (see [`VerbsServer::fence`]).
+pub struct VerbsFence {
+    served: Arc<Served>,
+}
+
+impl std::fmt::Debug for VerbsFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsFence").finish_non_exhaustive()
+    }
+}
+
+impl crate::Fence for VerbsFence {
+    /// Moves the server's queue pair numbered `connection` to the error state — the NIC drops
+    /// every request arriving on it afterwards — and destroys it. An unknown number was fenced
+    /// (or disconnected) already.
+    fn fence(&self, qp_number: u64) -> Result<(), TransportError> {
+        let mut peers = self
+            .served
+            .peers
+            .lock()
+            .map_err(|_| connection("server state poisoned"))?;
+        let Some(at) = peers
+            .iter()
+            .position(|(qp, _)| u64::from(qp.qp_number()) == qp_number)
+        else {
+            return Ok(());
+        };
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Error);
+        peers[at]
+            .0
+            .modify(&attr)
+            .map_err(|e| connection(format!("moving queue pair {qp_number} to error: {e}")))?;
+        peers.swap_remove(at);
+        Ok(())
     }
 }
 
@@ -499,6 +545,7 @@ impl VerbsTransport {
             });
         }
         self.device.connect(&mut qp, &local, &remote)?;
+        let remote_qp = remote.qp_num;
         let mut staging = vec![0u8; STAGING_BYTES].into_boxed_slice();
         // SAFETY: `staging` is owned by the endpoint and outlives the registration (the endpoint
         // drops the memory region before the buffer: field order), and the NIC only touches it
@@ -518,6 +565,7 @@ impl VerbsTransport {
             staging,
             regions,
             next_wr: 0,
+            remote_qp,
         })
     }
 }
@@ -572,6 +620,8 @@ struct Link {
     staging: Box<[u8]>,
     regions: Vec<RegionInfo>,
     next_wr: u64,
+    /// The server's queue-pair number for this link: what the memory node fences it by.
+    remote_qp: u32,
 }
 
 impl Link {
@@ -628,6 +678,13 @@ impl Endpoint for VerbsEndpoint {
 
     fn stats(&self) -> Stats {
         self.stats
+    }
+
+    fn connection_id(&self, node: u16) -> Option<u64> {
+        self.links
+            .iter()
+            .find(|link| link.serves(node))
+            .map(|link| u64::from(link.remote_qp))
     }
 }
 

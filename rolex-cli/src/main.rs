@@ -528,7 +528,14 @@ fn serve_verbs(
         .copied()
         .ok_or("the loopback connection saw no memory node")?;
     let ep = loopback.endpoint().map_err(|e| e.to_string())?;
-    let worker = Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+    let mut worker =
+        Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+    if args.lease_ms > 0 {
+        worker.watch_members(
+            Duration::from_millis(args.lease_ms),
+            Box::new(server.fence()),
+        );
+    }
     report_recovery(&worker);
     retrain_loop(worker, end)
 }
