@@ -81,20 +81,46 @@ impl Members {
         }
     }
 
-    /// Registers `ep` as connection `index` on every joined node (one batch per node).
-    pub(crate) fn register<E: Endpoint>(&self, ep: &mut E, index: u64) -> Result<(), IndexError> {
+    /// Registers `ep` as connection `index` on every joined node (one batch per node), in place
+    /// of `previous` (the ids registered before, per node; empty for a new client). Returns the
+    /// ids registered, per node (0 where not joined).
+    pub(crate) fn register<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        index: u64,
+        previous: &[u64],
+    ) -> Result<Vec<u64>, IndexError> {
         if self.is_fenced() {
             return Err(self.fenced_error());
         }
-        for (table, member) in &self.nodes {
-            let Some(member) = member else { continue };
-            let node = table.node();
-            let id = ep.connection_id(node).unwrap_or(0);
+        let mut ids = Vec::with_capacity(self.nodes.len());
+        for (i, (table, member)) in self.nodes.iter().enumerate() {
+            let Some(member) = member else {
+                ids.push(0);
+                continue;
+            };
+            let id = connection_id(ep, table.node())?;
             table
-                .register(ep, *member, index, id)
+                .register(
+                    ep,
+                    *member,
+                    index,
+                    id,
+                    previous.get(i).copied().unwrap_or(0),
+                )
                 .map_err(|e| self.membership_error(e))?;
+            ids.push(id);
         }
-        Ok(())
+        Ok(ids)
+    }
+
+    /// Clears connection `index`'s registrations `ids` (a client going away; best effort).
+    pub(crate) fn unregister<E: Endpoint>(&self, ep: &mut E, index: u64, ids: &[u64]) {
+        for ((table, member), &id) in self.nodes.iter().zip(ids) {
+            if let (Some(member), true) = (member, id != 0) {
+                let _ = table.unregister(ep, *member, index, id);
+            }
+        }
     }
 
     /// The error operations of a fenced compute node return.
@@ -110,6 +136,12 @@ impl Members {
     fn membership_error(&self, e: MembershipError) -> IndexError {
         match e {
             MembershipError::Fenced { node, .. } => {
+                self.fenced.store(true, Ordering::Release);
+                IndexError::Fenced { node }
+            }
+            MembershipError::Store(leaf_store::LeafStoreError::Transport(
+                rdma_transport::TransportError::Fenced(node),
+            )) => {
                 self.fenced.store(true, Ordering::Release);
                 IndexError::Fenced { node }
             }
@@ -147,8 +179,8 @@ pub(crate) fn join_all<E: Endpoint>(
                 MembershipError::Store(e) => IndexError::from(e),
                 other => IndexError::Config(other.to_string()),
             })?;
-            let id = ep.connection_id(layout.node()).unwrap_or(0);
-            table.register(ep, member, 0, id).map_err(|e| match e {
+            let id = connection_id(ep, layout.node())?;
+            table.register(ep, member, 0, id, 0).map_err(|e| match e {
                 MembershipError::Store(e) => IndexError::from(e),
                 other => IndexError::Config(other.to_string()),
             })?;
@@ -168,6 +200,17 @@ pub(crate) fn join_all<E: Endpoint>(
         stop: (Mutex::new(false), Condvar::new()),
         halted: AtomicBool::new(false),
     }))
+}
+
+/// The id under which memory node `node` knows `ep`'s connection; an error if the transport
+/// cannot fence (a member it could not cut off would make recovery unsafe).
+fn connection_id<E: Endpoint>(ep: &E, node: u16) -> Result<u64, IndexError> {
+    ep.connection_id(node).ok_or_else(|| {
+        IndexError::Config(format!(
+            "the transport cannot fence connections to memory node {node}: open the store with \
+             join_members false"
+        ))
+    })
 }
 
 /// Starts the renewer: every `every`, one CAS per joined node through `ep`. Stops when
@@ -201,22 +244,43 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                     return;
                 }
                 for (table, member) in &mut held {
-                    match table.renew(&mut ep, member) {
-                        Ok(()) => {}
-                        Err(MembershipError::Fenced { .. }) => {
-                            members.fenced.store(true, Ordering::Release);
-                            return;
-                        }
-                        // A transient failure: the next period tries again (the lease is far
-                        // longer than one period).
-                        Err(_) => {}
+                    if !renew(&mut ep, table, member) {
+                        members.fenced.store(true, Ordering::Release);
+                        return;
                     }
                 }
             }
             if !members.may_hold_lock.load(Ordering::Acquire) && !members.is_fenced() {
                 for (table, member) in held {
+                    if let Some(id) = ep.connection_id(table.node()) {
+                        let _ = table.unregister(&mut ep, member, 0, id);
+                    }
                     let _ = table.leave(&mut ep, member);
                 }
             }
         })
+}
+
+/// One renewal of `member`'s lease; false if the member turns out to be fenced. A renewal that
+/// failed without an answer (a lost completion: the CAS may have executed) is settled by
+/// reading the lease; one that cannot even do that is tried again next period — the lease is far
+/// longer than one period, and if the endpoint stays broken the lease lapses: the memory node
+/// then fences this compute node, which costs its operations an error, never data.
+fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) -> bool {
+    match table.renew(ep, member) {
+        Ok(()) => true,
+        Err(MembershipError::Fenced { .. }) => false,
+        Err(MembershipError::Store(leaf_store::LeafStoreError::Transport(
+            rdma_transport::TransportError::Fenced(_),
+        ))) => false,
+        Err(_) => match ep.read_word(table.lease_addr(member.tag)) {
+            Ok(word) if word == member.lease.renewed().raw() => {
+                member.lease = member.lease.renewed();
+                true
+            }
+            Ok(word) => word == member.lease.raw(),
+            Err(rdma_transport::TransportError::Fenced(_)) => false,
+            Err(_) => true,
+        },
+    }
 }

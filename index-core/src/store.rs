@@ -22,6 +22,10 @@ pub(crate) struct NodeCache {
     /// This compute node's member tag on the node: the owner its leaf locks carry (0: not
     /// joined).
     pub(crate) tag: u8,
+    /// The node's membership table (leaf boxes live there).
+    pub(crate) members: leaf_store::members::MemberTable,
+    /// Its index in [`Caches::nodes`].
+    pub(crate) position: usize,
 }
 
 /// Everything the clients of one compute node share.
@@ -114,6 +118,7 @@ where
         let members = membership::join_all(&mut ep, &layouts, config.join_members)?;
         for (i, node) in nodes.iter_mut().enumerate() {
             node.tag = members.tag(i);
+            node.position = i;
         }
         let renewer = if config.join_members {
             let renewer = membership::spawn_renewer(ep, Arc::clone(&members), config.lease_renewal)
@@ -141,11 +146,13 @@ where
     pub fn client(&self) -> Result<Client<T::Endpoint>, IndexError> {
         let mut ep = self.transport.endpoint()?;
         let index = self.caches.members.take_index()?;
-        if let Err(e) = self.caches.members.register(&mut ep, index) {
-            self.caches.members.release_index(index);
-            return Err(e);
+        match self.caches.members.register(&mut ep, index, &[]) {
+            Ok(ids) => Ok(Client::new(ep, Arc::clone(&self.caches), index, ids)),
+            Err(e) => {
+                self.caches.members.release_index(index);
+                Err(e)
+            }
         }
-        Ok(Client::new(ep, Arc::clone(&self.caches), index))
     }
 
     /// Whether a memory node declared this compute node dead and fenced it (see
@@ -172,10 +179,12 @@ where
     /// ([`IndexError::LockMayRemain`]). The client's counters carry on.
     pub fn reconnect(&self, client: &mut Client<T::Endpoint>) -> Result<(), IndexError> {
         let mut ep = self.transport.endpoint()?;
-        self.caches
-            .members
-            .register(&mut ep, client.connection_index())?;
-        client.replace_endpoint(ep);
+        let ids = self.caches.members.register(
+            &mut ep,
+            client.connection_index(),
+            client.registered_ids(),
+        )?;
+        client.replace_endpoint(ep, ids);
         Ok(())
     }
 
@@ -243,5 +252,7 @@ fn open_node<E: Endpoint>(
         top,
         slots,
         tag: 0,
+        members: leaf_store::members::MemberTable::new(&layout),
+        position: 0,
     })
 }

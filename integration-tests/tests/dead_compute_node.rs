@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use index_core::{IndexError, Store, StoreConfig};
 use integration_tests::write_scenarios::{
     SCENARIOS, TARGET_LEAF, TARGET_SLOT, apply, apply_oracle, other_client, prepare, prepare_with,
-    problems, verbs_of,
+    problems,
 };
 use leaf_store::{LeafTableEntry, read_record, read_slot_table};
 use rdma_transport::Transport;
@@ -43,6 +43,33 @@ fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
     worker.watch_members(LEASE, Box::new(transport.fence(node.id).expect("fence")));
     worker.check_members().expect("first look at the leases");
     worker
+}
+
+/// The scenario's prepared writer, with its leaf box filled and due to be read.
+fn prepare_with_a_filled_box(
+    scenario: integration_tests::write_scenarios::Scenario,
+    sim: SimConfig,
+) -> (
+    integration_tests::write_scenarios::Prepared,
+    Retrainer<SimEndpoint>,
+) {
+    let p = prepare_with(scenario, sim);
+    let mut worker = watcher(&p.transport);
+    worker.fill_boxes().expect("fill");
+    // The writer read its box empty while preparing; it reads it again after a millisecond.
+    std::thread::sleep(Duration::from_millis(2));
+    (p, worker)
+}
+
+/// Verbs of the scenario's write when its writer's leaf box is filled.
+fn verbs_with_a_filled_box(
+    scenario: integration_tests::write_scenarios::Scenario,
+    sim: SimConfig,
+) -> u64 {
+    let (mut p, _worker) = prepare_with_a_filled_box(scenario, sim);
+    let before = p.client.net_stats().verbs();
+    assert!(apply(&mut p.client, scenario.op).expect("op"));
+    p.client.net_stats().verbs() - before
 }
 
 /// Checks leases until a member has been recovered (at most five seconds).
@@ -83,10 +110,59 @@ fn contents(transport: &SimTransport) -> BTreeMap<u64, u64> {
         .collect()
 }
 
-/// Retrains what recovery queued, then returns `verify`'s problems.
-fn retrain_and_verify(worker: &mut Retrainer<SimEndpoint>, transport: &SimTransport) {
+/// Retrains what recovery queued, then checks `verify` and that no leaf leaked.
+fn retrain_and_verify(worker: &mut Retrainer<SimEndpoint>, transport: &SimTransport, what: &str) {
     while worker.retrain_next().expect("retrain").is_some() {}
-    assert_eq!(problems(transport), []);
+    assert_eq!(problems(transport), [], "{what}");
+    assert_no_leaf_leaked(worker, transport, what);
+}
+
+/// Every allocated leaf is exactly one of: linked by a chain of a current record, named by a
+/// freed SLT slot (free at that slot's next retraining), in a leaf box, on the worker's free list.
+fn assert_no_leaf_leaked(worker: &Retrainer<SimEndpoint>, transport: &SimTransport, what: &str) {
+    use rdma_transport::Endpoint;
+    let mut ep = transport.endpoint().expect("endpoint");
+    let node = transport.memory_nodes()[0];
+    let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
+    let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
+    let mut owners: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
+    for (slot, (addr, _)) in read_slot_table(&mut ep, &layout)
+        .expect("slot table")
+        .into_iter()
+        .enumerate()
+    {
+        let record = read_record(&mut ep, &layout, slot as u64, addr).expect("record");
+        for leaf in 0..record.lt.len() {
+            for entry in record.chain_entries(leaf).expect("chain") {
+                owners.entry(entry.leaf_num()).or_default().push("linked");
+            }
+        }
+        for entry in &record.slt {
+            if let Some(leaf) = entry.freed_leaf() {
+                owners.entry(leaf).or_default().push("freed slot");
+            }
+        }
+    }
+    let table = leaf_store::members::MemberTable::new(&layout);
+    for tag in 1..=leaf_store::members::MEMBER_TAGS {
+        for leaf in table.read_boxes(&mut ep, tag).expect("boxes") {
+            if leaf != 0 {
+                owners.entry(leaf).or_default().push("box");
+            }
+        }
+    }
+    for &leaf in worker.free_leaves() {
+        owners.entry(leaf).or_default().push("free list");
+    }
+    let leaked: Vec<u64> = (0..allocated).filter(|l| !owners.contains_key(l)).collect();
+    assert_eq!(
+        leaked,
+        Vec::<u64>::new(),
+        "{what}: leaves nobody holds; allocated {allocated}, held {owners:?}, stats {:?}",
+        worker.member_stats()
+    );
+    let twice: Vec<(&u64, &Vec<&str>)> = owners.iter().filter(|(_, o)| o.len() > 1).collect();
+    assert!(twice.is_empty(), "{what}: leaves held twice: {twice:?}");
 }
 
 #[test]
@@ -99,15 +175,15 @@ fn a_compute_node_dying_at_any_verb_of_a_write_costs_a_waiter_a_pause_and_loses_
         (SimConfig::harsh(), "harsh"),
     ] {
         for scenario in SCENARIOS {
-            let total = verbs_of(scenario);
+            let total = verbs_with_a_filled_box(scenario, sim);
             let mut held_at_death = 0;
             let mut applied = 0;
             for k in 0..=total {
                 let what = format!("{mode}: {}: dead after verb {k} of {total}", scenario.name);
-                let mut p = prepare_with(scenario, sim);
+                // The writer's split takes its new leaf from its leaf box.
+                let (mut p, mut worker) = prepare_with_a_filled_box(scenario, sim);
                 let tag = p.store.member_tags()[0];
                 assert_ne!(tag, 0, "{what}: the store joined");
-                let mut worker = watcher(&p.transport);
 
                 p.client.endpoint_mut().crash_after(k);
                 let outcome = apply(&mut p.client, scenario.op);
@@ -154,7 +230,7 @@ fn a_compute_node_dying_at_any_verb_of_a_write_costs_a_waiter_a_pause_and_loses_
                 );
                 let stats = worker.member_stats().expect("watching");
                 assert_eq!((stats.deaths, stats.recoveries), (1, 1), "{what}");
-                retrain_and_verify(&mut worker, &p.transport);
+                retrain_and_verify(&mut worker, &p.transport, &what);
             }
             assert!(
                 held_at_death > 0,
@@ -217,7 +293,7 @@ fn a_paused_compute_node_is_fenced_its_resumed_write_changes_nothing_and_it_rejo
             expected,
             "{what}: the resumed write changed something"
         );
-        retrain_and_verify(&mut worker, &p.transport);
+        retrain_and_verify(&mut worker, &p.transport, what);
 
         // Rejoining: a new store is a new member, with a new tag or incarnation.
         drop(store);
@@ -232,4 +308,56 @@ fn a_paused_compute_node_is_fenced_its_resumed_write_changes_nothing_and_it_rejo
         assert_eq!(contents(&p.transport), expected, "{what}");
         assert_eq!(problems(&p.transport), [], "{what}");
     }
+}
+
+/// Live compute nodes take their splits' leaves from the leaf boxes the memory node keeps filled
+/// (retraining, which frees emptied leaves, runs all along): every leaf stays accounted for, and
+/// none is linked twice.
+#[test]
+fn leaf_boxes_serve_splits_while_the_memory_node_refills_them() {
+    let loaded: Vec<u64> = (0..300).map(|i| i * 1000).collect();
+    let (transport, _) = integration_tests::load(
+        &loaded,
+        3000,
+        &integration_tests::tiny(),
+        SimConfig::harsh(),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let mut worker = watcher(&transport);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            worker
+                .run(|| stop.load(std::sync::atomic::Ordering::Acquire))
+                .expect("worker");
+            worker
+        })
+    };
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let transport = transport.clone();
+            std::thread::spawn(move || {
+                let mut client = other_client(&transport, Duration::from_secs(10));
+                for i in 0..1500u64 {
+                    // Spread over every gap of the loaded keys.
+                    let key = (i % 300) * 1000 + 1 + 2 * (i / 300) + w;
+                    assert_eq!(client.insert(key, key), Ok(true), "insert {key}");
+                    if i % 3 == 0 {
+                        assert_eq!(client.delete(key), Ok(true), "delete {key}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().expect("writer");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let mut worker = worker.join().expect("worker thread");
+    let stats = worker.member_stats().expect("watching");
+    assert!(
+        stats.leaves_granted > 0,
+        "no leaf went through a box: {stats:?}"
+    );
+    retrain_and_verify(&mut worker, &transport, "after the writers");
 }

@@ -35,14 +35,31 @@ pub const MAX_OWNER: u8 = OWNER_MASK as u8;
 
 impl LeafTableEntry {
     /// Marks an SLT slot that was handed out (its `slot_use` FAA happened) but holds no leaf: the
-    /// synonym leaf it held was unlinked by a delete, or the split that claimed it found the leaf
-    /// region exhausted. `slot_use` only grows, so such a slot is never reused; `verify` accepts it
-    /// as long as no chain links it.
+    /// split that claimed it found the leaf region exhausted or failed. `slot_use` only grows, so
+    /// such a slot is never reused; `verify` accepts it as long as no chain links it. A slot whose
+    /// synonym leaf a delete unlinked is marked [`LeafTableEntry::freed`] with that leaf instead.
     pub const FREED: Self = Self(u64::MAX >> 1);
 
-    /// Whether this is [`LeafTableEntry::FREED`].
+    /// An SLT slot marked freed that names the leaf it held (unlinked by a delete): the
+    /// retrainer, which rebuilds the record without the slot, hands the leaf out again. Bits:
+    /// lock 0, owner and synonym all ones, then the leaf number.
+    pub const fn freed(leaf_num: u64) -> Self {
+        Self((Self::FREED.0 & !LEAF_MASK) | (leaf_num & LEAF_MASK))
+    }
+
+    /// Whether this marks a freed SLT slot ([`LeafTableEntry::FREED`] or
+    /// [`LeafTableEntry::freed`]).
     pub const fn is_freed(self) -> bool {
-        self.0 == Self::FREED.0
+        self.0 >> SYNONYM_SHIFT == Self::FREED.0 >> SYNONYM_SHIFT
+    }
+
+    /// The leaf a freed SLT slot names, if any.
+    pub const fn freed_leaf(self) -> Option<u64> {
+        if self.is_freed() && self.leaf_num() != LEAF_MASK {
+            Some(self.leaf_num())
+        } else {
+            None
+        }
     }
 
     /// An unlocked entry for leaf `leaf_num` with no synonym. `None` if the leaf number does not
@@ -161,6 +178,23 @@ mod tests {
             // An unlocked word with owner bits (only FREED is one) is the one exception.
             rebuilt.raw() == word || (!e.is_locked() && e.owner() != 0)
         }
+    }
+
+    #[test]
+    fn freed_slots_may_name_their_leaf() {
+        assert!(LeafTableEntry::FREED.is_freed());
+        assert_eq!(LeafTableEntry::FREED.freed_leaf(), None);
+        let f = LeafTableEntry::freed(42);
+        assert!(f.is_freed() && !f.is_locked());
+        assert_eq!(f.freed_leaf(), Some(42));
+        assert!(!LeafTableEntry::new(42).expect("fits").is_freed());
+        assert!(
+            !LeafTableEntry::new(42)
+                .expect("fits")
+                .with_synonym(0xff)
+                .locked_by(0x7f)
+                .is_freed()
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //!   words 0..=127          lease word of tag t at word t (word 0 unused)
 //!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: connection ids (0 = none), index 0 the
 //!                           compute node's own (renewing) endpoint, 1.. its clients
+//!   then per tag t=1..127   CONNECTIONS_PER_MEMBER × LEAF_BOX words: each client's leaf box —
+//!                           leaves the memory node granted it (0 = empty slot)
+//!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: each client's unlink word — the leaf
+//!                           its latest unlinking delete took out of a chain
 //!
 //! lease word:
 //!  63  62 61                              32 31                                     0
@@ -23,6 +27,15 @@
 //! +------+----------------------------------+----------------------------------------+
 //!   state: 0 free, 1 alive, 2 dead (fenced; its locks being recovered)
 //! ```
+//!
+//! **Leaf boxes.** The memory node keeps every registered client's box filled with free leaves
+//! (CAS 0 → leaf); a client's split takes the new leaf from its box and, in the batch that links
+//! it, clears the box slot (CAS leaf → 0) after the unlock. So every leaf a compute node holds
+//! unlinked is named in its box: when it dies, recovery returns the box leaves that no chain links
+//! to the free list. Boxes belong to the tag, not the incarnation: a clean leave leaves them
+//! filled for the next member with the tag. An unlinking delete writes the leaf it unlinks to
+//! the client's unlink word first in its batch: if the node dies before the batch marks the SLT
+//! slot freed, recovery finds the leaf there (linked nowhere, held by nobody) and frees it.
 //!
 //! Why a registered connection is always fenced: a compute node registers an endpoint by WRITing
 //! its id and READing the lease word behind it in one batch (the READ observes memory after the
@@ -40,10 +53,19 @@ use crate::{Layout, LeafStoreError, le_word};
 pub const MEMBER_TAGS: u8 = if cfg!(loom) { 3 } else { 127 };
 /// Connection-id words per member: the compute node's own endpoint plus up to 127 clients.
 pub const CONNECTIONS_PER_MEMBER: u64 = if cfg!(loom) { 4 } else { 128 };
+/// Leaves in one client's leaf box.
+pub const LEAF_BOX: u64 = if cfg!(loom) { 2 } else { 4 };
 /// Lease words at the start of the region (tag t's at word t; word 0 unused).
 const LEASE_WORDS: u64 = MEMBER_TAGS as u64 + 1;
+/// Words of one member's connection ids.
+const CONNECTION_WORDS: u64 = CONNECTIONS_PER_MEMBER;
+/// Words of one member's leaf boxes.
+const BOX_WORDS: u64 = CONNECTIONS_PER_MEMBER * LEAF_BOX;
+/// Words of one member's unlink words.
+const UNLINK_WORDS: u64 = CONNECTIONS_PER_MEMBER;
 /// Bytes of the membership region.
-pub const MEMBERS_BYTES: u64 = 8 * LEASE_WORDS + (MEMBER_TAGS as u64) * CONNECTIONS_PER_MEMBER * 8;
+pub const MEMBERS_BYTES: u64 =
+    8 * (LEASE_WORDS + (MEMBER_TAGS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS));
 
 const STATE_SHIFT: u32 = 62;
 const INCARNATION_SHIFT: u32 = 32;
@@ -209,6 +231,57 @@ impl MemberTable {
             + 8 * (tag * CONNECTIONS_PER_MEMBER + index))
     }
 
+    /// Address of slot `slot` of client `index`'s leaf box of tag `tag`.
+    pub fn box_addr(&self, tag: u8, index: u64, slot: u64) -> RemoteAddr {
+        let tag = u64::from(tag.max(1)) - 1;
+        self.layout.at(self.layout.superblock().members_offset
+            + 8 * (LEASE_WORDS + u64::from(MEMBER_TAGS) * CONNECTION_WORDS)
+            + 8 * (tag * BOX_WORDS + index * LEAF_BOX + slot))
+    }
+
+    /// Address of client `index`'s unlink word of tag `tag`.
+    pub fn unlink_addr(&self, tag: u8, index: u64) -> RemoteAddr {
+        let tag = u64::from(tag.max(1)) - 1;
+        self.layout.at(self.layout.superblock().members_offset
+            + 8 * (LEASE_WORDS + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS))
+            + 8 * (tag * UNLINK_WORDS + index))
+    }
+
+    /// Every unlink word of `tag`, by client index (0 = none), with one READ.
+    pub fn read_unlink_words<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        tag: u8,
+    ) -> Result<Vec<u64>, LeafStoreError> {
+        let mut bytes = vec![0u8; 8 * UNLINK_WORDS as usize];
+        ep.read(self.unlink_addr(tag, 0), &mut bytes)?;
+        Ok((0..UNLINK_WORDS as usize)
+            .map(|i| le_word(&bytes, i))
+            .collect())
+    }
+
+    /// Every leaf box of `tag` (client index × [`LEAF_BOX`] words), with one READ.
+    pub fn read_boxes<E: Endpoint>(&self, ep: &mut E, tag: u8) -> Result<Vec<u64>, LeafStoreError> {
+        let mut bytes = vec![0u8; 8 * BOX_WORDS as usize];
+        ep.read(self.box_addr(tag, 0, 0), &mut bytes)?;
+        Ok((0..BOX_WORDS as usize)
+            .map(|i| le_word(&bytes, i))
+            .collect())
+    }
+
+    /// Every connection word of `tag`, by client index (0 = none), with one READ.
+    pub fn read_connection_words<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        tag: u8,
+    ) -> Result<Vec<u64>, LeafStoreError> {
+        let mut bytes = vec![0u8; 8 * CONNECTION_WORDS as usize];
+        ep.read(self.connection_addr(tag, 0), &mut bytes)?;
+        Ok((0..CONNECTION_WORDS as usize)
+            .map(|i| le_word(&bytes, i))
+            .collect())
+    }
+
     /// Every lease, indexed by tag (index 0 unused), with one READ.
     pub fn read_leases<E: Endpoint>(&self, ep: &mut E) -> Result<Vec<Lease>, LeafStoreError> {
         let mut bytes = vec![0u8; 8 * LEASE_WORDS as usize];
@@ -224,12 +297,9 @@ impl MemberTable {
         ep: &mut E,
         tag: u8,
     ) -> Result<Vec<u64>, LeafStoreError> {
-        let mut bytes = vec![0u8; 8 * CONNECTIONS_PER_MEMBER as usize];
-        ep.read(self.connection_addr(tag, 0), &mut bytes)?;
-        Ok((0..CONNECTIONS_PER_MEMBER as usize)
-            .map(|i| le_word(&bytes, i))
-            .filter(|&c| c != 0)
-            .collect())
+        let mut words = self.read_connection_words(ep, tag)?;
+        words.retain(|&c| c != 0);
+        Ok(words)
     }
 
     /// Joins: takes the first free entry by CAS (one READ, then one CAS per try).
@@ -254,33 +324,70 @@ impl MemberTable {
         })
     }
 
-    /// Registers connection `connection` (0: the transport names none) as `member`'s connection
-    /// `index`, and confirms in the same batch that the membership still holds. After `Ok`, a
-    /// memory node that declares `member` dead will fence this connection.
+    /// Registers connection `connection` as `member`'s connection `index` in place of
+    /// `previous` (0 for a new client; its old connection on a reconnect), and confirms in the
+    /// same batch that the membership still holds. After `Ok`, a memory node that declares
+    /// `member` dead will fence this connection.
+    ///
+    /// By CAS, never a plain WRITE: a compute node that slept through its own death and wakes up
+    /// could otherwise overwrite the id a new member with its tag registered there, and that
+    /// member's connection would escape its own fence. Such a sleeper's CAS can only fill an
+    /// empty word (its old ids are nowhere any more), which the new member overwrites when it
+    /// registers that index — it owns the word, so whatever is there is replaced.
     pub fn register<E: Endpoint>(
         &self,
         ep: &mut E,
         member: Membership,
         index: u64,
         connection: u64,
+        previous: u64,
     ) -> Result<(), MembershipError> {
         if index >= CONNECTIONS_PER_MEMBER {
             return Err(MembershipError::TooManyConnections);
         }
-        let id = connection.to_le_bytes();
-        let mut lease = [0u8; 8];
-        ep.batch(&mut [
-            Verb::write(self.connection_addr(member.tag, index), &id),
-            Verb::read(self.lease_addr(member.tag), &mut lease),
-        ])?;
-        if Lease(u64::from_le_bytes(lease)).same_holding(member.lease) {
-            Ok(())
-        } else {
-            Err(MembershipError::Fenced {
-                node: self.layout.node(),
-                tag: member.tag,
-            })
+        let at = self.connection_addr(member.tag, index);
+        let mut expected = previous;
+        for _ in 0..8 {
+            let mut lease = [0u8; 8];
+            let mut verbs = [
+                Verb::cas(at, expected, connection),
+                // Fenced: it must observe memory after the CAS.
+                Verb::read(self.lease_addr(member.tag), &mut lease).fenced(),
+            ];
+            ep.batch(&mut verbs)?;
+            let old = verbs[0].old_value().unwrap_or(expected);
+            if !Lease(u64::from_le_bytes(lease)).same_holding(member.lease) {
+                return Err(MembershipError::Fenced {
+                    node: self.layout.node(),
+                    tag: member.tag,
+                });
+            }
+            if old == expected {
+                return Ok(());
+            }
+            // Left over by an earlier client of this index (or a sleeper): ours to replace.
+            expected = old;
         }
+        Err(MembershipError::Store(LeafStoreError::InvalidConfig(
+            format!(
+                "connection word {index} of member {} keeps changing",
+                member.tag
+            ),
+        )))
+    }
+
+    /// Clears `member`'s connection `index` if it still holds `connection` (a client going away).
+    pub fn unregister<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        member: Membership,
+        index: u64,
+        connection: u64,
+    ) -> Result<(), LeafStoreError> {
+        if index < CONNECTIONS_PER_MEMBER {
+            ep.cas(self.connection_addr(member.tag, index), connection, 0)?;
+        }
+        Ok(())
     }
 
     /// Renews `member`'s lease with one CAS; on success `member.lease` is the renewed lease.

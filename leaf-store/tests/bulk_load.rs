@@ -176,7 +176,7 @@ fn bad_input_is_an_error_and_writes_nothing() {
 
 #[test]
 fn attaching_to_something_else_is_a_clear_error() {
-    let transport = SimTransport::anonymous(&[1 << 20]).expect("pool");
+    let transport = SimTransport::anonymous(&[4 << 20]).expect("pool");
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint().expect("endpoint");
     assert!(matches!(

@@ -434,9 +434,10 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
         if let Ok(pool) = worker.pool_usage() {
             let space = worker.model_space();
             line.push_str(&format!(
-                "; leaves {}/{}; model region {}/{} KiB used ({} KiB reusable, {} KiB retired)",
+                "; leaves {}/{} ({} free-listed); model region {}/{} KiB used ({} KiB reusable, {} KiB retired)",
                 pool.leaves_allocated,
                 pool.leaf_capacity,
+                pool.leaves_free_listed,
                 pool.model_bytes_used / 1024,
                 pool.model_region_bytes / 1024,
                 space.reusable_bytes / 1024,
@@ -456,14 +457,16 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
         if let Some(members) = worker.member_stats() {
             let done = members.rolled_forward;
             line.push_str(&format!(
-                "; members: {} alive, {} joined, {} died, {} recovered ({} locks released, {} splits completed, longest recovery {:.1} ms)",
+                "; members: {} alive, {} joined, {} died, {} recovered ({} locks released, {} splits completed, {} leaves freed, longest recovery {:.1} ms); {} leaves granted",
                 members.alive,
                 members.joins,
                 members.deaths,
                 members.recoveries,
                 done.locks_released,
                 done.splits_completed,
-                members.longest_recovery.as_secs_f64() * 1e3
+                done.leaves_freed + done.unlinks_completed,
+                members.longest_recovery.as_secs_f64() * 1e3,
+                members.leaves_granted
             ));
             if let Some(problem) = worker.member_problem() {
                 line.push_str(&format!("; last recovery problem: {problem}"));

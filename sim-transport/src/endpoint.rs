@@ -92,9 +92,9 @@ impl SimEndpoint {
         let rng = ENDPOINT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1;
         let mut connections = Vec::with_capacity(shared.pools.len());
         if nic::enabled() {
-            let pid = u64::from(std::process::id());
+            let me = nic::this_process();
             for (pool, info) in shared.pools.iter().zip(&shared.nodes) {
-                match nic::open(pool.nic(), pid) {
+                match nic::open(pool.nic(), me) {
                     Some(conn) => connections.push(Some(conn)),
                     None => {
                         for (pool, conn) in shared.pools.iter().zip(&connections) {
@@ -273,6 +273,13 @@ impl SimEndpoint {
                 ..
             } => *old = pool.cas(addr.offset(), *expected, *desired),
             Verb::Faa { addr, add, old, .. } => *old = pool.faa(addr.offset(), *add),
+        }
+        // A NIC executes a queue pair's requests in order, so a READ after a WRITE (or an atomic)
+        // of the same batch observes memory after it — also with respect to what other queue
+        // pairs do meanwhile. CPU atomics alone would let the READ pass the earlier store (store
+        // buffering); the membership protocol's registration relies on it not doing so.
+        if !matches!(verb, Verb::Read { .. }) {
+            crate::sync::fence_seq_cst();
         }
     }
 }

@@ -10,15 +10,16 @@
 //!   CONNECTIONS entries of ENTRY_WORDS words:
 //!     0 state   open:1 | revoked:1 | generation:30 | in_flight:32
 //!     1 pid     the process that opened the connection
-//!     2 log_at  offset+1 of the WRITE being executed (0: none)
-//!     3 log_len its length
-//!     4..       its bytes (up to LOG_BYTES)
+//!     2 start   that process's start time (clock ticks after boot: a reused pid differs)
+//!     3 log_at  offset+1 of the WRITE being executed (0: none)
+//!     4 log_len its length
+//!     5..       its bytes (up to LOG_BYTES)
 //!
 //! connection id = generation << 16 | (entry index + 1)      (never 0)
 //! ```
 //!
-//! An endpoint opens one connection per pool. Every batch *enters* (adds 1 to `in_flight`, then
-//! checks `revoked` and its generation) and *leaves* when done. Before a WRITE of at most
+//! An endpoint opens one connection per pool. Every batch *enters* (adds 1 to `in_flight` by CAS,
+//! only while the entry is open, not revoked and of its generation) and *leaves* when done. Before a WRITE of at most
 //! [`LOG_BYTES`] it copies the WRITE into the log. [`fence`] sets `revoked`, then waits for
 //! `in_flight` to drain; if the process that owns the connection has died in the middle of a
 //! batch (killed: `in_flight` never drains), the WRITE it was executing is replayed from the log —
@@ -44,7 +45,9 @@ pub(crate) const fn enabled() -> bool {
 
 /// Bytes of the largest WRITE the log holds (compute nodes write leaves and single words).
 pub(crate) const LOG_BYTES: usize = 2048;
-const ENTRY_WORDS: usize = 4 + LOG_BYTES / 8;
+const ENTRY_WORDS: usize = LOG_WORD + LOG_BYTES / 8;
+/// Index of the first log word in an entry.
+const LOG_WORD: usize = 5;
 /// Bytes of the NIC area behind each pool's region.
 pub(crate) const NIC_BYTES: u64 = (CONNECTIONS * ENTRY_WORDS * 8) as u64;
 
@@ -83,9 +86,23 @@ fn entry(nic: &[AtomicU64], index: usize) -> &[AtomicU64] {
     &nic[index * ENTRY_WORDS..(index + 1) * ENTRY_WORDS]
 }
 
-/// Opens a connection for process `pid`: takes a closed entry, with the next generation. `None`
-/// if every entry is open.
-pub(crate) fn open(nic: &[AtomicU64], pid: u64) -> Option<Connection> {
+/// This process: its pid and start time.
+pub(crate) fn this_process() -> (u64, u64) {
+    let pid = u64::from(std::process::id());
+    (pid, start_time(pid).unwrap_or(0))
+}
+
+/// The start time of process `pid` (field 22 of `/proc/<pid>/stat`), `None` if it cannot be read.
+fn start_time(pid: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After the name: state is field 3, start time field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Opens a connection for process `(pid, start)`: takes a closed entry, with the next
+/// generation. `None` if every entry is open.
+pub(crate) fn open(nic: &[AtomicU64], (pid, start): (u64, u64)) -> Option<Connection> {
     for index in 0..CONNECTIONS {
         let e = entry(nic, index);
         let mut state = e[0].load(Ordering::Acquire);
@@ -95,7 +112,8 @@ pub(crate) fn open(nic: &[AtomicU64], pid: u64) -> Option<Connection> {
             match e[0].compare_exchange(state, opened, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     e[1].store(pid, Ordering::Release);
-                    e[2].store(0, Ordering::Release);
+                    e[2].store(start, Ordering::Release);
+                    e[3].store(0, Ordering::Release);
                     return Some(Connection { index, generation });
                 }
                 Err(seen) => state = seen,
@@ -118,17 +136,24 @@ pub(crate) fn close(nic: &[AtomicU64], conn: Connection) {
     }
 }
 
-/// Enters a batch on `conn`; `false` (and nothing held) if the connection was fenced.
+/// Enters a batch on `conn`; `false` (and nothing changed) if the connection was fenced. A CAS,
+/// not an add: an endpoint whose entry was fenced and reused must never touch the new owner's
+/// count (an add and its undo, straddling the reuse, would corrupt it).
 pub(crate) fn enter(nic: &[AtomicU64], conn: Connection) -> bool {
     let e = entry(nic, conn.index);
-    let state = e[0].fetch_add(1, Ordering::AcqRel);
-    let ours = state & OPEN != 0
-        && state & REVOKED == 0
-        && (state >> GEN_SHIFT) & GEN_MASK == conn.generation;
-    if !ours {
-        e[0].fetch_sub(1, Ordering::AcqRel);
+    let mut state = e[0].load(Ordering::Acquire);
+    loop {
+        let ours = state & OPEN != 0
+            && state & REVOKED == 0
+            && (state >> GEN_SHIFT) & GEN_MASK == conn.generation;
+        if !ours {
+            return false;
+        }
+        match e[0].compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(seen) => state = seen,
+        }
     }
-    ours
 }
 
 /// Leaves the batch [`enter`] let in.
@@ -143,32 +168,39 @@ pub(crate) fn log_write(nic: &[AtomicU64], conn: Connection, offset: u64, data: 
         return;
     }
     let e = entry(nic, conn.index);
-    for (word, chunk) in e[4..].iter().zip(data.chunks(8)) {
+    for (word, chunk) in e[LOG_WORD..].iter().zip(data.chunks(8)) {
         let mut bytes = [0u8; 8];
         bytes[..chunk.len()].copy_from_slice(chunk);
         word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
     }
-    e[3].store(data.len() as u64, Ordering::Relaxed);
-    e[2].store(offset + 1, Ordering::Release);
+    e[4].store(data.len() as u64, Ordering::Relaxed);
+    e[3].store(offset + 1, Ordering::Release);
 }
 
 /// The logged WRITE has executed.
 pub(crate) fn clear_log(nic: &[AtomicU64], conn: Connection) {
-    entry(nic, conn.index)[2].store(0, Ordering::Release);
+    entry(nic, conn.index)[3].store(0, Ordering::Release);
 }
 
-/// Whether process `pid` is gone (no such process, or a zombie).
-fn process_is_dead(pid: u64) -> bool {
+/// Whether the process `(pid, start)` is gone: `/proc/<pid>` does not exist, or shows a zombie,
+/// or a different process (another start time: the pid was reused). Anything else — a `/proc`
+/// that cannot be read for another reason included — counts as alive: a fence then waits rather
+/// than replay a WRITE under a live writer's feet.
+fn process_is_dead(pid: u64, start: u64) -> bool {
     if pid == u64::from(std::process::id()) {
         return false;
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-        Err(_) => true,
+        Ok(stat) => {
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next().unwrap_or("");
+            let started = fields.nth(18).and_then(|f| f.parse::<u64>().ok());
+            state == "Z" || state == "X" || (start != 0 && started.is_some_and(|s| s != start))
+        }
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }
 
@@ -194,7 +226,7 @@ pub(crate) fn fence(
             Err(seen) => state = seen,
         }
     }
-    let pid = e[1].load(Ordering::Acquire);
+    let (pid, start) = (e[1].load(Ordering::Acquire), e[2].load(Ordering::Acquire));
     let started = Instant::now();
     loop {
         let state = e[0].load(Ordering::Acquire);
@@ -204,13 +236,13 @@ pub(crate) fn fence(
         if state & IN_FLIGHT_MASK == 0 {
             break;
         }
-        if process_is_dead(pid) {
+        if process_is_dead(pid, start) {
             // Killed inside a batch: the WRITE it was executing lands whole.
-            let at = e[2].load(Ordering::Acquire);
+            let at = e[3].load(Ordering::Acquire);
             if at != 0 {
-                let len = (e[3].load(Ordering::Acquire) as usize).min(LOG_BYTES);
+                let len = (e[4].load(Ordering::Acquire) as usize).min(LOG_BYTES);
                 let mut bytes = vec![0u8; len.next_multiple_of(8)];
-                for (chunk, word) in bytes.chunks_exact_mut(8).zip(&e[4..]) {
+                for (chunk, word) in bytes.chunks_exact_mut(8).zip(&e[LOG_WORD..]) {
                     chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
                 }
                 replay(at - 1, &bytes[..len]);
@@ -241,9 +273,9 @@ mod tests {
     #[test]
     fn a_fenced_connection_lets_no_batch_in_and_its_entry_is_reused_under_a_new_id() {
         let nic = table();
-        let pid = u64::from(std::process::id());
-        let a = open(&nic, pid).expect("free entry");
-        let b = open(&nic, pid).expect("free entry");
+        let me = this_process();
+        let a = open(&nic, me).expect("free entry");
+        let b = open(&nic, me).expect("free entry");
         assert_ne!(a.id(), b.id());
         assert!(enter(&nic, a));
         leave(&nic, a);
@@ -251,7 +283,7 @@ mod tests {
         assert!(!enter(&nic, a), "a fenced connection must not execute");
         assert!(enter(&nic, b), "other connections are untouched");
         leave(&nic, b);
-        let c = open(&nic, pid).expect("the fenced entry is free again");
+        let c = open(&nic, me).expect("the fenced entry is free again");
         assert_eq!(c.index, a.index);
         assert_ne!(c.id(), a.id());
         assert!(
@@ -269,10 +301,45 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_endpoint_never_touches_the_count_of_its_entry_s_next_owner() {
+        let nic = table();
+        let me = this_process();
+        let old = open(&nic, me).expect("free entry");
+        fence(&nic, old.id(), |_, _| panic!("nothing to replay")).expect("fenced");
+        let new = open(&nic, me).expect("reused");
+        assert_eq!(new.index, old.index);
+        for _ in 0..3 {
+            assert!(!enter(&nic, old));
+        }
+        assert_eq!(
+            entry(&nic, new.index)[0].load(Ordering::Acquire) & IN_FLIGHT_MASK,
+            0,
+            "the stale endpoint changed the new owner's count"
+        );
+        assert!(enter(&nic, new));
+        leave(&nic, new);
+    }
+
+    #[test]
+    fn a_reused_pid_is_a_dead_process_and_an_unreadable_proc_is_not() {
+        let (pid, start) = this_process();
+        assert!(start != 0, "this process's start time is readable");
+        // The pid of a process that is alive (the parent of this one), with its start time: alive.
+        let parent = u64::from(std::os::unix::process::parent_id());
+        let parent_start = start_time(parent).expect("the parent's start time");
+        assert!(!process_is_dead(parent, parent_start));
+        // The same pid with another start time: the pid was reused, the process is gone.
+        assert!(process_is_dead(parent, parent_start + 1));
+        // No such pid.
+        assert!(process_is_dead(1 << 40, 1));
+        let _ = pid;
+    }
+
+    #[test]
     fn a_killed_process_inside_a_write_has_its_write_completed_by_the_fence() {
         let nic = table();
         // A pid no process has (beyond the kernel's pid_max).
-        let conn = open(&nic, 1 << 40).expect("free entry");
+        let conn = open(&nic, (1 << 40, 1)).expect("free entry");
         assert!(enter(&nic, conn));
         log_write(&nic, conn, 4096, &[7u8; 24]);
         // ... and the process dies here: the batch never leaves.
@@ -288,7 +355,7 @@ mod tests {
     #[test]
     fn a_live_process_inside_a_batch_holds_the_fence_until_it_leaves() {
         let nic = std::sync::Arc::new(table());
-        let conn = open(&nic, u64::from(std::process::id())).expect("free entry");
+        let conn = open(&nic, this_process()).expect("free entry");
         assert!(enter(&nic, conn));
         let fencer = {
             let nic = std::sync::Arc::clone(&nic);

@@ -15,3 +15,11 @@ pub(crate) use std::sync::atomic::AtomicU64;
 pub(crate) use std::thread::yield_now;
 
 pub(crate) use std::sync::atomic::Ordering;
+
+/// A sequentially consistent fence between a verb and the next. A no-op under loom, whose model
+/// makes every word access a read-modify-write (see `pool.rs`), which already orders them.
+#[inline]
+pub(crate) fn fence_seq_cst() {
+    #[cfg(not(loom))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}

@@ -30,16 +30,49 @@ pub struct Client<E: Endpoint> {
     /// Leaves allocated for a split that could not use them (its SLT was full); used first by the
     /// next split on the same node.
     spare_leaves: Vec<(u16, u64)>,
+    /// This client's leaf box on each memory node (store key order), as last read.
+    boxes: Vec<LeafBox>,
     enqueue_failures: u64,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
     /// The client's connection index in its store's memberships.
     connection_index: u64,
+    /// The connection ids registered for it, per memory node (0: not joined).
+    registered: Vec<u64>,
 }
 
 impl<E: Endpoint> Drop for Client<E> {
     fn drop(&mut self) {
-        self.caches.members.release_index(self.connection_index);
+        let members = std::sync::Arc::clone(&self.caches.members);
+        members.unregister(&mut self.ep, self.connection_index, &self.registered);
+        members.release_index(self.connection_index);
+    }
+}
+
+/// A client's view of its leaf box on one memory node ([`leaf_store::members`]): leaves the
+/// memory node granted it, for its splits. Read (one more READ in a lock batch) only when every
+/// slot is used up, at most once a millisecond.
+#[derive(Debug, Clone, Default)]
+struct LeafBox {
+    slots: Vec<u64>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl LeafBox {
+    /// How long an empty box is trusted before it is read again.
+    const REREAD: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// A granted leaf: its box slot and number.
+    fn leaf(&self) -> Option<(u64, u64)> {
+        self.slots
+            .iter()
+            .position(|&l| l != 0)
+            .map(|i| (i as u64, self.slots[i]))
+    }
+
+    /// Whether the lock batch should read the box.
+    fn wants_read(&self) -> bool {
+        self.leaf().is_none() && self.read_at.is_none_or(|at| at.elapsed() >= Self::REREAD)
     }
 }
 
@@ -117,17 +150,29 @@ fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
 }
 
 impl<E: Endpoint> Client<E> {
-    pub(crate) fn new(ep: E, caches: Arc<Caches>, connection_index: u64) -> Self {
+    pub(crate) fn new(
+        ep: E,
+        caches: Arc<Caches>,
+        connection_index: u64,
+        registered: Vec<u64>,
+    ) -> Self {
+        let nodes = caches.nodes.len();
         Self {
             ep,
             caches,
             stats: OpStats::default(),
             buf: Vec::new(),
             spare_leaves: Vec::new(),
+            boxes: vec![LeafBox::default(); nodes],
             enqueue_failures: 0,
             retired_stats: Stats::default(),
             connection_index,
+            registered,
         }
+    }
+
+    pub(crate) fn registered_ids(&self) -> &[u64] {
+        &self.registered
     }
 
     pub(crate) fn connection_index(&self) -> u64 {
@@ -139,10 +184,12 @@ impl<E: Endpoint> Client<E> {
         &self.stats
     }
 
-    /// Swaps in a fresh endpoint; counters carry on (see [`crate::Store::reconnect`]).
-    pub(crate) fn replace_endpoint(&mut self, ep: E) {
+    /// Swaps in a fresh endpoint, registered as `registered`; counters carry on (see
+    /// [`crate::Store::reconnect`]).
+    pub(crate) fn replace_endpoint(&mut self, ep: E, registered: Vec<u64>) {
         let carried = self.ep.stats();
         self.ep = ep;
+        self.registered = registered;
         self.retired_stats += carried;
     }
 

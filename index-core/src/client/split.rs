@@ -20,7 +20,8 @@ impl<E: Endpoint> Client<E> {
     /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
     /// entries), the LT link change (keeping the lock), the FREED marker, FAA of the header's
     /// change counter, then `late_writes` (the split leaf's shrunken contents, fenced behind the
-    /// bump), then the unlock (fenced).
+    /// bump), then clearing the leaf-box slot the new leaf came from (`box_clear`: its address
+    /// and the leaf; fenced, so it lands after the link), then the unlock (fenced).
     /// Readers that cached the old tables see the bump before any key leaves a leaf they read.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn structural(
@@ -30,6 +31,7 @@ impl<E: Endpoint> Client<E> {
         lt_change: Option<LeafTableEntry>,
         freed: Option<(RemoteAddr, Vec<u8>)>,
         late_writes: Vec<(RemoteAddr, Vec<u8>)>,
+        box_clear: Option<(RemoteAddr, u64)>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
@@ -70,6 +72,9 @@ impl<E: Endpoint> Client<E> {
                     shrink
                 });
             }
+            if let Some((at, leaf)) = box_clear {
+                verbs.push(Verb::cas(at, leaf, 0).fenced());
+            }
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lt_final, None).fenced());
             }
@@ -105,8 +110,16 @@ impl<E: Endpoint> Client<E> {
         };
         let slot_of_gone = u64::from(locked.chain[pos - 1].0.synonym_ptr());
         let next = gone.synonym_ptr();
-        let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> =
-            vec![(layout.leaf_addr(gone.leaf_num()), empty)];
+        let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> = Vec::with_capacity(3);
+        // First, the leaf goes to this client's unlink word: should the node die before the
+        // batch marks the slot freed, recovery finds the leaf there and frees it.
+        if node.tag != 0 {
+            verbs_owned.push((
+                node.members.unlink_addr(node.tag, self.connection_index),
+                gone.leaf_num().to_le_bytes().to_vec(),
+            ));
+        }
+        verbs_owned.push((layout.leaf_addr(gone.leaf_num()), empty));
         // Link around it: in the LT entry (keeping the lock) or in the previous SLT entry.
         let mut lt_change = None;
         if pos == 1 {
@@ -121,9 +134,14 @@ impl<E: Endpoint> Client<E> {
             ));
             locked.chain[pos - 1].0 = prev;
         }
+        // The freed mark names the leaf: the retrainer hands it out again once it has rebuilt the
+        // record without this slot.
         let freed = (
             offset(locked.record, locked.layout.slt_entry(slot_of_gone)),
-            LeafTableEntry::FREED.raw().to_le_bytes().to_vec(),
+            LeafTableEntry::freed(gone.leaf_num())
+                .raw()
+                .to_le_bytes()
+                .to_vec(),
         );
         // The chain as it will be: a sibling thread may inherit it with the lock.
         locked.chain.remove(pos);
@@ -133,14 +151,10 @@ impl<E: Endpoint> Client<E> {
             lt_change,
             Some(freed),
             Vec::new(),
+            None,
             hand_over,
             held_slot,
         )?;
-        // The unlinked leaf is this client's next split's new leaf. Safe at once: the batch above
-        // bumped the record's header after emptying the leaf, so a reader whose view still links
-        // it finds the header changed whatever it read there, and no chain of the record links it
-        // any more.
-        self.spare_leaves.push((node.info.id, gone.leaf_num()));
         Ok(())
     }
 
@@ -160,11 +174,19 @@ impl<E: Endpoint> Client<E> {
         let layout = node.layout;
         let delta = layout.delta();
         // Round trip 2: a leaf number (unless a spare is at hand) and an SLT slot.
+        // The new leaf: a spare kept from an earlier split, else one from this client's leaf box
+        // (it stays there until the batch that links it clears it), else a fresh one.
         let spare = self
             .spare_leaves
             .iter()
             .position(|&(n, _)| n == node.info.id)
             .map(|i| self.spare_leaves.swap_remove(i).1);
+        let boxed = if spare.is_none() {
+            self.boxes[node.position].leaf()
+        } else {
+            None
+        };
+        let spare = spare.or(boxed.map(|(_, leaf)| leaf));
         let mut verbs = Vec::with_capacity(2);
         if spare.is_none() {
             verbs.push(release::unexecuted(
@@ -187,9 +209,11 @@ impl<E: Endpoint> Client<E> {
             None
         };
         drop(verbs);
-        // A leaf claimed now (or the spare) that this split will not use is kept for the next.
+        // A leaf claimed now (or the spare) that this split will not use is kept for the next
+        // (a box leaf simply stays in the box).
         let keep_leaf = |client: &mut Self| {
             let leaf = match (spare, allocated) {
+                (Some(_), _) if boxed.is_some() => None,
                 (Some(n), _) => Some(n),
                 (None, Some(old)) => check_allocation(&mut client.ep, &layout, old).ok(),
                 _ => None,
@@ -254,7 +278,9 @@ impl<E: Endpoint> Client<E> {
         let (upper_bytes, lower_bytes) = match encoded {
             Ok(bytes) => bytes,
             Err(e) => {
-                self.spare_leaves.push((node.info.id, new_leaf));
+                if boxed.is_none() {
+                    self.spare_leaves.push((node.info.id, new_leaf));
+                }
                 self.free_slot_and_release(locked, slt_slot)?;
                 return Err(e.into());
             }
@@ -288,7 +314,19 @@ impl<E: Endpoint> Client<E> {
         locked.chain.insert(pos + 1, (new_entry, upper));
         locked.header =
             ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE));
-        self.structural(locked, writes, lt_change, None, late, hand_over, held_slot)?;
+        let box_clear = boxed.map(|(box_slot, leaf)| {
+            (
+                node.members
+                    .box_addr(node.tag, self.connection_index, box_slot),
+                leaf,
+            )
+        });
+        self.structural(
+            locked, writes, lt_change, None, late, box_clear, hand_over, held_slot,
+        )?;
+        if let Some((box_slot, _)) = boxed {
+            self.boxes[node.position].slots[box_slot as usize] = 0;
+        }
         if slt_slot == self.caches.config.retrain_threshold {
             self.request_retraining(node, locked.slot);
         }

@@ -143,9 +143,17 @@ impl<E: Endpoint> Client<E> {
         let expected = view.lt_entry(leaf);
         let lt_addr = offset(view.record, view.layout.lt_entry(leaf));
         let leaf_bytes = node.layout.leaf_bytes() as usize;
+        // An empty leaf box is read in the same batch (its leaves serve this client's splits).
+        let read_box = node.tag != 0 && self.boxes[node.position].wants_read();
+        let box_bytes = if read_box {
+            8 * leaf_store::members::LEAF_BOX as usize
+        } else {
+            0
+        };
         self.buf.clear();
-        self.buf.resize(chain.len() * leaf_bytes + 8, 0);
-        let (leaf_buf, header_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
+        self.buf.resize(chain.len() * leaf_bytes + 8 + box_bytes, 0);
+        let (leaf_buf, rest) = self.buf.split_at_mut(chain.len() * leaf_bytes);
+        let (header_buf, box_buf) = rest.split_at_mut(8);
         let mut verbs: release::Verbs<'_> = smallvec::smallvec![release::unexecuted(
             Verb::cas(lt_addr, expected.raw(), expected.locked_by(node.tag).raw()),
             !expected.raw(),
@@ -154,6 +162,10 @@ impl<E: Endpoint> Client<E> {
             verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
         }
         verbs.push(Verb::read(view.record, header_buf).fenced());
+        if read_box {
+            let at = node.members.box_addr(node.tag, self.connection_index, 0);
+            verbs.push(Verb::read(at, box_buf));
+        }
         if let Err(e) = self.ep.batches(&mut verbs) {
             // A lock that may be held is released — which fails on a broken endpoint, and then
             // says so (LockMayRemain).
@@ -175,6 +187,16 @@ impl<E: Endpoint> Client<E> {
         }
         let old = verbs[0].old_value().unwrap_or_default();
         drop(verbs);
+        if read_box {
+            let at = chain.len() * leaf_bytes + 8;
+            let slots = (0..leaf_store::members::LEAF_BOX as usize)
+                .map(|i| le_word(&self.buf[at..], i))
+                .collect();
+            self.boxes[node.position] = super::LeafBox {
+                slots,
+                read_at: Some(std::time::Instant::now()),
+            };
+        }
         if old != expected.raw() {
             if LeafTableEntry::from_raw(old).is_locked() {
                 if !backoff.wait() {

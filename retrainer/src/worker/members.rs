@@ -13,7 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use leaf_store::members::{CONNECTIONS_PER_MEMBER, Lease, MEMBER_TAGS, MemberState, MemberTable};
+use leaf_store::members::{
+    CONNECTIONS_PER_MEMBER, LEAF_BOX, Lease, MEMBER_TAGS, MemberState, MemberTable,
+};
 use rdma_transport::{Endpoint, Fence};
 
 use super::roll_forward::RollForward;
@@ -27,6 +29,9 @@ pub(super) struct MemberWatch {
     /// Per tag: the lease last seen and when it was first seen so.
     seen: Vec<Option<(Lease, Instant)>>,
     last_check: Option<Instant>,
+    /// Tags alive at the last check: whose leaf boxes are kept filled.
+    alive: Vec<u8>,
+    last_fill: Option<Instant>,
     pub(super) stats: MemberStats,
     last_problem: Option<RetrainError>,
 }
@@ -57,6 +62,8 @@ pub struct MemberStats {
     pub rolled_forward: RollForward,
     /// The longest time from declaring a member dead to freeing its entry.
     pub longest_recovery: Duration,
+    /// Leaves handed out through leaf boxes.
+    pub leaves_granted: u64,
     /// Recovery attempts that failed (a fence that did not complete, a transport error); the
     /// member stays marked dead and is tried again at the next check.
     pub failed_recoveries: u64,
@@ -64,6 +71,10 @@ pub struct MemberStats {
 
 /// How often the table is read.
 const CHECK_EVERY: Duration = Duration::from_millis(2);
+/// How long a stalled ring position is still waited for once a member died.
+const DEAD_CLAIM_WAIT: Duration = Duration::from_millis(50);
+/// How often the live members' leaf boxes are topped up.
+const FILL_EVERY: Duration = Duration::from_micros(500);
 
 impl<E: Endpoint> Retrainer<E> {
     /// Makes this worker watch the leases of its memory node's members: one whose lease has not
@@ -76,6 +87,8 @@ impl<E: Endpoint> Retrainer<E> {
             table: MemberTable::new(&self.layout),
             seen: vec![None; usize::from(MEMBER_TAGS) + 1],
             last_check: None,
+            alive: Vec::new(),
+            last_fill: None,
             stats: MemberStats::default(),
             last_problem: None,
         });
@@ -91,7 +104,8 @@ impl<E: Endpoint> Retrainer<E> {
         self.members.as_ref().and_then(|m| m.last_problem.as_ref())
     }
 
-    /// Runs a check if one is due (at most every 2 ms).
+    /// Runs a check if one is due (at most every 2 ms), and tops the live members' leaf boxes
+    /// up (at most every 500 µs).
     pub(super) fn check_members_if_due(&mut self) -> Result<(), RetrainError> {
         let due = self
             .members
@@ -100,7 +114,87 @@ impl<E: Endpoint> Retrainer<E> {
         if due {
             self.check_members()?;
         }
+        let fill = self
+            .members
+            .as_ref()
+            .is_some_and(|m| m.last_fill.is_none_or(|at| at.elapsed() >= FILL_EVERY));
+        if fill {
+            self.fill_boxes()?;
+        }
         Ok(())
+    }
+
+    /// Fills every empty slot of every live member's registered clients' leaf boxes: from the
+    /// free list first, else fresh leaves from the allocation counter. Returns how many leaves
+    /// were handed out.
+    pub fn fill_boxes(&mut self) -> Result<u64, RetrainError> {
+        let Some(mut watch) = self.members.take() else {
+            return Ok(0);
+        };
+        let result = self.fill_boxes_with(&mut watch);
+        watch.last_fill = Some(Instant::now());
+        self.members = Some(watch);
+        result
+    }
+
+    fn fill_boxes_with(&mut self, watch: &mut MemberWatch) -> Result<u64, RetrainError> {
+        let mut handed = 0;
+        for &tag in &watch.alive {
+            let connections = watch.table.read_connection_words(&mut self.ep, tag)?;
+            let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
+            let mut grants = Vec::new();
+            // Index 0 is the compute node's own (renewing) endpoint: it never splits.
+            for index in 1..CONNECTIONS_PER_MEMBER {
+                if connections[index as usize] == 0 {
+                    continue;
+                }
+                for slot in 0..LEAF_BOX {
+                    if boxes[(index * LEAF_BOX + slot) as usize] != 0 {
+                        continue;
+                    }
+                    let leaf = match self.free_leaves.pop() {
+                        Some(leaf) => leaf,
+                        None => match leaf_store::alloc_leaf(&mut self.ep, &self.layout) {
+                            Ok(leaf) => leaf,
+                            Err(LeafStoreError::PoolExhausted { .. }) => break,
+                            Err(e) => return Err(e.into()),
+                        },
+                    };
+                    grants.push((watch.table.box_addr(tag, index, slot), leaf));
+                }
+            }
+            if grants.is_empty() {
+                continue;
+            }
+            // `old` preset to a value the slot cannot hold before the swap: a CAS the batch did not
+            // execute does not look like one that swapped.
+            let mut verbs: Vec<Verb<'_>> = grants
+                .iter()
+                .map(|&(at, leaf)| {
+                    let mut cas = Verb::cas(at, 0, leaf);
+                    if let Verb::Cas { old, .. } = &mut cas {
+                        *old = u64::MAX;
+                    }
+                    cas
+                })
+                .collect();
+            let outcome = self.ep.batches(&mut verbs);
+            let taken: Vec<bool> = verbs
+                .iter()
+                .map(|v| v.cas_succeeded() == Some(true))
+                .collect();
+            drop(verbs);
+            for (&(_, leaf), took) in grants.iter().zip(taken) {
+                if took {
+                    handed += 1;
+                } else {
+                    self.free_leaves.push(leaf);
+                }
+            }
+            outcome?;
+        }
+        watch.stats.leaves_granted += handed;
+        Ok(handed)
     }
 
     /// Reads every lease once: declares members whose lease lapsed dead, and recovers every dead
@@ -166,6 +260,10 @@ impl<E: Endpoint> Retrainer<E> {
             }
         }
         watch.stats.alive = alive;
+        watch.alive = (1..=MEMBER_TAGS)
+            .filter(|&t| leases[usize::from(t)].state() == MemberState::Alive)
+            .filter(|&t| watch.seen[usize::from(t)].is_some())
+            .collect();
         Ok(recovered)
     }
 
@@ -212,16 +310,53 @@ impl<E: Endpoint> Retrainer<E> {
                 })?;
             watch.stats.fenced_connections += 1;
         }
-        let done = self.roll_forward(tag)?;
+        let (mut done, linked) = self.roll_forward_and_trace(tag)?;
+        // Its leaf boxes: a leaf a split linked before the node died (its box slot not yet
+        // cleared) stays linked; every other one was never linked and is free again.
+        let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
+        for (i, &leaf) in boxes.iter().enumerate() {
+            if leaf == 0 {
+                continue;
+            }
+            let (index, slot) = (i as u64 / LEAF_BOX, i as u64 % LEAF_BOX);
+            let at = watch.table.box_addr(tag, index, slot);
+            if self.ep.cas(at, leaf, 0)? == leaf && !linked.contains(&leaf) {
+                self.free_leaves.push(leaf);
+                done.leaves_freed += 1;
+            }
+        }
+        // Its unlink words: a leaf an unlink took out of a chain but whose SLT slot it did not
+        // get to mark is linked nowhere, marked nowhere, on no free list and in no box.
+        let unlinked = watch.table.read_unlink_words(&mut self.ep, tag)?;
+        if unlinked.iter().any(|&l| l != 0) {
+            let mut held: HashSet<u64> = linked;
+            held.extend(self.free_leaves.iter().copied());
+            for other in 1..=MEMBER_TAGS {
+                held.extend(watch.table.read_boxes(&mut self.ep, other)?);
+            }
+            for &leaf in unlinked.iter().filter(|&&l| l != 0) {
+                if held.insert(leaf) {
+                    self.free_leaves.push(leaf);
+                    done.unlinks_completed += 1;
+                }
+            }
+            let zeros = vec![0u8; unlinked.len() * 8];
+            self.ep.write(watch.table.unlink_addr(tag, 0), &zeros)?;
+        }
         let sum = &mut watch.stats.rolled_forward;
         sum.locks_released += done.locks_released;
         sum.splits_completed += done.splits_completed;
         sum.damaged_chains += done.damaged_chains;
-        // A ring position the dead node claimed will never be written: skip it now.
+        sum.leaves_freed += done.leaves_freed;
+        sum.unlinks_completed += done.unlinks_completed;
+        // A ring position claimed but not written may be the dead node's, which will never be
+        // written: skip it after a short wait instead of the whole stall limit (a live node that
+        // claimed it writes within microseconds; if it is slower, the re-queue after a skip still
+        // saves its slot).
         if let Some((position, _)) = self.stalled {
-            let long_ago = Instant::now().checked_sub(self.config.ring_stall_limit);
-            if let Some(long_ago) = long_ago {
-                self.stalled = Some((position, long_ago));
+            let soon = self.config.ring_stall_limit.saturating_sub(DEAD_CLAIM_WAIT);
+            if let Some(earlier) = Instant::now().checked_sub(soon) {
+                self.stalled = Some((position, earlier));
             }
         }
         let zeros = vec![0u8; 8 * CONNECTIONS_PER_MEMBER as usize];

@@ -139,6 +139,9 @@ impl RetrainError {
 #[must_use = "the slot stays frozen until complete_swap runs"]
 pub struct PreparedSwap {
     slot: u64,
+    /// Leaves the old record's chains hold that the new one drops (empty ones), and leaves its
+    /// freed SLT slots name: free once the slot table names the new record.
+    freed_leaves: Vec<u64>,
     old_addr: RemoteAddr,
     old_bytes: u64,
     trained_before: u64,
@@ -246,6 +249,9 @@ pub struct PoolUsage {
     pub model_region_bytes: u64,
     /// Model-region bytes below the allocation point, less what this worker holds for reuse.
     pub model_bytes_used: u64,
+    /// Allocated leaves on this worker's free list (dropped by retraining, unlinked by deletes,
+    /// left by dead compute nodes), waiting to be handed out again.
+    pub leaves_free_listed: u64,
 }
 
 /// What a worker found and repaired when it started on a pool whose previous worker stopped
@@ -305,6 +311,8 @@ pub struct Retrainer<E: Endpoint> {
     requeue_owed: bool,
     /// The lease watch, if this worker watches its memory node's members.
     members: Option<members::MemberWatch>,
+    /// Leaves no chain links and nobody holds: handed out again through the members' leaf boxes.
+    free_leaves: Vec<u64>,
 }
 
 /// First and longest wait before a slot whose retraining failed is tried again.
@@ -361,7 +369,13 @@ impl<E: Endpoint> Retrainer<E> {
             model_bytes_used: next_free
                 .saturating_sub(sb.model_region_offset + 16)
                 .saturating_sub(self.free.total()),
+            leaves_free_listed: self.free_leaves.len() as u64,
         })
+    }
+
+    /// The leaves on this worker's free list (handed out again through leaf boxes).
+    pub fn free_leaves(&self) -> &[u64] {
+        &self.free_leaves
     }
 
     /// The layout of the pool.

@@ -61,6 +61,7 @@ impl<E: Endpoint> Retrainer<E> {
             provisional: Vec::new(),
             requeue_owed: false,
             members: None,
+            free_leaves: Vec::new(),
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)

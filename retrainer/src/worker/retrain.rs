@@ -196,8 +196,18 @@ impl<E: Endpoint> Retrainer<E> {
                 (record, at, true)
             }
         };
+        // Under the freeze the chains are final: their empty leaves, which the new record drops,
+        // and the leaves the old record's freed SLT slots name become free with the swap.
+        let freed_leaves = frozen_chains
+            .iter()
+            .flatten()
+            .filter(|(_, l)| l.is_empty())
+            .map(|(e, _)| e.leaf_num())
+            .chain(frozen.slt.iter().filter_map(|e| e.freed_leaf()))
+            .collect();
         Ok(Some(PreparedSwap {
             slot,
+            freed_leaves,
             old_addr,
             old_bytes: old.layout().total(),
             trained_before: old.lt.len() as u64,
@@ -243,6 +253,10 @@ impl<E: Endpoint> Retrainer<E> {
         }
         self.retired
             .push_back((Instant::now(), old_addr.offset(), prepared.old_bytes));
+        // Safe to hand out at once, as a delete's unlinked leaf always was: the old record is
+        // retired, so a compute node reading these leaves through it reloads whatever it read.
+        self.free_leaves
+            .extend(prepared.freed_leaves.iter().copied());
         self.clear_queued(slot)?;
         self.ep.write_word(self.ring.in_flight(), 0)?;
         self.backoff.remove(&slot);

@@ -24,8 +24,8 @@
 //!
 //! SLT slots a cut-short split or unlink handed out but left unlinked cannot be told apart, in a
 //! live record, from a live writer's split between its claim and its link; the slots whose locks
-//! were released are therefore queued for retraining, which rebuilds the record from its chains
-//! and leaves such slots behind.
+//! were released are therefore queued for retraining (on the ring, so that a restart keeps them),
+//! which rebuilds the record from its chains and leaves such slots behind.
 
 use leaf_store::{LeafTableEntry, ModelHeader, read_record, read_slot_table, walk_chain};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
@@ -35,10 +35,15 @@ use super::*;
 /// What releasing one dead member's locks did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RollForward {
+    /// Leaves its leaf boxes held that no chain links (allocated, never linked): freed.
+    pub leaves_freed: u64,
     /// Leaf locks released.
     pub locks_released: u64,
     /// Chains where a cut-short split was completed (keys dropped from the split leaf).
     pub splits_completed: u64,
+    /// Leaves of unlinks cut short after the link-around (named by the client's unlink word,
+    /// linked and held nowhere): freed.
+    pub unlinks_completed: u64,
     /// Chains with a leaf that failed its checksum under the dead lock (released anyway; `verify`
     /// reports the leaf).
     pub damaged_chains: u64,
@@ -49,7 +54,17 @@ impl<E: Endpoint> Retrainer<E> {
     /// module documentation), and queues the slots concerned for retraining. The caller has
     /// fenced the member: call it for a live one and its writes break.
     pub fn roll_forward(&mut self, tag: u8) -> Result<RollForward, RetrainError> {
+        self.roll_forward_and_trace(tag).map(|(done, _)| done)
+    }
+
+    /// [`Self::roll_forward`], also returning every leaf the current records link (after the
+    /// repairs, which move no leaf in or out of a chain) or name in a freed SLT slot.
+    pub(super) fn roll_forward_and_trace(
+        &mut self,
+        tag: u8,
+    ) -> Result<(RollForward, HashSet<u64>), RetrainError> {
         let mut done = RollForward::default();
+        let mut linked = HashSet::new();
         let table = read_slot_table(&mut self.ep, &self.layout)?;
         for (slot, &(record_addr, _)) in table.iter().enumerate() {
             let slot = slot as u64;
@@ -71,10 +86,29 @@ impl<E: Endpoint> Retrainer<E> {
             }
             if touched {
                 self.stuck.remove(&slot);
-                self.queue_slot(slot);
+                // Queued on the ring (the queued bit and an entry), not only in this worker's
+                // memory: a memory node that restarts after freeing the member still retrains it.
+                if crate::queue::enqueue(&mut self.ep, &self.layout, slot).is_err() {
+                    self.queue_slot(slot);
+                }
+            }
+            // What the chains link now (repairs move no leaf in or out of a chain; an SLT slot a
+            // cut-short split wrote but never linked does not count). A chain that cannot be
+            // followed counts every SLT entry, so nothing it might link is freed.
+            let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
+            linked.extend(record.slt[1..=used].iter().filter_map(|e| e.freed_leaf()));
+            for leaf in 0..record.lt.len() {
+                match record.chain_entries(leaf) {
+                    Ok(chain) => linked.extend(chain.iter().map(|e| e.leaf_num())),
+                    Err(_) => {
+                        linked.insert(record.lt[leaf].leaf_num());
+                        linked.extend(record.slt[1..=used].iter().map(|e| e.leaf_num()));
+                    }
+                }
             }
         }
-        Ok(done)
+        self.poll()?;
+        Ok((done, linked))
     }
 
     fn repair_chain(
