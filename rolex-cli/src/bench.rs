@@ -610,6 +610,7 @@ fn run_workload<T: Transport + 'static>(
                     p50: hist.value_at_quantile(0.5) as f64 / 1e3,
                     p99: hist.value_at_quantile(0.99) as f64 / 1e3,
                     p999: hist.value_at_quantile(0.999) as f64 / 1e3,
+                    max: hist.max() as f64 / 1e3,
                 },
             },
         );

@@ -10,6 +10,8 @@ pub struct Latency {
     pub p50: f64,
     pub p99: f64,
     pub p999: f64,
+    /// The slowest operation (a writer that waited for a dead compute node's lease shows here).
+    pub max: f64,
 }
 
 /// One operation type's figures.

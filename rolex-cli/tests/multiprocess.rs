@@ -448,6 +448,10 @@ fn a_compute_process_killed_while_inserting_blocks_nobody() {
     assert!(inserted > 50_000, "only {inserted} inserts");
     let recovered = await_status("1 died, 1 recovered");
     println!("{recovered}");
+    println!(
+        "survivor's slowest insert: {} µs (a wait for the dead node's lock shows here)",
+        r["ops"]["insert"]["latency_us"]["max"]
+    );
 
     // Stopped by a kill too; a memnode resuming the pool for a second settles whatever a
     // retraining in progress left, as after any memnode crash.
