@@ -12,14 +12,34 @@
 //!   the lease no longer ours means the memory node declared this compute node dead and cut it off:
 //!   [`Members::is_fenced`] turns true and operations fail with [`crate::IndexError::Fenced`]. The
 //!   compute node opens the store again to rejoin as a new member.
+//!
+//! **Retirement epochs** (what lets the memory node reuse a retired record's memory without
+//! trusting a clock). The renewal batch also READs the memory node's epoch word. When it shows an
+//! epoch `g` this compute node has not announced yet, the renewer (1) READs the slot table and
+//! confirms, in place, every cached view whose record the table still names (raising its
+//! validation epoch to the next local epoch); (2) advances the local epoch; (3) waits — without
+//! blocking renewals — until no operation that began in an earlier local epoch is still running;
+//! (4) WRITEs `g` as its announced epoch. Every operation runs in the local epoch it registered
+//! in at its start, and reloads from the slot table any view validated in an earlier one
+//! (`Client::view`). So once `g` is announced, no operation of this compute node uses a view of a
+//! record that was retired (and swapped out of the slot table) before the epoch word showed `g`:
+//! the memory node reuses a record retired in epoch `s` once every member has announced more
+//! than `s`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use leaf_store::Layout;
+
+use crate::view::ViewCell;
+
+/// The local epoch a store starts in (views loaded at open are validated in it).
+pub(crate) const FIRST_EPOCH: u64 = 1;
+/// An idle client's entry in [`Members`]' active list.
+const IDLE: u64 = u64::MAX;
 use leaf_store::members::{CONNECTIONS_PER_MEMBER, MemberTable, Membership, MembershipError};
 use rdma_transport::Endpoint;
 
@@ -40,6 +60,13 @@ pub(crate) struct Members {
     stop: (Mutex<bool>, Condvar),
     /// Set by [`Members::halt`]: renew no more, and do not leave.
     halted: AtomicBool,
+    /// The local epoch (see the module documentation).
+    epoch: AtomicU64,
+    /// Per client connection index: the local epoch its running operation began in, or
+    /// [`IDLE`].
+    active: Vec<AtomicU64>,
+    /// Every memory node's slot views (store key order), for the renewer to confirm.
+    views: Vec<Arc<Vec<ViewCell>>>,
 }
 
 impl Members {
@@ -150,6 +177,36 @@ impl Members {
         }
     }
 
+    /// Registers client `index`'s operation as running; returns the local epoch it runs in.
+    pub(crate) fn enter(&self, index: u64) -> u64 {
+        let Some(slot) = self.active.get(index as usize) else {
+            return self.epoch.load(Ordering::SeqCst);
+        };
+        loop {
+            let epoch = self.epoch.load(Ordering::SeqCst);
+            slot.store(epoch, Ordering::SeqCst);
+            // The renewer advances the epoch, then reads every slot: one of the two sees the
+            // other (both sequentially consistent).
+            if self.epoch.load(Ordering::SeqCst) == epoch {
+                return epoch;
+            }
+        }
+    }
+
+    /// Client `index`'s operation has ended.
+    pub(crate) fn leave(&self, index: u64) {
+        if let Some(slot) = self.active.get(index as usize) {
+            slot.store(IDLE, Ordering::Release);
+        }
+    }
+
+    /// Whether every running operation began in local epoch `epoch` or later.
+    fn quiescent_since(&self, epoch: u64) -> bool {
+        self.active
+            .iter()
+            .all(|a| a.load(Ordering::SeqCst) >= epoch)
+    }
+
     /// Stops renewing without leaving (a fault drill: the compute node looks dead to the memory
     /// nodes once its lease lapses).
     pub(crate) fn halt(&self) {
@@ -170,6 +227,7 @@ pub(crate) fn join_all<E: Endpoint>(
     ep: &mut E,
     layouts: &[Layout],
     join: bool,
+    views: Vec<Arc<Vec<ViewCell>>>,
 ) -> Result<Arc<Members>, IndexError> {
     let mut nodes = Vec::with_capacity(layouts.len());
     for layout in layouts {
@@ -199,6 +257,11 @@ pub(crate) fn join_all<E: Endpoint>(
         may_hold_lock: AtomicBool::new(false),
         stop: (Mutex::new(false), Condvar::new()),
         halted: AtomicBool::new(false),
+        epoch: AtomicU64::new(FIRST_EPOCH),
+        active: (0..CONNECTIONS_PER_MEMBER)
+            .map(|_| AtomicU64::new(IDLE))
+            .collect(),
+        views,
     }))
 }
 
@@ -224,11 +287,18 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
     std::thread::Builder::new()
         .name("rolex-lease".into())
         .spawn(move || {
-            let mut held: Vec<(MemberTable, Membership)> = members
+            // Per joined node: its table, our membership, its position in store order, the epoch
+            // we announced there.
+            let mut held: Vec<(MemberTable, Membership, usize, u64)> = members
                 .nodes
                 .iter()
-                .filter_map(|(t, m)| m.map(|m| (*t, m)))
+                .enumerate()
+                .filter_map(|(i, (t, m))| m.map(|m| (*t, m, i, 0)))
                 .collect();
+            // Epochs seen but not announced yet: (node index in `held`, epoch), and the local
+            // epoch the running operations must all have begun in first.
+            let mut pending: Vec<(usize, u64)> = Vec::new();
+            let mut pending_since = 0;
             loop {
                 {
                     let (flag, wake) = &members.stop;
@@ -243,15 +313,52 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                 if members.halted.load(Ordering::Acquire) {
                     return;
                 }
-                for (table, member) in &mut held {
-                    if !renew(&mut ep, table, member) {
-                        members.fenced.store(true, Ordering::Release);
-                        return;
+                let mut advanced = Vec::new();
+                for (at, (table, member, _, announced)) in held.iter_mut().enumerate() {
+                    match renew(&mut ep, table, member) {
+                        Renewal::Fenced => {
+                            members.fenced.store(true, Ordering::Release);
+                            return;
+                        }
+                        Renewal::Renewed(Some(epoch))
+                            if epoch > *announced && !pending.iter().any(|&(p, _)| p == at) =>
+                        {
+                            advanced.push((at, epoch));
+                        }
+                        Renewal::Renewed(_) => {}
+                    }
+                }
+                if !pending.is_empty() && members.quiescent_since(pending_since) {
+                    let mut left = Vec::new();
+                    for (at, epoch) in pending.drain(..) {
+                        let (table, member, _, announced) = &mut held[at];
+                        match ep.write_word(table.announce_addr(member.tag), epoch) {
+                            Ok(()) => *announced = epoch,
+                            Err(_) => left.push((at, epoch)),
+                        }
+                    }
+                    pending = left;
+                }
+                if !advanced.is_empty() {
+                    // Confirm every view the slot tables still name, in the next local epoch;
+                    // then move to it.
+                    let next = members.epoch.load(Ordering::SeqCst) + 1;
+                    let mut confirmed = Vec::new();
+                    for (at, epoch) in advanced {
+                        let (table, _, position, _) = &held[at];
+                        if confirm_views(&mut ep, table.layout(), &members.views[*position], next) {
+                            confirmed.push((at, epoch));
+                        }
+                    }
+                    if !confirmed.is_empty() {
+                        members.epoch.store(next, Ordering::SeqCst);
+                        pending.extend(confirmed);
+                        pending_since = next;
                     }
                 }
             }
             if !members.may_hold_lock.load(Ordering::Acquire) && !members.is_fenced() {
-                for (table, member) in held {
+                for (table, member, _, _) in held {
                     if let Some(id) = ep.connection_id(table.node()) {
                         let _ = table.unregister(&mut ep, member, 0, id);
                     }
@@ -261,26 +368,119 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
         })
 }
 
-/// One renewal of `member`'s lease; false if the member turns out to be fenced. A renewal that
-/// failed without an answer (a lost completion: the CAS may have executed) is settled by
+/// What one renewal found.
+enum Renewal {
+    /// Still a member; the retirement epoch, if it was read.
+    Renewed(Option<u64>),
+    /// The memory node declared this compute node dead.
+    Fenced,
+}
+
+/// One renewal of `member`'s lease, reading the retirement epoch in the same batch. A renewal
+/// that failed without an answer (a lost completion: the CAS may have executed) is settled by
 /// reading the lease; one that cannot even do that is tried again next period — the lease is far
 /// longer than one period, and if the endpoint stays broken the lease lapses: the memory node
 /// then fences this compute node, which costs its operations an error, never data.
-fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) -> bool {
-    match table.renew(ep, member) {
-        Ok(()) => true,
-        Err(MembershipError::Fenced { .. }) => false,
+fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) -> Renewal {
+    match table.renew_and_read_epoch(ep, member) {
+        Ok(epoch) => Renewal::Renewed(Some(epoch)),
+        Err(MembershipError::Fenced { .. }) => Renewal::Fenced,
         Err(MembershipError::Store(leaf_store::LeafStoreError::Transport(
             rdma_transport::TransportError::Fenced(_),
-        ))) => false,
+        ))) => Renewal::Fenced,
         Err(_) => match ep.read_word(table.lease_addr(member.tag)) {
             Ok(word) if word == member.lease.renewed().raw() => {
                 member.lease = member.lease.renewed();
-                true
+                Renewal::Renewed(None)
             }
-            Ok(word) => word == member.lease.raw(),
-            Err(rdma_transport::TransportError::Fenced(_)) => false,
-            Err(_) => true,
+            Ok(word) if word == member.lease.raw() => Renewal::Renewed(None),
+            Ok(_) | Err(rdma_transport::TransportError::Fenced(_)) => Renewal::Fenced,
+            Err(_) => Renewal::Renewed(None),
         },
+    }
+}
+
+/// READs the slot table of the node laid out by `layout` and raises to `epoch` the validation
+/// epoch of every view in `views` whose record the table names. Whether it could.
+fn confirm_views<E: Endpoint>(ep: &mut E, layout: &Layout, views: &[ViewCell], epoch: u64) -> bool {
+    let Ok(table) = leaf_store::read_slot_table(ep, layout) else {
+        return false;
+    };
+    let guard = crate::view::pin();
+    for (cell, &(record, _)) in views.iter().zip(&table) {
+        let view = cell.load(&guard);
+        if view.record == record {
+            view.validated.raise(epoch);
+        }
+    }
+    true
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use leaf_store::BulkLoadConfig;
+    use sim_transport::SimTransport;
+
+    use crate::{Store, StoreConfig, bootstrap};
+
+    #[test]
+    fn an_operation_in_a_later_epoch_reloads_a_view_not_confirmed_in_it() {
+        let config = BulkLoadConfig {
+            epsilon: 2,
+            delta: 4,
+            fill: 4,
+            slot_leaves: 2,
+            ..BulkLoadConfig::default()
+        };
+        let transport = SimTransport::anonymous(&[16 << 20]).expect("pool");
+        bootstrap(
+            &transport,
+            (0..200).map(|k| (k * 10, k * 10)).collect(),
+            &config,
+        )
+        .expect("load");
+        // The renewer never runs during the test: it would confirm views itself.
+        let store = Store::open(
+            transport,
+            StoreConfig {
+                lease_renewal: Duration::from_secs(3600),
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open");
+        let mut client = store.client().expect("client");
+        assert_eq!(client.get(500), Ok(Some(500)));
+        let caches = store.caches();
+        let slot = caches.nodes[0].top.slot_of(500);
+        let validated = |caches: &super::super::store::Caches| {
+            let guard = crate::view::pin();
+            caches.nodes[0].slots[slot].load(&guard).validated.get()
+        };
+        assert_eq!(validated(caches), super::FIRST_EPOCH);
+        let plain = client.net_stats().batches;
+        assert_eq!(client.get(500), Ok(Some(500)));
+        assert_eq!(
+            client.net_stats().batches - plain,
+            1,
+            "a GET is one round trip"
+        );
+
+        // A new local epoch in which nothing was confirmed: the next operation must not trust
+        // the cached view (its record may have been retired and reused since).
+        caches.members.epoch.fetch_add(1, Ordering::SeqCst);
+        let before = client.net_stats().batches;
+        assert_eq!(client.get(500), Ok(Some(500)));
+        assert!(
+            client.net_stats().batches - before > 1,
+            "the view was used without reloading it from the slot table"
+        );
+        assert_eq!(validated(caches), super::FIRST_EPOCH + 1);
+        // Reloaded once, it serves the epoch's next operations directly.
+        let again = client.net_stats().batches;
+        assert_eq!(client.get(500), Ok(Some(500)));
+        assert_eq!(client.net_stats().batches - again, 1);
     }
 }

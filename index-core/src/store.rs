@@ -18,7 +18,7 @@ pub(crate) struct NodeCache {
     pub(crate) info: MemoryNodeInfo,
     pub(crate) layout: Layout,
     pub(crate) top: TopLevelIndex,
-    pub(crate) slots: Vec<ViewCell>,
+    pub(crate) slots: Arc<Vec<ViewCell>>,
     /// This compute node's member tag on the node: the owner its leaf locks carry (0: not
     /// joined).
     pub(crate) tag: u8,
@@ -115,7 +115,12 @@ where
         }
         let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
         let layouts: Vec<Layout> = nodes.iter().map(|n| n.layout).collect();
-        let members = membership::join_all(&mut ep, &layouts, config.join_members)?;
+        let members = membership::join_all(
+            &mut ep,
+            &layouts,
+            config.join_members,
+            nodes.iter().map(|n| Arc::clone(&n.slots)).collect(),
+        )?;
         for (i, node) in nodes.iter_mut().enumerate() {
             node.tag = members.tag(i);
             node.position = i;
@@ -188,6 +193,12 @@ where
         Ok(())
     }
 
+    /// What the clients share (tests look inside).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn caches(&self) -> &Arc<Caches> {
+        &self.caches
+    }
+
     /// The transport.
     pub fn transport(&self) -> &T {
         &self.transport
@@ -242,6 +253,7 @@ fn open_node<E: Endpoint>(
             record,
             addr,
             config.cache_mode,
+            crate::membership::FIRST_EPOCH,
         )));
     }
     let top = TopLevelIndex::new(table.iter().map(|e| e.1).collect())
@@ -250,7 +262,7 @@ fn open_node<E: Endpoint>(
         info,
         layout,
         top,
-        slots,
+        slots: Arc::new(slots),
         tag: 0,
         members: leaf_store::members::MemberTable::new(&layout),
         position: 0,

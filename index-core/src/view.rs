@@ -36,8 +36,44 @@ pub(crate) struct SlotView {
     pub(crate) slt: Vec<LeafTableEntry>,
     /// When the tables were read. Writers refresh views older than [`VIEW_MAX_AGE`] before
     /// writing through them, so no write targets a record retired longer ago than that plus one
-    /// operation — far inside the retrainer's grace period before it reuses the memory.
+    /// operation — far inside the retrainer's grace period before it reuses the memory. (What a
+    /// memory node without a lease watch relies on; with one, reclamation waits for epochs.)
     pub(crate) fetched_at: std::time::Instant,
+    /// The latest local epoch in which this view was known to name a record that is not retired
+    /// (see `crate::membership`): an operation of a later epoch reloads it from the slot table.
+    pub(crate) validated: Validated,
+}
+
+/// A view's validation epoch: an atomic, so the lease renewer can confirm a view in place.
+#[derive(Debug, Default)]
+pub(crate) struct Validated(std::sync::atomic::AtomicU64);
+
+impl Validated {
+    pub(crate) fn new(epoch: u64) -> Self {
+        Self(std::sync::atomic::AtomicU64::new(epoch))
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Raises it to `epoch` (never lowers it).
+    pub(crate) fn raise(&self, epoch: u64) {
+        self.0.fetch_max(epoch, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl Clone for Validated {
+    fn clone(&self) -> Self {
+        Self::new(self.get())
+    }
+}
+
+impl PartialEq for Validated {
+    /// Not part of what a view says about its record.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Age past which a writer refreshes a view before using its addresses.
@@ -51,8 +87,13 @@ pub(crate) type ChainEntries = smallvec::SmallVec<[LeafTableEntry; 8]>;
 const MAX_CHAIN: usize = SLT_SLOTS;
 
 impl SlotView {
-    /// A view of a freshly read record.
-    pub(crate) fn from_record(record: ModelRecord, addr: RemoteAddr, mode: CacheMode) -> Self {
+    /// A view of a freshly read record, validated in local epoch `epoch`.
+    pub(crate) fn from_record(
+        record: ModelRecord,
+        addr: RemoteAddr,
+        mode: CacheMode,
+        epoch: u64,
+    ) -> Self {
         let layout = record.layout();
         let mut view = Self {
             slot: record.slot,
@@ -65,22 +106,26 @@ impl SlotView {
             lt: CachedLt::Full(Vec::new()),
             slt: Vec::new(),
             fetched_at: std::time::Instant::now(),
+            validated: Validated::new(epoch),
         };
         view.set_tables(record.header, &record.lt, &record.slt, mode);
         view
     }
 
-    /// The same view with new header, LT and SLT (read with the header first, then the tables).
+    /// The same view with new header, LT and SLT (read with the header first, then the tables),
+    /// validated in local epoch `epoch`.
     pub(crate) fn with_tables(
         &self,
         header: ModelHeader,
         lt: &[LeafTableEntry],
         slt: &[LeafTableEntry],
         mode: CacheMode,
+        epoch: u64,
     ) -> Self {
         let mut view = self.clone();
         view.set_tables(header, lt, slt, mode);
         view.fetched_at = std::time::Instant::now();
+        view.validated = Validated::new(epoch);
         view
     }
 
@@ -320,4 +365,4 @@ mod cell {
     }
 }
 
-pub(crate) use cell::{Guard, ViewCell, pin};
+pub(crate) use cell::{Guard, ViewCell, ViewRef, pin};

@@ -12,13 +12,17 @@
 //!
 //! ```text
 //! region (MEMBERS_BYTES):
-//!   words 0..=127          lease word of tag t at word t (word 0 unused)
+//!   word 0                 the retirement epoch (written by the memory node only)
+//!   words 1..=127          lease word of tag t at word t
 //!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: connection ids (0 = none), index 0 the
 //!                           compute node's own (renewing) endpoint, 1.. its clients
 //!   then per tag t=1..127   CONNECTIONS_PER_MEMBER × LEAF_BOX words: each client's leaf box —
 //!                           leaves the memory node granted it (0 = empty slot)
 //!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: each client's unlink word — the leaf
 //!                           its latest unlinking delete took out of a chain
+//!   then 128 words          tag t's announced epoch at word t: every view it may still use was
+//!                           checked against the slot table after the epoch word showed this
+//!                           value (see `Retrainer::reclaim`)
 //!
 //! lease word:
 //!  63  62 61                              32 31                                     0
@@ -65,7 +69,7 @@ const BOX_WORDS: u64 = CONNECTIONS_PER_MEMBER * LEAF_BOX;
 const UNLINK_WORDS: u64 = CONNECTIONS_PER_MEMBER;
 /// Bytes of the membership region.
 pub const MEMBERS_BYTES: u64 =
-    8 * (LEASE_WORDS + (MEMBER_TAGS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS));
+    8 * (2 * LEASE_WORDS + (MEMBER_TAGS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS));
 
 const STATE_SHIFT: u32 = 62;
 const INCARNATION_SHIFT: u32 = 32;
@@ -211,6 +215,11 @@ impl MemberTable {
         self.layout.node()
     }
 
+    /// The pool's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// Address of tag `tag`'s lease word.
     pub fn lease_addr(&self, tag: u8) -> RemoteAddr {
         self.layout
@@ -237,6 +246,57 @@ impl MemberTable {
         self.layout.at(self.layout.superblock().members_offset
             + 8 * (LEASE_WORDS + u64::from(MEMBER_TAGS) * CONNECTION_WORDS)
             + 8 * (tag * BOX_WORDS + index * LEAF_BOX + slot))
+    }
+
+    /// Address of the retirement epoch word (lease word 0, which no tag uses).
+    pub fn epoch_addr(&self) -> RemoteAddr {
+        self.lease_addr(0)
+    }
+
+    /// Address of tag `tag`'s announced epoch.
+    pub fn announce_addr(&self, tag: u8) -> RemoteAddr {
+        self.layout.at(self.layout.superblock().members_offset
+            + 8 * (LEASE_WORDS
+                + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
+            + 8 * u64::from(tag))
+    }
+
+    /// Every tag's announced epoch, indexed by tag (index 0 unused), with one READ.
+    pub fn read_announcements<E: Endpoint>(&self, ep: &mut E) -> Result<Vec<u64>, LeafStoreError> {
+        let mut bytes = vec![0u8; 8 * LEASE_WORDS as usize];
+        ep.read(self.announce_addr(0), &mut bytes)?;
+        Ok((0..LEASE_WORDS as usize)
+            .map(|i| le_word(&bytes, i))
+            .collect())
+    }
+
+    /// Renews `member`'s lease with one CAS and READs the retirement epoch behind it, in one
+    /// batch; returns the epoch (see [`Self::renew`] for the rest).
+    pub fn renew_and_read_epoch<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        member: &mut Membership,
+    ) -> Result<u64, MembershipError> {
+        let renewed = member.lease.renewed();
+        let mut epoch = [0u8; 8];
+        let mut verbs = [
+            Verb::cas(
+                self.lease_addr(member.tag),
+                member.lease.raw(),
+                renewed.raw(),
+            ),
+            Verb::read(self.epoch_addr(), &mut epoch),
+        ];
+        ep.batch(&mut verbs)?;
+        let old = verbs[0].old_value().unwrap_or(!member.lease.raw());
+        if old != member.lease.raw() {
+            return Err(MembershipError::Fenced {
+                node: self.layout.node(),
+                tag: member.tag,
+            });
+        }
+        member.lease = renewed;
+        Ok(u64::from_le_bytes(epoch))
     }
 
     /// Address of client `index`'s unlink word of tag `tag`.

@@ -274,6 +274,12 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                         let ep = transport.endpoint().map_err(|e| e.to_string())?;
                         let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
                             .map_err(|e| e.to_string())?;
+                        // The embedded memory node watches its members like `rolex memnode`:
+                        // it keeps their leaf boxes filled (splits reuse freed leaves).
+                        let fence = transport
+                            .fence(node.id)
+                            .ok_or("the memory node has no pool")?;
+                        worker.watch_members(Duration::from_millis(250), Box::new(fence));
                         let stats = worker
                             .run(|| stop.load(Ordering::Acquire))
                             .map_err(|e| e.to_string())?;

@@ -60,6 +60,10 @@ pub struct RetrainerSummary {
     pub records_reclaimed: u64,
     pub leaf_capacity: u64,
     pub leaves_allocated: u64,
+    /// Allocated leaves on the free list, waiting to be handed out again.
+    pub leaves_free_listed: u64,
+    /// Leaves the memory node handed out through compute nodes' leaf boxes.
+    pub leaves_granted: u64,
     pub model_region_bytes: u64,
     pub model_bytes_used: u64,
 }
@@ -80,6 +84,8 @@ impl RetrainerSummary {
             records_reclaimed: stats.reclaimed_records,
             leaf_capacity: pool.leaf_capacity,
             leaves_allocated: pool.leaves_allocated,
+            leaves_free_listed: pool.leaves_free_listed,
+            leaves_granted: worker.member_stats().map_or(0, |m| m.leaves_granted),
             model_region_bytes: pool.model_region_bytes,
             model_bytes_used: pool.model_bytes_used,
         }
@@ -97,6 +103,8 @@ impl RetrainerSummary {
             records_reclaimed: self.records_reclaimed + other.records_reclaimed,
             leaf_capacity: self.leaf_capacity + other.leaf_capacity,
             leaves_allocated: self.leaves_allocated + other.leaves_allocated,
+            leaves_free_listed: self.leaves_free_listed + other.leaves_free_listed,
+            leaves_granted: self.leaves_granted + other.leaves_granted,
             model_region_bytes: self.model_region_bytes + other.model_region_bytes,
             model_bytes_used: self.model_bytes_used + other.model_bytes_used,
         }
@@ -185,7 +193,7 @@ impl Report {
         ));
         if let Some(r) = &self.retrainer {
             out.push_str(&format!(
-                "retrainer: {} retrainings, backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: leaves {}/{}, model region {}/{} KiB\n",
+                "retrainer: {} retrainings, backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: leaves {}/{} ({} free-listed, {} handed out again or fresh through leaf boxes), model region {}/{} KiB\n",
                 r.retrains,
                 r.backlog,
                 r.put_off_leaf_locked,
@@ -193,6 +201,8 @@ impl Report {
                 r.put_off_other,
                 r.leaves_allocated,
                 r.leaf_capacity,
+                r.leaves_free_listed,
+                r.leaves_granted,
                 r.model_bytes_used / 1024,
                 r.model_region_bytes / 1024
             ));

@@ -39,6 +39,8 @@ pub struct Client<E: Endpoint> {
     connection_index: u64,
     /// The connection ids registered for it, per memory node (0: not joined).
     registered: Vec<u64>,
+    /// The local epoch the running operation began in (see `crate::membership`).
+    op_epoch: u64,
 }
 
 impl<E: Endpoint> Drop for Client<E> {
@@ -168,6 +170,7 @@ impl<E: Endpoint> Client<E> {
             retired_stats: Stats::default(),
             connection_index,
             registered,
+            op_epoch: crate::membership::FIRST_EPOCH,
         }
     }
 
@@ -217,8 +220,10 @@ impl<E: Endpoint> Client<E> {
         if self.caches.members.is_fenced() {
             return Err(self.caches.members.fenced_error());
         }
+        self.op_epoch = self.caches.members.enter(self.connection_index);
         let before = self.ep.stats();
         let result = op(self);
+        self.caches.members.leave(self.connection_index);
         let used = self.ep.stats() - before;
         self.stats.record(kind, used);
         result.map_err(|e| match e {

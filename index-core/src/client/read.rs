@@ -164,7 +164,13 @@ impl<E: Endpoint> Client<E> {
             .map(|c| LeafTableEntry::from_raw(le_word(c, 0)))
             .collect();
         let (lt, slt) = entries.split_at(stale.leaves() as usize);
-        Ok(stale.with_tables(header, lt, slt, self.caches.config.cache_mode))
+        Ok(stale.with_tables(
+            header,
+            lt,
+            slt,
+            self.caches.config.cache_mode,
+            self.op_epoch,
+        ))
     }
 
     /// Reads slot `slot`'s current record from the slot table.
@@ -175,7 +181,28 @@ impl<E: Endpoint> Client<E> {
             record,
             addr,
             self.caches.config.cache_mode,
+            self.op_epoch,
         ))
+    }
+
+    /// Slot `slot`'s cached view, reloaded from the slot table first if it was not validated in
+    /// this operation's epoch (its record may have been retired and, once every compute node has
+    /// moved past that epoch, reused — see `crate::membership`).
+    pub(super) fn view<'g>(
+        &mut self,
+        node: &NodeCache,
+        slot: usize,
+        guard: &'g Guard,
+    ) -> Result<crate::view::ViewRef<'g>, IndexError> {
+        for _ in 0..16 {
+            let loaded = node.slots[slot].load(guard);
+            if loaded.validated.get() >= self.op_epoch {
+                return Ok(loaded);
+            }
+            let fresh = self.reload(node, slot as u64)?;
+            node.slots[slot].replace(&loaded, fresh, guard);
+        }
+        Err(IndexError::TooManyRetries(16))
     }
 
     /// The chains a GET of `key` reads: the owner's (pivots mode) or every candidate's (lean).
@@ -199,7 +226,7 @@ impl<E: Endpoint> Client<E> {
         let slot = node.top.slot_of(key);
         let guard = pin();
         for _ in 0..caches.config.max_attempts {
-            let loaded = node.slots[slot].load(&guard);
+            let loaded = self.view(node, slot, &guard)?;
             let view: &SlotView = &loaded;
             let Some(leaves) = Self::chains_for(view, caches.config.cache_mode, key) else {
                 self.refresh(node, view, &guard)?;
@@ -291,7 +318,7 @@ impl<E: Endpoint> Client<E> {
                 );
             }
             for &s in &stale {
-                let loaded = node.slots[s as usize].load(&guard);
+                let loaded = self.view(node, s as usize, &guard)?;
                 self.refresh(node, &loaded, &guard)?;
             }
             let contents = if stale.is_empty() {
@@ -360,7 +387,7 @@ impl<E: Endpoint> Client<E> {
         // (leaf indexes, chains, pivots, header): a sibling thread may replace the cell meanwhile,
         // and a leaf index of one record applied to another would skip or repeat chains.
         let mut slot = node.top.slot_of(from);
-        let mut loaded = node.slots[slot].load(guard);
+        let mut loaded = self.view(node, slot, guard)?;
         let mut leaf = match loaded.owner(from) {
             Some(owner) => owner,
             None => loaded.model.owner_candidates(from).first,
@@ -380,7 +407,7 @@ impl<E: Endpoint> Client<E> {
                     round.bound = node_end.map_or(Bound::End, Bound::Key);
                     break;
                 }
-                loaded = node.slots[slot].load(guard);
+                loaded = self.view(node, slot, guard)?;
                 if round.leaves.len() >= want_leaves {
                     round.bound = Bound::Key(loaded.first_key);
                     break;

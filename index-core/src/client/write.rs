@@ -40,7 +40,7 @@ impl<E: Endpoint> Client<E> {
         let mut backoff = Backoff::new(caches.config.wait_limit);
         let mut slt_full = false;
         for _ in 0..caches.config.max_attempts {
-            let loaded = node.slots[slot].load(&guard);
+            let loaded = self.view(node, slot, &guard)?;
             let view: &SlotView = &loaded;
             if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
                 self.refresh(node, view, &guard)?;
@@ -99,7 +99,7 @@ impl<E: Endpoint> Client<E> {
                     if !backoff.wait() {
                         break;
                     }
-                    let loaded = node.slots[slot].load(&guard);
+                    let loaded = self.view(node, slot, &guard)?;
                     self.refresh(node, &loaded, &guard)?;
                 }
             }

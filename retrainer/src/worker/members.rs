@@ -31,9 +31,21 @@ pub(super) struct MemberWatch {
     last_check: Option<Instant>,
     /// Tags alive at the last check: whose leaf boxes are kept filled.
     alive: Vec<u8>,
+    /// The smallest epoch announced by a member alive or dead but not yet recovered, at the last
+    /// check; `None`: no such member.
+    oldest: Option<u64>,
     last_fill: Option<Instant>,
     pub(super) stats: MemberStats,
     last_problem: Option<RetrainError>,
+}
+
+impl MemberWatch {
+    /// The smallest epoch a member that may still use cached views has announced it is past
+    /// (`None`: there is no such member). A record retired in an earlier epoch is in no member's
+    /// views.
+    pub(super) fn oldest_announced(&self) -> Option<u64> {
+        self.oldest
+    }
 }
 
 impl std::fmt::Debug for MemberWatch {
@@ -71,6 +83,8 @@ pub struct MemberStats {
 
 /// How often the table is read.
 const CHECK_EVERY: Duration = Duration::from_millis(2);
+/// How often, at most, the retirement epoch advances.
+const EPOCH_EVERY: Duration = Duration::from_millis(5);
 /// How long a stalled ring position is still waited for once a member died.
 const DEAD_CLAIM_WAIT: Duration = Duration::from_millis(50);
 /// How often the live members' leaf boxes are topped up.
@@ -88,6 +102,7 @@ impl<E: Endpoint> Retrainer<E> {
             seen: vec![None; usize::from(MEMBER_TAGS) + 1],
             last_check: None,
             alive: Vec::new(),
+            oldest: Some(0),
             last_fill: None,
             stats: MemberStats::default(),
             last_problem: None,
@@ -264,7 +279,33 @@ impl<E: Endpoint> Retrainer<E> {
             .filter(|&t| leases[usize::from(t)].state() == MemberState::Alive)
             .filter(|&t| watch.seen[usize::from(t)].is_some())
             .collect();
+        // Reclamation: read after the leases, so a member that joined since has no view of a
+        // record retired before (it reads the slot table after joining); a member still being
+        // recovered counts until it is freed.
+        let announced = watch.table.read_announcements(&mut self.ep)?;
+        let leases = watch.table.read_leases(&mut self.ep)?;
+        watch.oldest = (1..=MEMBER_TAGS)
+            .filter(|&t| leases[usize::from(t)].state() != MemberState::Free)
+            .map(|t| announced[usize::from(t)])
+            .min();
+        self.advance_epoch_if_due()?;
         Ok(recovered)
+    }
+
+    /// Advances the retirement epoch (at most every [`EPOCH_EVERY`]) when a record retired in the
+    /// current one waits: members can announce they are past an epoch only once it is over.
+    fn advance_epoch_if_due(&mut self) -> Result<(), RetrainError> {
+        let waiting = self.retired.back().is_some_and(|r| r.stamp >= self.epoch);
+        let due = self
+            .epoch_advanced
+            .is_none_or(|at| at.elapsed() >= EPOCH_EVERY);
+        if waiting && due {
+            let table = MemberTable::new(&self.layout);
+            self.ep.write_word(table.epoch_addr(), self.epoch + 1)?;
+            self.epoch += 1;
+            self.epoch_advanced = Some(Instant::now());
+        }
+        Ok(())
     }
 
     /// Fences dead member `tag`, releases its locks and frees its entry. `Ok(false)`: not finished
@@ -361,6 +402,7 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let zeros = vec![0u8; 8 * CONNECTIONS_PER_MEMBER as usize];
         self.ep.write(watch.table.connection_addr(tag, 0), &zeros)?;
+        self.ep.write_word(watch.table.announce_addr(tag), 0)?;
         self.ep
             .cas(watch.table.lease_addr(tag), dead.raw(), dead.freed().raw())?;
         Ok(())

@@ -285,8 +285,12 @@ pub struct Retrainer<E: Endpoint> {
     head: u64,
     /// Queued slots, most used SLT first.
     pending: BinaryHeap<(u64, Reverse<u64>)>,
-    /// Retired records: when, where, how many bytes.
-    retired: VecDeque<(Instant, u64, u64)>,
+    /// Retired records, oldest first.
+    retired: VecDeque<RetiredRange>,
+    /// The retirement epoch (the membership table's epoch word, which only this worker writes).
+    epoch: u64,
+    /// When the epoch last advanced.
+    epoch_advanced: Option<Instant>,
     /// Reusable model-region space: offset, bytes.
     free: FreeSpace,
     generation: u64,
@@ -313,6 +317,18 @@ pub struct Retrainer<E: Endpoint> {
     members: Option<members::MemberWatch>,
     /// Leaves no chain links and nobody holds: handed out again through the members' leaf boxes.
     free_leaves: Vec<u64>,
+}
+
+/// Model-region space no slot references any more, waiting to be reused.
+#[derive(Debug, Clone, Copy)]
+struct RetiredRange {
+    /// When it was retired (reclamation by grace period, without a lease watch).
+    at: Instant,
+    /// The retirement epoch it was retired in (reclamation once every member announced a later
+    /// one).
+    stamp: u64,
+    offset: u64,
+    bytes: u64,
 }
 
 /// First and longest wait before a slot whose retraining failed is tried again.
@@ -353,7 +369,7 @@ impl<E: Endpoint> Retrainer<E> {
         ModelSpace {
             reusable_bytes: self.free.total(),
             reusable_fragments: self.free.fragments() as u64,
-            retired_bytes: self.retired.iter().map(|&(_, _, bytes)| bytes).sum(),
+            retired_bytes: self.retired.iter().map(|r| r.bytes).sum(),
         }
     }
 
@@ -440,19 +456,34 @@ impl<E: Endpoint> Retrainer<E> {
         }
     }
 
-    /// Reclaims retired records whose grace period has passed.
+    /// Reclaims retired records no compute node can still be using: with a lease watch, those
+    /// retired in an epoch every member has announced it is past (see [`Self::watch_members`];
+    /// no clock involved); without one, those retired longer ago than the grace period.
     pub fn reclaim(&mut self) {
         let now = Instant::now();
-        while self
-            .retired
-            .front()
-            .is_some_and(|&(at, _, _)| now.duration_since(at) >= self.config.grace_period)
-        {
-            if let Some((_, offset, bytes)) = self.retired.pop_front() {
-                self.free.release(offset, bytes);
-                self.stats.reclaimed_records += 1;
+        let past = self.members.as_ref().map(|m| m.oldest_announced());
+        while let Some(front) = self.retired.front().copied() {
+            let free = match past {
+                Some(announced) => announced.is_none_or(|a| front.stamp < a),
+                None => now.duration_since(front.at) >= self.config.grace_period,
+            };
+            if !free {
+                break;
             }
+            self.retired.pop_front();
+            self.free.release(front.offset, front.bytes);
+            self.stats.reclaimed_records += 1;
         }
+    }
+
+    /// Records `bytes` at `offset` as retired now, in the current epoch.
+    pub(super) fn push_retired(&mut self, offset: u64, bytes: u64) {
+        self.retired.push_back(RetiredRange {
+            at: Instant::now(),
+            stamp: self.epoch,
+            offset,
+            bytes,
+        });
     }
 
     /// Polls, retrains and reclaims until `stop` returns true; when the queue is empty, sweeps

@@ -40,6 +40,9 @@ impl<E: Endpoint> Retrainer<E> {
             .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
             .max()
             .unwrap_or(0);
+        // The retirement epoch: kept in the pool, so that records retired before a restart are
+        // stamped with an epoch compute nodes have not yet announced they are past.
+        let epoch = ep.read_word(leaf_store::members::MemberTable::new(&layout).epoch_addr())?;
         let mut worker = Self {
             ep,
             layout,
@@ -49,6 +52,8 @@ impl<E: Endpoint> Retrainer<E> {
             head,
             pending: BinaryHeap::new(),
             retired: VecDeque::new(),
+            epoch,
+            epoch_advanced: None,
             free: FreeSpace::default(),
             generation: generation + 1,
             stats: RetrainStats::default(),
@@ -118,13 +123,8 @@ impl<E: Endpoint> Retrainer<E> {
             Settled::RolledBack(slot)
         } else {
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
-            if !self
-                .retired
-                .iter()
-                .any(|&(_, at, _)| at == old_addr.offset())
-            {
-                self.retired
-                    .push_back((Instant::now(), old_addr.offset(), old.layout().total()));
+            if !self.retired.iter().any(|r| r.offset == old_addr.offset()) {
+                self.push_retired(old_addr.offset(), old.layout().total());
             }
             Settled::Retired(slot)
         };
@@ -145,7 +145,7 @@ impl<E: Endpoint> Retrainer<E> {
         let mut used: Vec<(u64, u64)> = self
             .retired
             .iter()
-            .map(|&(_, offset, bytes)| (offset, offset + bytes))
+            .map(|r| (r.offset, r.offset + r.bytes))
             .collect();
         for (slot, (&(addr, _), part)) in table
             .iter()
@@ -166,15 +166,13 @@ impl<E: Endpoint> Retrainer<E> {
         let mut cursor = sb.model_region_offset + 16;
         for (start, end) in used {
             if start > cursor && start <= next {
-                self.retired
-                    .push_back((Instant::now(), cursor, start - cursor));
+                self.push_retired(cursor, start - cursor);
                 unreferenced += start - cursor;
             }
             cursor = cursor.max(end);
         }
         if next > cursor {
-            self.retired
-                .push_back((Instant::now(), cursor, next - cursor));
+            self.push_retired(cursor, next - cursor);
             unreferenced += next - cursor;
         }
         Ok(unreferenced)

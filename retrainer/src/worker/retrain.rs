@@ -251,8 +251,7 @@ impl<E: Endpoint> Retrainer<E> {
             )?;
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
         }
-        self.retired
-            .push_back((Instant::now(), old_addr.offset(), prepared.old_bytes));
+        self.push_retired(old_addr.offset(), prepared.old_bytes);
         // Safe to hand out at once, as a delete's unlinked leaf always was: the old record is
         // retired, so a compute node reading these leaves through it reloads whatever it read.
         self.free_leaves
