@@ -188,6 +188,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         return run_verbs(args, mix, expected_inserts);
     }
     // The memory node(s): embedded, or an attached pool file.
+    let mut retrain_progress: Vec<Arc<RetrainProgress>> = Vec::new();
     let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
         let transport = crate::pools::attach_files(&args.attach, true)?;
         let loaded = existing_keys(&transport, args.quiet)?;
@@ -269,6 +270,8 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         if !args.no_retrainer {
             for &node in transport.memory_nodes() {
                 let (transport, stop) = (transport.clone(), Arc::clone(&stop));
+                let progress = Arc::new(RetrainProgress::default());
+                retrain_progress.push(Arc::clone(&progress));
                 retrainers.push(std::thread::spawn(
                     move || -> Result<RetrainerSummary, String> {
                         let ep = transport.endpoint().map_err(|e| e.to_string())?;
@@ -280,9 +283,22 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                             .fence(node.id)
                             .ok_or("the memory node has no pool")?;
                         worker.watch_members(Duration::from_millis(250), Box::new(fence));
-                        let stats = worker
-                            .run(|| stop.load(Ordering::Acquire))
-                            .map_err(|e| e.to_string())?;
+                        // Run in short stretches, publishing the counters after each (the report's
+                        // first and last tenth of the run are taken from them).
+                        let stats = loop {
+                            let stretch = Instant::now();
+                            let stats = worker
+                                .run(|| {
+                                    stop.load(Ordering::Acquire)
+                                        || stretch.elapsed() >= Duration::from_millis(10)
+                                })
+                                .map_err(|e| e.to_string())?;
+                            progress.retrains.store(stats.retrains, Ordering::Release);
+                            progress.nanos.store(stats.total_nanos, Ordering::Release);
+                            if stop.load(Ordering::Acquire) {
+                                break stats;
+                            }
+                        };
                         let pool = worker.pool_usage().map_err(|e| e.to_string())?;
                         Ok(RetrainerSummary::of(&worker, stats, pool))
                     },
@@ -300,7 +316,44 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         to_insert,
         retrainers,
         &stop_retrainers,
+        &retrain_progress,
     )
+}
+
+/// An embedded retrainer's counters, published as it runs.
+#[derive(Debug, Default)]
+struct RetrainProgress {
+    retrains: AtomicU64,
+    nanos: AtomicU64,
+}
+
+/// One sample of the run: seconds since its start, operations done, retrainings and their
+/// nanoseconds so far.
+type Sample = (f64, u64, u64, u64);
+
+/// The figures of the stretch of the run between the samples where `from` and `to` (fractions of
+/// the operations) were reached.
+fn phase(samples: &[Sample], from: f64, to: f64) -> Option<crate::report::Phase> {
+    let total = samples.last()?.1 as f64;
+    let at = |fraction: f64| {
+        samples
+            .iter()
+            .find(|s| s.1 as f64 >= fraction * total)
+            .copied()
+    };
+    let (start, end) = (at(from)?, at(to)?);
+    let seconds = end.0 - start.0;
+    if seconds <= 0.0 {
+        return None;
+    }
+    let retrains = end.2.saturating_sub(start.2);
+    Some(crate::report::Phase {
+        seconds,
+        ops_per_s: (end.1 - start.1) as f64 / seconds,
+        retrainings_per_s: retrains as f64 / seconds,
+        us_per_retraining: (retrains > 0)
+            .then(|| end.3.saturating_sub(start.3) as f64 / retrains as f64 / 1e3),
+    })
 }
 
 /// Every key the store holds now (to have existing keys to request).
@@ -371,6 +424,7 @@ fn run_workload<T: Transport + 'static>(
     to_insert: Vec<u64>,
     retrainers: Retrainers,
     stop_retrainers: &AtomicBool,
+    retrain_progress: &[Arc<RetrainProgress>],
 ) -> Result<Report, String> {
     let mix = mix.clone();
     if loaded.is_empty() {
@@ -518,10 +572,31 @@ fn run_workload<T: Transport + 'static>(
             })
         })
         .collect();
+    let sample = || -> Sample {
+        (
+            started.elapsed().as_secs_f64(),
+            done.load(Ordering::Relaxed),
+            retrain_progress
+                .iter()
+                .map(|p| p.retrains.load(Ordering::Acquire))
+                .sum(),
+            retrain_progress
+                .iter()
+                .map(|p| p.nanos.load(Ordering::Acquire))
+                .sum(),
+        )
+    };
+    let mut samples = vec![sample()];
     while handles.iter().any(|h| !h.is_finished()) {
         bar.set_position(done.load(Ordering::Relaxed));
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
+        samples.push(sample());
     }
+    samples.push(sample());
+    let phases = crate::report::Phases {
+        first_tenth: phase(&samples, 0.0, 0.1),
+        last_tenth: phase(&samples, 0.9, 1.0),
+    };
     let mut results = Vec::new();
     for h in handles {
         results.push(
@@ -633,6 +708,11 @@ fn run_workload<T: Transport + 'static>(
         );
         obj.insert("ops_run".into(), serde_json::json!(total_ops));
     }
+    // Leaves allocated (whole leaves, used or free-listed) plus model bytes in use, per key held.
+    let pool_bytes_per_key = retrainer.as_ref().map(|r| {
+        (r.leaves_allocated * leaf_store::leaf_bytes(args.delta) + r.model_bytes_used) as f64
+            / keys_after.max(1) as f64
+    });
     Ok(Report {
         config,
         wall_seconds: wall,
@@ -650,6 +730,8 @@ fn run_workload<T: Transport + 'static>(
         inserted: inserted_count,
         reconnects,
         inserts_missing,
+        phases,
+        pool_bytes_per_key,
         modeled: Modeled {
             profile: Profile {
                 rtt_us: profile.rtt_us,

@@ -134,7 +134,30 @@ pub struct Report {
     /// endpoint was tried once more on the fresh one).
     pub reconnects: u64,
     pub inserts_missing: Option<u64>,
+    /// Throughput and retraining in the first and the last tenth of the operations (how the
+    /// store holds up as the data grows).
+    pub phases: Phases,
+    /// The embedded pools' leaf bytes allocated plus model bytes in use, per key at the end.
+    pub pool_bytes_per_key: Option<f64>,
     pub modeled: Modeled,
+}
+
+/// See [`Report::phases`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Phases {
+    pub first_tenth: Option<Phase>,
+    pub last_tenth: Option<Phase>,
+}
+
+/// One stretch of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub seconds: f64,
+    pub ops_per_s: f64,
+    /// Retrainings completed per second (embedded retrainers only).
+    pub retrainings_per_s: f64,
+    /// Mean time of one retraining, in µs (null if none completed).
+    pub us_per_retraining: Option<f64>,
 }
 
 impl Report {
@@ -206,6 +229,24 @@ impl Report {
                 r.model_bytes_used / 1024,
                 r.model_region_bytes / 1024
             ));
+        }
+        if let (Some(first), Some(last)) = (&self.phases.first_tenth, &self.phases.last_tenth) {
+            let us = |p: &Phase| {
+                p.us_per_retraining
+                    .map_or_else(|| "-".to_string(), |u| format!("{u:.0}"))
+            };
+            out.push_str(&format!(
+                "first tenth: {:.0} ops/s, {:.0} retrainings/s, {} µs each; last tenth: {:.0} ops/s, {:.0} retrainings/s, {} µs each\n",
+                first.ops_per_s,
+                first.retrainings_per_s,
+                us(first),
+                last.ops_per_s,
+                last.retrainings_per_s,
+                us(last)
+            ));
+        }
+        if let Some(bytes) = self.pool_bytes_per_key {
+            out.push_str(&format!("pool: {bytes:.1} bytes per key at the end\n"));
         }
         out.push_str(if self.verify_clean {
             "verify: clean\n"
