@@ -27,13 +27,16 @@ pub enum IndexError {
     /// A model slot's synonym leaf table stayed full (255 synonym leaves) through every backoff:
     /// the slot needs retraining before it takes more keys. Nothing was changed.
     #[error(
-        "slot {slot} of memory node {node} is full (255 synonym leaves) and was not retrained in time"
+        "slot {slot} of memory node {node} is full (255 synonym leaves) and was not retrained in time{}",
+        retrainer.as_ref().map_or(String::new(), |why| format!(": the memory node put it off because {why}"))
     )]
     SltFull {
         /// The memory node.
         node: u16,
         /// The slot.
         slot: u64,
+        /// Why the memory node's retrainer put the slot off, if it says so.
+        retrainer: Option<String>,
     },
     /// The slot's record stayed frozen by a retraining through every backoff (is the memory
     /// node's retrainer stalled?). Nothing was changed.

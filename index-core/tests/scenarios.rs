@@ -168,6 +168,54 @@ fn a_full_slot_refuses_splits_and_loses_nothing() {
         retrainer::queue::is_pending(&mut ep, &layout, 0).expect("read"),
         "slot 0 was never queued"
     );
+
+    // The memory node cannot retrain the slot while a leaf lock stays held: a writer that gives
+    // up says why.
+    let record = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
+    let old = leaf_store::read_record(&mut ep, &layout, 0, record).expect("record");
+    let lt_addr = record
+        .checked_add(old.layout().lt_entry(0))
+        .expect("address");
+    let held = leaf_store::try_lock(&mut ep, lt_addr, old.lt[0], 99)
+        .expect("cas")
+        .expect("free");
+    let mut worker = retrainer::Retrainer::new(
+        transport.endpoint().expect("endpoint"),
+        transport.memory_nodes()[0],
+        retrainer::RetrainConfig {
+            drain_limit: std::time::Duration::from_millis(10),
+            ..retrainer::RetrainConfig::default()
+        },
+    )
+    .expect("worker");
+    worker.poll().expect("poll");
+    assert!(matches!(
+        worker.retrain_next(),
+        Err(retrainer::RetrainError::LeafLocked { slot: 0, leaf: 0 })
+    ));
+    let problems = leaf_store::members::MemberTable::new(&layout).problem_addr();
+    assert_eq!(
+        retrainer::problem::decode(ep.read_word(problems).expect("read")),
+        Some((0, retrainer::problem::PutOff::LeafLocked { leaf: 0 }))
+    );
+    leaf_store::unlock(&mut ep, lt_addr, held, None).expect("unlock");
+    // The worker has not come back to the slot yet: a writer giving up now says why it waits.
+    let refused = refused.unwrap_or(0);
+    match c.insert(refused, refused) {
+        Err(IndexError::SltFull {
+            slot: 0,
+            retrainer: Some(why),
+            ..
+        }) => assert!(why.contains("trained leaf 0 stays held"), "{why}"),
+        other => panic!("expected SltFull naming the held lock: {other:?}"),
+    }
+    // Retrained, the word is cleared and the insert goes in.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    while worker.retrain_next().is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(ep.read_word(problems).expect("read"), 0);
+    assert_eq!(c.insert(refused, refused), Ok(true));
 }
 
 /// Splits need free leaves: when the leaf region is exhausted, an insert fails cleanly and the pool

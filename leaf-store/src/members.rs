@@ -22,7 +22,8 @@
 //!                           its latest unlinking delete took out of a chain
 //!   then 128 words          tag t's announced epoch at word t: every view it may still use was
 //!                           checked against the slot table after the epoch word showed this
-//!                           value (see `Retrainer::reclaim`)
+//!                           value (see `Retrainer::reclaim`); word 0: the retrainer's last
+//!                           put-off (`retrainer::problem`)
 //!
 //! lease word:
 //!  63  62 61                              32 31                                     0
@@ -259,6 +260,11 @@ impl MemberTable {
             + 8 * (LEASE_WORDS
                 + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
             + 8 * u64::from(tag))
+    }
+
+    /// Address of the retrainer's last put-off word (`retrainer::problem`).
+    pub fn problem_addr(&self) -> RemoteAddr {
+        self.announce_addr(0)
     }
 
     /// Every tag's announced epoch, indexed by tag (index 0 unused), with one READ.

@@ -49,6 +49,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod problem;
 pub mod queue;
 mod worker;
 

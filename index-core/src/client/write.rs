@@ -105,9 +105,18 @@ impl<E: Endpoint> Client<E> {
             }
         }
         if slt_full {
+            // Why the memory node has not retrained it, if its retrainer published why.
+            let retrainer = self
+                .ep
+                .read_word(node.members.problem_addr())
+                .ok()
+                .and_then(retrainer::problem::decode)
+                .filter(|&(s, _)| s == slot as u64)
+                .map(|(_, why)| why.to_string());
             return Err(IndexError::SltFull {
                 node: node.info.id,
                 slot: slot as u64,
+                retrainer,
             });
         }
         Err(IndexError::TooManyRetries(caches.config.max_attempts))

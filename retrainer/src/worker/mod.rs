@@ -317,6 +317,8 @@ pub struct Retrainer<E: Endpoint> {
     members: Option<members::MemberWatch>,
     /// Leaves no chain links and nobody holds: handed out again through the members' leaf boxes.
     free_leaves: Vec<u64>,
+    /// The slot the published put-off word names, if any.
+    published_problem: Option<u64>,
 }
 
 /// Model-region space no slot references any more, waiting to be reused.
@@ -408,14 +410,28 @@ impl<E: Endpoint> Retrainer<E> {
             return Ok(None);
         };
         let result = self.retrain_slot(slot);
-        if let Err(e) = &result {
-            match e {
-                RetrainError::LeafLocked { .. } => self.stats.leaf_locked += 1,
-                RetrainError::ModelRegionFull { .. } => self.stats.model_region_full += 1,
-                _ => self.stats.errors += 1,
+        let problems = leaf_store::members::MemberTable::new(&self.layout).problem_addr();
+        match &result {
+            Err(e) => {
+                match e {
+                    RetrainError::LeafLocked { .. } => self.stats.leaf_locked += 1,
+                    RetrainError::ModelRegionFull { .. } => self.stats.model_region_full += 1,
+                    _ => self.stats.errors += 1,
+                }
+                // Published for writers that give up on the slot (best effort).
+                let _ = self
+                    .ep
+                    .write_word(problems, crate::problem::encode(slot, e));
+                self.published_problem = Some(slot);
+                self.last_problem = Some((slot, e.clone()));
+                self.defer(slot);
             }
-            self.last_problem = Some((slot, e.clone()));
-            self.defer(slot);
+            Ok(_) if self.published_problem == Some(slot) => {
+                if self.ep.write_word(problems, 0).is_ok() {
+                    self.published_problem = None;
+                }
+            }
+            Ok(_) => {}
         }
         result
     }

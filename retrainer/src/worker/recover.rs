@@ -67,6 +67,7 @@ impl<E: Endpoint> Retrainer<E> {
             requeue_owed: false,
             members: None,
             free_leaves: Vec::new(),
+            published_problem: None,
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)
