@@ -45,7 +45,11 @@ pub struct StoreConfig {
     pub max_handovers: u32,
     /// Join every memory node's membership table when the store opens (default; off in loom
     /// builds). A member's locks carry its tag, so a memory node that declares it dead can find
-    /// and recover them; a store that did not join takes locks no recovery will release.
+    /// and recover them, and its announcements hold reclamation back while it may use a retired
+    /// record. A store that did not join takes locks no recovery will release, and must not be
+    /// used with a memory node that watches leases (`rolex memnode`, `Retrainer::watch_members`):
+    /// that memory node reclaims records without waiting for it (one that does not watch keeps
+    /// its grace period, which such a store relies on).
     pub join_members: bool,
     /// How often the lease of every membership is renewed (one CAS per memory node), by a
     /// background thread (default 5 ms). Memory nodes declare a member dead when its lease

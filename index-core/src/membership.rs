@@ -79,14 +79,6 @@ impl Members {
         self.may_hold_lock.store(true, Ordering::Release);
     }
 
-    /// The owner tag this compute node's locks carry on node `i` (store key order).
-    pub(crate) fn tag(&self, i: usize) -> u8 {
-        self.nodes
-            .get(i)
-            .and_then(|(_, m)| m.map(|m| m.tag))
-            .unwrap_or(0)
-    }
-
     /// Takes a free connection index for a client.
     pub(crate) fn take_index(&self) -> Result<u64, IndexError> {
         let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
@@ -102,6 +94,7 @@ impl Members {
 
     /// Gives a client's connection index back.
     pub(crate) fn release_index(&self, index: u64) {
+        self.leave(index);
         let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = in_use.get_mut(index as usize) {
             *slot = false;
@@ -193,7 +186,8 @@ impl Members {
         }
     }
 
-    /// Client `index`'s operation has ended.
+    /// Client `index`'s operation has ended (also when a client goes away: an operation that
+    /// panicked must not hold announcements back forever).
     pub(crate) fn leave(&self, index: u64) {
         if let Some(slot) = self.active.get(index as usize) {
             slot.store(IDLE, Ordering::Release);
@@ -222,13 +216,15 @@ impl Members {
 }
 
 /// Joins every memory node of `layouts` (store key order) through `ep` and registers `ep` as
-/// connection 0. With `join` false, nothing is joined (owner tags 0, no lease).
+/// connection 0. With `join` false, nothing is joined (owner tags 0, no lease). A store joins
+/// *before* it reads any slot table or record: a memory node reuses a retired record once every
+/// member has moved past its epoch, and a compute node that read the slot table before it was a
+/// member could be reading a record reused under it (a multi-process test caught exactly that).
 pub(crate) fn join_all<E: Endpoint>(
     ep: &mut E,
     layouts: &[Layout],
     join: bool,
-    views: Vec<Arc<Vec<ViewCell>>>,
-) -> Result<Arc<Members>, IndexError> {
+) -> Result<Vec<(MemberTable, Option<Membership>)>, IndexError> {
     let mut nodes = Vec::with_capacity(layouts.len());
     for layout in layouts {
         let table = MemberTable::new(layout);
@@ -248,9 +244,18 @@ pub(crate) fn join_all<E: Endpoint>(
         };
         nodes.push((table, member));
     }
+    Ok(nodes)
+}
+
+/// What the store's clients and renewer share, once it has joined (`nodes`, from [`join_all`])
+/// and loaded its views.
+pub(crate) fn members(
+    nodes: Vec<(MemberTable, Option<Membership>)>,
+    views: Vec<Arc<Vec<ViewCell>>>,
+) -> Arc<Members> {
     let mut in_use = vec![false; CONNECTIONS_PER_MEMBER as usize];
     in_use[0] = true;
-    Ok(Arc::new(Members {
+    Arc::new(Members {
         nodes,
         in_use: Mutex::new(in_use),
         fenced: AtomicBool::new(false),
@@ -262,7 +267,7 @@ pub(crate) fn join_all<E: Endpoint>(
             .map(|_| AtomicU64::new(IDLE))
             .collect(),
         views,
-    }))
+    })
 }
 
 /// The id under which memory node `node` knows `ep`'s connection; an error if the transport

@@ -90,41 +90,52 @@ where
             ));
         }
         let mut ep = transport.endpoint()?;
-        let mut nodes = Vec::new();
+        let mut layouts = Vec::new();
         for &info in transport.memory_nodes() {
-            nodes.push(open_node(&mut ep, info, &config)?);
+            layouts.push((info, Layout::attach(&mut ep, info)?));
         }
-        nodes.sort_by_key(|n| n.layout.superblock().key_lo);
-        let Some(first) = nodes.first() else {
+        layouts.sort_by_key(|(_, l)| l.superblock().key_lo);
+        let Some((_, first)) = layouts.first() else {
             return Err(IndexError::Config(
                 "the transport reaches no memory node".into(),
             ));
         };
-        if first.layout.superblock().key_lo != 0
-            || nodes
+        if first.superblock().key_lo != 0
+            || layouts
                 .last()
-                .is_some_and(|n| n.layout.superblock().key_hi != u64::MAX)
-            || nodes.windows(2).any(|w| {
-                w[0].layout.superblock().key_hi.checked_add(1)
-                    != Some(w[1].layout.superblock().key_lo)
+                .is_some_and(|(_, l)| l.superblock().key_hi != u64::MAX)
+            || layouts.windows(2).any(|w| {
+                w[0].1.superblock().key_hi.checked_add(1) != Some(w[1].1.superblock().key_lo)
             })
         {
             return Err(IndexError::Config(
                 "the memory nodes' key ranges do not tile the key space".into(),
             ));
         }
-        let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
-        let layouts: Vec<Layout> = nodes.iter().map(|n| n.layout).collect();
-        let members = membership::join_all(
-            &mut ep,
-            &layouts,
-            config.join_members,
-            nodes.iter().map(|n| Arc::clone(&n.slots)).collect(),
-        )?;
-        for (i, node) in nodes.iter_mut().enumerate() {
-            node.tag = members.tag(i);
+        // Join first, then read the slot tables and records (see `membership::join_all`).
+        let plain: Vec<Layout> = layouts.iter().map(|&(_, l)| l).collect();
+        let joined = membership::join_all(&mut ep, &plain, config.join_members)?;
+        let mut nodes = Vec::new();
+        for (i, &(info, layout)) in layouts.iter().enumerate() {
+            let mut node = match open_node(&mut ep, info, layout, &config) {
+                Ok(node) => node,
+                Err(e) => {
+                    // Nothing will renew or use these memberships: give them back.
+                    for (table, member) in &joined {
+                        if let Some(member) = member {
+                            let _ = table.leave(&mut ep, *member);
+                        }
+                    }
+                    return Err(e);
+                }
+            };
+            node.tag = joined[i].1.map_or(0, |m| m.tag);
             node.position = i;
+            nodes.push(node);
         }
+        let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
+        let members =
+            membership::members(joined, nodes.iter().map(|n| Arc::clone(&n.slots)).collect());
         let renewer = if config.join_members {
             let renewer = membership::spawn_renewer(ep, Arc::clone(&members), config.lease_renewal)
                 .map_err(|e| IndexError::Config(format!("starting the lease renewer: {e}")))?;
@@ -242,9 +253,9 @@ where
 fn open_node<E: Endpoint>(
     ep: &mut E,
     info: MemoryNodeInfo,
+    layout: Layout,
     config: &StoreConfig,
 ) -> Result<NodeCache, IndexError> {
-    let layout = Layout::attach(ep, info)?;
     let table = read_slot_table(ep, &layout)?;
     let mut slots = Vec::with_capacity(table.len());
     for (slot, &(addr, _)) in table.iter().enumerate() {

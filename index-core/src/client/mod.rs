@@ -221,9 +221,15 @@ impl<E: Endpoint> Client<E> {
             return Err(self.caches.members.fenced_error());
         }
         self.op_epoch = self.caches.members.enter(self.connection_index);
+        // Left on every path, a panic included (a client stuck "running" would hold every
+        // memory node's reclamation back).
+        let running = Running {
+            members: Arc::clone(&self.caches.members),
+            index: self.connection_index,
+        };
         let before = self.ep.stats();
         let result = op(self);
-        self.caches.members.leave(self.connection_index);
+        drop(running);
         let used = self.ep.stats() - before;
         self.stats.record(kind, used);
         result.map_err(|e| match e {
@@ -267,6 +273,18 @@ impl<E: Endpoint> Client<E> {
     /// model slots and memory nodes.
     pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, IndexError> {
         self.counted(OpKind::Scan, |c| c.scan_inner(start, n))
+    }
+}
+
+/// An operation registered as running in its local epoch; leaves when dropped.
+struct Running {
+    members: Arc<crate::membership::Members>,
+    index: u64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.members.leave(self.index);
     }
 }
 

@@ -40,9 +40,9 @@ pub(super) struct MemberWatch {
 }
 
 impl MemberWatch {
-    /// The smallest epoch a member that may still use cached views has announced it is past
-    /// (`None`: there is no such member). A record retired in an earlier epoch is in no member's
-    /// views.
+    /// The smallest epoch a member that may still use cached views has announced it is past (the
+    /// epoch at that check if there was no member). A record retired in an earlier epoch is in
+    /// no member's views.
     pub(super) fn oldest_announced(&self) -> Option<u64> {
         self.oldest
     }
@@ -284,10 +284,15 @@ impl<E: Endpoint> Retrainer<E> {
         // recovered counts until it is freed.
         let announced = watch.table.read_announcements(&mut self.ep)?;
         let leases = watch.table.read_leases(&mut self.ep)?;
-        watch.oldest = (1..=MEMBER_TAGS)
-            .filter(|&t| leases[usize::from(t)].state() != MemberState::Free)
-            .map(|t| announced[usize::from(t)])
-            .min();
+        // With no member, what is retired from now on is stamped with the current epoch and
+        // stays until a later check (a member may join meanwhile): never `None`.
+        watch.oldest = Some(
+            (1..=MEMBER_TAGS)
+                .filter(|&t| leases[usize::from(t)].state() != MemberState::Free)
+                .map(|t| announced[usize::from(t)])
+                .min()
+                .unwrap_or(self.epoch),
+        );
         self.advance_epoch_if_due()?;
         Ok(recovered)
     }
@@ -300,10 +305,13 @@ impl<E: Endpoint> Retrainer<E> {
             .epoch_advanced
             .is_none_or(|at| at.elapsed() >= EPOCH_EVERY);
         if waiting && due {
-            let table = MemberTable::new(&self.layout);
-            self.ep.write_word(table.epoch_addr(), self.epoch + 1)?;
+            // Stamp with the new epoch from now on even if the WRITE's completion is lost (it
+            // may have landed: members could then announce it); a stamp above the word only
+            // delays reclamation, one below it would free too early.
             self.epoch += 1;
             self.epoch_advanced = Some(Instant::now());
+            let table = MemberTable::new(&self.layout);
+            self.ep.write_word(table.epoch_addr(), self.epoch)?;
         }
         Ok(())
     }

@@ -478,12 +478,24 @@ impl<E: Endpoint> Retrainer<E> {
     pub fn reclaim(&mut self) {
         let now = Instant::now();
         let past = self.members.as_ref().map(|m| m.oldest_announced());
+        let mut in_flight = None;
         while let Some(front) = self.retired.front().copied() {
             let free = match past {
                 Some(announced) => announced.is_none_or(|a| front.stamp < a),
                 None => now.duration_since(front.at) >= self.config.grace_period,
             };
             if !free {
+                break;
+            }
+            // Never the record a retraining left in flight (its settling would retire it again,
+            // and the same bytes would be handed out twice); unknown: wait.
+            let journaled = *in_flight.get_or_insert_with(|| {
+                self.ep
+                    .read_word(self.ring.in_flight())
+                    .map(RemoteAddr::unpack)
+                    .ok()
+            });
+            if journaled.is_none_or(|r| r.pack() != 0 && r.offset() == front.offset) {
                 break;
             }
             self.retired.pop_front();
