@@ -50,3 +50,27 @@ pub fn client(transport: &SimTransport, config: StoreConfig) -> Client<SimEndpoi
         .client()
         .expect("client")
 }
+
+/// A retraining worker on memory node 0 of `transport` that watches leases (lease time `lease`)
+/// and fences through the simulator, without the idle sweep; driven by the test, not a thread.
+///
+/// # Panics
+/// If the worker cannot start (a test fixture).
+pub fn lease_watcher(
+    transport: &SimTransport,
+    lease: std::time::Duration,
+) -> retrainer::Retrainer<SimEndpoint> {
+    use rdma_transport::Transport;
+    let node = transport.memory_nodes()[0];
+    let mut worker = retrainer::Retrainer::new(
+        transport.endpoint().expect("endpoint"),
+        node,
+        retrainer::RetrainConfig {
+            idle_sweep_threshold: 0,
+            ..retrainer::RetrainConfig::default()
+        },
+    )
+    .expect("worker");
+    worker.watch_members(lease, Box::new(transport.fence(node.id).expect("fence")));
+    worker
+}

@@ -20,7 +20,7 @@ use integration_tests::write_scenarios::{
 };
 use leaf_store::{LeafTableEntry, read_record, read_slot_table};
 use rdma_transport::Transport;
-use retrainer::{RetrainConfig, Retrainer};
+use retrainer::Retrainer;
 use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
 
 /// The memory node's lease time in these tests.
@@ -28,19 +28,9 @@ const LEASE: Duration = Duration::from_millis(30);
 /// A key of the target leaf no scenario touches: what the waiter inserts.
 const WAITER_KEY: u64 = 610;
 
-/// A worker that watches leases (driven by the test, not a thread).
+/// A worker that watches leases (driven by the test, not a thread), having looked at them once.
 fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
-    let node = transport.memory_nodes()[0];
-    let mut worker = Retrainer::new(
-        transport.endpoint().expect("endpoint"),
-        node,
-        RetrainConfig {
-            idle_sweep_threshold: 0,
-            ..RetrainConfig::default()
-        },
-    )
-    .expect("worker");
-    worker.watch_members(LEASE, Box::new(transport.fence(node.id).expect("fence")));
+    let mut worker = integration_tests::lease_watcher(transport, LEASE);
     worker.check_members().expect("first look at the leases");
     worker
 }

@@ -12,7 +12,7 @@ use index_core::{Store, StoreConfig};
 use integration_tests::{load, tiny};
 use leaf_store::{Layout, ModelHeader};
 use rdma_transport::{Endpoint, RemoteAddr, Transport};
-use retrainer::{RetrainConfig, Retrainer};
+use retrainer::Retrainer;
 use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
 
 fn config() -> StoreConfig {
@@ -23,21 +23,7 @@ fn config() -> StoreConfig {
 }
 
 fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
-    let node = transport.memory_nodes()[0];
-    let mut worker = Retrainer::new(
-        transport.endpoint().expect("endpoint"),
-        node,
-        RetrainConfig {
-            idle_sweep_threshold: 0,
-            ..RetrainConfig::default()
-        },
-    )
-    .expect("worker");
-    worker.watch_members(
-        Duration::from_secs(30),
-        Box::new(transport.fence(node.id).expect("fence")),
-    );
-    worker
+    integration_tests::lease_watcher(transport, Duration::from_secs(30))
 }
 
 /// Slot `slot`'s record now, and its header word.

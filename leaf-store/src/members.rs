@@ -269,11 +269,7 @@ impl MemberTable {
 
     /// Every tag's announced epoch, indexed by tag (index 0 unused), with one READ.
     pub fn read_announcements<E: Endpoint>(&self, ep: &mut E) -> Result<Vec<u64>, LeafStoreError> {
-        let mut bytes = vec![0u8; 8 * LEASE_WORDS as usize];
-        ep.read(self.announce_addr(0), &mut bytes)?;
-        Ok((0..LEASE_WORDS as usize)
-            .map(|i| le_word(&bytes, i))
-            .collect())
+        read_words(ep, self.announce_addr(0), LEASE_WORDS)
     }
 
     /// Renews `member`'s lease with one CAS and READs the retirement epoch behind it, in one
@@ -319,20 +315,12 @@ impl MemberTable {
         ep: &mut E,
         tag: u8,
     ) -> Result<Vec<u64>, LeafStoreError> {
-        let mut bytes = vec![0u8; 8 * UNLINK_WORDS as usize];
-        ep.read(self.unlink_addr(tag, 0), &mut bytes)?;
-        Ok((0..UNLINK_WORDS as usize)
-            .map(|i| le_word(&bytes, i))
-            .collect())
+        read_words(ep, self.unlink_addr(tag, 0), UNLINK_WORDS)
     }
 
     /// Every leaf box of `tag` (client index × [`LEAF_BOX`] words), with one READ.
     pub fn read_boxes<E: Endpoint>(&self, ep: &mut E, tag: u8) -> Result<Vec<u64>, LeafStoreError> {
-        let mut bytes = vec![0u8; 8 * BOX_WORDS as usize];
-        ep.read(self.box_addr(tag, 0, 0), &mut bytes)?;
-        Ok((0..BOX_WORDS as usize)
-            .map(|i| le_word(&bytes, i))
-            .collect())
+        read_words(ep, self.box_addr(tag, 0, 0), BOX_WORDS)
     }
 
     /// Every connection word of `tag`, by client index (0 = none), with one READ.
@@ -341,19 +329,14 @@ impl MemberTable {
         ep: &mut E,
         tag: u8,
     ) -> Result<Vec<u64>, LeafStoreError> {
-        let mut bytes = vec![0u8; 8 * CONNECTION_WORDS as usize];
-        ep.read(self.connection_addr(tag, 0), &mut bytes)?;
-        Ok((0..CONNECTION_WORDS as usize)
-            .map(|i| le_word(&bytes, i))
-            .collect())
+        read_words(ep, self.connection_addr(tag, 0), CONNECTION_WORDS)
     }
 
     /// Every lease, indexed by tag (index 0 unused), with one READ.
     pub fn read_leases<E: Endpoint>(&self, ep: &mut E) -> Result<Vec<Lease>, LeafStoreError> {
-        let mut bytes = vec![0u8; 8 * LEASE_WORDS as usize];
-        ep.read(self.leases_addr(), &mut bytes)?;
-        Ok((0..LEASE_WORDS as usize)
-            .map(|i| Lease(le_word(&bytes, i)))
+        Ok(read_words(ep, self.leases_addr(), LEASE_WORDS)?
+            .into_iter()
+            .map(Lease)
             .collect())
     }
 
@@ -489,6 +472,13 @@ impl MemberTable {
         )?;
         Ok(())
     }
+}
+
+/// `n` words from `at`, with one READ.
+fn read_words<E: Endpoint>(ep: &mut E, at: RemoteAddr, n: u64) -> Result<Vec<u64>, LeafStoreError> {
+    let mut bytes = vec![0u8; 8 * n as usize];
+    ep.read(at, &mut bytes)?;
+    Ok((0..n as usize).map(|i| le_word(&bytes, i)).collect())
 }
 
 #[cfg(test)]
