@@ -23,8 +23,9 @@ use rdma_transport::Transport;
 use retrainer::Retrainer;
 use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
 
-/// The memory node's lease time in these tests.
-const LEASE: Duration = Duration::from_millis(30);
+/// The memory node's lease time in these tests: long enough that a live compute node's renewer,
+/// starved by a busy 2-core machine, is not declared dead (its renewals come every 5 ms).
+const LEASE: Duration = Duration::from_millis(100);
 /// A key of the target leaf no scenario touches: what the waiter inserts.
 const WAITER_KEY: u64 = 610;
 
@@ -314,7 +315,9 @@ fn leaf_boxes_serve_splits_while_the_memory_node_refills_them() {
     );
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let worker = {
-        let mut worker = watcher(&transport);
+        // No compute node dies here: a long lease, so a starved renewer is never taken for dead.
+        let mut worker = integration_tests::lease_watcher(&transport, Duration::from_secs(30));
+        worker.check_members().expect("first look at the leases");
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             worker

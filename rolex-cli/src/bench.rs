@@ -278,11 +278,13 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                         let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
                             .map_err(|e| e.to_string())?;
                         // The embedded memory node watches its members like `rolex memnode`:
-                        // it keeps their leaf boxes filled (splits reuse freed leaves).
+                        // leaf boxes (splits reuse freed leaves) and reclamation by epochs. Its
+                        // only member is this process, which cannot die without it: a lease
+                        // long enough that a starved renewer is never taken for dead.
                         let fence = transport
                             .fence(node.id)
                             .ok_or("the memory node has no pool")?;
-                        worker.watch_members(Duration::from_millis(250), Box::new(fence));
+                        worker.watch_members(Duration::from_secs(5), Box::new(fence));
                         // Run in short stretches, publishing the counters after each (the report's
                         // first and last tenth of the run are taken from them).
                         let stats = loop {

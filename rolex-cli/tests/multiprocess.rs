@@ -239,6 +239,8 @@ fn a_killed_memnode_resumes_its_pool() {
         pool.as_os_str(),
         "--duration".as_ref(),
         "30".as_ref(),
+        "--lease-ms".as_ref(),
+        "5000".as_ref(),
     ];
     let (mut second, ready, _) = start_until_ready(&resume);
     assert!(ready.contains("resumed"), "{ready}");
@@ -356,6 +358,7 @@ fn start_memnode_sized(
     keys: &str,
     extra: &[&str],
 ) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
+    // No process dies in these tests: a lease a starved but live bench cannot outlast.
     let mut args: Vec<&std::ffi::OsStr> = vec![
         "memnode".as_ref(),
         "--pool".as_ref(),
@@ -364,6 +367,8 @@ fn start_memnode_sized(
         size.as_ref(),
         "--keys".as_ref(),
         keys.as_ref(),
+        "--lease-ms".as_ref(),
+        "5000".as_ref(),
     ];
     args.extend(extra.iter().map(std::ffi::OsStr::new));
     start_until_ready(&args)
@@ -380,7 +385,9 @@ fn a_compute_process_killed_while_inserting_blocks_nobody() {
     let mut memnode = Command::new(ROLEX)
         .args(["memnode", "--pool"])
         .arg(&pool)
-        .args(["--size", "256M", "--keys", "200000"])
+        // A lease long enough that a live bench starved by the other tests running beside this
+        // one is not taken for dead; the killed one is found a second after it stops.
+        .args(["--size", "256M", "--keys", "200000", "--lease-ms", "1000"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("start memnode");

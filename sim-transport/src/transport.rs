@@ -179,7 +179,7 @@ impl SimTransport {
     }
 }
 
-/// Cuts connections to one simulated memory node off (see [`crate::nic`] for how a connection's
+/// Cuts connections to one simulated memory node off (see the `nic` module for how a connection's
 /// batch in flight is waited for, or completed when its process was killed).
 #[derive(Debug, Clone)]
 pub struct SimFence {
