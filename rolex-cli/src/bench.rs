@@ -405,6 +405,7 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
         to_insert,
         Vec::new(),
         &AtomicBool::new(false),
+        &[],
     )
 }
 
