@@ -101,6 +101,40 @@ fn contents(transport: &SimTransport) -> BTreeMap<u64, u64> {
         .collect()
 }
 
+/// Whether member `tag`'s client 1 has its unlink word set, and whether a leaf its box names is
+/// linked by a chain.
+fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
+    use rdma_transport::Endpoint;
+    let mut ep = transport.endpoint().expect("endpoint");
+    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+    let table = leaf_store::members::MemberTable::new(&layout);
+    let unlinking = ep.read_word(table.unlink_addr(tag, 1)).expect("read") != 0;
+    let mut linked = std::collections::HashSet::new();
+    for (slot, (addr, _)) in read_slot_table(&mut ep, &layout)
+        .expect("slot table")
+        .into_iter()
+        .enumerate()
+    {
+        let record = read_record(&mut ep, &layout, slot as u64, addr).expect("record");
+        for leaf in 0..record.lt.len() {
+            linked.extend(
+                record
+                    .chain_entries(leaf)
+                    .expect("chain")
+                    .iter()
+                    .map(|e| e.leaf_num()),
+            );
+        }
+    }
+    let boxed_and_linked = table
+        .read_boxes(&mut ep, tag)
+        .expect("boxes")
+        .into_iter()
+        .filter_map(leaf_store::members::word_leaf)
+        .any(|leaf| linked.contains(&leaf));
+    (unlinking, boxed_and_linked)
+}
+
 /// Retrains what recovery queued, then checks `verify` and that no leaf leaked.
 fn retrain_and_verify(worker: &mut Retrainer<SimEndpoint>, transport: &SimTransport, what: &str) {
     while worker.retrain_next().expect("retrain").is_some() {}
@@ -136,8 +170,8 @@ fn assert_no_leaf_leaked(worker: &Retrainer<SimEndpoint>, transport: &SimTranspo
     }
     let table = leaf_store::members::MemberTable::new(&layout);
     for tag in 1..=leaf_store::members::MEMBER_TAGS {
-        for leaf in table.read_boxes(&mut ep, tag).expect("boxes") {
-            if leaf != 0 {
+        for word in table.read_boxes(&mut ep, tag).expect("boxes") {
+            if let Some(leaf) = leaf_store::members::word_leaf(word) {
                 owners.entry(leaf).or_default().push("box");
             }
         }
@@ -186,6 +220,16 @@ fn a_compute_node_dying_at_any_verb_of_a_write_costs_a_waiter_a_pause_and_loses_
                 if entry.is_locked() {
                     assert_eq!(entry.owner(), tag, "{what}: the lock names its holder");
                     held_at_death += 1;
+                }
+                // What recovery relies on: the writer's unlink word is set, and a leaf its box
+                // names is linked, only while it holds the lock.
+                let (unlinking, boxed_and_linked) = traces_of(&p.transport, tag);
+                if unlinking || boxed_and_linked {
+                    assert!(
+                        entry.is_locked(),
+                        "{what}: unlink word set: {unlinking}, a boxed leaf linked: \
+                         {boxed_and_linked}, but the lock is free"
+                    );
                 }
 
                 // Another compute node writes the same leaf meanwhile.

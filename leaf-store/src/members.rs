@@ -35,12 +35,15 @@
 //!
 //! **Leaf boxes.** The memory node keeps every registered client's box filled with free leaves
 //! (CAS 0 → leaf); a client's split takes the new leaf from its box and, in the batch that links
-//! it, clears the box slot (CAS leaf → 0) after the unlock. So every leaf a compute node holds
+//! it, clears the box slot (CAS leaf → 0) after the link, before the unlock. Box and unlink words
+//! hold a leaf as [`leaf_word`] (its number plus one: leaf 0 is a leaf like any other). So every leaf a compute node holds
 //! unlinked is named in its box: when it dies, recovery returns the box leaves that no chain links
 //! to the free list. Boxes belong to the tag, not the incarnation: a clean leave leaves them
 //! filled for the next member with the tag. An unlinking delete writes the leaf it unlinks to
-//! the client's unlink word first in its batch: if the node dies before the batch marks the SLT
-//! slot freed, recovery finds the leaf there (linked nowhere, held by nobody) and frees it.
+//! the client's unlink word first in its batch and clears it after the freed mark, before the
+//! unlock: a non-zero unlink word always names a leaf under its client's lock. If the node dies
+//! before the batch marks the SLT slot freed, recovery finds the leaf there (linked nowhere, held
+//! by nobody) and frees it.
 //!
 //! Why a registered connection is always fenced: a compute node registers an endpoint by WRITing
 //! its id and READing the lease word behind it in one batch (the READ observes memory after the
@@ -155,6 +158,16 @@ impl Lease {
     pub const fn same_holding(self, other: Self) -> bool {
         self.0 >> INCARNATION_SHIFT == other.0 >> INCARNATION_SHIFT
     }
+}
+
+/// The word a leaf box or unlink word holds for `leaf` (0 means none).
+pub const fn leaf_word(leaf: u64) -> u64 {
+    leaf + 1
+}
+
+/// The leaf a leaf box or unlink word names, if any.
+pub const fn word_leaf(word: u64) -> Option<u64> {
+    word.checked_sub(1)
 }
 
 /// Where the membership table of a pool lies.

@@ -56,8 +56,13 @@ impl<E: Endpoint> Drop for Client<E> {
 /// slot is used up, at most once a millisecond.
 #[derive(Debug, Clone, Default)]
 struct LeafBox {
+    /// The box's words as last read ([`leaf_store::members::leaf_word`]; 0: empty or used).
     slots: Vec<u64>,
     read_at: Option<std::time::Instant>,
+    /// Leaves a split took from the box whose batch failed: it may have linked them without its
+    /// box clear landing, so they are never taken from the box again (recovery sorts them out
+    /// when this compute node goes).
+    suspect: Vec<u64>,
 }
 
 impl LeafBox {
@@ -66,10 +71,11 @@ impl LeafBox {
 
     /// A granted leaf: its box slot and number.
     fn leaf(&self) -> Option<(u64, u64)> {
-        self.slots
-            .iter()
-            .position(|&l| l != 0)
-            .map(|i| (i as u64, self.slots[i]))
+        self.slots.iter().enumerate().find_map(|(i, &word)| {
+            leaf_store::members::word_leaf(word)
+                .filter(|leaf| !self.suspect.contains(leaf))
+                .map(|leaf| (i as u64, leaf))
+        })
     }
 
     /// Whether the lock batch should read the box.

@@ -20,8 +20,10 @@ impl<E: Endpoint> Client<E> {
     /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
     /// entries), the LT link change (keeping the lock), the FREED marker, FAA of the header's
     /// change counter, then `late_writes` (the split leaf's shrunken contents, fenced behind the
-    /// bump), then clearing the leaf-box slot the new leaf came from (`box_clear`: its address
-    /// and the leaf; fenced, so it lands after the link), then the unlock (fenced).
+    /// bump), then clearing a word of this client's in the membership table (`clear_word`: its
+    /// address and the value it holds — the leaf-box slot the new leaf came from, or the unlink
+    /// word; a CAS to 0, fenced, so it lands after the link and the freed mark), then the unlock
+    /// (fenced).
     /// Readers that cached the old tables see the bump before any key leaves a leaf they read.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn structural(
@@ -31,7 +33,7 @@ impl<E: Endpoint> Client<E> {
         lt_change: Option<LeafTableEntry>,
         freed: Option<(RemoteAddr, Vec<u8>)>,
         late_writes: Vec<(RemoteAddr, Vec<u8>)>,
-        box_clear: Option<(RemoteAddr, u64)>,
+        clear_word: Option<(RemoteAddr, u64)>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
@@ -72,8 +74,8 @@ impl<E: Endpoint> Client<E> {
                     shrink
                 });
             }
-            if let Some((at, leaf)) = box_clear {
-                verbs.push(Verb::cas(at, leaf, 0).fenced());
+            if let Some((at, word)) = clear_word {
+                verbs.push(Verb::cas(at, word, 0).fenced());
             }
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lt_final, None).fenced());
@@ -112,12 +114,16 @@ impl<E: Endpoint> Client<E> {
         let next = gone.synonym_ptr();
         let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> = Vec::with_capacity(3);
         // First, the leaf goes to this client's unlink word: should the node die before the
-        // batch marks the slot freed, recovery finds the leaf there and frees it.
-        if node.tag != 0 {
-            verbs_owned.push((
+        // batch marks the slot freed, recovery finds the leaf there and frees it. The batch
+        // clears the word again after the mark, so a word left set names a leaf under our lock.
+        let unlink_word = (node.tag != 0).then(|| {
+            (
                 node.members.unlink_addr(node.tag, self.connection_index),
-                gone.leaf_num().to_le_bytes().to_vec(),
-            ));
+                leaf_store::members::leaf_word(gone.leaf_num()),
+            )
+        });
+        if let Some((at, word)) = unlink_word {
+            verbs_owned.push((at, word.to_le_bytes().to_vec()));
         }
         verbs_owned.push((layout.leaf_addr(gone.leaf_num()), empty));
         // Link around it: in the LT entry (keeping the lock) or in the previous SLT entry.
@@ -151,7 +157,7 @@ impl<E: Endpoint> Client<E> {
             lt_change,
             Some(freed),
             Vec::new(),
-            None,
+            unlink_word,
             hand_over,
             held_slot,
         )?;
@@ -318,14 +324,21 @@ impl<E: Endpoint> Client<E> {
             (
                 node.members
                     .box_addr(node.tag, self.connection_index, box_slot),
-                leaf,
+                leaf_store::members::leaf_word(leaf),
             )
         });
+        // The box slot is used up locally whatever happens; if the batch fails, the leaf may be
+        // linked while the remote slot still names it: never take it from the box again.
+        if let Some((box_slot, leaf)) = boxed {
+            let lbox = &mut self.boxes[node.position];
+            lbox.slots[box_slot as usize] = 0;
+            lbox.suspect.push(leaf);
+        }
         self.structural(
             locked, writes, lt_change, None, late, box_clear, hand_over, held_slot,
         )?;
-        if let Some((box_slot, _)) = boxed {
-            self.boxes[node.position].slots[box_slot as usize] = 0;
+        if let Some((_, leaf)) = boxed {
+            self.boxes[node.position].suspect.retain(|&l| l != leaf);
         }
         if slt_slot == self.caches.config.retrain_threshold {
             self.request_retraining(node, locked.slot);

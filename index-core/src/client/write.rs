@@ -201,10 +201,9 @@ impl<E: Endpoint> Client<E> {
             let slots = (0..leaf_store::members::LEAF_BOX as usize)
                 .map(|i| le_word(&self.buf[at..], i))
                 .collect();
-            self.boxes[node.position] = super::LeafBox {
-                slots,
-                read_at: Some(std::time::Instant::now()),
-            };
+            let lbox = &mut self.boxes[node.position];
+            lbox.slots = slots;
+            lbox.read_at = Some(std::time::Instant::now());
         }
         if old != expected.raw() {
             if LeafTableEntry::from_raw(old).is_locked() {

@@ -186,7 +186,7 @@ impl<E: Endpoint> Retrainer<E> {
             let mut verbs: Vec<Verb<'_>> = grants
                 .iter()
                 .map(|&(at, leaf)| {
-                    let mut cas = Verb::cas(at, 0, leaf);
+                    let mut cas = Verb::cas(at, 0, leaf_store::members::leaf_word(leaf));
                     if let Verb::Cas { old, .. } = &mut cas {
                         *old = u64::MAX;
                     }
@@ -363,33 +363,44 @@ impl<E: Endpoint> Retrainer<E> {
         // Its leaf boxes: a leaf a split linked before the node died (its box slot not yet
         // cleared) stays linked; every other one was never linked and is free again.
         let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
-        for (i, &leaf) in boxes.iter().enumerate() {
-            if leaf == 0 {
+        for (i, &word) in boxes.iter().enumerate() {
+            let Some(leaf) = leaf_store::members::word_leaf(word) else {
                 continue;
-            }
+            };
             let (index, slot) = (i as u64 / LEAF_BOX, i as u64 % LEAF_BOX);
             let at = watch.table.box_addr(tag, index, slot);
-            if self.ep.cas(at, leaf, 0)? == leaf && !linked.contains(&leaf) {
+            if self.ep.cas(at, word, 0)? == word && !linked.contains(&leaf) {
                 self.free_leaves.push(leaf);
                 done.leaves_freed += 1;
             }
         }
-        // Its unlink words: a leaf an unlink took out of a chain but whose SLT slot it did not
-        // get to mark is linked nowhere, marked nowhere, on no free list and in no box.
-        let unlinked = watch.table.read_unlink_words(&mut self.ep, tag)?;
-        if unlinked.iter().any(|&l| l != 0) {
+        // Its unlink words: each names a leaf under its client's lock (the unlink batch clears
+        // the word before it unlocks). One the batch took out of its chain but did not get to
+        // mark freed is linked nowhere, marked nowhere, on no free list and in no box.
+        let words = watch.table.read_unlink_words(&mut self.ep, tag)?;
+        let unlinked: Vec<u64> = words
+            .iter()
+            .filter_map(|&w| leaf_store::members::word_leaf(w))
+            .collect();
+        if !unlinked.is_empty() {
             let mut held: HashSet<u64> = linked;
             held.extend(self.free_leaves.iter().copied());
             for other in 1..=MEMBER_TAGS {
-                held.extend(watch.table.read_boxes(&mut self.ep, other)?);
+                held.extend(
+                    watch
+                        .table
+                        .read_boxes(&mut self.ep, other)?
+                        .into_iter()
+                        .filter_map(leaf_store::members::word_leaf),
+                );
             }
-            for &leaf in unlinked.iter().filter(|&&l| l != 0) {
+            for &leaf in &unlinked {
                 if held.insert(leaf) {
                     self.free_leaves.push(leaf);
                     done.unlinks_completed += 1;
                 }
             }
-            let zeros = vec![0u8; unlinked.len() * 8];
+            let zeros = vec![0u8; words.len() * 8];
             self.ep.write(watch.table.unlink_addr(tag, 0), &zeros)?;
         }
         let sum = &mut watch.stats.rolled_forward;
