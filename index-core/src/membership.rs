@@ -229,15 +229,11 @@ pub(crate) fn join_all<E: Endpoint>(
     for layout in layouts {
         let table = MemberTable::new(layout);
         let member = if join {
-            let member = table.join(ep).map_err(|e| match e {
-                MembershipError::Store(e) => IndexError::from(e),
-                other => IndexError::Config(other.to_string()),
-            })?;
+            let member = table.join(ep).map_err(joining_error)?;
             let id = connection_id(ep, layout.node())?;
-            table.register(ep, member, 0, id, 0).map_err(|e| match e {
-                MembershipError::Store(e) => IndexError::from(e),
-                other => IndexError::Config(other.to_string()),
-            })?;
+            table
+                .register(ep, member, 0, id, 0)
+                .map_err(joining_error)?;
             Some(member)
         } else {
             None
@@ -245,6 +241,14 @@ pub(crate) fn join_all<E: Endpoint>(
         nodes.push((table, member));
     }
     Ok(nodes)
+}
+
+/// What a failure to join or to register the store's own endpoint is reported as.
+fn joining_error(e: MembershipError) -> IndexError {
+    match e {
+        MembershipError::Store(e) => IndexError::from(e),
+        other => IndexError::Config(other.to_string()),
+    }
 }
 
 /// What the store's clients and renewer share, once it has joined (`nodes`, from [`join_all`])
@@ -387,7 +391,7 @@ enum Renewal {
 /// longer than one period, and if the endpoint stays broken the lease lapses: the memory node
 /// then fences this compute node, which costs its operations an error, never data.
 fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) -> Renewal {
-    match table.renew_and_read_epoch(ep, member) {
+    match table.renew(ep, member) {
         Ok(epoch) => Renewal::Renewed(Some(epoch)),
         Err(MembershipError::Fenced { .. }) => Renewal::Fenced,
         Err(MembershipError::Store(leaf_store::LeafStoreError::Transport(

@@ -101,6 +101,27 @@ fn contents(transport: &SimTransport) -> BTreeMap<u64, u64> {
         .collect()
 }
 
+/// Every slot's current record.
+fn current_records(
+    ep: &mut SimEndpoint,
+    layout: &leaf_store::Layout,
+) -> Vec<leaf_store::ModelRecord> {
+    read_slot_table(ep, layout)
+        .expect("slot table")
+        .into_iter()
+        .enumerate()
+        .map(|(slot, (addr, _))| read_record(ep, layout, slot as u64, addr).expect("record"))
+        .collect()
+}
+
+/// Every leaf `record`'s chains link.
+fn chained_leaves(record: &leaf_store::ModelRecord) -> Vec<u64> {
+    (0..record.lt.len())
+        .flat_map(|leaf| record.chain_entries(leaf).expect("chain"))
+        .map(|e| e.leaf_num())
+        .collect()
+}
+
 /// Whether member `tag`'s client 1 has its unlink word set, and whether a leaf its box names is
 /// linked by a chain.
 fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
@@ -109,23 +130,10 @@ fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
     let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
     let table = leaf_store::members::MemberTable::new(&layout);
     let unlinking = ep.read_word(table.unlink_addr(tag, 1)).expect("read") != 0;
-    let mut linked = std::collections::HashSet::new();
-    for (slot, (addr, _)) in read_slot_table(&mut ep, &layout)
-        .expect("slot table")
-        .into_iter()
-        .enumerate()
-    {
-        let record = read_record(&mut ep, &layout, slot as u64, addr).expect("record");
-        for leaf in 0..record.lt.len() {
-            linked.extend(
-                record
-                    .chain_entries(leaf)
-                    .expect("chain")
-                    .iter()
-                    .map(|e| e.leaf_num()),
-            );
-        }
-    }
+    let linked: std::collections::HashSet<u64> = current_records(&mut ep, &layout)
+        .iter()
+        .flat_map(chained_leaves)
+        .collect();
     let boxed_and_linked = table
         .read_boxes(&mut ep, tag)
         .expect("boxes")
@@ -151,16 +159,9 @@ fn assert_no_leaf_leaked(worker: &Retrainer<SimEndpoint>, transport: &SimTranspo
     let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
     let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
     let mut owners: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
-    for (slot, (addr, _)) in read_slot_table(&mut ep, &layout)
-        .expect("slot table")
-        .into_iter()
-        .enumerate()
-    {
-        let record = read_record(&mut ep, &layout, slot as u64, addr).expect("record");
-        for leaf in 0..record.lt.len() {
-            for entry in record.chain_entries(leaf).expect("chain") {
-                owners.entry(entry.leaf_num()).or_default().push("linked");
-            }
+    for record in current_records(&mut ep, &layout) {
+        for leaf in chained_leaves(&record) {
+            owners.entry(leaf).or_default().push("linked");
         }
         for entry in &record.slt {
             if let Some(leaf) = entry.freed_leaf() {

@@ -286,8 +286,9 @@ impl MemberTable {
     }
 
     /// Renews `member`'s lease with one CAS and READs the retirement epoch behind it, in one
-    /// batch; returns the epoch (see [`Self::renew`] for the rest).
-    pub fn renew_and_read_epoch<E: Endpoint>(
+    /// batch; returns the epoch, and `member.lease` is the renewed lease.
+    /// [`MembershipError::Fenced`] if the lease is no longer this member's.
+    pub fn renew<E: Endpoint>(
         &self,
         ep: &mut E,
         member: &mut Membership,
@@ -450,30 +451,6 @@ impl MemberTable {
             ep.cas(self.connection_addr(member.tag, index), connection, 0)?;
         }
         Ok(())
-    }
-
-    /// Renews `member`'s lease with one CAS; on success `member.lease` is the renewed lease.
-    /// [`MembershipError::Fenced`] if the lease is no longer this member's.
-    pub fn renew<E: Endpoint>(
-        &self,
-        ep: &mut E,
-        member: &mut Membership,
-    ) -> Result<(), MembershipError> {
-        let renewed = member.lease.renewed();
-        let old = ep.cas(
-            self.lease_addr(member.tag),
-            member.lease.raw(),
-            renewed.raw(),
-        )?;
-        if old == member.lease.raw() {
-            member.lease = renewed;
-            Ok(())
-        } else {
-            Err(MembershipError::Fenced {
-                node: self.layout.node(),
-                tag: member.tag,
-            })
-        }
     }
 
     /// Leaves: frees the entry if it is still `member`'s (a clean shutdown; nothing is held).
