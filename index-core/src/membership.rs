@@ -40,6 +40,21 @@ use crate::view::ViewCell;
 pub(crate) const FIRST_EPOCH: u64 = 1;
 /// An idle client's entry in [`Members`]' active list.
 const IDLE: u64 = u64::MAX;
+
+/// One client's entry in the active list: the local epoch its running operation began in, or
+/// [`IDLE`]. Every operation writes it twice, so it has a cache line of its own (entries of
+/// different clients side by side would bounce one line between their threads), and the client
+/// holds its own handle on it (no shared reference count touched per operation).
+#[derive(Debug)]
+#[repr(align(128))]
+pub(crate) struct ActiveEpoch(AtomicU64);
+
+impl ActiveEpoch {
+    /// The operation has ended.
+    pub(crate) fn leave(&self) {
+        self.0.store(IDLE, Ordering::Release);
+    }
+}
 use leaf_store::members::{CONNECTIONS_PER_MEMBER, MemberTable, Membership, MembershipError};
 use rdma_transport::Endpoint;
 
@@ -64,7 +79,7 @@ pub(crate) struct Members {
     epoch: AtomicU64,
     /// Per client connection index: the local epoch its running operation began in, or
     /// [`IDLE`].
-    active: Vec<AtomicU64>,
+    active: Vec<Arc<ActiveEpoch>>,
     /// Every memory node's slot views (store key order), for the renewer to confirm.
     views: Vec<Arc<Vec<ViewCell>>>,
 }
@@ -94,7 +109,9 @@ impl Members {
 
     /// Gives a client's connection index back.
     pub(crate) fn release_index(&self, index: u64) {
-        self.leave(index);
+        if let Some(entry) = self.active.get(index as usize) {
+            entry.leave();
+        }
         let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = in_use.get_mut(index as usize) {
             *slot = false;
@@ -170,15 +187,18 @@ impl Members {
         }
     }
 
-    /// Registers client `index`'s operation as running; returns the local epoch it runs in.
-    pub(crate) fn enter(&self, index: u64) -> u64 {
-        let Some(slot) = self.active.get(index as usize) else {
-            return self.epoch.load(Ordering::SeqCst);
-        };
+    /// Client `index`'s entry in the active list (index 0, the renewer's, is never used).
+    pub(crate) fn active_entry(&self, index: u64) -> Arc<ActiveEpoch> {
+        Arc::clone(&self.active[(index as usize).min(self.active.len() - 1)])
+    }
+
+    /// Registers the operation of the client owning `entry` as running; returns the local epoch
+    /// it runs in.
+    pub(crate) fn enter(&self, entry: &ActiveEpoch) -> u64 {
         loop {
             let epoch = self.epoch.load(Ordering::SeqCst);
-            slot.store(epoch, Ordering::SeqCst);
-            // The renewer advances the epoch, then reads every slot: one of the two sees the
+            entry.0.store(epoch, Ordering::SeqCst);
+            // The renewer advances the epoch, then reads every entry: one of the two sees the
             // other (both sequentially consistent).
             if self.epoch.load(Ordering::SeqCst) == epoch {
                 return epoch;
@@ -186,19 +206,11 @@ impl Members {
         }
     }
 
-    /// Client `index`'s operation has ended (also when a client goes away: an operation that
-    /// panicked must not hold announcements back forever).
-    pub(crate) fn leave(&self, index: u64) {
-        if let Some(slot) = self.active.get(index as usize) {
-            slot.store(IDLE, Ordering::Release);
-        }
-    }
-
     /// Whether every running operation began in local epoch `epoch` or later.
     fn quiescent_since(&self, epoch: u64) -> bool {
         self.active
             .iter()
-            .all(|a| a.load(Ordering::SeqCst) >= epoch)
+            .all(|a| a.0.load(Ordering::SeqCst) >= epoch)
     }
 
     /// Stops renewing without leaving (a fault drill: the compute node looks dead to the memory
@@ -268,7 +280,7 @@ pub(crate) fn members(
         halted: AtomicBool::new(false),
         epoch: AtomicU64::new(FIRST_EPOCH),
         active: (0..CONNECTIONS_PER_MEMBER)
-            .map(|_| AtomicU64::new(IDLE))
+            .map(|_| Arc::new(ActiveEpoch(AtomicU64::new(IDLE))))
             .collect(),
         views,
     })

@@ -41,6 +41,8 @@ pub struct Client<E: Endpoint> {
     registered: Vec<u64>,
     /// The local epoch the running operation began in (see `crate::membership`).
     op_epoch: u64,
+    /// Its entry in the store's list of running operations.
+    active: Arc<crate::membership::ActiveEpoch>,
 }
 
 impl<E: Endpoint> Drop for Client<E> {
@@ -165,6 +167,7 @@ impl<E: Endpoint> Client<E> {
         registered: Vec<u64>,
     ) -> Self {
         let nodes = caches.nodes.len();
+        let active = caches.members.active_entry(connection_index);
         Self {
             ep,
             caches,
@@ -177,6 +180,7 @@ impl<E: Endpoint> Client<E> {
             connection_index,
             registered,
             op_epoch: crate::membership::FIRST_EPOCH,
+            active,
         }
     }
 
@@ -226,13 +230,10 @@ impl<E: Endpoint> Client<E> {
         if self.caches.members.is_fenced() {
             return Err(self.caches.members.fenced_error());
         }
-        self.op_epoch = self.caches.members.enter(self.connection_index);
+        self.op_epoch = self.caches.members.enter(&self.active);
         // Left on every path, a panic included (a client stuck "running" would hold every
         // memory node's reclamation back).
-        let running = Running {
-            members: Arc::clone(&self.caches.members),
-            index: self.connection_index,
-        };
+        let running = Running(Arc::clone(&self.active));
         let before = self.ep.stats();
         let result = op(self);
         drop(running);
@@ -283,14 +284,11 @@ impl<E: Endpoint> Client<E> {
 }
 
 /// An operation registered as running in its local epoch; leaves when dropped.
-struct Running {
-    members: Arc<crate::membership::Members>,
-    index: u64,
-}
+struct Running(Arc<crate::membership::ActiveEpoch>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.members.leave(self.index);
+        self.0.leave();
     }
 }
 
