@@ -38,8 +38,9 @@ pub enum IndexError {
         /// Why the memory node's retrainer put the slot off, if it says so.
         retrainer: Option<String>,
     },
-    /// The slot's record stayed frozen by a retraining through every backoff (is the memory
-    /// node's retrainer stalled?). Nothing was changed.
+    /// The slot's record stayed frozen by a retraining through every backoff, or the slot was
+    /// split and the new slot serving the key stayed unpublished (is the memory node's retrainer
+    /// stalled?). Nothing was changed.
     #[error("slot {slot} of memory node {node} stayed frozen by a retraining past the wait limit")]
     RetrainingTimeout {
         /// The memory node.

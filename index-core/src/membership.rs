@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use leaf_store::Layout;
 
-use crate::view::ViewCell;
+use crate::view::SlotCells;
 
 /// The local epoch a store starts in (views loaded at open are validated in it).
 pub(crate) const FIRST_EPOCH: u64 = 1;
@@ -81,7 +81,7 @@ pub(crate) struct Members {
     /// [`IDLE`].
     active: Vec<Arc<ActiveEpoch>>,
     /// Every memory node's slot views (store key order), for the renewer to confirm.
-    views: Vec<Arc<Vec<ViewCell>>>,
+    views: Vec<Arc<SlotCells>>,
 }
 
 impl Members {
@@ -267,7 +267,7 @@ fn joining_error(e: MembershipError) -> IndexError {
 /// and loaded its views.
 pub(crate) fn members(
     nodes: Vec<(MemberTable, Option<Membership>)>,
-    views: Vec<Arc<Vec<ViewCell>>>,
+    views: Vec<Arc<SlotCells>>,
 ) -> Arc<Members> {
     let mut in_use = vec![false; CONNECTIONS_PER_MEMBER as usize];
     in_use[0] = true;
@@ -423,12 +423,15 @@ fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) 
 
 /// READs the slot table of the node laid out by `layout` and raises to `epoch` the validation
 /// epoch of every view in `views` whose record the table names. Whether it could.
-fn confirm_views<E: Endpoint>(ep: &mut E, layout: &Layout, views: &[ViewCell], epoch: u64) -> bool {
+fn confirm_views<E: Endpoint>(ep: &mut E, layout: &Layout, views: &SlotCells, epoch: u64) -> bool {
     let Ok(table) = leaf_store::read_slot_table(ep, layout) else {
         return false;
     };
     let guard = crate::view::pin();
     for (cell, &(record, _)) in views.iter().zip(&table) {
+        let Some(cell) = cell.get() else {
+            continue;
+        };
         let view = cell.load(&guard);
         if view.record == record {
             view.validated.raise(epoch);
@@ -475,10 +478,18 @@ mod tests {
         let mut client = store.client().expect("client");
         assert_eq!(client.get(500), Ok(Some(500)));
         let caches = store.caches();
-        let slot = caches.nodes[0].top.slot_of(500);
+        let slot = caches.nodes[0]
+            .directory
+            .load(&crate::view::pin())
+            .slot_of(500);
         let validated = |caches: &super::super::store::Caches| {
             let guard = crate::view::pin();
-            caches.nodes[0].slots[slot].load(&guard).validated.get()
+            caches.nodes[0]
+                .cell(slot)
+                .expect("a used slot")
+                .load(&guard)
+                .validated
+                .get()
         };
         assert_eq!(validated(caches), super::FIRST_EPOCH);
         let plain = client.net_stats().batches;

@@ -4,12 +4,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use leaf_store::{Layout, read_record, read_slot_table};
-use learned_model::TopLevelIndex;
 use rdma_transport::{Endpoint, MemoryNodeInfo, Transport};
 
 use crate::locks::LockTable;
 use crate::membership::{self, Members};
-use crate::view::{SlotView, ViewCell};
+use crate::view::{Cell, Directory, SlotCells, SlotView, ViewCell};
 use crate::{Client, IndexError, StoreConfig};
 
 /// One memory node as a compute node caches it.
@@ -17,8 +16,10 @@ use crate::{Client, IndexError, StoreConfig};
 pub(crate) struct NodeCache {
     pub(crate) info: MemoryNodeInfo,
     pub(crate) layout: Layout,
-    pub(crate) top: TopLevelIndex,
-    pub(crate) slots: Arc<Vec<ViewCell>>,
+    /// Which slot serves a key (reloaded when a record's last key shows a newer slot).
+    pub(crate) directory: Cell<Directory>,
+    /// Views by slot id.
+    pub(crate) slots: Arc<SlotCells>,
     /// This compute node's member tag on the node: the owner its leaf locks carry (0: not
     /// joined).
     pub(crate) tag: u8,
@@ -53,6 +54,23 @@ impl Drop for Caches {
         {
             let _ = renewer.join();
         }
+    }
+}
+
+impl NodeCache {
+    /// Slot `slot`'s cell, if the slot has been used here.
+    pub(crate) fn cell(&self, slot: u64) -> Option<&ViewCell> {
+        self.slots.get(usize::try_from(slot).ok()?)?.get()
+    }
+
+    /// Slot `slot`'s cell, holding `view` if it had none (else `view` is dropped); `None` for a
+    /// slot beyond the table's capacity.
+    pub(crate) fn cell_or_install(&self, slot: u64, view: SlotView) -> Option<&ViewCell> {
+        Some(
+            self.slots
+                .get(usize::try_from(slot).ok()?)?
+                .get_or_init(|| ViewCell::new(view)),
+        )
     }
 }
 
@@ -234,19 +252,26 @@ where
             .nodes
             .iter()
             .map(|n| {
-                let top = 8 * n.top.len() as u64 + 48 * n.top.segment_count() as u64;
+                let top = n.directory.load(&guard).cache_bytes();
                 top + n
                     .slots
                     .iter()
+                    .filter_map(|c| c.get())
                     .map(|c| c.load(&guard).cache_bytes())
                     .sum::<u64>()
             })
             .sum()
     }
 
-    /// Model slots over all memory nodes.
+    /// Model slots over all memory nodes, as far as this compute node knows (retraining splits
+    /// slots; a compute node learns of new ones when it routes a key to them).
     pub fn slots(&self) -> u64 {
-        self.caches.nodes.iter().map(|n| n.slots.len() as u64).sum()
+        let guard = crate::view::pin();
+        self.caches
+            .nodes
+            .iter()
+            .map(|n| n.directory.load(&guard).count)
+            .sum()
     }
 }
 
@@ -257,22 +282,25 @@ fn open_node<E: Endpoint>(
     config: &StoreConfig,
 ) -> Result<NodeCache, IndexError> {
     let table = read_slot_table(ep, &layout)?;
-    let mut slots = Vec::with_capacity(table.len());
+    let slots: SlotCells = (0..layout.slot_capacity())
+        .map(|_| std::sync::OnceLock::new())
+        .collect();
     for (slot, &(addr, _)) in table.iter().enumerate() {
         let record = read_record(ep, &layout, slot as u64, addr)?;
-        slots.push(ViewCell::new(SlotView::from_record(
+        let view = SlotView::from_record(
             record,
             addr,
             config.cache_mode,
             crate::membership::FIRST_EPOCH,
-        )));
+        );
+        let _ = slots[slot].set(ViewCell::new(view));
     }
-    let top = TopLevelIndex::new(table.iter().map(|e| e.1).collect())
+    let directory = Directory::new(&table)
         .map_err(|e| IndexError::Config(format!("memory node {}: slot keys: {e}", info.id)))?;
     Ok(NodeCache {
         info,
         layout,
-        top,
+        directory: Cell::new(directory),
         slots: Arc::new(slots),
         tag: 0,
         members: leaf_store::members::MemberTable::new(&layout),

@@ -28,6 +28,9 @@ pub(crate) struct SlotView {
     /// The header word this view reflects; a read that sees another value refreshes the view.
     pub(crate) header: ModelHeader,
     pub(crate) first_key: u64,
+    /// The last key the record serves (inclusive): a larger key is served by a slot published
+    /// after this record's directory was read.
+    pub(crate) last_key: u64,
     pub(crate) model: LeafModel,
     /// Pivots mode only: the smallest key of each trained leaf at training time.
     pub(crate) pivots: Option<Vec<u64>>,
@@ -101,6 +104,7 @@ impl SlotView {
             layout,
             header: record.header,
             first_key: record.first_key,
+            last_key: record.last_key,
             model: record.model,
             pivots: (mode == CacheMode::Pivots).then_some(record.pivots),
             lt: CachedLt::Full(Vec::new()),
@@ -242,15 +246,15 @@ mod cell {
 
     use super::SlotView;
 
-    /// A pinned epoch: views loaded under it stay valid until it is dropped.
+    /// A pinned epoch: values loaded under it stay valid until it is dropped.
     pub(crate) struct Guard(crossbeam_epoch::Guard);
 
-    /// A view loaded under a guard.
-    pub(crate) struct ViewRef<'g>(&'g SlotView);
+    /// A value loaded under a guard.
+    pub(crate) struct ViewRef<'g, T = SlotView>(&'g T);
 
-    impl std::ops::Deref for ViewRef<'_> {
-        type Target = SlotView;
-        fn deref(&self) -> &SlotView {
+    impl<T> std::ops::Deref for ViewRef<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
             self.0
         }
     }
@@ -259,20 +263,21 @@ mod cell {
         Guard(crossbeam_epoch::pin())
     }
 
-    /// The current view of a slot, replaced atomically; old views are freed once no pinned
-    /// reader can still hold them (crossbeam-epoch).
+    /// The current value of a cached thing (a slot's view, a node's slot directory), replaced
+    /// atomically; old values are freed once no pinned reader can still hold them
+    /// (crossbeam-epoch).
     #[derive(Debug)]
-    pub(crate) struct ViewCell(Atomic<SlotView>);
+    pub(crate) struct Cell<T>(Atomic<T>);
 
-    impl ViewCell {
-        pub(crate) fn new(view: SlotView) -> Self {
-            Self(Atomic::new(view))
+    impl<T> Cell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(Atomic::new(value))
         }
 
-        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> ViewRef<'g> {
+        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> ViewRef<'g, T> {
             let shared = self.0.load(Ordering::Acquire, &guard.0);
-            // SAFETY: the cell is created non-null and only ever replaced by non-null views
-            // (`replace`), and a replaced view is destroyed through `defer_destroy`, i.e. only
+            // SAFETY: the cell is created non-null and only ever replaced by non-null values
+            // (`replace`), and a replaced value is destroyed through `defer_destroy`, i.e. only
             // after every guard pinned before the replacement — including `guard` — is dropped.
             // So the pointer is valid for the guard's lifetime `'g`.
             ViewRef(unsafe { shared.deref() })
@@ -280,7 +285,7 @@ mod cell {
 
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it
         /// first (then `new` is dropped and the caller reloads).
-        pub(crate) fn replace(&self, current: &SlotView, new: SlotView, guard: &Guard) -> bool {
+        pub(crate) fn replace(&self, current: &T, new: T, guard: &Guard) -> bool {
             let shared = self.0.load(Ordering::Acquire, &guard.0);
             if !std::ptr::eq(shared.as_raw(), current) {
                 return false;
@@ -304,10 +309,10 @@ mod cell {
         }
     }
 
-    impl Drop for ViewCell {
+    impl<T> Drop for Cell<T> {
         fn drop(&mut self) {
             // SAFETY: `drop` has exclusive access to the cell, so no other thread can load the
-            // view any more; every reader borrowed it under a guard tied to a `&self` borrow,
+            // value any more; every reader borrowed it under a guard tied to a `&self` borrow,
             // which cannot outlive this exclusive `&mut self`.
             let owned = unsafe { std::mem::replace(&mut self.0, Atomic::null()).into_owned() };
             drop(owned);
@@ -329,32 +334,32 @@ mod cell {
         Guard
     }
 
-    /// A view loaded under a guard.
-    pub(crate) struct ViewRef<'g>(Arc<SlotView>, std::marker::PhantomData<&'g ()>);
+    /// A value loaded under a guard.
+    pub(crate) struct ViewRef<'g, T = SlotView>(Arc<T>, std::marker::PhantomData<&'g ()>);
 
-    impl std::ops::Deref for ViewRef<'_> {
-        type Target = SlotView;
-        fn deref(&self) -> &SlotView {
+    impl<T> std::ops::Deref for ViewRef<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
             &self.0
         }
     }
 
     #[derive(Debug)]
-    pub(crate) struct ViewCell(Mutex<Arc<SlotView>>);
+    pub(crate) struct Cell<T>(Mutex<Arc<T>>);
 
-    impl ViewCell {
-        pub(crate) fn new(view: SlotView) -> Self {
-            Self(Mutex::new(Arc::new(view)))
+    impl<T> Cell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(Mutex::new(Arc::new(value)))
         }
 
-        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> ViewRef<'g> {
+        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> ViewRef<'g, T> {
             ViewRef(
                 Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner())),
                 std::marker::PhantomData,
             )
         }
 
-        pub(crate) fn replace(&self, current: &SlotView, new: SlotView, _guard: &Guard) -> bool {
+        pub(crate) fn replace(&self, current: &T, new: T, _guard: &Guard) -> bool {
             let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if !std::ptr::eq(Arc::as_ptr(&slot), current) {
                 return false;
@@ -365,4 +370,58 @@ mod cell {
     }
 }
 
-pub(crate) use cell::{Guard, ViewCell, ViewRef, pin};
+pub(crate) use cell::{Cell, Guard, ViewRef, pin};
+
+/// The cell holding a slot's view.
+pub(crate) type ViewCell = Cell<SlotView>;
+
+/// One memory node's slot directory as a compute node caches it: which slot serves a key. Slot
+/// first keys never change and retraining only appends slots (splitting one), so a directory
+/// older than the pool routes every key to a slot whose range starts at or below it; the
+/// record's last key tells the compute node when a newer slot serves the key (see
+/// `Client::route`).
+#[derive(Debug)]
+pub(crate) struct Directory {
+    top: learned_model::TopLevelIndex,
+    /// The slot id of each rank (slots in first-key order).
+    ids: Vec<u64>,
+    /// Slots published when it was read.
+    pub(crate) count: u64,
+}
+
+impl Directory {
+    /// The directory of a slot table (by slot id: record address, first key).
+    pub(crate) fn new(table: &[(RemoteAddr, u64)]) -> Result<Self, learned_model::TrainError> {
+        let mut order: Vec<(u64, u64)> = table
+            .iter()
+            .enumerate()
+            .map(|(slot, &(_, first))| (first, slot as u64))
+            .collect();
+        order.sort_unstable();
+        Ok(Self {
+            top: learned_model::TopLevelIndex::new(order.iter().map(|o| o.0).collect())?,
+            ids: order.iter().map(|o| o.1).collect(),
+            count: table.len() as u64,
+        })
+    }
+
+    /// The slot serving `key` as far as this directory knows.
+    pub(crate) fn slot_of(&self, key: u64) -> u64 {
+        self.ids[self.top.slot_of(key)]
+    }
+
+    /// The smallest slot first key above `key`, if any.
+    pub(crate) fn next_first_after(&self, key: u64) -> Option<u64> {
+        let firsts = self.top.first_keys();
+        firsts.get(firsts.partition_point(|&f| f <= key)).copied()
+    }
+
+    /// Bytes it takes to cache (first keys, slot ids, top-level segments).
+    pub(crate) fn cache_bytes(&self) -> u64 {
+        16 * self.ids.len() as u64 + 48 * self.top.segment_count() as u64
+    }
+}
+
+/// A node's slot views by slot id, as many as its slot table can hold; a slot's cell is filled
+/// when the slot is first used.
+pub(crate) type SlotCells = Vec<std::sync::OnceLock<ViewCell>>;

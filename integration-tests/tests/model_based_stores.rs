@@ -168,7 +168,7 @@ fn run(case: &Case, mode: CacheMode) -> Result<(), String> {
                     return Err(at(format!("got {got:?}, oracle {expected:?}")));
                 }
             }
-            Op::Retrain(s) => match worker.retrain_slot(s % layout.slots()) {
+            Op::Retrain(s) => match worker.retrain_slot(s % layout.loaded_slots()) {
                 Ok(_) | Err(RetrainError::ModelRegionFull { .. }) => {}
                 Err(e) => return Err(at(e.to_string())),
             },

@@ -88,6 +88,11 @@ fn verbs_of_one_retraining() -> u64 {
     let report = worker.retrain_next().expect("retrain").expect("slot 0");
     assert_eq!(report.slot, 0);
     assert!(report.synonyms_absorbed > 0, "slot 0 had synonym leaves");
+    assert_eq!(
+        report.split_into,
+        Some(p.layout.loaded_slots()),
+        "slot 0 outgrew the split bound: its upper half is the next slot"
+    );
     worker.endpoint_mut().stats().verbs() - before
 }
 
@@ -96,6 +101,7 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
     let total = verbs_of_one_retraining();
     assert!(total > 10, "{total} verbs");
     let (mut unfrozen, mut retired, mut requeued, mut unreferenced) = (0, 0, 0, 0);
+    let mut published = 0;
     for crash_after in 0..total {
         let mut p = pool();
         let node = p.transport.memory_nodes()[0];
@@ -119,6 +125,7 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
         retired += u64::from(recovery.retired.is_some());
         requeued += recovery.requeued;
         unreferenced += recovery.unreferenced_bytes;
+        published += u64::from(recovery.finished_split.is_some());
 
         let mut ep = p.transport.endpoint().expect("endpoint");
         let ring = RingLayout::new(p.layout);
@@ -127,6 +134,7 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
             Ok(0),
             "in-flight word cleared"
         );
+        assert_eq!(ep.read_word(ring.split_slot()), Ok(0), "split journal cleared");
         let header = header_of_slot(&mut ep, &p.layout, 0);
         assert!(
             !header.is_locked() && !header.is_retired(),
@@ -171,7 +179,7 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
         );
         // Every other slot is retrained too, into whatever space the recovery freed: were any
         // range handed out twice, two records would overlap and the reads or verify below fail.
-        for slot in 1..p.layout.slots() {
+        for slot in 1..p.layout.loaded_slots() {
             assert!(enqueue(&mut ep, &p.layout, slot).is_ok());
         }
         next.poll().expect("poll");
@@ -189,10 +197,10 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
         let report = verify(&mut ep, node).expect("verify");
         assert!(report.is_clean(), "crash after {crash_after}: {report}");
     }
-    // Each repair was needed somewhere along the way.
+    // Each repair was needed somewhere along the way, publishing a half-done split among them.
     assert!(
-        unfrozen > 0 && retired > 0 && requeued > 0 && unreferenced > 0,
-        "{unfrozen} {retired} {requeued} {unreferenced}"
+        unfrozen > 0 && retired > 0 && requeued > 0 && unreferenced > 0 && published > 0,
+        "{unfrozen} {retired} {requeued} {unreferenced} {published}"
     );
 }
 
@@ -207,7 +215,16 @@ fn eager() -> RetrainConfig {
 #[test]
 fn a_record_written_but_never_swapped_in_is_reused() {
     // The first crash point after which the pool holds a record no slot references: the
-    // pre-built record of slot 0, written beside the old one.
+    // pre-built record of slot 0, written beside the old one. Unsplit, so that the retraining
+    // after recovery writes one record of the same size.
+    let no_sweep = || RetrainConfig {
+        split_leaves: Some(u64::MAX),
+        ..no_sweep()
+    };
+    let eager = || RetrainConfig {
+        split_leaves: Some(u64::MAX),
+        ..eager()
+    };
     let total = verbs_of_one_retraining();
     let (p, unreferenced) = (0..total)
         .find_map(|crash_after| {
@@ -305,7 +322,7 @@ fn an_entry_of_an_earlier_lap_is_not_taken_for_an_unwritten_position() {
         ring_capacity: Some(4),
         ..tiny()
     });
-    assert_eq!(p.layout.slots(), 4);
+    assert_eq!(p.layout.loaded_slots(), 4);
     let node = p.transport.memory_nodes()[0];
     let mut worker = Retrainer::new(p.transport.endpoint().expect("endpoint"), node, no_sweep())
         .expect("worker");
@@ -352,8 +369,12 @@ fn a_starting_worker_requeues_exactly_the_queued_slots() {
         expected.sort_unstable();
         for consumed_by_a_dead_worker in [false, true] {
             let p = many_slots();
-            assert_eq!(p.layout.slots(), 75);
-            assert_eq!(p.layout.superblock().ring_capacity, 75);
+            assert_eq!(p.layout.loaded_slots(), 75);
+            assert_eq!(
+                p.layout.superblock().ring_capacity,
+                p.layout.slot_capacity(),
+                "a ring entry for every slot the table can hold"
+            );
             let node = p.transport.memory_nodes()[0];
             let mut ep = p.transport.endpoint().expect("endpoint");
             for &slot in &queued {

@@ -41,7 +41,7 @@ fn settled(transport: &SimTransport, layout: &leaf_store::Layout) -> bool {
     let mut ep = transport.endpoint().expect("endpoint");
     let head = ep.read_word(ring.head()).expect("read");
     let tail = ep.read_word(ring.tail()).expect("read");
-    let unqueued = (0..layout.slots())
+    let unqueued = (0..layout.slot_capacity())
         .step_by(64)
         .all(|s| ep.read_word(ring.queued_bit(s).0).expect("read") == 0);
     let compact = leaf_store::read_slot_table(&mut ep, layout)

@@ -32,8 +32,8 @@ pub struct BulkLoadConfig {
     /// (default 2, at least 2): room for retrained records beside the ones they replace, as the
     /// data grows into the leaf region.
     pub model_region_factor: u64,
-    /// Retraining-ring entries; `None` (default) gives one per slot (at least 64). A smaller ring
-    /// than the number of slots is refused: each pending slot may hold an entry.
+    /// Retraining-ring entries; `None` (default) gives one per slot the slot table can hold (at
+    /// least 64). A smaller ring than that is refused: each pending slot may hold an entry.
     pub ring_capacity: Option<u64>,
     /// This memory node's index among `node_count` range-partitioned nodes (default 0 of 1).
     pub node_index: u64,
@@ -135,8 +135,27 @@ impl BulkLoadConfig {
 
 /// Model-region bytes reserved (per copy: see `model_region_factor`) for each leaf the leaf region
 /// holds beyond the bulk-loaded ones: once retrained, a grown leaf is a trained leaf of some record,
-/// with an LT entry and a pivot (16 bytes), plus its share of segments and slack.
+/// with an LT entry and a pivot (16 bytes), plus its share of segments and slack. Slot splits add
+/// a record per `slot_leaves` grown leaves or more; [`grown_leaf_model_bytes`] adds its share.
 pub const MODEL_BYTES_PER_GROWN_LEAF: u64 = 24;
+
+/// Model-region bytes reserved per copy for each grown leaf: [`MODEL_BYTES_PER_GROWN_LEAF`] plus
+/// the share of one new record (fixed part, a model, 256 SLT entries) per `slot_leaves` leaves —
+/// a split record holds more than `slot_leaves` trained leaves in each half.
+pub fn grown_leaf_model_bytes(slot_leaves: u64) -> u64 {
+    MODEL_BYTES_PER_GROWN_LEAF
+        + (RECORD_FIXED_BYTES + 64 + 8 * SLT_SLOTS as u64).div_ceil(slot_leaves.max(1))
+}
+
+/// Slot-table capacity for a pool loaded with `slots` slots whose leaf region can hold at most
+/// `max_leaves` leaves: every split takes more than `slot_leaves` new leaves to happen, so the
+/// slots can never outnumber this.
+pub fn slot_capacity_for(slots: u64, max_leaves: u64, slot_leaves: u64) -> u64 {
+    slots
+        .saturating_add(max_leaves / slot_leaves.max(1))
+        .saturating_add(1)
+        .min(crate::RingEntry::MAX_SLOT + 1)
+}
 
 /// Bytes a pool needs for `keys` keys under `config` plus `spare_leaves` free leaves for inserts
 /// (or `config.leaf_capacity` leaves, if that is larger),
@@ -150,16 +169,23 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64
     let segments = 2 * slots + keys / 32;
     let records =
         slots * (RECORD_FIXED_BYTES + 64 + 8 * SLT_SLOTS as u64) + 16 * leaves + 48 * segments;
-    let ring = config.ring_capacity.unwrap_or(slots.max(64));
     let capacity = (leaves + spare_leaves).max(config.leaf_capacity.unwrap_or(0));
+    let slot_capacity = slot_capacity_for(slots, capacity, config.slot_leaves);
+    let slot_capacity = config
+        .ring_capacity
+        .map_or(slot_capacity, |ring| slot_capacity.min(ring))
+        .max(slots);
+    let ring = config.ring_capacity.unwrap_or(slot_capacity.max(64));
     let grown = capacity - leaves;
     SUPERBLOCK_BYTES
-        + 16 * slots
-        + RingLayout::bytes(ring, slots)
+        + 16 * (slot_capacity + 1)
+        + RingLayout::bytes(ring, slot_capacity)
         + crate::members::MEMBERS_BYTES
         + 16
         + records.saturating_mul(config.model_region_factor.max(1))
-        + grown.saturating_mul(config.model_region_factor.max(1) * MODEL_BYTES_PER_GROWN_LEAF)
+        + grown.saturating_mul(
+            config.model_region_factor.max(1) * grown_leaf_model_bytes(config.slot_leaves),
+        )
         + 16
         + 8
         + capacity.saturating_mul(leaf_bytes(config.delta))
@@ -236,7 +262,48 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         .collect();
     let record_bytes: u64 = record_sizes.iter().sum();
     let segments: u64 = models.iter().map(|m| m.segments().len() as u64).sum();
-    let ring_capacity = config.ring_capacity.unwrap_or(slots.max(64));
+    let leaf_size = leaf_bytes(config.delta);
+    let loaded_models =
+        (16 + record_bytes.saturating_mul(config.model_region_factor)).next_multiple_of(8);
+    let per_grown_leaf = config
+        .model_region_factor
+        .saturating_mul(grown_leaf_model_bytes(config.slot_leaves));
+    // The ring holds an entry per pending slot: an explicit ring capacity caps the slot table.
+    let ring_for = |slot_capacity: u64| config.ring_capacity.unwrap_or(slot_capacity.max(64));
+    let cap_slots = |slot_capacity: u64| {
+        config
+            .ring_capacity
+            .map_or(slot_capacity, |ring| slot_capacity.min(ring))
+            .max(slots)
+    };
+    // The most leaves such that the leaves and the model space they may need both fit, with a
+    // slot table of `slot_capacity` slots.
+    let leaves_fitting = |slot_capacity: u64| {
+        config.leaf_capacity.unwrap_or_else(|| {
+            let fixed = SUPERBLOCK_BYTES
+                .saturating_add(16 * (slot_capacity + 1))
+                .saturating_add(RingLayout::bytes(ring_for(slot_capacity), slot_capacity))
+                .saturating_add(crate::members::MEMBERS_BYTES)
+                .saturating_add(loaded_models)
+                .saturating_add(16 + 8);
+            let room = node.region_len.saturating_sub(fixed);
+            room.saturating_add(per_grown_leaf.saturating_mul(trained_leaves))
+                / (leaf_size + per_grown_leaf)
+        })
+    };
+    // Room for every slot the leaf region could ever need (splits publish new slots): sized
+    // first for a region of nothing but leaves, then for the leaves that leaves room for.
+    let first_guess = cap_slots(slot_capacity_for(
+        slots,
+        (node.region_len / leaf_size).max(trained_leaves),
+        config.slot_leaves,
+    ));
+    let slot_capacity = cap_slots(slot_capacity_for(
+        slots,
+        leaves_fitting(first_guess).max(trained_leaves),
+        config.slot_leaves,
+    ));
+    let ring_capacity = ring_for(slot_capacity);
     if ring_capacity < slots.max(1) {
         // Every pending slot holds one entry: a smaller ring could overflow and lose queued
         // slots, and `verify` would report the ring broken.
@@ -245,27 +312,14 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         )));
     }
     let slot_table_offset = SUPERBLOCK_BYTES;
-    let ring_offset = slot_table_offset + 16 * slots;
-    let members_offset = ring_offset + RingLayout::bytes(ring_capacity, slots);
+    let ring_offset = slot_table_offset + 16 * (slot_capacity + 1);
+    let members_offset = ring_offset + RingLayout::bytes(ring_capacity, slot_capacity);
     let model_region_offset = members_offset + crate::members::MEMBERS_BYTES;
     // The model region follows the leaf region's capacity: every leaf beyond the loaded ones may
-    // become a trained leaf of some record after retraining (its LT entry and pivot), and shadow
-    // redirection keeps old and new records side by side (the factor).
-    let loaded_models =
-        (16 + record_bytes.saturating_mul(config.model_region_factor)).next_multiple_of(8);
-    let per_grown_leaf = config
-        .model_region_factor
-        .saturating_mul(MODEL_BYTES_PER_GROWN_LEAF);
-    let leaf_size = leaf_bytes(config.delta);
-    let leaf_capacity = config.leaf_capacity.unwrap_or_else(|| {
-        // The most leaves such that the leaves and the model space they may need both fit.
-        let fixed = model_region_offset
-            .saturating_add(loaded_models)
-            .saturating_add(16 + 8);
-        let room = node.region_len.saturating_sub(fixed);
-        room.saturating_add(per_grown_leaf.saturating_mul(trained_leaves))
-            / (leaf_size + per_grown_leaf)
-    });
+    // become a trained leaf of some record after retraining (its LT entry and pivot, and its
+    // share of a split's new record), and shadow redirection keeps old and new records side by
+    // side (the factor).
+    let leaf_capacity = leaves_fitting(slot_capacity);
     let model_region_bytes = loaded_models
         .saturating_add(per_grown_leaf.saturating_mul(leaf_capacity.saturating_sub(trained_leaves)))
         .next_multiple_of(8);
@@ -309,7 +363,8 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         trained_leaves,
         record_bytes_loaded: record_bytes,
         members_offset,
-        reserved: [0; 7],
+        slot_capacity,
+        reserved: [0; 6],
         checksum: 0,
     }
     .sealed();
@@ -322,7 +377,9 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     drop(pairs);
     progress(Phase::WriteRecords, 0, slots);
     let records_start = model_region_offset + 16;
-    let mut slot_table = Vec::with_capacity(16 * slots as usize);
+    let mut slot_table = Vec::with_capacity(16 * (slots as usize + 1));
+    slot_table.extend_from_slice(&slots.to_le_bytes());
+    slot_table.extend_from_slice(&0u64.to_le_bytes());
     let mut buffer = Vec::new();
     let mut buffer_start = records_start;
     let mut offset = records_start;
@@ -334,6 +391,9 @@ pub fn bulk_load_with_progress<E: Endpoint>(
             header: ModelHeader::new(0),
             slot,
             first_key: if slot == 0 { lo } else { slot_first },
+            last_key: keys
+                .get(((slot + 1) * config.slot_leaves * config.fill) as usize)
+                .map_or(hi, |next| next - 1),
             pivots: keys[(first_leaf * config.fill) as usize..]
                 .chunks(fill)
                 .take(model.leaves() as usize)
@@ -363,7 +423,7 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     region_header.extend_from_slice(&(model_region_offset + model_region_bytes).to_le_bytes());
     ep.write(layout.model_region_addr(), &region_header)?;
     write_chunked(ep, &layout, slot_table_offset, &slot_table)?;
-    let mut ring = vec![0u8; RingLayout::bytes(ring_capacity, slots) as usize];
+    let mut ring = vec![0u8; RingLayout::bytes(ring_capacity, slot_capacity) as usize];
     ring[16..24].copy_from_slice(&ring_capacity.to_le_bytes());
     write_chunked(ep, &layout, ring_offset, &ring)?;
     // No member yet: a pool loaded over an old one must not inherit its leases.

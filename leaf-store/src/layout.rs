@@ -8,7 +8,7 @@ use crate::{LeafStoreError, leaf_bytes};
 /// `"ROLEXPL1"`: the first word of every pool.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
 /// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 3;
+pub const LAYOUT_VERSION: u64 = 4;
 /// Size of the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 256;
 
@@ -23,11 +23,13 @@ pub const SUPERBLOCK_BYTES: u64 = 256;
 ///       4 fill (bulk load)      12 leaf_capacity (leaves)      20 keys at bulk load
 ///       5 slot_leaves           13 leaf_bytes                  21 trained leaves at bulk load
 ///       6 node_id               14 slot_table_offset           22 model records' bytes at bulk load
-///       7 node_count            15 slots                       23 members_offset (v3)
+///       7 node_count            15 slots (at bulk load)        23 members_offset (v3)
+///                                                              24 slot_capacity (v4)
 /// ```
 ///
-/// Regions, in address order: superblock, slot table (`slots` × 16 bytes: record address, first
-/// key), retraining ring, membership table ([`crate::members`], v3), model region (`[next_free][end]` then records), leaf region
+/// Regions, in address order: superblock, slot table (v4: a slot count word and a reserved word,
+/// then `slot_capacity` × 16 bytes: record address, first key; retraining splits slots and
+/// publishes new ones at the end, see [`Layout::slot_count_addr`]), retraining ring, membership table ([`crate::members`], v3), model region (`[next_free][end]` then records), leaf region
 /// (`[alloc_num][capacity]` then `leaf_capacity` leaves). `checksum` is XXH3-64 of words 0..31.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq)]
@@ -57,7 +59,8 @@ pub struct Superblock {
     pub trained_leaves: u64,
     pub record_bytes_loaded: u64,
     pub members_offset: u64,
-    pub reserved: [u64; 7],
+    pub slot_capacity: u64,
+    pub reserved: [u64; 6],
     pub checksum: u64,
 }
 
@@ -111,7 +114,9 @@ impl Superblock {
         if sb.leaf_bytes != leaf_bytes(sb.delta)
             || sb.key_lo > sb.key_hi
             || sb.slots == 0
-            || sb.slots > crate::RingEntry::MAX_SLOT + 1
+            || sb.slot_capacity < sb.slots
+            || sb.slot_capacity > crate::RingEntry::MAX_SLOT + 1
+            || sb.ring_capacity < sb.slot_capacity
         {
             return Err(LeafStoreError::CorruptSuperblock(
                 "inconsistent leaf size, key range or slots",
@@ -123,12 +128,13 @@ impl Superblock {
             .and_then(|b| b.checked_add(16 + sb.leaf_region_offset));
         let ring_end = sb
             .ring_capacity
-            .checked_add(4)
-            .and_then(|w| w.checked_add(sb.slots.div_ceil(64)));
+            .checked_add(crate::RingLayout::HEADER_WORDS)
+            .and_then(|w| w.checked_add(sb.slot_capacity.div_ceil(64)));
         let ordered = sb.slot_table_offset >= SUPERBLOCK_BYTES
             && sb
-                .slots
-                .checked_mul(16)
+                .slot_capacity
+                .checked_add(1)
+                .and_then(|s| s.checked_mul(16))
                 .and_then(|b| b.checked_add(sb.slot_table_offset))
                 .is_some_and(|e| e <= sb.ring_offset)
             && ring_end
@@ -219,9 +225,15 @@ impl Layout {
         self.sb.leaf_bytes
     }
 
-    /// Number of model slots.
-    pub fn slots(&self) -> u64 {
+    /// Model slots at bulk load. Retraining splits slots, so a pool may hold more: the slot
+    /// count word ([`Layout::slot_count_addr`]) says how many now.
+    pub fn loaded_slots(&self) -> u64 {
         self.sb.slots
+    }
+
+    /// The most slots the slot table holds: every slot id is below it.
+    pub fn slot_capacity(&self) -> u64 {
+        self.sb.slot_capacity
     }
 
     /// Leaves the leaf region holds.
@@ -250,10 +262,17 @@ impl Layout {
         self.at(self.sb.leaf_region_offset + 16 + leaf_num.saturating_mul(self.sb.leaf_bytes))
     }
 
+    /// The slot count word: slots `0..count` are published. Only the memory node's retrainer
+    /// raises it, after writing the new slot's entry, so a compute node that READs the count and
+    /// then the entries below it never sees an unwritten entry.
+    pub fn slot_count_addr(&self) -> RemoteAddr {
+        self.at(self.sb.slot_table_offset)
+    }
+
     /// Address of slot `slot`'s entry in the slot table: the record address word, then the
-    /// slot's first key.
+    /// slot's first key (which never changes once published).
     pub fn slot_entry_addr(&self, slot: u64) -> RemoteAddr {
-        self.at(self.sb.slot_table_offset + 16 * slot)
+        self.at(self.sb.slot_table_offset + 16 + 16 * slot)
     }
 
     /// The model region's `[next_free][end]` header.

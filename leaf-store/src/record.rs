@@ -12,8 +12,10 @@ use crate::{LeafTableEntry, ModelHeader, SLT_SLOTS, le_word};
 /// word 2  the slot's first key (its owned range starts here)
 /// word 3  trained leaves n
 /// word 4  model bytes m (a multiple of 8)
-/// word 5  checksum: XXH3-64 of words 1..5, the model and the pivots (the immutable part)
-/// word 6, 7  reserved (0)
+/// word 5  checksum: XXH3-64 of words 1..5 and 6, the model and the pivots (the immutable part)
+/// word 6  the slot's last key (v4; inclusive): the record serves [first key, last key]; a
+///         compute node routed here for a larger key knows its slot directory is stale
+/// word 7  reserved (0)
 /// 64                model: `learned_model::LeafModel` encoding (m bytes, itself checksummed)
 /// 64 + m            pivots: n words, the smallest key of each trained leaf at training time
 /// 64 + m + 8n       LT: n entries (LeafTableEntry; CASed by compute nodes to lock and link)
@@ -69,6 +71,9 @@ pub struct ModelRecord {
     pub slot: u64,
     /// The slot's first key.
     pub first_key: u64,
+    /// The last key the record serves (inclusive): the next slot's first key minus one, or the
+    /// node's last key. A split lowers it; nothing raises it.
+    pub last_key: u64,
     /// The model over the trained leaves.
     pub model: LeafModel,
     /// Smallest key of each trained leaf at training time.
@@ -82,6 +87,7 @@ pub struct ModelRecord {
 fn checksum(fixed: &[u8], model: &[u8], pivots: &[u8]) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     h.update(&fixed[8..40]);
+    h.update(&fixed[48..56]);
     h.update(model);
     h.update(pivots);
     h.digest()
@@ -109,7 +115,7 @@ impl ModelRecord {
             n as u64,
             model.len() as u64,
             0,
-            0,
+            self.last_key,
             0,
         ] {
             out.extend_from_slice(&w.to_le_bytes());
@@ -216,6 +222,7 @@ impl ModelRecord {
             header: ModelHeader::from_raw(le_word(fixed, 0)),
             slot: le_word(fixed, 1),
             first_key: le_word(fixed, 2),
+            last_key: le_word(fixed, 6),
             model,
             pivots: words(pivot_bytes),
             lt: lt.to_vec(),
@@ -237,6 +244,7 @@ mod tests {
             header: ModelHeader::new(3).with_slot_use(2),
             slot: 9,
             first_key: 5,
+            last_key: 1 << 40,
             model,
             pivots: keys.chunks(3).map(|c| c[0]).collect(),
             lt: (0..leaves)
@@ -306,7 +314,7 @@ mod tests {
         let bytes = r.encode();
         let layout = r.layout();
         let params = r.model.params();
-        for offset in [8, 16, 70, layout.pivots() as usize + 3] {
+        for offset in [8, 16, 50, 70, layout.pivots() as usize + 3] {
             let mut bad = bytes.clone();
             bad[offset] ^= 0x10;
             assert!(

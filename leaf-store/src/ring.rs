@@ -3,10 +3,12 @@
 //! ```text
 //! word 0 head (next entry the memory node consumes)      word 2 capacity (entries)
 //! word 1 tail (next entry a compute node claims, by FAA)  word 3 in flight (see below)
-//! words 4 .. 4 + capacity          entries (RingEntry): the slot queued at a position, tagged
+//! word 4 split slot + 1 (v4; 0: none)                     word 5 split record (v4)
+//! word 6 split lower record (v4)                          word 7 reserved
+//! words 8 .. 8 + capacity          entries (RingEntry): the slot queued at a position, tagged
 //!                                  with the position's lap, so an entry from an earlier lap is
 //!                                  never mistaken for the current one (nothing is zeroed)
-//! then ceil(slots / 64) words      queued bitmap: bit (slot mod 64) of word (slot / 64) is set
+//! then ceil(slot capacity / 64)    queued bitmap: bit (slot mod 64) of word (slot / 64) is set
 //!                                  (by CAS) while the slot is queued, so no slot is queued twice
 //! ```
 //!
@@ -14,6 +16,12 @@
 //! retraining from just before the freeze until the old record is retired, else 0 — so a worker
 //! started after a crash knows which record may be left frozen or unretired. Pools written before
 //! it existed hold 0 there (the word was reserved and zero).
+//!
+//! The split words (layout v4) journal a slot split (see the retrainer): the new slot's id plus
+//! one, the packed address of its record, and the packed address of the record that replaces the
+//! old one in the split slot. They are written before the old record is retired and cleared once
+//! the split slot names its new record, so a worker started after a crash finishes a split whose
+//! new slot was already published.
 //!
 //! The protocols (enqueue with FAA + WRITE, priority, consumption, recovery) belong to the
 //! retrainer; this is only where the words are.
@@ -88,9 +96,12 @@ impl RingLayout {
         Self { layout }
     }
 
-    /// Ring bytes for `capacity` entries and `slots` slots.
-    pub fn bytes(capacity: u64, slots: u64) -> u64 {
-        8 * (4 + capacity + slots.div_ceil(64))
+    /// Words before the entries.
+    pub const HEADER_WORDS: u64 = 8;
+
+    /// Ring bytes for `capacity` entries and a slot table of `slot_capacity` slots.
+    pub fn bytes(capacity: u64, slot_capacity: u64) -> u64 {
+        8 * (Self::HEADER_WORDS + capacity + slot_capacity.div_ceil(64))
     }
 
     fn base(&self) -> u64 {
@@ -112,6 +123,21 @@ impl RingLayout {
         self.layout.at(self.base() + 24)
     }
 
+    /// The split journal's first word: the new slot's id plus one, or 0.
+    pub fn split_slot(&self) -> RemoteAddr {
+        self.layout.at(self.base() + 32)
+    }
+
+    /// The split journal's second word: the new slot's record, packed.
+    pub fn split_record(&self) -> RemoteAddr {
+        self.layout.at(self.base() + 40)
+    }
+
+    /// The split journal's third word: the split slot's new (lower) record, packed.
+    pub fn split_lower(&self) -> RemoteAddr {
+        self.layout.at(self.base() + 48)
+    }
+
     /// The capacity word.
     pub fn capacity_word(&self) -> RemoteAddr {
         self.layout.at(self.base() + 16)
@@ -119,10 +145,10 @@ impl RingLayout {
 
     /// The first entry; the `capacity` entries are contiguous from here.
     pub fn entries(&self) -> RemoteAddr {
-        self.layout.at(self.base() + 32)
+        self.layout.at(self.base() + 8 * Self::HEADER_WORDS)
     }
 
-    /// The first queued-bitmap word; the `ceil(slots / 64)` words are contiguous from here.
+    /// The first queued-bitmap word; the `ceil(slot capacity / 64)` words are contiguous from here.
     pub fn bitmap(&self) -> RemoteAddr {
         self.queued_bit(0).0
     }
@@ -130,7 +156,8 @@ impl RingLayout {
     /// Entry for ring position `position` (taken modulo the capacity).
     pub fn entry(&self, position: u64) -> RemoteAddr {
         let capacity = self.layout.superblock().ring_capacity.max(1);
-        self.layout.at(self.base() + 32 + 8 * (position % capacity))
+        self.layout
+            .at(self.base() + 8 * Self::HEADER_WORDS + 8 * (position % capacity))
     }
 
     /// The bitmap word holding slot `slot`'s queued bit, and the bit.
@@ -138,7 +165,7 @@ impl RingLayout {
         let capacity = self.layout.superblock().ring_capacity;
         (
             self.layout
-                .at(self.base() + 32 + 8 * capacity + 8 * (slot / 64)),
+                .at(self.base() + 8 * Self::HEADER_WORDS + 8 * capacity + 8 * (slot / 64)),
             1 << (slot % 64),
         )
     }

@@ -220,24 +220,27 @@ pub fn verify<E: Endpoint>(
     }
 
     let table = read_slot_table(ep, &layout)?;
+    report.slots = table.len() as u64;
+    // Slot ids follow publication (splits append slots); their ranges follow the first keys.
+    let mut order: Vec<usize> = (0..table.len()).collect();
+    order.sort_by_key(|&slot| table[slot].1);
     if table.first().is_some_and(|&(_, k)| k != sb.key_lo) {
         problems.push(Problem::Table(
             "slot 0 does not start at the node's first key".into(),
         ));
     }
-    if table.windows(2).any(|w| w[0].1 >= w[1].1) {
-        problems.push(Problem::Table(
-            "slot first keys not strictly increasing".into(),
-        ));
+    if order.windows(2).any(|w| table[w[0]].1 == table[w[1]].1) {
+        problems.push(Problem::Table("two slots share a first key".into()));
     }
 
     let mut seen = vec![0u64; usize::try_from(alloc_num.min(capacity).div_ceil(64)).unwrap_or(0)];
-    for (slot, &(record_addr, first_key)) in table.iter().enumerate() {
+    for (rank, &slot) in order.iter().enumerate() {
+        let (record_addr, first_key) = table[slot];
         let slot = slot as u64;
         // Keys of this slot lie in [first_key, upper]; `upper` inclusive.
-        let upper = table
-            .get(slot as usize + 1)
-            .map_or(sb.key_hi, |&(_, next)| next.saturating_sub(1));
+        let upper = order
+            .get(rank + 1)
+            .map_or(sb.key_hi, |&next| table[next].1.saturating_sub(1));
         let record = match read_record(ep, &layout, slot, record_addr) {
             Ok(r) => r,
             Err(LeafStoreError::Transport(e)) => return Err(e.into()),
@@ -266,6 +269,15 @@ pub fn verify<E: Endpoint>(
             problems.push(Problem::Record {
                 slot,
                 reason: "first key differs from the slot table's".into(),
+            });
+        }
+        if record.last_key != upper {
+            problems.push(Problem::Record {
+                slot,
+                reason: format!(
+                    "last key {} differs from the next slot's first key minus one ({upper})",
+                    record.last_key
+                ),
             });
         }
         let n = record.lt.len();
@@ -369,6 +381,12 @@ pub fn verify<E: Endpoint>(
         problems.push(Problem::Ring(format!(
             "head {head}, tail {tail}, capacity {ring_capacity}"
         )));
+    }
+    if ep.read_word(ring.split_slot())? != 0 {
+        problems.push(Problem::Ring(
+            "a slot split is journaled but not published (a starting retrainer publishes it)"
+                .into(),
+        ));
     }
     let in_flight = ep.read_word(ring.in_flight())?;
     if in_flight != 0 {

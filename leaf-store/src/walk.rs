@@ -10,12 +10,23 @@ use crate::{
 /// How many times a torn leaf is re-read before giving up.
 pub const TORN_READ_RETRIES: usize = 64;
 
-/// Reads the slot table: for each slot, its record's address and its first key.
+/// Reads the slot table: for each published slot, by slot id, its record's address and its
+/// first key. Two round trips: the count word, then the entries below it (see
+/// [`Layout::slot_count_addr`]). Slot ids follow publication, not key order.
 pub fn read_slot_table<E: Endpoint>(
     ep: &mut E,
     layout: &Layout,
 ) -> Result<Vec<(RemoteAddr, u64)>, LeafStoreError> {
-    let slots = layout.slots();
+    let slots = ep.read_word(layout.slot_count_addr())?;
+    if slots == 0 || slots > layout.slot_capacity() {
+        return Err(LeafStoreError::CorruptRecord {
+            slot: slots,
+            reason: format!(
+                "slot count {slots} outside 1..={} (the slot table's capacity)",
+                layout.slot_capacity()
+            ),
+        });
+    }
     let mut out = Vec::with_capacity(usize::try_from(slots).unwrap_or(0));
     const CHUNK: u64 = 1 << 14;
     let mut buf = vec![0u8; 16 * CHUNK as usize];

@@ -23,8 +23,9 @@ const LT_WORD: u64 = 256 + 16 + 48 + 16;
 /// δ = 2; `alloc_num` starts at 1 (leaf 0 is "trained").
 fn pool() -> (Arc<SimTransport>, Layout) {
     let slot_table = 256;
-    let ring = slot_table + 16;
-    let members = ring + 8 * (4 + 1 + 1);
+    // Slot table: count word, reserved word, one entry.
+    let ring = slot_table + 32;
+    let members = ring + 8 * (leaf_store::RingLayout::HEADER_WORDS + 1 + 1);
     let model = members + leaf_store::members::MEMBERS_BYTES;
     let leaves = model + 32;
     let size = leaves + 16 + LEAVES * leaf_bytes(DELTA);
@@ -54,7 +55,8 @@ fn pool() -> (Arc<SimTransport>, Layout) {
         trained_leaves: 1,
         record_bytes_loaded: 0,
         members_offset: members,
-        reserved: [0; 7],
+        slot_capacity: 1,
+        reserved: [0; 6],
         checksum: 0,
     }
     .sealed();

@@ -18,7 +18,7 @@ struct Fixture {
 
 /// 2,000 keys (multiples of 1000), fill 4, 8 leaves per slot: many slots, room for more leaves.
 fn fixture(leaf_capacity: Option<u64>) -> Fixture {
-    let transport = SimTransport::anonymous(&[4 << 20]).expect("pool");
+    let transport = SimTransport::anonymous(&[8 << 20]).expect("pool");
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint().expect("endpoint");
     let config = BulkLoadConfig {

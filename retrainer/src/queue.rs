@@ -36,7 +36,7 @@ pub fn enqueue<E: Endpoint>(
     layout: &Layout,
     slot: u64,
 ) -> Result<Enqueued, LeafStoreError> {
-    if slot >= layout.slots() {
+    if slot >= layout.slot_capacity() {
         return Err(LeafStoreError::InvalidConfig(format!(
             "slot {slot} does not exist"
         )));
@@ -93,7 +93,7 @@ mod tests {
         let layout = bulk_load(&mut ep, node, pairs, &config)
             .expect("load")
             .layout;
-        assert!(layout.slots() > 70, "need slots on several bitmap words");
+        assert!(layout.slot_capacity() > 70, "need slots on several bitmap words");
         assert_eq!(enqueue(&mut ep, &layout, 3), Ok(Enqueued::At(0)));
         assert_eq!(enqueue(&mut ep, &layout, 3), Ok(Enqueued::AlreadyPending));
         assert_eq!(enqueue(&mut ep, &layout, 70), Ok(Enqueued::At(1)));
@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(entry.slot_at(1, capacity), Some(70));
         assert_eq!(entry.slot_at(1 + capacity, capacity), None);
         assert_eq!(ep.read_word(ring.tail()), Ok(3));
-        assert!(enqueue(&mut ep, &layout, layout.slots()).is_err());
+        assert!(enqueue(&mut ep, &layout, layout.slot_capacity()).is_err());
         assert!(
             leaf_store::verify(&mut ep, node)
                 .expect("verify")

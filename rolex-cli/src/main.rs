@@ -368,10 +368,12 @@ fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
     let leaves_used = rdma_transport::Endpoint::read_word(&mut ep, layout.alloc_num_addr())
         .map_err(|e| e.to_string())?
         .min(layout.leaf_capacity());
+    let slots = rdma_transport::Endpoint::read_word(&mut ep, layout.slot_count_addr())
+        .map_err(|e| e.to_string())?;
     println!(
         "ready: {} resumed: {} slots, {} leaves in use of {} ({} keys at bulk load)",
         args.pool.display(),
-        layout.slots(),
+        slots,
         leaves_used,
         layout.leaf_capacity(),
         layout.superblock().keys_loaded

@@ -33,6 +33,9 @@ pub struct Client<E: Endpoint> {
     /// This client's leaf box on each memory node (store key order), as last read.
     boxes: Vec<LeafBox>,
     enqueue_failures: u64,
+    /// Times a key routed past its record's last key made this client read the slot directory
+    /// again (slots split by retraining).
+    directory_reloads: u64,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
     /// The client's connection index in its store's memberships.
@@ -176,6 +179,7 @@ impl<E: Endpoint> Client<E> {
             spare_leaves: Vec::new(),
             boxes: vec![LeafBox::default(); nodes],
             enqueue_failures: 0,
+            directory_reloads: 0,
             retired_stats: Stats::default(),
             connection_index,
             registered,
@@ -209,6 +213,12 @@ impl<E: Endpoint> Client<E> {
     /// The client's endpoint (its counters; fault injection in tests).
     pub fn endpoint_mut(&mut self) -> &mut E {
         &mut self.ep
+    }
+
+    /// Times this client found a slot directory stale (a key past its record's last key: the
+    /// slot had been split) and read the slot table again.
+    pub fn directory_reloads(&self) -> u64 {
+        self.directory_reloads
     }
 
     /// The endpoint's raw counters.

@@ -47,25 +47,62 @@ impl<E: Endpoint> Client<E> {
     /// Whether data read through `views` (slot, record) before this call is complete although
     /// their headers showed them retired: the retrainer retires a record *before* it points the
     /// slot table at the new one, so while the table still names the record, no compute node can
-    /// have changed a chain through the new record. One batch of slot-table READs.
+    /// have changed a chain through the new record. A split also publishes a new slot before
+    /// the redirect, and compute nodes write through it at once: so the data is complete only if
+    /// no slot was published beyond the `known` ones of the directory the views were routed by
+    /// (the slot count is read here too). If one was, the node's directory is read again, and
+    /// every view counts as not current. One batch of slot-table READs (two more for a
+    /// directory).
     pub(super) fn still_current(
         &mut self,
-        layout: &Layout,
+        node: &NodeCache,
         views: &[(u64, RemoteAddr)],
+        known: u64,
+        guard: &Guard,
     ) -> Result<Vec<bool>, IndexError> {
-        let mut words = vec![0u8; 8 * views.len()];
+        let layout = &node.layout;
+        let mut words = vec![0u8; 8 * (views.len() + 1)];
+        let (entries, count) = words.split_at_mut(8 * views.len());
         let mut verbs: Vec<Verb<'_>> = views
             .iter()
-            .zip(words.chunks_exact_mut(8))
+            .zip(entries.chunks_exact_mut(8))
             .map(|(&(slot, _), chunk)| Verb::read(layout.slot_entry_addr(slot), chunk))
             .collect();
+        verbs.push(Verb::read(layout.slot_count_addr(), count));
         self.ep.batches(&mut verbs)?;
         drop(verbs);
+        if le_word(&words, views.len()) > known {
+            self.reload_directory(node, guard)?;
+            return Ok(vec![false; views.len()]);
+        }
         Ok(views
             .iter()
             .zip(words.chunks_exact(8))
             .map(|(&(_, record), w)| RemoteAddr::unpack(le_word(w, 0)) == record)
             .collect())
+    }
+
+    /// Reads the node's slot table and installs it as the node's directory if it holds more
+    /// slots than the cached one. Whether it did.
+    pub(super) fn reload_directory(
+        &mut self,
+        node: &NodeCache,
+        guard: &Guard,
+    ) -> Result<bool, IndexError> {
+        self.directory_reloads += 1;
+        let table = leaf_store::read_slot_table(&mut self.ep, &node.layout)?;
+        let cached = node.directory.load(guard);
+        if table.len() as u64 <= cached.count {
+            return Ok(false);
+        }
+        let fresh = crate::view::Directory::new(&table).map_err(|e| {
+            IndexError::Layout(LeafStoreError::CorruptRecord {
+                slot: table.len() as u64,
+                reason: format!("slot first keys: {e}"),
+            })
+        })?;
+        node.directory.replace(&cached, fresh, guard);
+        Ok(true)
     }
 
     /// Looks `key` up in the leaves last read by [`Self::read_batch`], without decoding them.
@@ -118,7 +155,9 @@ impl<E: Endpoint> Client<E> {
         guard: &Guard,
     ) -> Result<(), IndexError> {
         let fresh = self.fetch_view(node, stale)?;
-        node.slots[stale.slot as usize].replace(stale, fresh, guard);
+        if let Some(cell) = node.cell(stale.slot) {
+            cell.replace(stale, fresh, guard);
+        }
         Ok(())
     }
 
@@ -191,18 +230,76 @@ impl<E: Endpoint> Client<E> {
     pub(super) fn view<'g>(
         &mut self,
         node: &NodeCache,
-        slot: usize,
+        slot: u64,
         guard: &'g Guard,
     ) -> Result<crate::view::ViewRef<'g>, IndexError> {
         for _ in 0..16 {
-            let loaded = node.slots[slot].load(guard);
+            let Some(cell) = node.cell(slot) else {
+                // First use of a slot published since this compute node started.
+                let fresh = self.reload(node, slot)?;
+                if node.cell_or_install(slot, fresh).is_none() {
+                    return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
+                        slot,
+                        reason: "slot beyond the slot table's capacity".into(),
+                    }));
+                }
+                continue;
+            };
+            let loaded = cell.load(guard);
             if loaded.validated.get() >= self.op_epoch {
                 return Ok(loaded);
             }
-            let fresh = self.reload(node, slot as u64)?;
-            node.slots[slot].replace(&loaded, fresh, guard);
+            let fresh = self.reload(node, slot)?;
+            cell.replace(&loaded, fresh, guard);
         }
         Err(IndexError::TooManyRetries(16))
+    }
+
+    /// The view of the slot serving `key` (see [`Self::view`]), and the slot count of the
+    /// directory that routed it (for [`Self::still_current`]). Slots are split by retraining:
+    /// the cached directory may predate a split, and then the record it leads to ends below
+    /// `key` (records carry their last key). The directory is then read again (two round trips)
+    /// and the key routed again.
+    pub(super) fn route<'g>(
+        &mut self,
+        node: &NodeCache,
+        key: u64,
+        guard: &'g Guard,
+    ) -> Result<Routed<'g>, IndexError> {
+        let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
+        let attempts = self.caches.config.max_attempts;
+        for _ in 0..attempts {
+            let directory = node.directory.load(guard);
+            let slot = directory.slot_of(key);
+            let view = self.view(node, slot, guard)?;
+            if key <= view.last_key {
+                return Ok(Routed {
+                    view,
+                    known: directory.count,
+                });
+            }
+            drop(directory);
+            if !self.reload_directory(node, guard)? && !backoff.wait() {
+                // The slot table names no slot serving `key` beyond this one's records: only a
+                // split cut short could do that (the memory node publishes the new slot before
+                // redirecting the old one).
+                return Err(IndexError::RetrainingTimeout {
+                    node: node.info.id,
+                    slot,
+                });
+            }
+        }
+        Err(IndexError::TooManyRetries(attempts))
+    }
+
+    /// The last key `view`'s record serves as far as this compute node knows: its last key, or
+    /// one below the first key of a slot the node's directory places inside its range (an old
+    /// record whose split is published but not yet redirected: the new slot serves those keys).
+    fn served_end(&self, node: &NodeCache, view: &SlotView, guard: &Guard) -> u64 {
+        let directory = node.directory.load(guard);
+        directory
+            .next_first_after(view.first_key)
+            .map_or(view.last_key, |next| view.last_key.min(next - 1))
     }
 
     /// The chains a GET of `key` reads: the owner's (pivots mode) or every candidate's (lean).
@@ -223,11 +320,10 @@ impl<E: Endpoint> Client<E> {
     pub(super) fn get_inner(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
-        let slot = node.top.slot_of(key);
         let guard = pin();
         for _ in 0..caches.config.max_attempts {
-            let loaded = self.view(node, slot, &guard)?;
-            let view: &SlotView = &loaded;
+            let routed = self.route(node, key, &guard)?;
+            let view: &SlotView = &routed.view;
             let Some(leaves) = Self::chains_for(view, caches.config.cache_mode, key) else {
                 self.refresh(node, view, &guard)?;
                 continue;
@@ -240,7 +336,8 @@ impl<E: Endpoint> Client<E> {
                 #[cfg(loom)]
                 Freshness::Retired if !caches.config.confirm_retired => true,
                 Freshness::Retired => {
-                    self.still_current(&node.layout, &[(view.slot, view.record)])?[0]
+                    self.still_current(node, &[(view.slot, view.record)], routed.known, &guard)?
+                        [0]
                 }
             };
             if !valid {
@@ -308,7 +405,7 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             if !retired.is_empty() {
-                let current = self.still_current(&node.layout, &retired)?;
+                let current = self.still_current(node, &retired, round.known, &guard)?;
                 stale.extend(
                     retired
                         .iter()
@@ -318,7 +415,7 @@ impl<E: Endpoint> Client<E> {
                 );
             }
             for &s in &stale {
-                let loaded = self.view(node, s as usize, &guard)?;
+                let loaded = self.view(node, s, &guard)?;
                 self.refresh(node, &loaded, &guard)?;
             }
             let contents = if stale.is_empty() {
@@ -339,11 +436,18 @@ impl<E: Endpoint> Client<E> {
                 (Bound::ReadPivot, Some(&pivot)) => Some(pivot),
                 (Bound::ReadPivot, None) | (Bound::End, _) => None,
             };
-            for leaf_contents in &contents {
+            // A pivot read from an old record may lie past what that record still serves.
+            let bound = match (bound, round.limits.last()) {
+                (Some(b), Some(&limit)) => Some(b.min(limit.saturating_add(1))),
+                (bound, _) => bound,
+            };
+            for (leaf_contents, &limit) in contents.iter().zip(&round.limits) {
                 for &(k, v) in leaf_contents.entries() {
                     // Chains are sorted and follow each other in key order; a split in progress
-                    // can show a key twice, at adjacent places.
+                    // can show a key twice, at adjacent places. A leaf read through a record
+                    // gives only the keys that record serves.
                     if k >= from
+                        && k <= limit
                         && bound.is_none_or(|b| k < b)
                         && out.last().is_none_or(|&(last, _)| k > last)
                     {
@@ -379,6 +483,8 @@ impl<E: Endpoint> Client<E> {
         let mode = self.caches.config.cache_mode;
         let mut round = ScanRound {
             leaves: Vec::new(),
+            limits: Vec::new(),
+            known: u64::MAX,
             records: Vec::new(),
             bound: Bound::End,
             bound_word: None,
@@ -386,8 +492,10 @@ impl<E: Endpoint> Client<E> {
         // Each slot's view is loaded once and used for everything the round takes from that slot
         // (leaf indexes, chains, pivots, header): a sibling thread may replace the cell meanwhile,
         // and a leaf index of one record applied to another would skip or repeat chains.
-        let mut slot = node.top.slot_of(from);
-        let mut loaded = self.view(node, slot, guard)?;
+        let routed = self.route(node, from, guard)?;
+        round.known = routed.known;
+        let mut loaded = routed.view;
+        let mut end = self.served_end(node, &loaded, guard);
         let mut leaf = match loaded.owner(from) {
             Some(owner) => owner,
             None => loaded.model.owner_candidates(from).first,
@@ -399,19 +507,28 @@ impl<E: Endpoint> Client<E> {
         };
         loop {
             let view: &SlotView = &loaded;
-            if leaf >= view.leaves() {
-                // The slot ends here: its last chain owns keys up to the next slot's first key
-                // (slot first keys never change).
-                slot += 1;
-                if slot >= node.slots.len() {
+            if leaf >= view.leaves()
+                || view
+                    .pivots
+                    .as_ref()
+                    .is_some_and(|p| p.get(leaf as usize).is_some_and(|&p| p > end))
+            {
+                // The slot ends here: its last chain owns keys up to the record's last key (or,
+                // for an old record whose split is published, the new slot's first key minus
+                // one), and the slot serving the next key starts right after it.
+                let next = end.checked_add(1);
+                let Some(next) = next.filter(|&k| node_end.is_none_or(|end| k < end)) else {
                     round.bound = node_end.map_or(Bound::End, Bound::Key);
                     break;
-                }
-                loaded = self.view(node, slot, guard)?;
+                };
                 if round.leaves.len() >= want_leaves {
-                    round.bound = Bound::Key(loaded.first_key);
+                    round.bound = Bound::Key(next);
                     break;
                 }
+                let routed = self.route(node, next, guard)?;
+                round.known = round.known.min(routed.known);
+                loaded = routed.view;
+                end = self.served_end(node, &loaded, guard);
                 leaf = 0;
                 must_reach = 0;
                 continue;
@@ -432,18 +549,25 @@ impl<E: Endpoint> Client<E> {
                 self.refresh(node, view, guard)?;
                 return Ok(None);
             };
-            if round.records.last().is_none_or(|r| r.slot != slot as u64) {
+            if round.records.last().is_none_or(|r| r.slot != view.slot) {
                 round.records.push(RoundRecord {
-                    slot: slot as u64,
+                    slot: view.slot,
                     header: view.header,
                     record: view.record,
                 });
             }
+            round.limits.extend(std::iter::repeat_n(end, chain.len()));
             round.leaves.extend(chain);
             leaf += 1;
         }
         Ok(Some(round))
     }
+}
+
+/// A routed view and the slot count of the directory that routed it.
+pub(super) struct Routed<'g> {
+    pub(super) view: crate::view::ViewRef<'g>,
+    pub(super) known: u64,
 }
 
 /// Words read after the leaves of a read batch (headers, a pivot): inline, no allocation.
@@ -490,6 +614,10 @@ impl Freshness {
 /// One scan round's plan.
 struct ScanRound {
     leaves: Vec<LeafTableEntry>,
+    /// For each leaf, the last key the record it was reached through serves.
+    limits: Vec<u64>,
+    /// The fewest slots a directory that routed the round knew of.
+    known: u64,
     /// Every record whose chains the round reads, in order.
     records: Vec<RoundRecord>,
     bound: Bound,

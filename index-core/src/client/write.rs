@@ -35,13 +35,14 @@ impl<E: Endpoint> Client<E> {
     pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
-        let slot = node.top.slot_of(key);
         let guard = pin();
         let mut backoff = Backoff::new(caches.config.wait_limit);
         let mut slt_full = false;
+        let mut slot = 0;
         for _ in 0..caches.config.max_attempts {
-            let loaded = self.view(node, slot, &guard)?;
+            let loaded = self.route(node, key, &guard)?.view;
             let view: &SlotView = &loaded;
+            slot = view.slot as usize;
             if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
                 self.refresh(node, view, &guard)?;
                 continue;
@@ -99,7 +100,7 @@ impl<E: Endpoint> Client<E> {
                     if !backoff.wait() {
                         break;
                     }
-                    let loaded = self.view(node, slot, &guard)?;
+                    let loaded = self.view(node, slot as u64, &guard)?;
                     self.refresh(node, &loaded, &guard)?;
                 }
             }
@@ -289,7 +290,9 @@ impl<E: Endpoint> Client<E> {
         let chain = (fresh.record == view.record)
             .then(|| fresh.chain(leaf))
             .flatten();
-        node.slots[slot].replace(view, fresh, guard);
+        if let Some(cell) = node.cell(slot as u64) {
+            cell.replace(view, fresh, guard);
+        }
         let Some(chain) = chain else {
             return Ok(None);
         };

@@ -52,6 +52,11 @@ pub struct RetrainConfig {
     /// writer has died; compute nodes write right after claiming), and every slot marked queued
     /// that no entry names is queued again.
     pub ring_stall_limit: Duration,
+    /// A retraining whose new record would hold more trained leaves than this splits the slot
+    /// in two: the lower half keeps the slot, the upper half becomes a new slot published at
+    /// the end of the slot table, so no record (and no retraining) grows with the data. `None`
+    /// (default): twice the pool's `slot_leaves`. `Some(u64::MAX)` never splits.
+    pub split_leaves: Option<u64>,
     /// Whether changes made between the pre-built snapshot and the freeze are carried into the new
     /// record (always, outside loom builds; loom models switch it off to show it is needed).
     #[cfg(loom)]
@@ -71,6 +76,7 @@ impl Default for RetrainConfig {
             idle_sweep_threshold: 8,
             sweep_interval: Duration::from_millis(50),
             ring_stall_limit: Duration::from_secs(5),
+            split_leaves: None,
             #[cfg(loom)]
             carry_over: true,
             #[cfg(loom)]
@@ -150,10 +156,20 @@ pub struct PreparedSwap {
     synonyms_absorbed: u64,
     keys: u64,
     new_at: u64,
+    /// A split: the new slot, its record's offset and its first key.
+    split: Option<Split>,
     rebuilt: bool,
     train_time: Duration,
     frozen_at: Instant,
     started: Instant,
+}
+
+/// The upper half of a split slot, written beside the lower one.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Split {
+    pub(super) slot: u64,
+    pub(super) at: u64,
+    pub(super) first_key: u64,
 }
 
 impl PreparedSwap {
@@ -184,6 +200,8 @@ pub struct RetrainReport {
     pub keys: u64,
     /// Segments of the new model.
     pub segments: u64,
+    /// The new slot the record's upper half went to, if the slot was split.
+    pub split_into: Option<u64>,
     /// Whether the chains changed between the pre-built snapshot and the freeze, so the record was
     /// rebuilt from the frozen state.
     pub rebuilt_under_freeze: bool,
@@ -200,6 +218,10 @@ pub struct RetrainReport {
 pub struct RetrainStats {
     /// Slots retrained.
     pub retrains: u64,
+    /// Retrainings that split their slot in two (a new slot published).
+    pub splits: u64,
+    /// Splits not made because the slot table was full (the record keeps growing).
+    pub slot_table_full: u64,
     /// Retrainings whose record was rebuilt under the freeze.
     pub rebuilt_under_freeze: u64,
     /// Queued slots that held no key (nothing to retrain).
@@ -270,6 +292,9 @@ pub struct Recovery {
     /// Model-region bytes no slot references (records a previous worker wrote but never swapped
     /// in, or retired but had not reclaimed): reused after the grace period.
     pub unreferenced_bytes: u64,
+    /// The new slot of a split that was published but not finished (the split slot may still
+    /// have named the old record): finished from the ring's journal.
+    pub finished_split: Option<u64>,
 }
 
 type Chains = Vec<Vec<(LeafTableEntry, Leaf)>>;

@@ -32,7 +32,7 @@ impl<E: Endpoint> Retrainer<E> {
                 break;
             };
             self.head += 1;
-            if slot < self.layout.slots() {
+            if slot < self.layout.slot_capacity() {
                 self.queue_slot(slot);
                 taken += 1;
             }
@@ -76,7 +76,7 @@ impl<E: Endpoint> Retrainer<E> {
             })
             .collect();
         held.extend(self.pending.iter().map(|&(_, Reverse(slot))| slot));
-        let mut bitmap = vec![0u8; 8 * self.layout.slots().div_ceil(64) as usize];
+        let mut bitmap = vec![0u8; 8 * self.layout.slot_capacity().div_ceil(64) as usize];
         self.ep.read(self.ring.bitmap(), &mut bitmap)?;
         let mut requeued = 0;
         for (index, word) in bitmap.chunks_exact(8).enumerate() {
@@ -84,7 +84,7 @@ impl<E: Endpoint> Retrainer<E> {
             while bits != 0 {
                 let slot = 64 * index as u64 + u64::from(bits.trailing_zeros());
                 bits &= bits - 1;
-                if slot >= self.layout.slots() || held.contains(&slot) {
+                if slot >= self.layout.slot_capacity() || held.contains(&slot) {
                     continue;
                 }
                 self.queue_slot(slot);

@@ -89,7 +89,20 @@ impl<E: Endpoint> Retrainer<E> {
             None => {}
         }
         self.recovery.requeued = self.requeue_marked()?;
-        self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;
+        if self.recovery.finished_split.is_some() {
+            // A slot was published since `table` was read: its record is referenced.
+            let table = read_slot_table(&mut self.ep, &self.layout)?;
+            let fixed = record_prefixes(&mut self.ep, &table, RECORD_FIXED_BYTES as usize)?;
+            let newest = fixed
+                .chunks_exact(RECORD_FIXED_BYTES as usize)
+                .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
+                .max()
+                .unwrap_or(0);
+            self.generation = self.generation.max(newest + 1);
+            self.recovery.unreferenced_bytes = self.retire_unreferenced(&table, &fixed)?;
+        } else {
+            self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;
+        }
         Ok(())
     }
 
@@ -110,7 +123,7 @@ impl<E: Endpoint> Retrainer<E> {
         let slot = self
             .ep
             .read_word(old_addr.checked_add(8).unwrap_or(old_addr))?;
-        if slot >= self.layout.slots() {
+        if slot >= self.layout.slot_capacity() {
             return Err(LeafStoreError::CorruptRecord {
                 slot,
                 reason: format!("the in-flight record {old_addr} names no slot"),
@@ -119,11 +132,28 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let old = read_record(&mut self.ep, &self.layout, slot, old_addr)?;
         let current = RemoteAddr::unpack(self.ep.read_word(self.layout.slot_entry_addr(slot))?);
-        let settled = if current == old_addr {
+        let split = self.journaled_split()?;
+        // A split whose new slot is published may have been written through: finish it.
+        let count = self.ep.read_word(self.layout.slot_count_addr())?;
+        let published = split.is_some_and(|(split, _)| count > split.slot);
+        let settled = if current == old_addr && !published {
+            // Nothing named the split's records: unreferenced space.
+            if split.is_some() {
+                self.ep.write_word(self.ring.split_slot(), 0)?;
+            }
             self.clear_flag(old_addr, ModelHeader::new(0).locked().retired().raw())?;
             Settled::RolledBack(slot)
         } else {
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            if let Some((split, lower)) = split {
+                self.publish(split)?;
+                if current == old_addr {
+                    self.ep
+                        .write_word(self.layout.slot_entry_addr(slot), lower.pack())?;
+                }
+                self.ep.write_word(self.ring.split_slot(), 0)?;
+                self.recovery.finished_split = Some(split.slot);
+            }
             if !self.retired.iter().any(|r| r.offset == old_addr.offset()) {
                 self.push_retired(old_addr.offset(), old.layout().total());
             }
@@ -131,6 +161,33 @@ impl<E: Endpoint> Retrainer<E> {
         };
         self.ep.write_word(self.ring.in_flight(), 0)?;
         Ok(Some(settled))
+    }
+
+    /// The split the ring's journal names, its new slot's record checked, and the split slot's
+    /// new record; `None` if none is journaled.
+    fn journaled_split(&mut self) -> Result<Option<(Split, RemoteAddr)>, RetrainError> {
+        let word = self.ep.read_word(self.ring.split_slot())?;
+        let Some(slot) = word.checked_sub(1) else {
+            return Ok(None);
+        };
+        let addr = RemoteAddr::unpack(self.ep.read_word(self.ring.split_record())?);
+        if slot >= self.layout.slot_capacity() {
+            return Err(LeafStoreError::CorruptRecord {
+                slot,
+                reason: "the journaled split names a slot beyond the slot table".into(),
+            }
+            .into());
+        }
+        let lower = RemoteAddr::unpack(self.ep.read_word(self.ring.split_lower())?);
+        let record = read_record(&mut self.ep, &self.layout, slot, addr)?;
+        Ok(Some((
+            Split {
+                slot,
+                at: addr.offset(),
+                first_key: record.first_key,
+            },
+            lower,
+        )))
     }
 
     /// Treats every model-region range below the allocation point that neither a slot's record

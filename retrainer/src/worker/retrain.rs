@@ -84,7 +84,7 @@ impl<E: Endpoint> Retrainer<E> {
 
     fn prepare(&mut self, slot: u64) -> Result<Option<PreparedSwap>, RetrainError> {
         let started = Instant::now();
-        if slot >= self.layout.slots() {
+        if slot >= self.layout.slot_capacity() {
             return Err(RetrainError::Layout(LeafStoreError::InvalidConfig(
                 format!("slot {slot} does not exist"),
             )));
@@ -127,12 +127,7 @@ impl<E: Endpoint> Retrainer<E> {
             None => Err(RetrainError::Train("inconsistent snapshot".into())),
         };
         let prebuilt = match built {
-            Ok(Some(record)) => {
-                let bytes = record.encode();
-                let at = self.allocate(bytes.len() as u64)?;
-                self.ep.write(self.layout.at(at), &bytes)?;
-                Some((record, at, bytes.len() as u64))
-            }
+            Ok(Some(built)) => Some(self.write_built(built)?),
             Ok(None) => {
                 self.stats.skipped_empty += 1;
                 self.clear_queued(slot)?;
@@ -176,24 +171,24 @@ impl<E: Endpoint> Retrainer<E> {
         let changed = snapshot
             .as_ref()
             .is_none_or(|s| !same_chains(s, &frozen_chains));
-        let (new_record, new_at, rebuilt) = match prebuilt {
-            Some((record, at, _)) if !changed || !carry_over => (record, at, false),
+        let (written, rebuilt) = match prebuilt {
+            Some(written) if !changed || !carry_over => (written, false),
             unusable => {
-                if let Some((_, at, _)) = unusable {
-                    self.give_back(at);
+                if let Some(written) = unusable {
+                    self.give_back(written.lower_at);
+                    if let Some(upper) = written.split {
+                        self.give_back(upper.at);
+                    }
                 }
                 // Under the freeze no writer is inside: the chains are consistent.
-                let Some(record) = self.build(&frozen, &frozen_chains, &mut train_time)? else {
+                let Some(built) = self.build(&frozen, &frozen_chains, &mut train_time)? else {
                     // Everything was deleted meanwhile: keep the old record, unfrozen.
                     self.unfreeze(old_addr)?;
                     self.clear_queued(slot)?;
                     self.stats.skipped_empty += 1;
                     return Ok(None);
                 };
-                let bytes = record.encode();
-                let at = self.allocate(bytes.len() as u64)?;
-                self.ep.write(self.layout.at(at), &bytes)?;
-                (record, at, true)
+                (self.write_built(built)?, true)
             }
         };
         // Under the freeze the chains are final: their empty leaves, which the new record drops,
@@ -211,15 +206,16 @@ impl<E: Endpoint> Retrainer<E> {
             old_addr,
             old_bytes: old.layout().total(),
             trained_before: old.lt.len() as u64,
-            trained_after: new_record.lt.len() as u64,
-            segments: new_record.model.segments().len() as u64,
+            trained_after: written.trained_leaves,
+            segments: written.segments,
             synonyms_absorbed: frozen_chains.iter().map(|c| c.len() as u64 - 1).sum(),
             keys: frozen_chains
                 .iter()
                 .flatten()
                 .map(|(_, l)| l.len() as u64)
                 .sum(),
-            new_at,
+            new_at: written.lower_at,
+            split: written.split,
             rebuilt,
             train_time,
             frozen_at,
@@ -234,12 +230,30 @@ impl<E: Endpoint> Retrainer<E> {
             new_at,
             ..
         } = prepared;
-        // Retire, then redirect, then unqueue. Retiring first is what keeps a compute node that
-        // still caches the old record correct: once the slot names the new record, other compute
-        // nodes split leaves that only the new record links, and a reader of the old record must
-        // already see "retired" (its header is otherwise unchanged) and go to the slot table.
+        // A split is journaled before anything a compute node can see changes: once its new
+        // slot is published, the split can only be finished, never undone (compute nodes may
+        // already write through the new slot), so a worker that stops after that point leaves
+        // the next one what it needs to finish: the journal.
+        if let Some(split) = prepared.split {
+            self.ep
+                .write_word(self.ring.split_record(), self.layout.at(split.at).pack())?;
+            self.ep
+                .write_word(self.ring.split_lower(), self.layout.at(new_at).pack())?;
+            self.ep.write_word(self.ring.split_slot(), split.slot + 1)?;
+        }
+        // Retire, then publish a split's new slot, then redirect, then unqueue. Retiring first
+        // is what keeps a compute node that still caches the old record correct: once the slot
+        // names the new record (or a new slot takes part of its keys), other compute nodes split
+        // leaves that only the new records link, and a reader of the old record must already see
+        // "retired" (its header is otherwise unchanged) and check the slot table — its record
+        // address, and the slot count, which shows it a published split. Publishing before the
+        // redirect keeps every key routable throughout: until the redirect, the old record
+        // (frozen, so nobody writes through it) still serves the keys below the split point.
         if self.retire_first() {
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            if let Some(split) = prepared.split {
+                self.publish(split)?;
+            }
             self.ep.write_word(
                 self.layout.slot_entry_addr(slot),
                 self.layout.at(new_at).pack(),
@@ -250,6 +264,13 @@ impl<E: Endpoint> Retrainer<E> {
                 self.layout.at(new_at).pack(),
             )?;
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            if let Some(split) = prepared.split {
+                self.publish(split)?;
+            }
+        }
+        if prepared.split.is_some() {
+            self.ep.write_word(self.ring.split_slot(), 0)?;
+            self.stats.splits += 1;
         }
         self.push_retired(old_addr.offset(), prepared.old_bytes);
         // Safe to hand out at once, as a delete's unlinked leaf always was: the old record is
@@ -268,6 +289,7 @@ impl<E: Endpoint> Retrainer<E> {
             synonyms_absorbed: prepared.synonyms_absorbed,
             keys: prepared.keys,
             segments: prepared.segments,
+            split_into: prepared.split.map(|s| s.slot),
             rebuilt_under_freeze: prepared.rebuilt,
             train_time: prepared.train_time,
             frozen_time: prepared.frozen_at.elapsed(),
@@ -348,13 +370,16 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// The new record for `old`'s chains: every non-empty leaf, in chain order, becomes a trained
-    /// leaf (no data moves); `None` if the slot holds no key.
+    /// leaf (no data moves); `None` if the slot holds no key. Past the split bound
+    /// ([`RetrainConfig::split_leaves`]) the leaves are cut in two at a leaf boundary: the lower
+    /// half keeps the slot, its first key and serves up to the upper half's first key minus one;
+    /// the upper half becomes the next slot id, serving up to the old record's last key.
     pub(super) fn build(
         &mut self,
         old: &ModelRecord,
         chains: &Chains,
         train_time: &mut Duration,
-    ) -> Result<Option<ModelRecord>, RetrainError> {
+    ) -> Result<Option<Built>, RetrainError> {
         let leaves: Vec<&(LeafTableEntry, Leaf)> = chains
             .iter()
             .flatten()
@@ -363,6 +388,60 @@ impl<E: Endpoint> Retrainer<E> {
         if leaves.is_empty() {
             return Ok(None);
         }
+        let Some((cut, new_slot)) = self.split_point(old, &leaves)? else {
+            let lower =
+                self.train_record(old.slot, old.first_key, old.last_key, &leaves, train_time)?;
+            return Ok(Some(Built { lower, upper: None }));
+        };
+        let (low, high) = leaves.split_at(cut);
+        let split_key = high[0].1.entries()[0].0;
+        let lower = self.train_record(old.slot, old.first_key, split_key - 1, low, train_time)?;
+        let upper = self.train_record(new_slot, split_key, old.last_key, high, train_time)?;
+        Ok(Some(Built {
+            lower,
+            upper: Some(upper),
+        }))
+    }
+
+    /// Where to split `leaves` (non-empty, in key order) of `old`, and the new slot's id; `None`
+    /// below the split bound or with the slot table full.
+    fn split_point(
+        &mut self,
+        old: &ModelRecord,
+        leaves: &[&(LeafTableEntry, Leaf)],
+    ) -> Result<Option<(usize, u64)>, RetrainError> {
+        let bound = self
+            .config
+            .split_leaves
+            .unwrap_or(2 * self.layout.superblock().slot_leaves)
+            .max(1);
+        if leaves.len() as u64 <= bound {
+            return Ok(None);
+        }
+        let count = self.ep.read_word(self.layout.slot_count_addr())?;
+        if count >= self.layout.slot_capacity() {
+            self.stats.slot_table_full += 1;
+            return Ok(None);
+        }
+        // The upper half's first key must lie strictly inside the slot's range (slot 0's first
+        // key is the node's first, so every key of a chain is at least the slot's first key).
+        let cut = (leaves.len() / 2..leaves.len()).find(|&i| {
+            let first = leaves[i].1.entries()[0].0;
+            first > old.first_key && first <= old.last_key
+        });
+        Ok(cut.map(|cut| (cut, count)))
+    }
+
+    /// A record for `slot` over `leaves` (non-empty, in key order), serving
+    /// `[first_key, last_key]`.
+    fn train_record(
+        &mut self,
+        slot: u64,
+        first_key: u64,
+        last_key: u64,
+        leaves: &[&(LeafTableEntry, Leaf)],
+        train_time: &mut Duration,
+    ) -> Result<ModelRecord, RetrainError> {
         let keys: Vec<Vec<u64>> = leaves
             .iter()
             .map(|(_, l)| l.entries().iter().map(|e| e.0).collect())
@@ -373,10 +452,11 @@ impl<E: Endpoint> Retrainer<E> {
         *train_time += started.elapsed();
         let generation = self.generation;
         self.generation = (self.generation + 1) & ModelHeader::MAX_GENERATION;
-        Ok(Some(ModelRecord {
+        Ok(ModelRecord {
             header: ModelHeader::new(generation),
-            slot: old.slot,
-            first_key: old.first_key,
+            slot,
+            first_key,
+            last_key,
             model,
             pivots: keys.iter().map(|k| k[0]).collect(),
             lt: leaves
@@ -384,7 +464,50 @@ impl<E: Endpoint> Retrainer<E> {
                 .map(|(e, _)| LeafTableEntry::new(e.leaf_num()).unwrap_or_default())
                 .collect(),
             slt: vec![LeafTableEntry::default(); SLT_SLOTS],
-        }))
+        })
+    }
+
+    /// Allocates and WRITEs what [`Self::build`] produced (unreferenced until the swap).
+    fn write_built(&mut self, built: Built) -> Result<Written, RetrainError> {
+        let mut written = Written {
+            lower_at: 0,
+            split: None,
+            trained_leaves: 0,
+            segments: 0,
+        };
+        for (i, record) in std::iter::once(built.lower).chain(built.upper).enumerate() {
+            let bytes = record.encode();
+            let at = self.allocate(bytes.len() as u64)?;
+            self.ep.write(self.layout.at(at), &bytes)?;
+            written.trained_leaves += record.lt.len() as u64;
+            written.segments += record.model.segments().len() as u64;
+            if i == 0 {
+                written.lower_at = at;
+            } else {
+                written.split = Some(Split {
+                    slot: record.slot,
+                    at,
+                    first_key: record.first_key,
+                });
+            }
+        }
+        Ok(written)
+    }
+
+    /// Makes a split's new slot routable: its slot-table entry, then the slot count (compute
+    /// nodes READ the count before the entries below it). Idempotent.
+    pub(super) fn publish(&mut self, split: Split) -> Result<(), RetrainError> {
+        let mut entry = [0u8; 16];
+        entry[..8].copy_from_slice(&self.layout.at(split.at).pack().to_le_bytes());
+        entry[8..].copy_from_slice(&split.first_key.to_le_bytes());
+        self.ep
+            .write(self.layout.slot_entry_addr(split.slot), &entry)?;
+        let count = self.ep.read_word(self.layout.slot_count_addr())?;
+        if count <= split.slot {
+            self.ep
+                .write_word(self.layout.slot_count_addr(), split.slot + 1)?;
+        }
+        Ok(())
     }
 
     /// Waits until no LT entry of `record` is locked; after the drain limit, a leaf still locked.
@@ -455,4 +578,18 @@ fn same_chains(a: &Chains, b: &Chains) -> bool {
                     .zip(y)
                     .all(|((e1, l1), (e2, l2))| e1.leaf_num() == e2.leaf_num() && l1 == l2)
         })
+}
+
+/// What [`Retrainer::build`] produced: the slot's new record and, for a split, the new slot's.
+pub(super) struct Built {
+    lower: ModelRecord,
+    upper: Option<ModelRecord>,
+}
+
+/// Where [`Retrainer::write_built`] put a build.
+pub(super) struct Written {
+    lower_at: u64,
+    split: Option<Split>,
+    trained_leaves: u64,
+    segments: u64,
 }
