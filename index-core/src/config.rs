@@ -67,6 +67,11 @@ pub struct StoreConfig {
     /// (always, outside loom builds; loom models switch it off to show the fence is needed).
     #[cfg(loom)]
     pub fence_shrink: bool,
+    /// Loom builds only: whether a reader that confirms a retired record also checks that no
+    /// slot was published beyond its directory (always, outside loom builds; loom models switch
+    /// it off to show a slot split needs it).
+    #[cfg(loom)]
+    pub confirm_slot_count: bool,
 }
 
 impl Default for StoreConfig {
@@ -85,6 +90,8 @@ impl Default for StoreConfig {
             confirm_retired: true,
             #[cfg(loom)]
             fence_shrink: true,
+            #[cfg(loom)]
+            confirm_slot_count: true,
         }
     }
 }

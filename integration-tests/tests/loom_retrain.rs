@@ -12,6 +12,12 @@
 //! happened. Swapping before retiring must be caught: the reader then accepts the frozen old
 //! record's unchanged header and misses the key the split moved. So must a reader that accepts a
 //! retired record without confirming that the slot table still names it.
+//!
+//! The third model races a *slot* split the same way: the retraining cuts the slot in two and
+//! publishes the upper half as a new slot, a writer on its own `Store` attaches once it is
+//! published and splits a leaf through it, and a reader whose directory predates the split GETs
+//! the key that moves. A reader that confirms the retired record against its slot-table entry
+//! but not against the slot count must be caught.
 
 #![cfg(loom)]
 
@@ -158,4 +164,90 @@ fn loom_catches_swap_before_retire() {
 #[test]
 fn loom_catches_a_reader_that_trusts_a_retired_record() {
     sim_transport::loom_support::assert_caught(|| three_caches(true, false), "misses");
+}
+
+/// `one_slot_pool` with room in the slot table (and ring) for the slot a split publishes.
+fn splittable_pool() -> (SimTransport, leaf_store::Layout) {
+    let load = BulkLoadConfig {
+        epsilon: 1,
+        delta: 2,
+        fill: 2,
+        slot_leaves: 2,
+        ring_capacity: Some(2),
+        model_region_factor: 4,
+        ..BulkLoadConfig::default()
+    };
+    let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
+    let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
+    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let layout = bootstrap(&transport, pairs, &load).expect("load")[0].layout;
+    assert_eq!(layout.slot_capacity(), 2);
+    (transport, layout)
+}
+
+fn slot_split(confirm_slot_count: bool) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 500_000;
+    builder.check(move || {
+        let (transport, layout) = splittable_pool();
+        let node = transport.memory_nodes()[0];
+        // Two trained leaves are past a bound of one: the slot splits into {10, 20} and a new
+        // slot 1 serving {30, 40} and everything above.
+        let config = RetrainConfig {
+            split_leaves: Some(1),
+            ..RetrainConfig::default()
+        };
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
+            .expect("retrainer");
+        let reader_config = StoreConfig {
+            confirm_slot_count,
+            ..StoreConfig::default()
+        };
+        // Its directory knows slot 0 only, and its cache holds the record being split.
+        let reader_store = Store::open(transport.clone(), reader_config).expect("open");
+        let prepared = worker
+            .prepare_swap(0)
+            .expect("prepare")
+            .expect("slot 0 has keys");
+        let retraining = loom::thread::spawn(move || {
+            let report = worker.complete_swap(prepared).expect("swap");
+            assert_eq!(report.split_into, Some(1));
+        });
+        // A compute node that attaches once slot 1 is published and splits {30, 40} through it:
+        // 35 and 40 move to a synonym leaf only slot 1's record links.
+        let mut ep = transport.endpoint().expect("endpoint");
+        let writing = loom::thread::spawn(move || {
+            while ep.read_word(layout.slot_count_addr()).expect("slot count") < 2 {
+                loom::thread::yield_now();
+            }
+            let store = Store::open(transport, StoreConfig::default()).expect("open");
+            let mut writer = store.client().expect("client");
+            assert!(writer.insert(35, 35).expect("insert"));
+        });
+        let mut reader = reader_store.client().expect("client");
+        assert_eq!(
+            reader.get(40).expect("get"),
+            Some(40),
+            "a reader with an old directory misses 40"
+        );
+        writing.join().expect("writer");
+        retraining.join().expect("retrainer");
+        for k in [10, 20, 30, 35, 40] {
+            assert_eq!(
+                reader.get(k).expect("get"),
+                Some(k),
+                "a reader with an old directory misses {k}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_stale_directory_racing_a_slot_split_and_a_leaf_split_through_the_new_slot_misses_nothing() {
+    slot_split(true);
+}
+
+#[test]
+fn loom_catches_a_reader_that_ignores_a_published_slot() {
+    sim_transport::loom_support::assert_caught(|| slot_split(false), "misses");
 }

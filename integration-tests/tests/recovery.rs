@@ -134,7 +134,11 @@ fn a_worker_stopped_at_any_verb_of_a_retraining_is_repaired_by_the_next_one() {
             Ok(0),
             "in-flight word cleared"
         );
-        assert_eq!(ep.read_word(ring.split_slot()), Ok(0), "split journal cleared");
+        assert_eq!(
+            ep.read_word(ring.split_slot()),
+            Ok(0),
+            "split journal cleared"
+        );
         let header = header_of_slot(&mut ep, &p.layout, 0);
         assert!(
             !header.is_locked() && !header.is_retired(),

@@ -61,7 +61,7 @@ mod walk;
 pub use alloc::{alloc_leaf, alloc_leaf_verb, check_allocation};
 pub use bulk::{
     BulkLoadConfig, BulkLoadReport, MODEL_BYTES_PER_GROWN_LEAF, Phase, bulk_load,
-    bulk_load_with_progress, required_pool_bytes,
+    bulk_load_with_progress, grown_leaf_model_bytes, required_pool_bytes, slot_capacity_for,
 };
 pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_OWNER};
 pub use error::LeafStoreError;

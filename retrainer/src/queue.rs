@@ -93,7 +93,10 @@ mod tests {
         let layout = bulk_load(&mut ep, node, pairs, &config)
             .expect("load")
             .layout;
-        assert!(layout.slot_capacity() > 70, "need slots on several bitmap words");
+        assert!(
+            layout.slot_capacity() > 70,
+            "need slots on several bitmap words"
+        );
         assert_eq!(enqueue(&mut ep, &layout, 3), Ok(Enqueued::At(0)));
         assert_eq!(enqueue(&mut ep, &layout, 3), Ok(Enqueued::AlreadyPending));
         assert_eq!(enqueue(&mut ep, &layout, 70), Ok(Enqueued::At(1)));

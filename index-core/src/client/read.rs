@@ -71,6 +71,12 @@ impl<E: Endpoint> Client<E> {
         verbs.push(Verb::read(layout.slot_count_addr(), count));
         self.ep.batches(&mut verbs)?;
         drop(verbs);
+        #[cfg(loom)]
+        let known = if self.caches.config.confirm_slot_count {
+            known
+        } else {
+            u64::MAX
+        };
         if le_word(&words, views.len()) > known {
             self.reload_directory(node, guard)?;
             return Ok(vec![false; views.len()]);
@@ -278,7 +284,6 @@ impl<E: Endpoint> Client<E> {
                     known: directory.count,
                 });
             }
-            drop(directory);
             if !self.reload_directory(node, guard)? && !backoff.wait() {
                 // The slot table names no slot serving `key` beyond this one's records: only a
                 // split cut short could do that (the memory node publishes the new slot before
@@ -336,8 +341,7 @@ impl<E: Endpoint> Client<E> {
                 #[cfg(loom)]
                 Freshness::Retired if !caches.config.confirm_retired => true,
                 Freshness::Retired => {
-                    self.still_current(node, &[(view.slot, view.record)], routed.known, &guard)?
-                        [0]
+                    self.still_current(node, &[(view.slot, view.record)], routed.known, &guard)?[0]
                 }
             };
             if !valid {
