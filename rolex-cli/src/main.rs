@@ -428,15 +428,18 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
             .run(|| Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e))
             .map_err(|e| format!("retrainer stopped, its connection to the pool is gone: {e}"))?;
         let mut line = format!(
-            "status: {} retrains, {} pending, {} records reclaimed",
+            "status: {} retrains ({} slot splits), {} pending, {} records reclaimed",
             stats.retrains,
+            stats.splits,
             worker.pending(),
             stats.reclaimed_records
         );
         if let Ok(pool) = worker.pool_usage() {
             let space = worker.model_space();
             line.push_str(&format!(
-                "; leaves {}/{} ({} free-listed); model region {}/{} KiB used ({} KiB reusable, {} KiB retired)",
+                "; slots {}/{}; leaves {}/{} ({} free-listed); model region {}/{} KiB used ({} KiB reusable, {} KiB retired)",
+                pool.slots,
+                pool.slot_capacity,
                 pool.leaves_allocated,
                 pool.leaf_capacity,
                 pool.leaves_free_listed,

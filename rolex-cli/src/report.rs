@@ -50,6 +50,11 @@ pub struct Profile {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RetrainerSummary {
     pub retrains: u64,
+    /// Retrainings that split their slot in two, publishing a new slot.
+    pub slot_splits: u64,
+    /// Slots at the end, and the most the slot tables hold.
+    pub slots: u64,
+    pub slot_capacity: u64,
     /// Slots queued or put off and not yet retrained at the end.
     pub backlog: u64,
     /// Attempts put off because a leaf lock stayed held, because the model region was full, or
@@ -77,6 +82,9 @@ impl RetrainerSummary {
     ) -> Self {
         Self {
             retrains: stats.retrains,
+            slot_splits: stats.splits,
+            slots: pool.slots,
+            slot_capacity: pool.slot_capacity,
             backlog: (worker.pending() + worker.deferred().len()) as u64,
             put_off_leaf_locked: stats.leaf_locked,
             put_off_model_region_full: stats.model_region_full,
@@ -95,6 +103,9 @@ impl RetrainerSummary {
     pub fn plus(&self, other: &Self) -> Self {
         Self {
             retrains: self.retrains + other.retrains,
+            slot_splits: self.slot_splits + other.slot_splits,
+            slots: self.slots + other.slots,
+            slot_capacity: self.slot_capacity + other.slot_capacity,
             backlog: self.backlog + other.backlog,
             put_off_leaf_locked: self.put_off_leaf_locked + other.put_off_leaf_locked,
             put_off_model_region_full: self.put_off_model_region_full
@@ -216,8 +227,11 @@ impl Report {
         ));
         if let Some(r) = &self.retrainer {
             out.push_str(&format!(
-                "retrainer: {} retrainings, backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: leaves {}/{} ({} free-listed, {} handed out again or fresh through leaf boxes), model region {}/{} KiB\n",
+                "retrainer: {} retrainings ({} slot splits: {} slots of {}), backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: leaves {}/{} ({} free-listed, {} handed out again or fresh through leaf boxes), model region {}/{} KiB\n",
                 r.retrains,
+                r.slot_splits,
+                r.slots,
+                r.slot_capacity,
                 r.backlog,
                 r.put_off_leaf_locked,
                 r.put_off_model_region_full,

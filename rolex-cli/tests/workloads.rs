@@ -57,12 +57,18 @@ fn append_inserts_ascend_above_the_loaded_keys() {
         "--keys",
         "20000",
         "--ops",
-        "5000",
+        "60000",
     ]);
     assert_eq!(report["config"]["insert_order"], "append");
-    assert_eq!(report["keys_after"], 25_000);
+    assert_eq!(report["keys_after"], 80_000);
     assert_eq!(report["inserts_missing"], 0);
     assert_eq!(report["verify_clean"], true);
+    // Every append lands in the last slot: it must have been split again and again (27 slots of
+    // 64 leaves were loaded), each split publishing a slot.
+    let retrainer = &report["retrainer"];
+    let splits = retrainer["slot_splits"].as_u64().expect("splits");
+    assert!(splits >= 10, "{splits} slot splits");
+    assert_eq!(retrainer["slots"].as_u64(), Some(27 + splits));
 }
 
 #[test]

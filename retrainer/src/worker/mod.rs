@@ -274,6 +274,10 @@ pub struct PoolUsage {
     /// Allocated leaves on this worker's free list (dropped by retraining, unlinked by deletes,
     /// left by dead compute nodes), waiting to be handed out again.
     pub leaves_free_listed: u64,
+    /// Slots published now (the slot count word: bulk-loaded ones plus one per split).
+    pub slots: u64,
+    /// The most slots the slot table holds.
+    pub slot_capacity: u64,
 }
 
 /// What a worker found and repaired when it started on a pool whose previous worker stopped
@@ -405,7 +409,10 @@ impl<E: Endpoint> Retrainer<E> {
         let sb = *self.layout.superblock();
         let allocated = self.ep.read_word(self.layout.alloc_num_addr())?;
         let next_free = self.ep.read_word(self.layout.model_region_addr())?;
+        let slots = self.ep.read_word(self.layout.slot_count_addr())?;
         Ok(PoolUsage {
+            slots,
+            slot_capacity: self.layout.slot_capacity(),
             leaf_capacity: self.layout.leaf_capacity(),
             leaves_allocated: allocated.min(self.layout.leaf_capacity()),
             model_region_bytes: sb.model_region_bytes,
