@@ -574,8 +574,9 @@ fn inspect(args: &InspectArgs) -> Result<bool, String> {
         sb.key_hi
     );
     println!(
-        "regions: slot table @{} ({} slots), ring @{} ({} entries), models @{} ({} bytes), leaves @{} ({} × {} bytes)",
+        "regions: slot table @{} (room for {} slots; {} at bulk load), ring @{} ({} entries), models @{} ({} bytes), leaves @{} ({} × {} bytes)",
         sb.slot_table_offset,
+        sb.slot_capacity,
         sb.slots,
         sb.ring_offset,
         sb.ring_capacity,
