@@ -279,9 +279,16 @@ impl<E: Endpoint> Client<E> {
             let slot = directory.slot_of(key);
             let view = self.view(node, slot, guard)?;
             if key <= view.last_key {
+                // What the record serves as far as this directory knows: an old record whose
+                // split is published (not yet redirected) still names the new slot's leaves,
+                // which may have changed through the new slot.
+                let end = directory
+                    .next_first_after(view.first_key)
+                    .map_or(view.last_key, |next| view.last_key.min(next - 1));
                 return Ok(Routed {
                     view,
                     known: directory.count,
+                    end,
                 });
             }
             if !self.reload_directory(node, guard)? && !backoff.wait() {
@@ -295,16 +302,6 @@ impl<E: Endpoint> Client<E> {
             }
         }
         Err(IndexError::TooManyRetries(attempts))
-    }
-
-    /// The last key `view`'s record serves as far as this compute node knows: its last key, or
-    /// one below the first key of a slot the node's directory places inside its range (an old
-    /// record whose split is published but not yet redirected: the new slot serves those keys).
-    fn served_end(&self, node: &NodeCache, view: &SlotView, guard: &Guard) -> u64 {
-        let directory = node.directory.load(guard);
-        directory
-            .next_first_after(view.first_key)
-            .map_or(view.last_key, |next| view.last_key.min(next - 1))
     }
 
     /// The chains a GET of `key` reads: the owner's (pivots mode) or every candidate's (lean).
@@ -498,8 +495,8 @@ impl<E: Endpoint> Client<E> {
         // and a leaf index of one record applied to another would skip or repeat chains.
         let routed = self.route(node, from, guard)?;
         round.known = routed.known;
+        let mut end = routed.end;
         let mut loaded = routed.view;
-        let mut end = self.served_end(node, &loaded, guard);
         let mut leaf = match loaded.owner(from) {
             Some(owner) => owner,
             None => loaded.model.owner_candidates(from).first,
@@ -511,11 +508,14 @@ impl<E: Endpoint> Client<E> {
         };
         loop {
             let view: &SlotView = &loaded;
+            // Chain 0 owns keys from the slot's first key, whatever its pivot: a record ends
+            // before a later chain only.
             if leaf >= view.leaves()
-                || view
-                    .pivots
-                    .as_ref()
-                    .is_some_and(|p| p.get(leaf as usize).is_some_and(|&p| p > end))
+                || (leaf > 0
+                    && view
+                        .pivots
+                        .as_ref()
+                        .is_some_and(|p| p.get(leaf as usize).is_some_and(|&p| p > end)))
             {
                 // The slot ends here: its last chain owns keys up to the record's last key (or,
                 // for an old record whose split is published, the new slot's first key minus
@@ -531,8 +531,8 @@ impl<E: Endpoint> Client<E> {
                 }
                 let routed = self.route(node, next, guard)?;
                 round.known = round.known.min(routed.known);
+                end = routed.end;
                 loaded = routed.view;
-                end = self.served_end(node, &loaded, guard);
                 leaf = 0;
                 must_reach = 0;
                 continue;
@@ -571,7 +571,10 @@ impl<E: Endpoint> Client<E> {
 /// A routed view and the slot count of the directory that routed it.
 pub(super) struct Routed<'g> {
     pub(super) view: crate::view::ViewRef<'g>,
+    /// Slots the routing directory knew of.
     pub(super) known: u64,
+    /// The last key the view's record serves as far as the routing directory knows.
+    pub(super) end: u64,
 }
 
 /// Words read after the leaves of a read batch (headers, a pivot): inline, no allocation.

@@ -48,7 +48,11 @@ impl<E: Endpoint> Client<E> {
                 continue;
             }
             if view.header.is_locked() {
-                // The retrainer froze this record; wait for the new one.
+                // The retrainer froze this record; wait for the new one. Once it is retired, a
+                // split may already have published the slot that serves `key`.
+                if view.header.is_retired() && self.reload_directory(node, &guard)? {
+                    continue;
+                }
                 if !backoff.wait() {
                     return Err(IndexError::RetrainingTimeout {
                         node: node.info.id,

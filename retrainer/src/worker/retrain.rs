@@ -49,13 +49,23 @@ impl<E: Endpoint> Retrainer<E> {
     /// Step 5 of [`Retrainer::retrain_slot`]: retire the frozen record, point the slot at the new
     /// one, clear the slot's queued bit.
     pub fn complete_swap(&mut self, prepared: PreparedSwap) -> Result<RetrainReport, RetrainError> {
+        let freed_leaves = prepared.freed_leaves.clone();
         let done = self.swap(prepared);
         if done.is_err() {
             match self.settle_after_error() {
                 // The slot still names the old record: the new one is unreferenced.
                 Some(recover::Settled::RolledBack(_)) => self.give_back_provisional(),
-                // The slot names the new record (or it cannot be told): keep it.
-                _ => self.provisional.clear(),
+                // The swap was finished: the leaves the old record alone held are free.
+                Some(recover::Settled::Retired(_)) => {
+                    self.provisional.clear();
+                    for leaf in freed_leaves {
+                        if !self.free_leaves.contains(&leaf) {
+                            self.free_leaves.push(leaf);
+                        }
+                    }
+                }
+                // It cannot be told: keep everything.
+                None => self.provisional.clear(),
             }
         } else {
             self.provisional.clear();
