@@ -1,0 +1,192 @@
+//! `verify`: walk a whole tree level by level and check every structural invariant.
+
+use std::fmt;
+
+use rdma_transport::{Endpoint, MemoryNodeInfo};
+
+use crate::TreeError;
+use crate::layout::{Layout, unpack_root};
+use crate::page::Page;
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Keys in the leaves.
+    pub keys: u64,
+    /// Pages per level, leaves first.
+    pub pages_per_level: Vec<u64>,
+    /// Pages handed out (the allocation word).
+    pub allocated_pages: u64,
+    /// Every broken invariant, described.
+    pub problems: Vec<String>,
+}
+
+impl VerifyReport {
+    /// Whether nothing is wrong.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} keys; pages per level (leaves first) {:?}; {} pages allocated",
+            self.keys, self.pages_per_level, self.allocated_pages
+        )?;
+        if self.is_clean() {
+            write!(f, "verify: clean")
+        } else {
+            writeln!(f, "verify: {} problem(s)", self.problems.len())?;
+            for p in self.problems.iter().take(20) {
+                writeln!(f, "  - {p}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Walks the tree on memory node `node` (meant for a quiescent pool) and checks: every page's
+/// checksum and level; along every level, fences that start at the node's first key, follow each
+/// other without gap or overlap and end open; keys inside their leaf's fences and unique;
+/// separators sorted inside their page's fences; every page of a level below the root referenced
+/// by exactly one parent, whose separator is the child's low fence; the root word's level; no
+/// page beyond the allocation word; no lock held.
+pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyReport, TreeError> {
+    let layout = Layout::attach(ep, node)?;
+    let mut report = VerifyReport::default();
+    let problems = &mut report.problems;
+    let allocated = ep.read_word(layout.alloc_addr())?;
+    report.allocated_pages = allocated;
+    if allocated > layout.page_capacity || allocated < 2 {
+        problems.push(format!(
+            "allocation word {allocated} outside 2..={}",
+            layout.page_capacity
+        ));
+    }
+    let (root_level, root) = unpack_root(ep.read_word(layout.root_addr())?);
+    let read = |ep: &mut E, no: u64| -> Result<Option<Page>, TreeError> {
+        if no == 0 || no >= allocated.min(layout.page_capacity) {
+            return Ok(None);
+        }
+        let mut bytes = vec![0u8; layout.page_size as usize];
+        ep.read(layout.page_addr(no), &mut bytes)?;
+        Ok(Page::decode(no, &bytes))
+    };
+    // Walk each level from its leftmost page, top-down; `expected` holds the children the level
+    // above references (page → the separator or low fence it was given).
+    let mut leftmost = root;
+    let mut expected: Option<Vec<(u64, u64)>> = None;
+    let mut per_level = Vec::new();
+    for level in (0..=root_level).rev() {
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        let mut children: Vec<(u64, u64)> = Vec::new();
+        let mut no = leftmost;
+        let mut low = layout.key_lo;
+        let mut first = true;
+        let mut count = 0u64;
+        loop {
+            let Some(page) = read(ep, no)? else {
+                problems.push(format!(
+                    "level {level}: page {no} unreadable or unallocated"
+                ));
+                break;
+            };
+            count += 1;
+            if page.level != level {
+                problems.push(format!("page {no}: level {} on level {level}", page.level));
+            }
+            if page.low != low {
+                problems.push(format!(
+                    "page {no}: low fence {} where the level reached {low}",
+                    page.low
+                ));
+            }
+            if first && level == root_level && no != root {
+                problems.push("root word names another page".into());
+            }
+            first = false;
+            seen.push((no, page.low));
+            if page.is_leaf() {
+                let mut keys: Vec<u64> = page.entries().map(|e| e.0).collect();
+                report.keys += keys.len() as u64;
+                if let Some(&k) = keys.iter().find(|&&k| !page.covers(k)) {
+                    problems.push(format!("leaf {no}: key {k} outside its fences"));
+                }
+                keys.sort_unstable();
+                if keys.windows(2).any(|w| w[0] == w[1]) {
+                    problems.push(format!("leaf {no}: a key twice"));
+                }
+            } else {
+                children.push((page.leftmost, page.low));
+                let seps: Vec<(u64, u64)> = page.entries().collect();
+                if seps.windows(2).any(|w| w[0].0 >= w[1].0)
+                    || seps.first().is_some_and(|s| s.0 <= page.low)
+                    || seps.last().is_some_and(|s| page.past_high(s.0))
+                {
+                    problems.push(format!("internal page {no}: separators out of order"));
+                }
+                children.extend(seps.iter().map(|&(key, child)| (child, key)));
+            }
+            match (page.high, page.sibling) {
+                (None, 0) => break,
+                (Some(high), sibling) if sibling != 0 && high > low => {
+                    low = high;
+                    no = sibling;
+                }
+                (high, sibling) => {
+                    problems.push(format!(
+                        "page {no}: high fence {high:?} with sibling {sibling}"
+                    ));
+                    break;
+                }
+            }
+            if count > layout.page_capacity {
+                problems.push(format!("level {level}: sibling chain loops"));
+                break;
+            }
+        }
+        if let Some(mut refs) = expected.take() {
+            refs.sort_unstable();
+            let mut pages = seen.clone();
+            pages.sort_unstable();
+            if refs != pages {
+                let differ: Vec<_> = refs
+                    .iter()
+                    .filter(|r| !pages.contains(r))
+                    .chain(pages.iter().filter(|p| !refs.contains(p)))
+                    .take(4)
+                    .collect();
+                problems.push(format!(
+                    "level {level}: {} pages linked, {} referenced by the level above (or with \
+                     other fences); (page, low) pairs in one but not the other: {differ:?}",
+                    pages.len(),
+                    refs.len()
+                ));
+            }
+        }
+        per_level.push(count);
+        leftmost = children.first().map_or(0, |c| c.0);
+        expected = Some(children);
+        if level > 0 && leftmost == 0 {
+            problems.push(format!("level {level}: no children"));
+            break;
+        }
+    }
+    per_level.reverse();
+    report.pages_per_level = per_level;
+    let mut locks = vec![0u8; (8 * layout.lock_words) as usize];
+    for (i, chunk) in locks.chunks_mut(1 << 20).enumerate() {
+        let at = layout.lock_addr((i as u64) << 17);
+        ep.read(at, chunk)?;
+    }
+    let held = locks
+        .chunks_exact(8)
+        .filter(|w| w.iter().any(|&b| b != 0))
+        .count();
+    if held > 0 {
+        problems.push(format!("{held} lock word(s) held"));
+    }
+    Ok(report)
+}
