@@ -7,16 +7,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use index_core::{CacheMode, Client, Store, StoreConfig};
+use index_core::{CacheMode, Store, StoreConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rdma_transport::{Endpoint, Stats, Transport};
+use rdma_transport::{Stats, Transport};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::SimTransport;
 use sim_transport::cost_model::NetworkProfile;
 
+use crate::index::{BenchClient, BenchIndex, Failed, IndexKind};
 use crate::keys::{self, KeyDist};
 use crate::report::{Latency, Modeled, OpReport, Profile, Report, RetrainerSummary};
 use crate::workload::{Chooser, Mix, Op, RequestDist, Workload};
@@ -24,12 +25,33 @@ use crate::workload::{Chooser, Mix, Op, RequestDist, Workload};
 /// Everything `rolex bench` takes.
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct BenchArgs {
-    /// Keys to bulk-load (embedded memory node).
+    /// The index to run: ROLEX, or the Sherman-style B+-tree baseline on the same transport
+    /// (embedded simulator only).
+    #[arg(long, value_enum, default_value_t = IndexKind::Rolex)]
+    pub index: IndexKind,
+    /// B+-tree baseline: bytes per page (Sherman's is 1 KiB).
+    #[arg(long, default_value_t = 1024)]
+    pub page_size: u64,
+    /// Keys to bulk-load (embedded memory node). Given on the command line, it wins over a
+    /// workload file's `recordcount`.
     #[arg(long, default_value_t = 1_000_000)]
     pub keys: u64,
-    /// Operations in total (over all threads).
+    /// Operations in total (over all threads). Given on the command line, it wins over a
+    /// workload file's `operationcount`.
     #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration")]
     pub ops: u64,
+    /// Whether `--keys` was given on the command line (set by `main`).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub keys_given: bool,
+    /// Whether `--ops` was given on the command line (set by `main`).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub ops_given: bool,
+    /// Inserts as this share of the operations, the rest GETs (a point of a write-ratio sweep;
+    /// overrides --workload).
+    #[arg(long)]
+    pub insert_ratio: Option<f64>,
     /// Run for this many seconds instead of a number of operations.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -142,6 +164,8 @@ const OP_NAMES: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"
 struct ThreadResult {
     latency: Vec<Histogram<u64>>,
     net: Vec<Stats>,
+    /// Lock-table verbs per operation kind (the B+-tree's; within `net` too).
+    lock_verbs: Vec<u64>,
     inserted: Vec<u64>,
     /// Inserts that added a key.
     inserted_count: u64,
@@ -149,6 +173,8 @@ struct ThreadResult {
     owned: Vec<u64>,
     /// Fresh endpoints this thread needed after its endpoint broke.
     reconnects: u64,
+    /// When its last operation finished.
+    finished: Instant,
 }
 
 fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
@@ -176,8 +202,27 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     if let Some(path) = &args.workload_file {
         let file = crate::workload::read_property_file(path)?;
         mix = file.mix;
-        keys_wanted = file.record_count.unwrap_or(keys_wanted);
-        ops = file.operation_count.unwrap_or(ops);
+        // Flags on the command line win (as YCSB's own -p overrides do).
+        if !args.keys_given {
+            keys_wanted = file.record_count.unwrap_or(keys_wanted);
+        }
+        if !args.ops_given {
+            ops = file.operation_count.unwrap_or(ops);
+        }
+    }
+    if let Some(ratio) = args.insert_ratio {
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(format!("--insert-ratio {ratio} must lie in [0, 1]"));
+        }
+        mix = crate::workload::Mix {
+            read: 1.0 - ratio,
+            update: 0.0,
+            insert: ratio,
+            scan: 0.0,
+            read_modify_write: 0.0,
+            max_scan_length: 100,
+            request_dist: crate::workload::RequestDist::Zipfian,
+        };
     }
     if let Some(dist) = args.request_dist {
         mix.request_dist = dist;
@@ -185,10 +230,16 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     let expected_inserts = (ops as f64 * mix.insert) as u64 + 1024;
 
     if args.transport == CliTransport::Verbs {
+        if args.index == IndexKind::Bplus {
+            return Err("the B+-tree baseline runs on the embedded simulator only".into());
+        }
         return run_verbs(args, mix, expected_inserts);
     }
     // The memory node(s): embedded, or an attached pool file.
     let mut retrain_progress: Vec<Arc<RetrainProgress>> = Vec::new();
+    if args.index == IndexKind::Bplus && !args.attach.is_empty() {
+        return Err("--attach serves ROLEX pools; the B+-tree baseline runs embedded only".into());
+    }
     let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
         let transport = crate::pools::attach_files(&args.attach, true)?;
         let loaded = existing_keys(&transport, args.quiet)?;
@@ -234,6 +285,10 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         } else {
             set.in_order(args.insert_order)
         };
+        if args.index == IndexKind::Bplus {
+            bar.finish_and_clear();
+            return run_bplus(args, ops, &mix, set, expected_inserts);
+        }
         bar.set_message("bulk load");
         let load = BulkLoadConfig {
             epsilon: args.epsilon,
@@ -309,16 +364,109 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         }
         (transport, set.loaded, set.to_insert, retrainers, stop)
     };
+    let store = open_rolex(args, transport)?;
     run_workload(
         args,
         ops,
         &mix,
-        transport,
+        store,
         loaded,
         to_insert,
         retrainers,
         &stop_retrainers,
         &retrain_progress,
+    )
+}
+
+/// Opens ROLEX over `transport` as the bench configures it.
+fn open_rolex<T: Transport + 'static>(
+    args: &BenchArgs,
+    transport: T,
+) -> Result<Arc<Store<T>>, String>
+where
+    T::Endpoint: 'static,
+{
+    let cache_mode = match args.cache_mode {
+        CliCacheMode::Pivots => CacheMode::Pivots,
+        CliCacheMode::Lean => CacheMode::Lean,
+    };
+    Store::open(
+        transport,
+        StoreConfig {
+            cache_mode,
+            ..StoreConfig::default()
+        },
+    )
+    .map(Arc::new)
+    .map_err(|e| e.to_string())
+}
+
+/// The B+-tree baseline on embedded memory nodes: the same key set, range-partitioned over the
+/// nodes as ROLEX's bootstrap does, then the same workload.
+fn run_bplus(
+    args: &BenchArgs,
+    ops: u64,
+    mix: &Mix,
+    set: keys::KeySet,
+    expected_inserts: u64,
+) -> Result<Report, String> {
+    let config = bplus_tree::BulkLoadConfig {
+        page_size: args.page_size,
+        ..bplus_tree::BulkLoadConfig::default()
+    };
+    let nodes = args.memory_nodes;
+    let mut sorted = set.loaded.clone();
+    sorted.sort_unstable();
+    let per_node = (sorted.len() as u64).div_ceil(nodes).max(1);
+    let size = bplus_tree::required_pool_bytes(per_node, &config, expected_inserts / nodes + 1024)
+        .saturating_mul(5)
+        / 4;
+    let transport = SimTransport::anonymous(&vec![size.next_multiple_of(4096); nodes as usize])
+        .map_err(|e| e.to_string())?;
+    let load_bar = progress(args.quiet, Some(nodes), "bulk load");
+    let chunks: Vec<&[u64]> = sorted.chunks(per_node as usize).collect();
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    for (i, &node) in transport.memory_nodes().iter().enumerate() {
+        let chunk = chunks.get(i).copied().unwrap_or(&[]);
+        let key_lo = if i == 0 {
+            0
+        } else {
+            chunk.first().copied().unwrap_or(u64::MAX)
+        };
+        let key_hi = match chunks.get(i + 1).and_then(|c| c.first()) {
+            Some(&next) if i + 1 < nodes as usize => next - 1,
+            _ => u64::MAX,
+        };
+        if i > 0 && chunk.is_empty() {
+            return Err("more memory nodes than loaded keys".into());
+        }
+        let node_config = bplus_tree::BulkLoadConfig {
+            key_lo,
+            key_hi,
+            ..config.clone()
+        };
+        bplus_tree::bulk_load(
+            &mut ep,
+            node,
+            chunk.iter().map(|&k| (k, k)).collect(),
+            &node_config,
+        )
+        .map_err(|e| e.to_string())?;
+        load_bar.inc(1);
+    }
+    load_bar.finish_and_clear();
+    let tree = bplus_tree::Tree::open(transport, bplus_tree::TreeConfig::default())
+        .map_err(|e| e.to_string())?;
+    run_workload(
+        args,
+        ops,
+        mix,
+        Arc::new(tree),
+        set.loaded,
+        set.to_insert,
+        Vec::new(),
+        &AtomicBool::new(false),
+        &[],
     )
 }
 
@@ -396,11 +544,12 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
             .map_err(|e| e.to_string())?;
     let loaded = existing_keys(&transport, args.quiet)?;
     let to_insert = fresh_keys(args.seed, expected_inserts);
+    let store = open_rolex(args, transport)?;
     run_workload(
         args,
         args.ops,
         &mix,
-        transport,
+        store,
         loaded,
         to_insert,
         Vec::new(),
@@ -416,13 +565,13 @@ fn run_verbs(_: &BenchArgs, _: Mix, _: u64) -> Result<Report, String> {
 
 type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, String>>>;
 
-/// Runs the workload over `transport` and assembles the report.
+/// Runs the workload on `store` (either index) and assembles the report.
 #[allow(clippy::too_many_arguments)]
-fn run_workload<T: Transport + 'static>(
+fn run_workload<I: BenchIndex>(
     args: &BenchArgs,
     ops: u64,
     mix: &Mix,
-    transport: T,
+    store: Arc<I>,
     loaded: Vec<u64>,
     to_insert: Vec<u64>,
     retrainers: Retrainers,
@@ -434,21 +583,6 @@ fn run_workload<T: Transport + 'static>(
         return Err("the store holds no keys to run a workload on".into());
     }
 
-    let cache_mode = match args.cache_mode {
-        CliCacheMode::Pivots => CacheMode::Pivots,
-        CliCacheMode::Lean => CacheMode::Lean,
-    };
-    let store = Arc::new(
-        Store::open(
-            transport,
-            StoreConfig {
-                cache_mode,
-                ..StoreConfig::default()
-            },
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    let cache_bytes = store.cache_bytes();
     let chooser = Arc::new(Chooser::new(
         mix.request_dist,
         loaded.len() as u64,
@@ -502,10 +636,12 @@ fn run_workload<T: Transport + 'static>(
                         })
                         .collect::<Result<_, _>>()?,
                     net: vec![Stats::default(); OP_NAMES.len()],
+                    lock_verbs: vec![0; OP_NAMES.len()],
                     inserted: Vec::new(),
                     inserted_count: 0,
                     owned: Vec::new(),
                     reconnects: 0,
+                    finished: Instant::now(),
                 };
                 if churn {
                     result.owned = loaded
@@ -540,6 +676,7 @@ fn run_workload<T: Transport + 'static>(
                         mix.next(&mut rng, &chooser, live, key_at, new_key)
                     };
                     let before = client.net_stats();
+                    let locks_before = client.lock_verbs();
                     let at = Instant::now();
                     let inserted_before = result.inserted.len();
                     let kind = match execute(&mut client, op, &mut result.inserted) {
@@ -559,6 +696,7 @@ fn run_workload<T: Transport + 'static>(
                     let ns = at.elapsed().as_nanos() as u64;
                     let _ = result.latency[kind].record(ns.max(1));
                     result.net[kind] += client.net_stats() - before;
+                    result.lock_verbs[kind] += client.lock_verbs() - locks_before;
                     if result.inserted.len() > inserted_before {
                         result.inserted_count += 1;
                         if churn {
@@ -571,6 +709,7 @@ fn run_workload<T: Transport + 'static>(
                     }
                 }
                 done.fetch_add(i % 1024, Ordering::Relaxed);
+                result.finished = Instant::now();
                 Ok(result)
             })
         })
@@ -607,7 +746,13 @@ fn run_workload<T: Transport + 'static>(
                 .map_err(|_| "a benchmark thread panicked".to_string())??,
         );
     }
-    let wall = started.elapsed().as_secs_f64();
+    // From the start to the last thread's last operation (not to when the sampling loop noticed).
+    let wall = results
+        .iter()
+        .map(|r| r.finished.saturating_duration_since(started))
+        .max()
+        .unwrap_or_default()
+        .as_secs_f64();
     bar.finish_and_clear();
 
     stop_retrainers.store(true, Ordering::Release);
@@ -643,19 +788,20 @@ fn run_workload<T: Transport + 'static>(
         None
     };
 
+    // What the compute node caches once the run has warmed it (the B+-tree fills its cache of
+    // internal pages as it goes; ROLEX caches every record from the start).
+    let cache_bytes = store.cache_bytes();
+
     // Structure, from a verify walk (problems are reported, not fatal, for an attached pool that
     // other processes may be writing).
-    let transport = store.transport();
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
-    let (mut leaves, mut synonyms, mut keys_after, mut clean, mut models) = (0, 0, 0, true, 0);
-    for &node in transport.memory_nodes() {
-        let report = leaf_store::verify(&mut ep, node).map_err(|e| e.to_string())?;
-        leaves += report.trained_leaves + report.synonym_leaves;
-        synonyms += report.synonym_leaves;
-        keys_after += report.keys;
-        models += report.slots;
-        clean &= report.is_clean();
-    }
+    let structure = store.structure()?;
+    let (leaves, synonyms, keys_after, clean, models) = (
+        structure.leaves,
+        structure.synonym_leaves,
+        structure.keys,
+        structure.clean,
+        structure.models,
+    );
 
     // Assemble.
     let profile = NetworkProfile {
@@ -672,9 +818,11 @@ fn run_workload<T: Transport + 'static>(
         let mut hist =
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
         let mut net = Stats::default();
+        let mut lock_verbs = 0;
         for r in &results {
             hist.add(&r.latency[kind]).map_err(|e| e.to_string())?;
             net += r.net[kind];
+            lock_verbs += r.lock_verbs[kind];
         }
         let count = hist.len();
         if count == 0 {
@@ -690,6 +838,7 @@ fn run_workload<T: Transport + 'static>(
                 rtts_per_op: per(net.batches),
                 verbs_per_op: per(net.verbs()),
                 bytes_per_op: per(net.bytes_read + net.bytes_written),
+                lock_verbs_per_op: per(lock_verbs),
                 latency_us: Latency {
                     p50: hist.value_at_quantile(0.5) as f64 / 1e3,
                     p99: hist.value_at_quantile(0.99) as f64 / 1e3,
@@ -701,7 +850,7 @@ fn run_workload<T: Transport + 'static>(
         modeled_by_op.insert(name.to_string(), profile.latency_us(&net, count));
     }
     let clients = args.model_clients.unwrap_or(args.threads);
-    let nodes = transport.memory_nodes().len() as u64;
+    let nodes = store.memory_nodes();
     let mut config = serde_json::to_value(args).map_err(|e| e.to_string())?;
     if let Some(obj) = config.as_object_mut() {
         obj.insert("keys_loaded".into(), serde_json::json!(loaded.len()));
@@ -712,11 +861,15 @@ fn run_workload<T: Transport + 'static>(
         obj.insert("ops_run".into(), serde_json::json!(total_ops));
     }
     // Leaves allocated (whole leaves, used or free-listed) plus model bytes in use, per key held.
-    let pool_bytes_per_key = retrainer.as_ref().map(|r| {
-        (r.leaves_allocated * leaf_store::leaf_bytes(args.delta) + r.model_bytes_used) as f64
-            / keys_after.max(1) as f64
-    });
+    let pool_bytes_per_key = match structure.pool_bytes {
+        Some(bytes) => Some(bytes as f64 / keys_after.max(1) as f64),
+        None => retrainer.as_ref().map(|r| {
+            (r.leaves_allocated * leaf_store::leaf_bytes(args.delta) + r.model_bytes_used) as f64
+                / keys_after.max(1) as f64
+        }),
+    };
     Ok(Report {
+        index: args.index.name(),
         config,
         wall_seconds: wall,
         throughput_ops_s: total_ops as f64 / wall.max(1e-9),
@@ -751,35 +904,12 @@ fn run_workload<T: Transport + 'static>(
 }
 
 /// Issues one operation; returns its index in [`OP_NAMES`].
-/// Why an operation failed.
-#[derive(Debug)]
-enum Failed {
-    /// The client's endpoint is gone ([`index_core::IndexError::is_connection_lost`]).
-    ConnectionLost(index_core::IndexError),
-    Other(String),
-}
-
-impl std::fmt::Display for Failed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failed::ConnectionLost(e) => write!(f, "{e}"),
-            Failed::Other(e) => f.write_str(e),
-        }
-    }
-}
-
-fn execute<E: Endpoint>(
-    client: &mut Client<E>,
+fn execute<C: BenchClient>(
+    client: &mut C,
     op: Op,
     inserted: &mut Vec<u64>,
 ) -> Result<usize, Failed> {
-    let e = |e: index_core::IndexError| {
-        if e.is_connection_lost() {
-            Failed::ConnectionLost(e)
-        } else {
-            Failed::Other(e.to_string())
-        }
-    };
+    let e = |e: Failed| e;
     Ok(match op {
         Op::Read(k) => {
             client.get(k).map_err(e)?;

@@ -9,9 +9,12 @@
 //! Bad input gets one line on stderr and exit code 2.
 
 mod bench;
+mod compare;
+mod index;
 mod keys;
 mod pools;
 mod report;
+mod svg;
 mod workload;
 
 use std::io::Write;
@@ -47,6 +50,9 @@ enum Command {
     /// Run YCSB A–F under uniform and zipfian requests (embedded memory node, fresh pool each) and
     /// print a results table, measured and modeled columns apart.
     Suite(SuiteArgs),
+    /// ROLEX against the B+-tree baseline on the same transport, keys and operation streams:
+    /// YCSB A–F and a write-ratio sweep, uniform and zipfian; a table of ratios, JSON, SVG plots.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -636,8 +642,23 @@ fn inspect(args: &InspectArgs) -> Result<bool, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let cli = match parsed {
+        Ok((mut cli, matches)) => {
+            // Which bench counts were typed (they win over a workload file's).
+            if let (Command::Bench(args), Some(m)) =
+                (&mut cli.command, matches.subcommand_matches("bench"))
+            {
+                let typed =
+                    |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+                args.keys_given = typed("keys");
+                args.ops_given = typed("ops");
+            }
+            cli
+        }
         Err(e)
             if matches!(
                 e.kind(),
@@ -664,6 +685,10 @@ fn main() -> ExitCode {
         Command::Memnode(args) => memnode(args).map(|()| true),
         Command::Inspect(args) => inspect(args),
         Command::Suite(args) => suite(args).map(|()| true),
+        Command::Compare(args) => BenchDefaults::try_parse_from(["rolex"])
+            .map_err(|e| e.to_string())
+            .and_then(|d| compare::run(args, d.args))
+            .map(|()| true),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

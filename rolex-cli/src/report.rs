@@ -21,6 +21,9 @@ pub struct OpReport {
     pub rtts_per_op: f64,
     pub verbs_per_op: f64,
     pub bytes_per_op: f64,
+    /// Of `verbs_per_op`, the verbs on a lock table (the B+-tree baseline's; Sherman keeps the
+    /// table in NIC memory, so these would be cheaper there).
+    pub lock_verbs_per_op: f64,
     pub latency_us: Latency,
 }
 
@@ -125,6 +128,8 @@ impl RetrainerSummary {
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// `rolex` or `bplus`.
+    pub index: &'static str,
     pub config: serde_json::Value,
     pub wall_seconds: f64,
     pub throughput_ops_s: f64,
@@ -176,22 +181,29 @@ impl Report {
     pub fn table(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!(
-            "measured on the simulator: {:.0} ops/s over {:.2} s; cache {} bytes ({:.3} per key); {} models, {} leaves ({} synonym){}\n",
+            "measured on the simulator ({}): {:.0} ops/s over {}; cache {} bytes ({:.3} per key); {} {}, {} leaves ({} synonym){}\n",
+            self.index,
             self.throughput_ops_s,
-            self.wall_seconds,
+            duration(self.wall_seconds),
             self.cache_bytes,
             self.cache_bytes_per_key,
             self.models,
+            if self.index == "bplus" {
+                "internal pages"
+            } else {
+                "models"
+            },
             self.leaves,
             self.synonym_leaves,
             self.retrains.map_or(String::new(), |r| format!(", {r} retrains"))
         ));
         out.push_str(&format!(
-            "{:<8} {:>10} {:>8} {:>9} {:>10} {:>9} {:>9} {:>9} {:>12}\n",
+            "{:<8} {:>10} {:>8} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>12}\n",
             "op",
             "count",
             "rtt/op",
             "verbs/op",
+            "lock/op",
             "bytes/op",
             "p50 µs",
             "p99 µs",
@@ -200,11 +212,12 @@ impl Report {
         ));
         for (name, op) in &self.ops {
             out.push_str(&format!(
-                "{:<8} {:>10} {:>8.3} {:>9.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>12.2}\n",
+                "{:<8} {:>10} {:>8.3} {:>9.2} {:>8.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>12.2}\n",
                 name,
                 op.count,
                 op.rtts_per_op,
                 op.verbs_per_op,
+                op.lock_verbs_per_op,
                 op.bytes_per_op,
                 op.latency_us.p50,
                 op.latency_us.p99,
@@ -244,7 +257,21 @@ impl Report {
                 r.model_region_bytes / 1024
             ));
         }
-        if let (Some(first), Some(last)) = (&self.phases.first_tenth, &self.phases.last_tenth) {
+        if let (Some(first), Some(last), None) = (
+            &self.phases.first_tenth,
+            &self.phases.last_tenth,
+            &self.retrainer,
+        ) {
+            out.push_str(&format!(
+                "first tenth: {:.0} ops/s; last tenth: {:.0} ops/s\n",
+                first.ops_per_s, last.ops_per_s
+            ));
+        }
+        if let (Some(first), Some(last), Some(_)) = (
+            &self.phases.first_tenth,
+            &self.phases.last_tenth,
+            &self.retrainer,
+        ) {
             let us = |p: &Phase| {
                 p.us_per_retraining
                     .map_or_else(|| "-".to_string(), |u| format!("{u:.0}"))
@@ -268,5 +295,16 @@ impl Report {
             "verify: PROBLEMS (run `rolex inspect`)\n"
         });
         out
+    }
+}
+
+/// A run's length for people: seconds, or milliseconds for a run too short to show in seconds.
+pub fn duration(seconds: f64) -> String {
+    if seconds >= 0.1 {
+        format!("{seconds:.2} s")
+    } else if seconds >= 0.001 {
+        format!("{:.1} ms", seconds * 1e3)
+    } else {
+        format!("{:.0} µs", seconds * 1e6)
     }
 }

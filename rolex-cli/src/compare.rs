@@ -1,0 +1,419 @@
+//! `rolex compare`: ROLEX and the B+-tree baseline on the same keys, the same operation streams
+//! and the same transport — YCSB A–F and a write-ratio sweep, under uniform and zipfian requests —
+//! with one table of ratios, a JSON report and SVG plots.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use rdma_transport::Stats;
+use sim_transport::cost_model::NetworkProfile;
+
+use crate::bench::{self, BenchArgs};
+use crate::index::IndexKind;
+use crate::report::Report;
+use crate::svg::{self, Series};
+use crate::workload::{RequestDist, Workload};
+
+/// What `rolex compare` takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// Keys bulk-loaded for each run (both indexes load the same keys).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Operations per run.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub ops: u64,
+    /// Compute threads (measured runs).
+    #[arg(long, default_value_t = 2)]
+    pub threads: u64,
+    /// Seed of the keys and operation streams (the same for both indexes).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the JSON report here (every run's full report and the ratios).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Directory for the SVG plots (created if missing).
+    #[arg(long, default_value = "compare")]
+    pub out: PathBuf,
+    /// B+-tree page size in bytes (Sherman's: 1 KiB).
+    #[arg(long, default_value_t = 1024)]
+    pub page_size: u64,
+    /// Hide progress.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// One workload of the comparison.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Case {
+    name: String,
+    dist: &'static str,
+    /// Insert share, for the write-ratio sweep.
+    insert_ratio: Option<f64>,
+    rolex: Report,
+    bplus: Report,
+    ratios: Ratios,
+}
+
+/// ROLEX's figure over the baseline's (> 1: ROLEX ahead, for throughput; < 1: ROLEX moves
+/// fewer bytes).
+#[derive(Debug, Clone, serde::Serialize)]
+struct Ratios {
+    measured_throughput: f64,
+    modeled_throughput: f64,
+    bytes_per_op: f64,
+    rtts_per_op: f64,
+}
+
+/// The whole comparison, as written to `--json`.
+#[derive(Debug, serde::Serialize)]
+struct Comparison {
+    keys: u64,
+    ops: u64,
+    threads: u64,
+    cases: Vec<Case>,
+    /// Modeled throughput of YCSB A and C (zipfian) for 1–64 modeled clients.
+    clients_sweep: Vec<ClientPoint>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct ClientPoint {
+    workload: String,
+    clients: u64,
+    rolex_ops_s: f64,
+    bplus_ops_s: f64,
+}
+
+/// Totals of a report's operations as endpoint counters (for the cost model at other client
+/// counts): round trips, verbs and bytes.
+fn totals(report: &Report) -> (Stats, u64) {
+    let mut net = Stats::default();
+    let mut ops = 0;
+    for op in report.ops.values() {
+        let n = op.count as f64;
+        net.batches += (op.rtts_per_op * n).round() as u64;
+        net.reads += (op.verbs_per_op * n).round() as u64;
+        net.bytes_read += (op.bytes_per_op * n).round() as u64;
+        ops += op.count;
+    }
+    (net, ops)
+}
+
+fn weighted(report: &Report, f: impl Fn(&crate::report::OpReport) -> f64) -> f64 {
+    let ops: u64 = report.ops.values().map(|o| o.count).sum();
+    report
+        .ops
+        .values()
+        .map(|o| f(o) * o.count as f64)
+        .sum::<f64>()
+        / ops.max(1) as f64
+}
+
+fn dist_name(dist: RequestDist) -> &'static str {
+    match dist {
+        RequestDist::Uniform => "uniform",
+        RequestDist::Zipfian => "zipfian",
+        RequestDist::Latest => "latest",
+    }
+}
+
+fn workload_name(w: Workload) -> String {
+    serde_json::to_value(w)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Runs the comparison, prints the table, writes the JSON and the plots.
+pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
+    let mut plan: Vec<(String, Option<Workload>, Option<f64>, RequestDist)> = Vec::new();
+    for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
+        for w in [
+            Workload::YcsbA,
+            Workload::YcsbB,
+            Workload::YcsbC,
+            Workload::YcsbD,
+            Workload::YcsbE,
+            Workload::YcsbF,
+        ] {
+            plan.push((workload_name(w), Some(w), None, dist));
+        }
+        for ratio in [0.0, 0.05, 0.25, 0.5, 0.75, 1.0] {
+            plan.push((
+                format!("inserts {:.0}%", ratio * 100.0),
+                None,
+                Some(ratio),
+                dist,
+            ));
+        }
+    }
+    println!(
+        "| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let started = std::time::Instant::now();
+    let mut cases = Vec::new();
+    for (i, (name, workload, ratio, dist)) in plan.iter().enumerate() {
+        if !args.quiet {
+            eprintln!(
+                "[{}/{}] {name} ({}) — {:.0} s so far",
+                i + 1,
+                plan.len(),
+                dist_name(*dist),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        let mut reports = Vec::new();
+        for index in [IndexKind::Rolex, IndexKind::Bplus] {
+            let mut run = defaults.clone();
+            run.index = index;
+            run.page_size = args.page_size;
+            run.keys = args.keys;
+            run.ops = args.ops;
+            run.threads = args.threads;
+            run.seed = args.seed;
+            if let Some(w) = workload {
+                run.workload = *w;
+            }
+            run.insert_ratio = *ratio;
+            run.request_dist = Some(*dist);
+            run.quiet = true;
+            let report = bench::run(&run)?;
+            if !report.verify_clean {
+                return Err(format!(
+                    "{name} ({}): verify found problems after the {} run",
+                    dist_name(*dist),
+                    index.name()
+                ));
+            }
+            reports.push(report);
+        }
+        let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
+            return Err("a run produced no report".into());
+        };
+        let bytes = |r: &Report| weighted(r, |o| o.bytes_per_op);
+        let rtts = |r: &Report| weighted(r, |o| o.rtts_per_op);
+        let ratios = Ratios {
+            measured_throughput: rolex.throughput_ops_s / bplus.throughput_ops_s.max(1e-9),
+            modeled_throughput: rolex.modeled.throughput_ops_s
+                / bplus.modeled.throughput_ops_s.max(1e-9),
+            bytes_per_op: bytes(&rolex) / bytes(&bplus).max(1e-9),
+            rtts_per_op: rtts(&rolex) / rtts(&bplus).max(1e-9),
+        };
+        println!(
+            "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            dist_name(*dist),
+            rolex.throughput_ops_s,
+            bplus.throughput_ops_s,
+            ratios.measured_throughput,
+            ratios.modeled_throughput,
+            bytes(&rolex),
+            bytes(&bplus),
+            ratios.bytes_per_op,
+            rtts(&rolex),
+            rtts(&bplus)
+        );
+        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        cases.push(Case {
+            name: name.clone(),
+            dist: dist_name(*dist),
+            insert_ratio: *ratio,
+            rolex,
+            bplus,
+            ratios,
+        });
+    }
+    let clients_sweep = clients_sweep(&cases, &defaults);
+    if let Some(c) = cases
+        .iter()
+        .find(|c| c.name == "ycsb-c" && c.dist == "zipfian")
+    {
+        println!(
+            "\ncompute-side cache: ROLEX {:.2} bytes per key, B+-tree {:.2}; memory-node bytes per key: ROLEX {}, B+-tree {}",
+            c.rolex.cache_bytes_per_key,
+            c.bplus.cache_bytes_per_key,
+            c.rolex
+                .pool_bytes_per_key
+                .map_or("n/a".into(), |b| format!("{b:.1}")),
+            c.bplus
+                .pool_bytes_per_key
+                .map_or("n/a".into(), |b| format!("{b:.1}")),
+        );
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    for (file, svg) in plots(&cases, &clients_sweep, args) {
+        let path = args.out.join(file);
+        std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    println!(
+        "plots: {} (throughput_vs_write_ratio.svg, throughput_vs_clients.svg, bytes_per_op.svg, rtts_per_op.svg); {} runs in {:.0} s",
+        args.out.display(),
+        2 * cases.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&Comparison {
+            keys: args.keys,
+            ops: args.ops,
+            threads: args.threads,
+            cases,
+            clients_sweep,
+        })
+        .map_err(|e| e.to_string())?;
+        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Modeled throughput of YCSB A and C (zipfian) at 1–64 modeled clients, from each run's counters.
+fn clients_sweep(cases: &[Case], defaults: &BenchArgs) -> Vec<ClientPoint> {
+    let profile = NetworkProfile {
+        rtt_us: defaults.model_rtt_us,
+        link_gbps: defaults.model_link_gbps,
+        nic_verbs_per_s: defaults.model_nic_verbs,
+        nic_bytes_per_s: defaults.model_nic_bytes,
+    };
+    let mut out = Vec::new();
+    for name in ["ycsb-a", "ycsb-c"] {
+        let Some(case) = cases.iter().find(|c| c.name == name && c.dist == "zipfian") else {
+            continue;
+        };
+        let (rolex, rolex_ops) = totals(&case.rolex);
+        let (bplus, bplus_ops) = totals(&case.bplus);
+        for clients in [1, 2, 4, 8, 16, 32, 64] {
+            out.push(ClientPoint {
+                workload: name.into(),
+                clients,
+                rolex_ops_s: profile.throughput_ops_s(&rolex, rolex_ops, clients, 1),
+                bplus_ops_s: profile.throughput_ops_s(&bplus, bplus_ops, clients, 1),
+            });
+        }
+    }
+    out
+}
+
+fn plots(cases: &[Case], sweep: &[ClientPoint], args: &CompareArgs) -> Vec<(&'static str, String)> {
+    let subtitle = format!(
+        "{} keys, {} operations per run, same keys and operation streams for both",
+        args.keys, args.ops
+    );
+    let mut by_ratio = Vec::new();
+    for dist in ["uniform", "zipfian"] {
+        for (index, pick) in [
+            ("ROLEX", (|c: &Case| &c.rolex) as fn(&Case) -> &Report),
+            ("B+-tree", |c: &Case| &c.bplus),
+        ] {
+            by_ratio.push(Series {
+                name: format!("{index}, {dist}"),
+                points: cases
+                    .iter()
+                    .filter(|c| c.dist == dist)
+                    .filter_map(|c| {
+                        c.insert_ratio
+                            .map(|r| (100.0 * r, pick(c).modeled.throughput_ops_s))
+                    })
+                    .collect(),
+                dashed: index != "ROLEX",
+            });
+        }
+    }
+    let mut by_clients = Vec::new();
+    for workload in ["ycsb-a", "ycsb-c"] {
+        for index in ["ROLEX", "B+-tree"] {
+            by_clients.push(Series {
+                name: format!("{index}, {workload}"),
+                points: sweep
+                    .iter()
+                    .filter(|p| p.workload == workload)
+                    .map(|p| {
+                        (
+                            p.clients as f64,
+                            if index == "ROLEX" {
+                                p.rolex_ops_s
+                            } else {
+                                p.bplus_ops_s
+                            },
+                        )
+                    })
+                    .collect(),
+                dashed: index != "ROLEX",
+            });
+        }
+    }
+    // Per operation type: GET and INSERT from the 50% sweep point, UPDATE from YCSB A, SCAN from
+    // YCSB E (zipfian).
+    let pick = |name: &str| cases.iter().find(|c| c.name == name && c.dist == "zipfian");
+    let kinds = [
+        ("get", "inserts 50%", "read"),
+        ("insert", "inserts 50%", "insert"),
+        ("update", "ycsb-a", "update"),
+        ("scan", "ycsb-e", "scan"),
+    ];
+    let per_op = |f: fn(&crate::report::OpReport) -> f64| -> Vec<(String, Vec<f64>)> {
+        ["ROLEX", "B+-tree"]
+            .iter()
+            .map(|&index| {
+                let values = kinds
+                    .iter()
+                    .map(|&(_, case, op)| {
+                        pick(case)
+                            .and_then(|c| {
+                                let r = if index == "ROLEX" { &c.rolex } else { &c.bplus };
+                                r.ops.get(op).map(f)
+                            })
+                            .unwrap_or(0.0)
+                    })
+                    .collect();
+                (index.to_string(), values)
+            })
+            .collect()
+    };
+    let categories: Vec<String> = kinds.iter().map(|k| k.0.to_string()).collect();
+    vec![
+        (
+            "throughput_vs_write_ratio.svg",
+            svg::line_chart(
+                "Modeled throughput against the share of inserts (rest: GETs)",
+                &format!(
+                    "modeled (RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s, {} clients); {subtitle}",
+                    args.threads
+                ),
+                "inserts, % of operations",
+                "modeled operations per second",
+                &by_ratio,
+                false,
+            ),
+        ),
+        (
+            "throughput_vs_clients.svg",
+            svg::line_chart(
+                "Modeled throughput against compute clients (zipfian)",
+                "modeled from each run's round trips, verbs and bytes per operation; one memory node",
+                "modeled compute clients",
+                "modeled operations per second",
+                &by_clients,
+                true,
+            ),
+        ),
+        (
+            "bytes_per_op.svg",
+            svg::bar_chart(
+                "Bytes moved per operation",
+                &format!("measured on the simulator (zipfian); {subtitle}"),
+                "bytes per operation",
+                &categories,
+                &per_op(|o| o.bytes_per_op),
+            ),
+        ),
+        (
+            "rtts_per_op.svg",
+            svg::bar_chart(
+                "Round trips per operation",
+                &format!("measured on the simulator (zipfian); {subtitle}"),
+                "round trips per operation",
+                &categories,
+                &per_op(|o| o.rtts_per_op),
+            ),
+        ),
+    ]
+}

@@ -1,0 +1,251 @@
+//! The ordered indexes `rolex bench` drives: ROLEX, and the Sherman-style B+-tree baseline
+//! (`bplus-tree`) on the same transport. The harness, workloads, key sets, report and cost model
+//! are shared; only what is behind these two traits differs.
+
+use rdma_transport::{Stats, Transport};
+
+/// Which index a run drives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKind {
+    /// ROLEX: learned models over leaves, retrained on the memory node.
+    #[default]
+    Rolex,
+    /// The B+-tree baseline (Sherman-style, `bplus-tree`).
+    Bplus,
+}
+
+impl IndexKind {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Rolex => "rolex",
+            IndexKind::Bplus => "bplus",
+        }
+    }
+}
+
+/// Why an operation failed.
+#[derive(Debug)]
+pub enum Failed {
+    /// The client's endpoint is gone (a fresh one may go on).
+    ConnectionLost(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::ConnectionLost(e) | Failed::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+/// One bench thread's handle on an index.
+pub trait BenchClient: Send + 'static {
+    /// The value of `key`.
+    fn get(&mut self, key: u64) -> Result<Option<u64>, Failed>;
+    /// Inserts `key`; false if present.
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, Failed>;
+    /// Updates `key`; false if absent.
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, Failed>;
+    /// Deletes `key`; false if absent.
+    fn delete(&mut self, key: u64) -> Result<bool, Failed>;
+    /// Scans `n` entries from `start`; how many it returned.
+    fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed>;
+    /// The endpoint's counters.
+    fn net_stats(&self) -> Stats;
+    /// Verbs on a lock table (counted within `net_stats` too); 0 for an index without one.
+    fn lock_verbs(&self) -> u64;
+}
+
+/// What a verify walk over every memory node found.
+#[derive(Debug, Clone, Default)]
+pub struct Structure {
+    /// Leaves (ROLEX: trained and synonym; B+-tree: leaf pages).
+    pub leaves: u64,
+    /// ROLEX's synonym leaves (0 for the B+-tree).
+    pub synonym_leaves: u64,
+    /// Keys present.
+    pub keys: u64,
+    /// ROLEX: model slots; B+-tree: internal pages.
+    pub models: u64,
+    /// Whether every invariant held.
+    pub clean: bool,
+    /// Memory-node bytes the index occupies (B+-tree: pages and lock table; ROLEX's comes from
+    /// its retrainer).
+    pub pool_bytes: Option<u64>,
+}
+
+/// A compute node's handle on an index, shared by its bench threads.
+pub trait BenchIndex: Send + Sync + 'static {
+    /// A thread's client.
+    type Client: BenchClient;
+    /// A client for one thread.
+    fn client(&self) -> Result<Self::Client, String>;
+    /// Gives `client` a fresh endpoint after its own broke.
+    fn reconnect(&self, client: &mut Self::Client) -> Result<(), String>;
+    /// Bytes of metadata the compute node caches.
+    fn cache_bytes(&self) -> u64;
+    /// Memory nodes.
+    fn memory_nodes(&self) -> u64;
+    /// A verify walk over every memory node.
+    fn structure(&self) -> Result<Structure, String>;
+}
+
+fn rolex_failed(e: index_core::IndexError) -> Failed {
+    if e.is_connection_lost() {
+        Failed::ConnectionLost(e.to_string())
+    } else {
+        Failed::Other(e.to_string())
+    }
+}
+
+impl<E: rdma_transport::Endpoint + 'static> BenchClient for index_core::Client<E> {
+    fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
+        index_core::Client::get(self, key).map_err(rolex_failed)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
+        index_core::Client::insert(self, key, value).map_err(rolex_failed)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
+        index_core::Client::update(self, key, value).map_err(rolex_failed)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, Failed> {
+        index_core::Client::delete(self, key).map_err(rolex_failed)
+    }
+    fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed> {
+        index_core::Client::scan(self, start, n)
+            .map(|v| v.len())
+            .map_err(rolex_failed)
+    }
+    fn net_stats(&self) -> Stats {
+        index_core::Client::net_stats(self)
+    }
+    fn lock_verbs(&self) -> u64 {
+        0
+    }
+}
+
+impl<T: Transport + 'static> BenchIndex for index_core::Store<T>
+where
+    T::Endpoint: 'static,
+{
+    type Client = index_core::Client<T::Endpoint>;
+
+    fn client(&self) -> Result<Self::Client, String> {
+        index_core::Store::client(self).map_err(|e| e.to_string())
+    }
+
+    fn reconnect(&self, client: &mut Self::Client) -> Result<(), String> {
+        index_core::Store::reconnect(self, client).map_err(|e| e.to_string())
+    }
+
+    fn cache_bytes(&self) -> u64 {
+        index_core::Store::cache_bytes(self)
+    }
+
+    fn memory_nodes(&self) -> u64 {
+        self.transport().memory_nodes().len() as u64
+    }
+
+    fn structure(&self) -> Result<Structure, String> {
+        let transport = self.transport();
+        let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+        let mut s = Structure {
+            clean: true,
+            ..Structure::default()
+        };
+        for &node in transport.memory_nodes() {
+            let report = leaf_store::verify(&mut ep, node).map_err(|e| e.to_string())?;
+            s.leaves += report.trained_leaves + report.synonym_leaves;
+            s.synonym_leaves += report.synonym_leaves;
+            s.keys += report.keys;
+            s.models += report.slots;
+            s.clean &= report.is_clean();
+        }
+        Ok(s)
+    }
+}
+
+fn tree_failed(e: bplus_tree::TreeError) -> Failed {
+    match e {
+        bplus_tree::TreeError::Transport(
+            t @ (rdma_transport::TransportError::Broken(_)
+            | rdma_transport::TransportError::Crashed
+            | rdma_transport::TransportError::Connection(_)),
+        ) => Failed::ConnectionLost(t.to_string()),
+        e => Failed::Other(e.to_string()),
+    }
+}
+
+impl<E: rdma_transport::Endpoint + 'static> BenchClient for bplus_tree::Client<E> {
+    fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
+        bplus_tree::Client::get(self, key).map_err(tree_failed)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
+        bplus_tree::Client::insert(self, key, value).map_err(tree_failed)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
+        bplus_tree::Client::update(self, key, value).map_err(tree_failed)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, Failed> {
+        bplus_tree::Client::delete(self, key).map_err(tree_failed)
+    }
+    fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed> {
+        bplus_tree::Client::scan(self, start, n)
+            .map(|v| v.len())
+            .map_err(tree_failed)
+    }
+    fn net_stats(&self) -> Stats {
+        bplus_tree::Client::net_stats(self)
+    }
+    fn lock_verbs(&self) -> u64 {
+        self.stats().lock_verbs
+    }
+}
+
+impl<T: Transport + 'static> BenchIndex for bplus_tree::Tree<T>
+where
+    T::Endpoint: 'static,
+{
+    type Client = bplus_tree::Client<T::Endpoint>;
+
+    fn client(&self) -> Result<Self::Client, String> {
+        bplus_tree::Tree::client(self).map_err(|e| e.to_string())
+    }
+
+    fn reconnect(&self, _client: &mut Self::Client) -> Result<(), String> {
+        Err("the B+-tree baseline does not reconnect a broken endpoint".into())
+    }
+
+    fn cache_bytes(&self) -> u64 {
+        bplus_tree::Tree::cache_bytes(self)
+    }
+
+    fn memory_nodes(&self) -> u64 {
+        self.transport().memory_nodes().len() as u64
+    }
+
+    fn structure(&self) -> Result<Structure, String> {
+        let transport = self.transport();
+        let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+        let mut s = Structure {
+            clean: true,
+            pool_bytes: Some(0),
+            ..Structure::default()
+        };
+        for (&node, layout) in transport.memory_nodes().iter().zip(self.layouts()) {
+            let report = bplus_tree::verify(&mut ep, node).map_err(|e| e.to_string())?;
+            s.leaves += report.pages_per_level.first().copied().unwrap_or(0);
+            s.models += report.pages_per_level.iter().skip(1).sum::<u64>();
+            s.keys += report.keys;
+            s.clean &= report.is_clean();
+            s.pool_bytes = s
+                .pool_bytes
+                .map(|b| b + report.allocated_pages * layout.page_size + 8 * layout.lock_words);
+        }
+        Ok(s)
+    }
+}

@@ -1,0 +1,311 @@
+//! Small SVG charts for `rolex compare`: line charts and grouped bar charts, written directly
+//! (no fonts or plotting library needed; the text is SVG text the viewer renders).
+
+use std::fmt::Write as _;
+
+const WIDTH: f64 = 760.0;
+const HEIGHT: f64 = 440.0;
+const LEFT: f64 = 90.0;
+const RIGHT: f64 = 190.0;
+const TOP: f64 = 50.0;
+const BOTTOM: f64 = 60.0;
+const COLOURS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
+
+/// One line of a line chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub dashed: bool,
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A readable number for an axis label.
+fn short(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.1}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn frame(out: &mut String, title: &str, subtitle: &str, x_label: &str, y_label: &str) {
+    let _ = write!(
+        out,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>
+<text x="{}" y="38" font-size="11" fill="#555" text-anchor="middle">{}</text>
+<text x="{}" y="{}" text-anchor="middle">{}</text>
+<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">{}</text>
+"##,
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        escape(title),
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        escape(subtitle),
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        HEIGHT - 18.0,
+        escape(x_label),
+        (TOP + HEIGHT - BOTTOM) / 2.0,
+        (TOP + HEIGHT - BOTTOM) / 2.0,
+        escape(y_label)
+    );
+}
+
+fn y_axis(out: &mut String, y_max: f64) -> impl Fn(f64) -> f64 + use<> {
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let y = move |v: f64| HEIGHT - BOTTOM - v / y_max * plot_h;
+    for i in 0..=5 {
+        let v = y_max * f64::from(i) / 5.0;
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+            y(v),
+            WIDTH - RIGHT,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            short(v)
+        );
+    }
+    y
+}
+
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let magnitude = 10f64.powf(v.log10().floor());
+    for step in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if step * magnitude >= v {
+            return step * magnitude;
+        }
+    }
+    10.0 * magnitude
+}
+
+fn legend(out: &mut String, names: &[(String, bool)]) {
+    for (i, (name, dashed)) in names.iter().enumerate() {
+        let y = TOP + 10.0 + 20.0 * i as f64;
+        let x = WIDTH - RIGHT + 14.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"{}/><text x="{}" y="{}">{}</text>"#,
+            x + 24.0,
+            COLOURS[i % COLOURS.len()],
+            if *dashed {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            },
+            x + 30.0,
+            y + 4.0,
+            escape(name)
+        );
+    }
+}
+
+/// A line chart; `log2_x` spaces the x axis by powers of two.
+pub fn line_chart(
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log2_x: bool,
+) -> String {
+    let mut out = String::new();
+    frame(&mut out, title, subtitle, x_label, y_label);
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    let tx = |v: f64| if log2_x { v.max(1.0).log2() } else { v };
+    let (x_lo, x_hi) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(tx(v)), hi.max(tx(v)))
+        });
+    let x_span = if x_hi > x_lo { x_hi - x_lo } else { 1.0 };
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let x = |v: f64| LEFT + (tx(v) - x_lo) / x_span * plot_w;
+    let y_max = nice_max(
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max)
+            * 1.05,
+    );
+    let y = y_axis(&mut out, y_max);
+    let mut ticks: Vec<f64> = xs.clone();
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
+    for t in ticks {
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            x(t),
+            HEIGHT - BOTTOM + 16.0,
+            short(t)
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/>"#,
+        HEIGHT - BOTTOM,
+        WIDTH - RIGHT
+    );
+    for (i, s) in series.iter().enumerate() {
+        let points: Vec<String> = s
+            .points
+            .iter()
+            .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
+            .collect();
+        let colour = COLOURS[i % COLOURS.len()];
+        let _ = writeln!(
+            out,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{}/>"#,
+            points.join(" "),
+            if s.dashed {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            }
+        );
+        for &(px, py) in &s.points {
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"/>"#,
+                x(px),
+                y(py)
+            );
+        }
+    }
+    legend(
+        &mut out,
+        &series
+            .iter()
+            .map(|s| (s.name.clone(), s.dashed))
+            .collect::<Vec<_>>(),
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+/// A grouped bar chart: for each category, one bar per series (`values[series][category]`).
+pub fn bar_chart(
+    title: &str,
+    subtitle: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[(String, Vec<f64>)],
+) -> String {
+    let mut out = String::new();
+    frame(&mut out, title, subtitle, "operation", y_label);
+    let y_max = nice_max(
+        series
+            .iter()
+            .flat_map(|s| s.1.iter().copied())
+            .fold(0.0, f64::max)
+            * 1.1,
+    );
+    let y = y_axis(&mut out, y_max);
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let group = plot_w / categories.len().max(1) as f64;
+    let bar = group * 0.8 / series.len().max(1) as f64;
+    for (c, name) in categories.iter().enumerate() {
+        let gx = LEFT + group * c as f64 + group * 0.1;
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            gx + group * 0.4,
+            HEIGHT - BOTTOM + 16.0,
+            escape(name)
+        );
+        for (i, (_, values)) in series.iter().enumerate() {
+            let v = values.get(c).copied().unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
+                gx + bar * i as f64,
+                y(v),
+                bar * 0.95,
+                (HEIGHT - BOTTOM - y(v)).max(0.0),
+                COLOURS[i % COLOURS.len()],
+                gx + bar * i as f64 + bar * 0.475,
+                y(v) - 3.0,
+                short(v)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        r#"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/>"#,
+        HEIGHT - BOTTOM,
+        WIDTH - RIGHT
+    );
+    legend(
+        &mut out,
+        &series
+            .iter()
+            .map(|s| (s.0.clone(), false))
+            .collect::<Vec<_>>(),
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_well_formed_svg_with_every_series() {
+        let line = line_chart(
+            "t <1>",
+            "modeled",
+            "x",
+            "y",
+            &[
+                Series {
+                    name: "rolex".into(),
+                    points: vec![(1.0, 10.0), (2.0, 20.0), (64.0, 15.0)],
+                    dashed: false,
+                },
+                Series {
+                    name: "bplus".into(),
+                    points: vec![(1.0, 5.0), (64.0, 30.0)],
+                    dashed: true,
+                },
+            ],
+            true,
+        );
+        assert!(line.starts_with("<svg") && line.trim_end().ends_with("</svg>"));
+        assert_eq!(line.matches("<polyline").count(), 2);
+        assert!(line.contains("t &lt;1&gt;") && line.contains(">bplus<"));
+        let bars = bar_chart(
+            "bytes",
+            "measured",
+            "bytes",
+            &["get".into(), "insert".into()],
+            &[
+                ("rolex".into(), vec![1.0, 2.0]),
+                ("bplus".into(), vec![3.0, 4.0]),
+            ],
+        );
+        assert_eq!(bars.matches("<rect x=").count(), 4);
+    }
+}

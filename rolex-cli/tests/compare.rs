@@ -1,0 +1,184 @@
+//! The B+-tree baseline through `rolex bench --index bplus` and `rolex compare`, and the bench's
+//! command-line rules that came with them.
+
+mod common;
+
+use std::process::Command;
+
+use common::{ROLEX, bad_input_line};
+
+fn run(args: &[&str]) -> (String, String) {
+    let out = Command::new(ROLEX).args(args).output().expect("run rolex");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "rolex {args:?}: {stderr}");
+    (stdout, stderr)
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
+}
+
+#[test]
+fn the_baseline_runs_every_operation_and_loses_no_insert() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    for (workload, ops) in [
+        ("ycsb-a", "6000"),
+        ("ycsb-e", "3000"),
+        ("insert-only", "40000"),
+    ] {
+        let (stdout, _) = run(&[
+            "bench",
+            "--index",
+            "bplus",
+            "--keys",
+            "20000",
+            "--ops",
+            ops,
+            "--workload",
+            workload,
+            "--memory-nodes",
+            "2",
+            "--check-inserts",
+            "--quiet",
+            "--json",
+            report.to_str().expect("utf-8"),
+        ]);
+        let r = json(&report);
+        assert_eq!(r["index"], "bplus");
+        assert_eq!(r["verify_clean"], true, "{stdout}");
+        assert_eq!(r["inserts_missing"], 0);
+        if workload == "ycsb-a" {
+            // An update takes the leaf's lock word and releases it: two lock-table verbs (fewer
+            // when a lock is handed to a local waiter, more when a CAS finds it taken).
+            let locks = r["ops"]["update"]["lock_verbs_per_op"]
+                .as_f64()
+                .expect("locks");
+            assert!(
+                (1.5..=3.0).contains(&locks),
+                "{locks} lock verbs per update"
+            );
+            // A GET is one READ of one page once the internal pages are cached.
+            let rtts = r["ops"]["read"]["rtts_per_op"].as_f64().expect("rtts");
+            assert!((1.0..1.2).contains(&rtts), "{rtts} round trips per GET");
+        }
+        if workload == "insert-only" {
+            // Three times the loaded keys: leaves and internal pages split.
+            assert_eq!(r["keys_after"], 60_000);
+        }
+        assert!(
+            !stdout.contains("over 0.00 s"),
+            "a short run prints its length: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn flags_on_the_command_line_win_over_a_workload_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("workloada");
+    std::fs::write(
+        &file,
+        "recordcount=1000\noperationcount=1000\nreadproportion=0.5\nupdateproportion=0.5\n",
+    )
+    .expect("write");
+    let report = dir.path().join("r.json");
+    let file = file.to_str().expect("utf-8");
+    let report_path = report.to_str().expect("utf-8");
+    run(&[
+        "bench",
+        "--workload-file",
+        file,
+        "--keys",
+        "3000",
+        "--quiet",
+        "--json",
+        report_path,
+    ]);
+    let r = json(&report);
+    assert_eq!(r["config"]["keys_loaded"], 3000, "--keys wins");
+    assert_eq!(
+        r["config"]["ops_run"], 1000,
+        "the file's operationcount stays"
+    );
+    run(&[
+        "bench",
+        "--workload-file",
+        file,
+        "--quiet",
+        "--json",
+        report_path,
+    ]);
+    assert_eq!(
+        json(&report)["config"]["keys_loaded"],
+        1000,
+        "the file's recordcount"
+    );
+}
+
+#[test]
+fn compare_writes_a_table_json_and_plots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("plots");
+    let report = dir.path().join("compare.json");
+    let (stdout, _) = run(&[
+        "compare",
+        "--keys",
+        "5000",
+        "--ops",
+        "3000",
+        "--quiet",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    // YCSB A–F and six write ratios, under uniform and zipfian requests.
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("| ycsb-")).count(),
+        12
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("| inserts "))
+            .count(),
+        12
+    );
+    let r = json(&report);
+    let cases = r["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 24);
+    for case in cases {
+        assert_eq!(case["rolex"]["index"], "rolex");
+        assert_eq!(case["bplus"]["index"], "bplus");
+        assert!(
+            case["ratios"]["modeled_throughput"]
+                .as_f64()
+                .expect("ratio")
+                > 0.0
+        );
+    }
+    assert_eq!(r["clients_sweep"].as_array().expect("sweep").len(), 14);
+    for svg in [
+        "throughput_vs_write_ratio.svg",
+        "throughput_vs_clients.svg",
+        "bytes_per_op.svg",
+        "rtts_per_op.svg",
+    ] {
+        let text = std::fs::read_to_string(out.join(svg)).expect("plot");
+        assert!(text.starts_with("<svg") && text.contains("ROLEX") && text.contains("B+-tree"));
+    }
+}
+
+#[test]
+fn what_the_baseline_cannot_do_is_one_line_of_bad_input() {
+    let line = bad_input_line(&["bench", "--index", "bplus", "--attach", "/nonexistent.pool"]);
+    assert!(line.contains("embedded only"), "{line}");
+    let line = bad_input_line(&["bench", "--insert-ratio", "1.5"]);
+    assert!(line.contains("--insert-ratio"), "{line}");
+    let line = bad_input_line(&["bench", "--index", "btree"]);
+    assert!(line.contains("btree"), "{line}");
+}
