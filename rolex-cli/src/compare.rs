@@ -61,6 +61,9 @@ struct Case {
 struct Ratios {
     measured_throughput: f64,
     modeled_throughput: f64,
+    /// The same at 64 modeled clients (where the memory node's NIC, not the round trips, bounds
+    /// throughput).
+    modeled_throughput_64_clients: f64,
     bytes_per_op: f64,
     rtts_per_op: f64,
 }
@@ -126,6 +129,12 @@ fn workload_name(w: Workload) -> String {
 
 /// Runs the comparison, prints the table, writes the JSON and the plots.
 pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
+    let profile = NetworkProfile {
+        rtt_us: defaults.model_rtt_us,
+        link_gbps: defaults.model_link_gbps,
+        nic_verbs_per_s: defaults.model_nic_verbs,
+        nic_bytes_per_s: defaults.model_nic_bytes,
+    };
     let mut plan: Vec<(String, Option<Workload>, Option<f64>, RequestDist)> = Vec::new();
     for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
         for w in [
@@ -148,9 +157,9 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         }
     }
     println!(
-        "| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |"
+        "| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | modeled ratio, 64 clients | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let started = std::time::Instant::now();
     let mut cases = Vec::new();
     for (i, (name, workload, ratio, dist)) in plan.iter().enumerate() {
@@ -197,16 +206,19 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             measured_throughput: rolex.throughput_ops_s / bplus.throughput_ops_s.max(1e-9),
             modeled_throughput: rolex.modeled.throughput_ops_s
                 / bplus.modeled.throughput_ops_s.max(1e-9),
+            modeled_throughput_64_clients: modeled_at(&rolex, 64, &profile)
+                / modeled_at(&bplus, 64, &profile).max(1e-9),
             bytes_per_op: bytes(&rolex) / bytes(&bplus).max(1e-9),
             rtts_per_op: rtts(&rolex) / rtts(&bplus).max(1e-9),
         };
         println!(
-            "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
             dist_name(*dist),
             rolex.throughput_ops_s,
             bplus.throughput_ops_s,
             ratios.measured_throughput,
             ratios.modeled_throughput,
+            ratios.modeled_throughput_64_clients,
             bytes(&rolex),
             bytes(&bplus),
             ratios.bytes_per_op,
@@ -223,7 +235,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             ratios,
         });
     }
-    let clients_sweep = clients_sweep(&cases, &defaults);
+    let clients_sweep = clients_sweep(&cases, &profile);
     if let Some(c) = cases
         .iter()
         .find(|c| c.name == "ycsb-c" && c.dist == "zipfian")
@@ -241,12 +253,12 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         );
     }
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    for (file, svg) in plots(&cases, &clients_sweep, args) {
+    for (file, svg) in plots(&cases, &clients_sweep, args, &profile) {
         let path = args.out.join(file);
         std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     println!(
-        "plots: {} (throughput_vs_write_ratio.svg, throughput_vs_clients.svg, bytes_per_op.svg, rtts_per_op.svg); {} runs in {:.0} s",
+        "plots: {} (throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, bytes_per_op.svg, rtts_per_op.svg); {} runs in {:.0} s",
         args.out.display(),
         2 * cases.len(),
         started.elapsed().as_secs_f64()
@@ -266,13 +278,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
 }
 
 /// Modeled throughput of YCSB A and C (zipfian) at 1–64 modeled clients, from each run's counters.
-fn clients_sweep(cases: &[Case], defaults: &BenchArgs) -> Vec<ClientPoint> {
-    let profile = NetworkProfile {
-        rtt_us: defaults.model_rtt_us,
-        link_gbps: defaults.model_link_gbps,
-        nic_verbs_per_s: defaults.model_nic_verbs,
-        nic_bytes_per_s: defaults.model_nic_bytes,
-    };
+fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
     let mut out = Vec::new();
     for name in ["ycsb-a", "ycsb-c"] {
         let Some(case) = cases.iter().find(|c| c.name == name && c.dist == "zipfian") else {
@@ -292,31 +298,42 @@ fn clients_sweep(cases: &[Case], defaults: &BenchArgs) -> Vec<ClientPoint> {
     out
 }
 
-fn plots(cases: &[Case], sweep: &[ClientPoint], args: &CompareArgs) -> Vec<(&'static str, String)> {
-    let subtitle = format!(
-        "{} keys, {} operations per run, same keys and operation streams for both",
-        args.keys, args.ops
-    );
-    let mut by_ratio = Vec::new();
-    for dist in ["uniform", "zipfian"] {
-        for (index, pick) in [
-            ("ROLEX", (|c: &Case| &c.rolex) as fn(&Case) -> &Report),
-            ("B+-tree", |c: &Case| &c.bplus),
-        ] {
-            by_ratio.push(Series {
-                name: format!("{index}, {dist}"),
-                points: cases
-                    .iter()
-                    .filter(|c| c.dist == dist)
-                    .filter_map(|c| {
-                        c.insert_ratio
-                            .map(|r| (100.0 * r, pick(c).modeled.throughput_ops_s))
-                    })
-                    .collect(),
-                dashed: index != "ROLEX",
-            });
+/// Modeled throughput of `report`'s operations for `clients` clients on one memory node.
+fn modeled_at(report: &Report, clients: u64, profile: &NetworkProfile) -> f64 {
+    let (net, ops) = totals(report);
+    profile.throughput_ops_s(&net, ops, clients, 1)
+}
+
+fn plots(
+    cases: &[Case],
+    sweep: &[ClientPoint],
+    args: &CompareArgs,
+    profile: &NetworkProfile,
+) -> Vec<(&'static str, String)> {
+    let subtitle = format!("{} keys, {} operations per run", args.keys, args.ops);
+    let by_ratio = |clients: u64| {
+        let mut series = Vec::new();
+        for dist in ["uniform", "zipfian"] {
+            for (index, pick) in [
+                ("ROLEX", (|c: &Case| &c.rolex) as fn(&Case) -> &Report),
+                ("B+-tree", |c: &Case| &c.bplus),
+            ] {
+                series.push(Series {
+                    name: format!("{index}, {dist}"),
+                    points: cases
+                        .iter()
+                        .filter(|c| c.dist == dist)
+                        .filter_map(|c| {
+                            c.insert_ratio
+                                .map(|r| (100.0 * r, modeled_at(pick(c), clients, profile)))
+                        })
+                        .collect(),
+                    dashed: index != "ROLEX",
+                });
+            }
         }
-    }
+        series
+    };
     let mut by_clients = Vec::new();
     for workload in ["ycsb-a", "ycsb-c"] {
         for index in ["ROLEX", "B+-tree"] {
@@ -373,14 +390,22 @@ fn plots(cases: &[Case], sweep: &[ClientPoint], args: &CompareArgs) -> Vec<(&'st
         (
             "throughput_vs_write_ratio.svg",
             svg::line_chart(
-                "Modeled throughput against the share of inserts (rest: GETs)",
-                &format!(
-                    "modeled (RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s, {} clients); {subtitle}",
-                    args.threads
-                ),
+                "Modeled throughput, 64 clients, against the share of inserts",
+                &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
                 "inserts, % of operations",
                 "modeled operations per second",
-                &by_ratio,
+                &by_ratio(64),
+                false,
+            ),
+        ),
+        (
+            "throughput_vs_write_ratio_2_clients.svg",
+            svg::line_chart(
+                "Modeled throughput, 2 clients, against the share of inserts",
+                &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
+                "inserts, % of operations",
+                "modeled operations per second",
+                &by_ratio(2),
                 false,
             ),
         ),
@@ -388,7 +413,7 @@ fn plots(cases: &[Case], sweep: &[ClientPoint], args: &CompareArgs) -> Vec<(&'st
             "throughput_vs_clients.svg",
             svg::line_chart(
                 "Modeled throughput against compute clients (zipfian)",
-                "modeled from each run's round trips, verbs and bytes per operation; one memory node",
+                "modeled from each run's round trips, verbs and bytes; one memory node",
                 "modeled compute clients",
                 "modeled operations per second",
                 &by_clients,
@@ -399,7 +424,7 @@ fn plots(cases: &[Case], sweep: &[ClientPoint], args: &CompareArgs) -> Vec<(&'st
             "bytes_per_op.svg",
             svg::bar_chart(
                 "Bytes moved per operation",
-                &format!("measured on the simulator (zipfian); {subtitle}"),
+                &format!("measured on the simulator, zipfian; {subtitle}"),
                 "bytes per operation",
                 &categories,
                 &per_op(|o| o.bytes_per_op),
@@ -409,7 +434,7 @@ fn plots(cases: &[Case], sweep: &[ClientPoint], args: &CompareArgs) -> Vec<(&'st
             "rtts_per_op.svg",
             svg::bar_chart(
                 "Round trips per operation",
-                &format!("measured on the simulator (zipfian); {subtitle}"),
+                &format!("measured on the simulator, zipfian; {subtitle}"),
                 "round trips per operation",
                 &categories,
                 &per_op(|o| o.rtts_per_op),

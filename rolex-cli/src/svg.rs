@@ -89,7 +89,7 @@ fn nice_max(v: f64) -> f64 {
         return 1.0;
     }
     let magnitude = 10f64.powf(v.log10().floor());
-    for step in [1.0, 2.0, 2.5, 5.0, 10.0] {
+    for step in [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if step * magnitude >= v {
             return step * magnitude;
         }
