@@ -29,8 +29,10 @@ pub struct TreeConfig {
     /// Attempts before an operation gives up (torn pages, trees changing under it; default
     /// 10,000).
     pub max_attempts: u32,
-    /// Whether internal pages are cached (default true; Sherman caches them).
-    pub cache: bool,
+    /// The lowest level of internal pages the compute node caches (default 1: every internal
+    /// page, the parents of leaves included, as Sherman does; 2 leaves the leaves' parents out,
+    /// so a GET reads two pages; `u8::MAX` caches nothing).
+    pub cache_from_level: u8,
     /// Stripes of the local lock table (default 4,096).
     pub local_lock_stripes: usize,
     /// Loom builds only: whether a reader moves right past a page's high fence (always, outside
@@ -44,7 +46,7 @@ impl Default for TreeConfig {
         Self {
             wait_limit: Duration::from_secs(2),
             max_attempts: 10_000,
-            cache: true,
+            cache_from_level: 1,
             local_lock_stripes: 4096,
             #[cfg(loom)]
             move_right: true,
@@ -244,104 +246,72 @@ impl<E: Endpoint> Client<E> {
         self.write(key, Change::Delete)
     }
 
-    /// Up to `n` entries with keys ≥ `start`, in key order; continues across memory nodes. Reads
-    /// the leaves after the first in batches, predicted from the cached parent and checked
-    /// against each other's fences (a leaf split meanwhile is followed through its sibling).
+    /// Up to `n` entries with keys ≥ `start`, in key order; continues across memory nodes.
+    ///
+    /// Rounds of one batch: locate the leaf holding `from` through the cache (no verb when the
+    /// parent is cached), READ it together with the leaves the cached parent lists after it (as
+    /// many as the rest of the scan needs), and take them in order while each starts where the
+    /// previous one ended; the next round starts where the last page taken ended. A leaf the
+    /// cache placed wrongly (a split it has not seen) is found by moving right instead.
     pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, TreeError> {
         let shared = Arc::clone(&self.shared);
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut from = start;
-        'nodes: loop {
+        let mut attempts = 0;
+        while out.len() < n {
+            attempts += 1;
+            if attempts > shared.config.max_attempts {
+                return Err(TreeError::TooManyRetries(shared.config.max_attempts));
+            }
             let node = shared.node_of(from);
-            let mut attempts = 0;
-            // The first leaf.
-            let (mut page, mut page_no, mut parent) = loop {
-                attempts += 1;
-                if attempts > shared.config.max_attempts {
-                    return Err(TreeError::TooManyRetries(shared.config.max_attempts));
-                }
-                let (leaf_no, parent) = self.locate(node, from, 0)?;
-                if let Some((page, page_no)) = self.leaf_and_number(node, leaf_no, parent, from)? {
-                    break (page, page_no, parent);
-                }
+            let layout = shared.nodes[node].layout;
+            let (leaf_no, parent) = self.locate(node, from, 0)?;
+            // Loaded leaves hold about four fifths of their entries.
+            let per_leaf = (Page::capacity(layout.page_size) * 4 / 5).max(1);
+            let want = (n - out.len()).div_ceil(per_leaf).clamp(1, 64);
+            let mut batch = vec![leaf_no];
+            batch.extend(self.predict_after(node, parent, leaf_no, want - 1));
+            let mut pages = self.read_pages(node, &batch)?.into_iter();
+            // The first page must hold `from`; otherwise (torn, or a split the cache missed)
+            // find it the slow way, moving right.
+            let first = match pages.next().flatten() {
+                Some(p) if p.is_leaf() && p.covers(from) => p,
+                _ => match self.leaf_and_number(node, leaf_no, parent, from)? {
+                    Some((p, _)) => {
+                        pages = Vec::new().into_iter();
+                        p
+                    }
+                    None => continue,
+                },
             };
+            // A round that found its first leaf made progress.
+            attempts = 0;
+            let mut page = first;
             loop {
                 for (k, v) in page.sorted() {
                     if k >= from && out.len() < n {
                         out.push((k, v));
                     }
                 }
-                if out.len() >= n {
-                    break 'nodes;
-                }
-                let Some(high) = page.high else {
-                    // The node's last leaf.
-                    match shared.nodes.get(node + 1) {
-                        Some(next) => {
-                            from = next.layout.key_lo;
-                            continue 'nodes;
-                        }
-                        None => break 'nodes,
-                    }
-                };
-                from = high;
-                let fill = Page::capacity(shared.nodes[node].layout.page_size).max(2) / 2;
-                let want = (n - out.len()).div_ceil(fill).clamp(1, 64);
-                let predicted = self.predict_after(node, parent, page_no, want);
-                let mut read = self.read_pages(node, &predicted)?;
-                // Take predicted pages while each starts where the previous ended.
-                let mut last = (page, page_no);
-                let mut used = 0;
-                for (no, p) in predicted.iter().zip(read.drain(..)) {
-                    match p {
-                        Some(p) if p.is_leaf() && p.low == from => {
-                            for (k, v) in p.sorted() {
-                                if k >= from && out.len() < n {
-                                    out.push((k, v));
-                                }
-                            }
-                            used += 1;
-                            from = p.high.unwrap_or(u64::MAX);
-                            let done = p.high.is_none() || out.len() >= n;
-                            last = (p, *no);
-                            if done {
-                                break;
-                            }
-                        }
-                        _ => break,
-                    }
-                }
-                if used > 0 {
-                    if out.len() >= n {
-                        break 'nodes;
-                    }
-                    if last.0.high.is_none() {
+                match page.high {
+                    Some(high) => from = high,
+                    None => {
+                        // The node's last leaf: on to the next node, or done.
                         match shared.nodes.get(node + 1) {
-                            Some(next) => {
-                                from = next.layout.key_lo;
-                                continue 'nodes;
-                            }
-                            None => break 'nodes,
+                            Some(next) => from = next.layout.key_lo,
+                            None => return Ok(out),
                         }
+                        break;
                     }
                 }
-                // The next leaf through the sibling pointer (the prediction ran out or missed).
-                let sibling = last.0.sibling;
-                if sibling == 0 {
-                    return Err(TreeError::Corrupt(format!(
-                        "leaf {} ends at {from} but has no sibling",
-                        last.1
-                    )));
+                if out.len() >= n {
+                    break;
                 }
-                let next = self.read_page(node, sibling)?;
-                if next.low != from || !next.is_leaf() {
-                    // The chain moved under us: start again from `from` through the index.
-                    continue 'nodes;
+                match pages.next().flatten() {
+                    Some(next) if next.is_leaf() && next.low == from => page = next,
+                    // The prediction ran out or missed: the next round locates `from` again.
+                    _ => break,
                 }
-                // Items of `next` are taken at the top of the loop.
-                parent = None;
-                page = next;
-                page_no = sibling;
             }
         }
         out.truncate(n);
@@ -408,18 +378,18 @@ impl<E: Endpoint> Client<E> {
     fn internal(&mut self, node: usize, page_no: u64) -> Result<Arc<Page>, TreeError> {
         let shared = Arc::clone(&self.shared);
         let tree = &shared.nodes[node];
-        if shared.config.cache
-            && let Some(page) = tree
-                .cache
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&page_no)
+        // Only pages at or above the cached levels are ever put in the cache.
+        if let Some(page) = tree
+            .cache
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&page_no)
         {
             return Ok(Arc::clone(page));
         }
         self.stats.cache_misses += 1;
         let page = Arc::new(self.read_page(node, page_no)?);
-        if shared.config.cache && !page.is_leaf() {
+        if !page.is_leaf() && page.level >= shared.config.cache_from_level {
             tree.cache
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
@@ -437,7 +407,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     fn remember(&self, node: usize, page_no: u64, page: &Page) {
-        if self.shared.config.cache && !page.is_leaf() {
+        if !page.is_leaf() && page.level >= self.shared.config.cache_from_level {
             self.shared.nodes[node]
                 .cache
                 .write()
@@ -450,8 +420,10 @@ impl<E: Endpoint> Client<E> {
     fn refresh_root(&mut self, node: usize) -> Result<(u8, u64), TreeError> {
         let tree = &self.shared.nodes[node];
         let word = self.ep.read_word(tree.layout.root_addr())?;
-        tree.root.store(word, Ordering::Release);
-        Ok(unpack_root(word))
+        // Roots only ever rise (a new root's word is larger: its level is higher), and a slower
+        // thread's older read must not take the cached word back.
+        let newest = tree.root.fetch_max(word, Ordering::AcqRel).max(word);
+        Ok(unpack_root(newest))
     }
 
     /// The page at `level` whose range should hold `key` (a split the cache has not seen may
@@ -468,9 +440,14 @@ impl<E: Endpoint> Client<E> {
             let (mut at_level, mut page_no) =
                 unpack_root(self.shared.nodes[node].root.load(Ordering::Acquire));
             if at_level < level {
-                return Err(TreeError::Corrupt(format!(
-                    "no level {level} yet (the root is at level {at_level})"
-                )));
+                // The cached root may be older than the one the caller saw.
+                let (fresh_level, _) = self.refresh_root(node)?;
+                if fresh_level < level {
+                    return Err(TreeError::Corrupt(format!(
+                        "no level {level} yet (the root is at level {fresh_level})"
+                    )));
+                }
+                continue 'restart;
             }
             let mut parent = None;
             while at_level > level {
@@ -597,8 +574,8 @@ impl<E: Endpoint> Client<E> {
         let shared = Arc::clone(&self.shared);
         let node = shared.node_of(key);
         for _ in 0..shared.config.max_attempts {
-            let (leaf_no, _) = self.locate(node, key, 0)?;
-            let Some(mut locked) = self.lock_covering(&shared, node, leaf_no, key)? else {
+            let (leaf_no, parent) = self.locate(node, key, 0)?;
+            let Some(mut locked) = self.lock_covering(&shared, node, leaf_no, parent, key)? else {
                 continue;
             };
             let page = &locked.page;
@@ -644,6 +621,7 @@ impl<E: Endpoint> Client<E> {
         shared: &'s Shared,
         node: usize,
         mut page_no: u64,
+        parent: Option<u64>,
         key: u64,
     ) -> Result<Option<Locked<'s>>, TreeError> {
         for _ in 0..shared.config.max_attempts {
@@ -657,6 +635,10 @@ impl<E: Endpoint> Client<E> {
                 let sibling = locked.page.sibling;
                 self.release(locked, &[])?;
                 self.stats.moves_right += 1;
+                // The parent that led here predates a split: read it again next time.
+                if let Some(p) = parent {
+                    self.forget(node, p);
+                }
                 if sibling == 0 {
                     return Err(TreeError::Corrupt(format!(
                         "page {page_no} ends below {key} with no sibling"
@@ -686,20 +668,30 @@ impl<E: Endpoint> Client<E> {
         let mut handovers = 0;
         let mut have = false;
         if let Some(held) = guard.take() {
-            if held.word == word {
+            if held.node == layout.node() && held.word == word {
                 have = true;
                 handovers = held.handovers + 1;
                 self.stats.handovers += 1;
             } else {
-                // A lock left for another word of this stripe: release it first.
+                // A lock left for another word of this stripe: release it first, on its node.
                 self.stats.lock_verbs += 1;
-                self.ep.write_word(layout.lock_addr(held.word), 0)?;
+                let other = shared
+                    .nodes
+                    .iter()
+                    .find(|n| n.layout.node() == held.node)
+                    .map(|n| n.layout.lock_addr(held.word));
+                if let Some(at) = other {
+                    self.ep.write_word(at, 0)?;
+                }
             }
         }
         let size = layout.page_size as usize;
         let mut bytes = vec![0u8; size];
         if have {
-            self.ep.read(layout.page_addr(page_no), &mut bytes)?;
+            if let Err(e) = self.ep.read(layout.page_addr(page_no), &mut bytes) {
+                self.abandon(layout, word);
+                return Err(e.into());
+            }
         } else {
             let deadline = Instant::now() + shared.config.wait_limit;
             let mut attempt = 0;
@@ -709,7 +701,14 @@ impl<E: Endpoint> Client<E> {
                     Verb::read(layout.page_addr(page_no), &mut bytes).fenced(),
                 ];
                 self.stats.lock_verbs += 1;
-                self.ep.batch(&mut verbs)?;
+                if let Err(e) = self.ep.batch(&mut verbs) {
+                    // The CAS may have executed before the failure: a word holding this compute
+                    // node's tag is this thread's (it holds the word's stripe).
+                    if self.ep.read_word(layout.lock_addr(word)) == Ok(shared.tag) {
+                        self.abandon(layout, word);
+                    }
+                    return Err(e.into());
+                }
                 if verbs[0].cas_succeeded() == Some(true) {
                     break;
                 }
@@ -772,10 +771,19 @@ impl<E: Endpoint> Client<E> {
             verbs.push(Verb::write(layout.lock_addr(locked.word), &zero));
             self.stats.lock_verbs += 1;
         }
-        let result = self.ep.batch(&mut verbs);
+        // Every verb of the batch can be repeated (the same bytes; the unlock), so a batch that
+        // failed part-way is run again rather than leaving a page half written under its lock.
+        let mut result = self.ep.batch(&mut verbs);
+        for _ in 0..2 {
+            if result.is_ok() {
+                break;
+            }
+            result = self.ep.batch(&mut verbs);
+        }
         drop(verbs);
         if hand_over && result.is_ok() {
             *locked.guard = Some(Held {
+                node: layout.node(),
                 word: locked.word,
                 handovers: locked.handovers,
             });
@@ -831,9 +839,63 @@ impl<E: Endpoint> Client<E> {
         // The right page first, so that it is whole once the left page's new version points at
         // it (a reader that got there earlier would only read a page failing its checksum, and
         // read it again: the order is for progress, the checksum for correctness).
-        self.ep.write(layout.page_addr(right_no), &right_bytes)?;
+        if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
+            let word = locked.word;
+            drop(locked);
+            self.abandon(layout, word);
+            return Err(e.into());
+        }
         self.release(locked, &[(0, &left_bytes)])?;
         self.insert_separator(shared, node, 1, split_key, right_no, left_no)
+    }
+
+    /// Installs a root above the chain of pages at level `level` starting at `first` (the old
+    /// root and the pages split off it), if the chain fits one page and the root word still
+    /// names `first`.
+    fn install_root_over_chain(
+        &mut self,
+        node: usize,
+        level: u8,
+        first: u64,
+    ) -> Result<(), TreeError> {
+        let layout = self.shared.nodes[node].layout;
+        let capacity = Page::capacity(layout.page_size);
+        let mut chain = Vec::new();
+        let mut page = self.read_page(node, first)?;
+        while page.sibling != 0 && chain.len() < capacity {
+            let next = page.sibling;
+            page = self.read_page(node, next)?;
+            chain.push((page.low, next));
+        }
+        if chain.is_empty() || page.sibling != 0 {
+            return Ok(());
+        }
+        let root_no = self.allocate(node)?;
+        let mut root = Page::new(level + 1, layout.key_lo, None, capacity);
+        root.leftmost = first;
+        for (slot, &e) in chain.iter().enumerate() {
+            root.slots[slot] = Some(e);
+        }
+        self.ep.write(
+            layout.page_addr(root_no),
+            &root.encode(root_no, layout.page_size),
+        )?;
+        let old = root_word(level, first);
+        let new = root_word(level + 1, root_no);
+        if self.ep.cas(layout.root_addr(), old, new)? == old {
+            self.shared.nodes[node]
+                .root
+                .fetch_max(new, Ordering::AcqRel);
+            self.remember(node, root_no, &root);
+        }
+        Ok(())
+    }
+
+    /// Best-effort release of lock word `word` after an error (the error is what the caller
+    /// reports; if this WRITE fails too, the word stays held and writers of its pages time out).
+    fn abandon(&mut self, layout: Layout, word: u64) {
+        self.stats.lock_verbs += 1;
+        let _ = self.ep.write_word(layout.lock_addr(word), 0);
     }
 
     /// One page from the memory node's allocation word (FAA); an allocation past the capacity is
@@ -879,19 +941,24 @@ impl<E: Endpoint> Client<E> {
                     let old = root_word(root_level, root_page);
                     let new = root_word(level, root_no);
                     if self.ep.cas(layout.root_addr(), old, new)? == old {
-                        shared.nodes[node].root.store(new, Ordering::Release);
+                        shared.nodes[node].root.fetch_max(new, Ordering::AcqRel);
                         self.remember(node, root_no, &root);
                         return Ok(());
                     }
                     // Someone else installed a root first (the page stays unused).
                     continue;
                 }
-                // Another compute node split the root and has not installed the new one yet.
+                // Another compute node split the root and has not installed the new one yet: help
+                // it, with a root over the whole chain of the root level (whoever's CAS loses
+                // finds its separator already there).
+                if attempt > 0 {
+                    self.install_root_over_chain(node, root_level, root_page)?;
+                }
                 pause(attempt);
                 continue;
             }
-            let (page_no, _) = self.locate(node, key, level)?;
-            let Some(mut locked) = self.lock_covering(shared, node, page_no, key)? else {
+            let (page_no, parent) = self.locate(node, key, level)?;
+            let Some(mut locked) = self.lock_covering(shared, node, page_no, parent, key)? else {
                 continue;
             };
             let mut seps: Vec<(u64, u64)> = locked.page.entries().collect();
@@ -939,7 +1006,12 @@ impl<E: Endpoint> Client<E> {
             let right_bytes = right.encode(right_no, layout.page_size);
             let left_bytes = left_page.encode(locked.page_no, layout.page_size);
             let left_no = locked.page_no;
-            self.ep.write(layout.page_addr(right_no), &right_bytes)?;
+            if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
+                let word = locked.word;
+                drop(locked);
+                self.abandon(layout, word);
+                return Err(e.into());
+            }
             self.release(locked, &[(0, &left_bytes)])?;
             self.remember(node, right_no, &right);
             self.remember(node, left_no, &left_page);

@@ -191,8 +191,9 @@ impl Layout {
 
     /// The lock word guarding page `page`.
     pub fn lock_of(&self, page: u64) -> u64 {
-        // A multiplicative hash spreads neighbouring pages over the table.
-        page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20
+        // A multiplicative hash spreads neighbouring pages over the table; the index is the
+        // word itself, so pages that share a word share everything keyed by it.
+        (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) % self.lock_words
     }
 
     /// Page `page`'s first byte.

@@ -12,6 +12,8 @@ pub const MAX_HANDOVERS: u32 = 4;
 /// A remote lock this compute node holds, left for the next local waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Held {
+    /// The memory node of the lock word (stripes are shared by words of every node).
+    pub(crate) node: u16,
     /// The remote lock word's index.
     pub(crate) word: u64,
     /// Hand-overs so far.

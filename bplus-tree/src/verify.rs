@@ -106,6 +106,11 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
             if first && level == root_level && no != root {
                 problems.push("root word names another page".into());
             }
+            if level == root_level && (page.high.is_some() || page.sibling != 0) {
+                problems.push(format!(
+                    "root page {no} has a sibling: a root split was never installed"
+                ));
+            }
             first = false;
             seen.push((no, page.low));
             if page.is_leaf() {

@@ -46,6 +46,19 @@ fn tiny() -> BulkLoadConfig {
 }
 
 fn run(loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
+    run_with(1, loaded, ops)
+}
+
+/// Nothing cached: every operation descends from the root through READs.
+fn run_uncached(loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
+    run_with(u8::MAX, loaded, ops)
+}
+
+fn run_with(cache_from_level: u8, loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
+    let config_tree = TreeConfig {
+        cache_from_level,
+        ..TreeConfig::default()
+    };
     let mut loaded = loaded;
     loaded.iter_mut().for_each(|k| *k %= 400);
     loaded.sort_unstable();
@@ -62,7 +75,7 @@ fn run(loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
         &config,
     )
     .expect("load");
-    let tree = Tree::open(transport.clone(), TreeConfig::default()).expect("open");
+    let tree = Tree::open(transport.clone(), config_tree).expect("open");
     let mut client = tree.client().expect("client");
     let mut model: BTreeMap<u64, u64> = loaded.iter().map(|&k| (k, k)).collect();
     for (i, op) in ops.iter().enumerate() {
@@ -130,6 +143,15 @@ fn every_operation_agrees_with_a_btreemap_through_splits_and_new_roots() {
         .tests(300)
         .r#gen(Gen::new(400))
         .quickcheck(run as fn(Vec<u64>, Vec<Op>) -> TestResult);
+}
+
+#[test]
+#[allow(deprecated)]
+fn without_a_cache_every_operation_agrees_with_a_btreemap_too() {
+    QuickCheck::new()
+        .tests(100)
+        .r#gen(Gen::new(400))
+        .quickcheck(run_uncached as fn(Vec<u64>, Vec<Op>) -> TestResult);
 }
 
 #[test]

@@ -30,12 +30,17 @@ use sim_transport::SimTransport;
 /// δ = 2, leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first leaf and moves 20
 /// (with 15) into a new synonym leaf. Returns the pool and its layout.
 fn one_slot_pool() -> (SimTransport, leaf_store::Layout) {
+    pool_with_ring(1)
+}
+
+/// `one_slot_pool` with a ring (and so a slot table) of `ring` entries.
+fn pool_with_ring(ring: u64) -> (SimTransport, leaf_store::Layout) {
     let load = BulkLoadConfig {
         epsilon: 1,
         delta: 2,
         fill: 2,
         slot_leaves: 2,
-        ring_capacity: Some(1),
+        ring_capacity: Some(ring),
         model_region_factor: 4,
         ..BulkLoadConfig::default()
     };
@@ -168,19 +173,7 @@ fn loom_catches_a_reader_that_trusts_a_retired_record() {
 
 /// `one_slot_pool` with room in the slot table (and ring) for the slot a split publishes.
 fn splittable_pool() -> (SimTransport, leaf_store::Layout) {
-    let load = BulkLoadConfig {
-        epsilon: 1,
-        delta: 2,
-        fill: 2,
-        slot_leaves: 2,
-        ring_capacity: Some(2),
-        model_region_factor: 4,
-        ..BulkLoadConfig::default()
-    };
-    let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
-    let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    let layout = bootstrap(&transport, pairs, &load).expect("load")[0].layout;
+    let (transport, layout) = pool_with_ring(2);
     assert_eq!(layout.slot_capacity(), 2);
     (transport, layout)
 }

@@ -10,7 +10,7 @@ use sim_transport::cost_model::NetworkProfile;
 
 use crate::bench::{self, BenchArgs};
 use crate::index::IndexKind;
-use crate::report::Report;
+use crate::report::{Report, weighted};
 use crate::svg::{self, Series};
 use crate::workload::{RequestDist, Workload};
 
@@ -100,16 +100,6 @@ fn totals(report: &Report) -> (Stats, u64) {
         ops += op.count;
     }
     (net, ops)
-}
-
-fn weighted(report: &Report, f: impl Fn(&crate::report::OpReport) -> f64) -> f64 {
-    let ops: u64 = report.ops.values().map(|o| o.count).sum();
-    report
-        .ops
-        .values()
-        .map(|o| f(o) * o.count as f64)
-        .sum::<f64>()
-        / ops.max(1) as f64
 }
 
 fn dist_name(dist: RequestDist) -> &'static str {

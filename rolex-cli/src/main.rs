@@ -108,15 +108,7 @@ fn suite(args: &SuiteArgs) -> Result<(), String> {
             run.request_dist = Some(dist);
             run.quiet = true;
             let report = bench::run(&run)?;
-            let ops: u64 = report.ops.values().map(|o| o.count).sum();
-            let weighted = |f: fn(&report::OpReport) -> f64| {
-                report
-                    .ops
-                    .values()
-                    .map(|o| f(o) * o.count as f64)
-                    .sum::<f64>()
-                    / ops.max(1) as f64
-            };
+            let weighted = |f: fn(&report::OpReport) -> f64| report::weighted(&report, f);
             // Latency percentiles of the workload's main operation.
             let main = report
                 .ops

@@ -308,3 +308,14 @@ pub fn duration(seconds: f64) -> String {
         format!("{:.0} µs", seconds * 1e6)
     }
 }
+
+/// The mean of `f` over a report's operations, weighted by their counts.
+pub fn weighted(report: &Report, f: impl Fn(&OpReport) -> f64) -> f64 {
+    let ops: u64 = report.ops.values().map(|o| o.count).sum();
+    report
+        .ops
+        .values()
+        .map(|o| f(o) * o.count as f64)
+        .sum::<f64>()
+        / ops.max(1) as f64
+}
