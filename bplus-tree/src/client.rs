@@ -139,6 +139,7 @@ impl<T: Transport> Tree<T> {
             ep: self.transport.endpoint()?,
             shared: Arc::clone(&self.shared),
             stats: ClientStats::default(),
+            last_parent: None,
         })
     }
 
@@ -209,6 +210,9 @@ pub struct Client<E: Endpoint> {
     ep: E,
     shared: Arc<Shared>,
     stats: ClientStats,
+    /// The internal page the last `locate` came through (scans predict the next leaves from it,
+    /// cached or not).
+    last_parent: Option<Arc<Page>>,
 }
 
 impl<E: Endpoint> Client<E> {
@@ -270,7 +274,9 @@ impl<E: Endpoint> Client<E> {
             let per_leaf = (Page::capacity(layout.page_size) * 4 / 5).max(1);
             let want = (n - out.len()).div_ceil(per_leaf).clamp(1, 64);
             let mut batch = vec![leaf_no];
-            batch.extend(self.predict_after(node, parent, leaf_no, want - 1));
+            if let Some(page) = self.last_parent.take() {
+                batch.extend(predict_after(&page, leaf_no, want - 1));
+            }
             let mut pages = self.read_pages(node, &batch)?.into_iter();
             // The first page must hold `from`; otherwise (torn, or a split the cache missed)
             // find it the slow way, moving right.
@@ -483,6 +489,10 @@ impl<E: Endpoint> Client<E> {
                 parent = Some(page_no);
                 page_no = page.child_for(key);
                 at_level -= 1;
+                self.last_parent = Some(page);
+            }
+            if parent.is_none() {
+                self.last_parent = None;
             }
             return Ok((page_no, parent));
         }
@@ -539,33 +549,6 @@ impl<E: Endpoint> Client<E> {
             return Ok(Some((page, leaf_no)));
         }
         Err(TreeError::TooManyRetries(self.shared.config.max_attempts))
-    }
-
-    /// Up to `want` leaves the cached parent lists after `leaf_no`, in key order.
-    fn predict_after(
-        &self,
-        node: usize,
-        parent: Option<u64>,
-        leaf_no: u64,
-        want: usize,
-    ) -> Vec<u64> {
-        let Some(parent) = parent else {
-            return Vec::new();
-        };
-        let cache = self.shared.nodes[node]
-            .cache
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let Some(page) = cache.get(&parent) else {
-            return Vec::new();
-        };
-        let children: Vec<u64> = std::iter::once(page.leftmost)
-            .chain(page.entries().map(|e| e.1))
-            .collect();
-        match children.iter().position(|&c| c == leaf_no) {
-            Some(at) => children[at + 1..].iter().take(want).copied().collect(),
-            None => Vec::new(),
-        }
     }
 
     // ----- writing -------------------------------------------------------------------------------
@@ -628,6 +611,9 @@ impl<E: Endpoint> Client<E> {
             let locked = self.lock(shared, node, page_no)?;
             if locked.page.low > key {
                 self.release(locked, &[])?;
+                if let Some(p) = parent {
+                    self.forget(node, p);
+                }
                 self.refresh_root(node)?;
                 return Ok(None);
             }
@@ -680,8 +666,12 @@ impl<E: Endpoint> Client<E> {
                     .iter()
                     .find(|n| n.layout.node() == held.node)
                     .map(|n| n.layout.lock_addr(held.word));
-                if let Some(at) = other {
-                    self.ep.write_word(at, 0)?;
+                if let Some(at) = other
+                    && let Err(e) = self.ep.write_word(at, 0)
+                {
+                    // Still held: leave it recorded for whoever comes next.
+                    *guard = Some(held);
+                    return Err(e.into());
                 }
             }
         }
@@ -781,6 +771,12 @@ impl<E: Endpoint> Client<E> {
             result = self.ep.batch(&mut verbs);
         }
         drop(verbs);
+        if result.is_err() {
+            // Still failing: whatever of the batch ran, the lock must not stay held (a lost
+            // completion breaks the endpoint for good, so a retry above never repeats a batch
+            // that had run whole). Released while the stripe is still this thread's.
+            self.abandon(layout, locked.word);
+        }
         if hand_over && result.is_ok() {
             *locked.guard = Some(Held {
                 node: layout.node(),
@@ -840,9 +836,9 @@ impl<E: Endpoint> Client<E> {
         // it (a reader that got there earlier would only read a page failing its checksum, and
         // read it again: the order is for progress, the checksum for correctness).
         if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
-            let word = locked.word;
+            // Released while this thread still holds the word's stripe (so the word is its own).
+            self.abandon(layout, locked.word);
             drop(locked);
-            self.abandon(layout, word);
             return Err(e.into());
         }
         self.release(locked, &[(0, &left_bytes)])?;
@@ -951,7 +947,7 @@ impl<E: Endpoint> Client<E> {
                 // Another compute node split the root and has not installed the new one yet: help
                 // it, with a root over the whole chain of the root level (whoever's CAS loses
                 // finds its separator already there).
-                if attempt > 0 {
+                if attempt >= 6 {
                     self.install_root_over_chain(node, root_level, root_page)?;
                 }
                 pause(attempt);
@@ -962,8 +958,9 @@ impl<E: Endpoint> Client<E> {
                 continue;
             };
             let mut seps: Vec<(u64, u64)> = locked.page.entries().collect();
-            if seps.iter().any(|s| s.0 == key) {
-                // Already there (a repeated attempt).
+            if key == locked.page.low || seps.iter().any(|s| s.0 == key) {
+                // Already there: as a separator, or as this page's low fence (a helper's root
+                // listed it, and a split of that root moved it up).
                 self.release(locked, &[])?;
                 return Ok(());
             }
@@ -1007,9 +1004,8 @@ impl<E: Endpoint> Client<E> {
             let left_bytes = left_page.encode(locked.page_no, layout.page_size);
             let left_no = locked.page_no;
             if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
-                let word = locked.word;
+                self.abandon(layout, locked.word);
                 drop(locked);
-                self.abandon(layout, word);
                 return Err(e.into());
             }
             self.release(locked, &[(0, &left_bytes)])?;
@@ -1057,5 +1053,16 @@ fn pause(attempt: u32) {
         }
     } else {
         std::thread::yield_now();
+    }
+}
+
+/// Up to `want` children `parent` lists after `leaf_no`, in key order.
+fn predict_after(parent: &Page, leaf_no: u64, want: usize) -> Vec<u64> {
+    let children: Vec<u64> = std::iter::once(parent.leftmost)
+        .chain(parent.entries().map(|e| e.1))
+        .collect();
+    match children.iter().position(|&c| c == leaf_no) {
+        Some(at) => children[at + 1..].iter().take(want).copied().collect(),
+        None => Vec::new(),
     }
 }
