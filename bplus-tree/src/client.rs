@@ -829,20 +829,33 @@ impl<E: Endpoint> Client<E> {
         for (slot, &e) in all[..mid].iter().enumerate() {
             left.slots[slot] = Some(e);
         }
+        let left_no = locked.page_no;
+        self.write_split(locked, right_no, &right, &left)?;
+        self.insert_separator(shared, node, 1, split_key, right_no, left_no)
+    }
+
+    /// Writes a split of the locked page into `left` (itself, shrunk) and the new page
+    /// `right_no`: the right page first, so that it is whole once the left page's new version
+    /// points at it (a reader that got there earlier would only read a page failing its checksum
+    /// and read it again: the order is for progress, the checksum for correctness), then the left
+    /// page with the unlock. On an error the lock is released while this thread still holds the
+    /// word's stripe (so the word is its own).
+    fn write_split(
+        &mut self,
+        locked: Locked<'_>,
+        right_no: u64,
+        right: &Page,
+        left: &Page,
+    ) -> Result<(), TreeError> {
+        let layout = self.shared.nodes[locked.node].layout;
         let right_bytes = right.encode(right_no, layout.page_size);
         let left_bytes = left.encode(locked.page_no, layout.page_size);
-        let left_no = locked.page_no;
-        // The right page first, so that it is whole once the left page's new version points at
-        // it (a reader that got there earlier would only read a page failing its checksum, and
-        // read it again: the order is for progress, the checksum for correctness).
         if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
-            // Released while this thread still holds the word's stripe (so the word is its own).
             self.abandon(layout, locked.word);
             drop(locked);
             return Err(e.into());
         }
-        self.release(locked, &[(0, &left_bytes)])?;
-        self.insert_separator(shared, node, 1, split_key, right_no, left_no)
+        self.release(locked, &[(0, &left_bytes)])
     }
 
     /// Installs a root above the chain of pages at level `level` starting at `first` (the old
@@ -1000,15 +1013,8 @@ impl<E: Endpoint> Client<E> {
             for (slot, &e) in seps[..mid].iter().enumerate() {
                 left_page.slots[slot] = Some(e);
             }
-            let right_bytes = right.encode(right_no, layout.page_size);
-            let left_bytes = left_page.encode(locked.page_no, layout.page_size);
             let left_no = locked.page_no;
-            if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
-                self.abandon(layout, locked.word);
-                drop(locked);
-                return Err(e.into());
-            }
-            self.release(locked, &[(0, &left_bytes)])?;
+            self.write_split(locked, right_no, &right, &left_page)?;
             self.remember(node, right_no, &right);
             self.remember(node, left_no, &left_page);
             return self.insert_separator(shared, node, level + 1, up_key, right_no, left_no);

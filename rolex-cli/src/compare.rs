@@ -127,14 +127,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
     };
     let mut plan: Vec<(String, Option<Workload>, Option<f64>, RequestDist)> = Vec::new();
     for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
-        for w in [
-            Workload::YcsbA,
-            Workload::YcsbB,
-            Workload::YcsbC,
-            Workload::YcsbD,
-            Workload::YcsbE,
-            Workload::YcsbF,
-        ] {
+        for w in Workload::YCSB {
             plan.push((workload_name(w), Some(w), None, dist));
         }
         for ratio in [0.0, 0.05, 0.25, 0.5, 0.75, 1.0] {

@@ -82,14 +82,7 @@ struct BenchDefaults {
 
 fn suite(args: &SuiteArgs) -> Result<(), String> {
     use workload::{RequestDist, Workload};
-    let workloads = [
-        Workload::YcsbA,
-        Workload::YcsbB,
-        Workload::YcsbC,
-        Workload::YcsbD,
-        Workload::YcsbE,
-        Workload::YcsbF,
-    ];
+    let workloads = Workload::YCSB;
     println!(
         "| workload | requests | measured ops/s | RTT/op | bytes/op | p50 µs | p99 µs || modeled µs/op | modeled ops/s |"
     );

@@ -32,6 +32,18 @@ pub enum Workload {
     Churn,
 }
 
+impl Workload {
+    /// YCSB's core workloads, A to F.
+    pub const YCSB: [Workload; 6] = [
+        Workload::YcsbA,
+        Workload::YcsbB,
+        Workload::YcsbC,
+        Workload::YcsbD,
+        Workload::YcsbE,
+        Workload::YcsbF,
+    ];
+}
+
 /// The request distribution over existing keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
