@@ -424,41 +424,28 @@ fn run_bplus(
     if (sorted.len() as u64) < nodes {
         return Err("more memory nodes than loaded keys".into());
     }
-    // Even shares, as ROLEX's bootstrap splits keys. Each node has room for every insert: they
-    // need not spread evenly (appends all go to the last node). Untouched room costs nothing on
-    // the simulator's anonymous pools.
-    let bounds: Vec<usize> = (0..=nodes)
-        .map(|i| (i as usize) * sorted.len() / nodes as usize)
-        .collect();
-    let per_node = bounds.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as u64;
+    // The same shares and key ranges as ROLEX's bootstrap. Each node has room for every insert:
+    // they need not spread evenly (appends all go to the last node). Untouched room costs
+    // nothing on the simulator's anonymous pools.
+    let shares = index_core::partition(&sorted, nodes as usize, &BulkLoadConfig::default());
+    let per_node = shares.iter().map(|(r, _)| r.len()).max().unwrap_or(0) as u64;
     let size = bplus_tree::required_pool_bytes(per_node, &config, expected_inserts + 1024)
         .saturating_mul(5)
         / 4;
     let transport = SimTransport::anonymous(&vec![size.next_multiple_of(4096); nodes as usize])
         .map_err(|e| e.to_string())?;
     let load_bar = progress(args.quiet, Some(nodes), "bulk load");
-    let chunks: Vec<&[u64]> = bounds.windows(2).map(|w| &sorted[w[0]..w[1]]).collect();
     let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
-    for (i, &node) in transport.memory_nodes().iter().enumerate() {
-        let chunk = chunks.get(i).copied().unwrap_or(&[]);
-        let key_lo = if i == 0 {
-            0
-        } else {
-            chunk.first().copied().unwrap_or(u64::MAX)
-        };
-        let key_hi = match chunks.get(i + 1).and_then(|c| c.first()) {
-            Some(&next) if i + 1 < nodes as usize => next - 1,
-            _ => u64::MAX,
-        };
+    for (&node, (range, share)) in transport.memory_nodes().iter().zip(shares) {
         let node_config = bplus_tree::BulkLoadConfig {
-            key_lo,
-            key_hi,
+            key_lo: share.key_lo,
+            key_hi: share.key_hi,
             ..config.clone()
         };
         bplus_tree::bulk_load(
             &mut ep,
             node,
-            chunk.iter().map(|&k| (k, k)).collect(),
+            sorted[range].iter().map(|&k| (k, k)).collect(),
             &node_config,
         )
         .map_err(|e| e.to_string())?;

@@ -12,7 +12,7 @@ use crate::bench::{self, BenchArgs};
 use crate::index::IndexKind;
 use crate::report::{Report, weighted};
 use crate::svg::{self, Series};
-use crate::workload::{RequestDist, Workload};
+use crate::workload::{self, RequestDist, Workload};
 
 /// What `rolex compare` takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -47,7 +47,7 @@ pub struct CompareArgs {
 #[derive(Debug, Clone, serde::Serialize)]
 struct Case {
     name: String,
-    dist: &'static str,
+    dist: String,
     /// Insert share, for the write-ratio sweep.
     insert_ratio: Option<f64>,
     rolex: Report,
@@ -102,21 +102,6 @@ fn totals(report: &Report) -> (Stats, u64) {
     (net, ops)
 }
 
-fn dist_name(dist: RequestDist) -> &'static str {
-    match dist {
-        RequestDist::Uniform => "uniform",
-        RequestDist::Zipfian => "zipfian",
-        RequestDist::Latest => "latest",
-    }
-}
-
-fn workload_name(w: Workload) -> String {
-    serde_json::to_value(w)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 /// Runs the comparison, prints the table, writes the JSON and the plots.
 pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
     let profile = NetworkProfile {
@@ -128,7 +113,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
     let mut plan: Vec<(String, Option<Workload>, Option<f64>, RequestDist)> = Vec::new();
     for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
         for w in Workload::YCSB {
-            plan.push((workload_name(w), Some(w), None, dist));
+            plan.push((workload::name(w), Some(w), None, dist));
         }
         for ratio in [0.0, 0.05, 0.25, 0.5, 0.75, 1.0] {
             plan.push((
@@ -151,7 +136,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
                 "[{}/{}] {name} ({}) — {:.0} s so far",
                 i + 1,
                 plan.len(),
-                dist_name(*dist),
+                workload::name(*dist),
                 started.elapsed().as_secs_f64()
             );
         }
@@ -174,7 +159,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             if !report.verify_clean {
                 return Err(format!(
                     "{name} ({}): verify found problems after the {} run",
-                    dist_name(*dist),
+                    workload::name(*dist),
                     index.name()
                 ));
             }
@@ -196,7 +181,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         };
         println!(
             "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
-            dist_name(*dist),
+            workload::name(*dist),
             rolex.throughput_ops_s,
             bplus.throughput_ops_s,
             ratios.measured_throughput,
@@ -211,7 +196,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         std::io::stdout().flush().map_err(|e| e.to_string())?;
         cases.push(Case {
             name: name.clone(),
-            dist: dist_name(*dist),
+            dist: workload::name(*dist),
             insert_ratio: *ratio,
             rolex,
             bplus,

@@ -110,14 +110,8 @@ fn suite(args: &SuiteArgs) -> Result<(), String> {
                 .map(|(_, o)| o.latency_us.clone());
             println!(
                 "| {} | {} | {:.0} | {:.3} | {:.0} | {:.2} | {:.2} || {:.2} | {:.0} |",
-                serde_json::to_value(workload)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                serde_json::to_value(dist)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                workload::name(workload),
+                workload::name(dist),
                 report.throughput_ops_s,
                 weighted(|o| o.rtts_per_op),
                 weighted(|o| o.bytes_per_op),

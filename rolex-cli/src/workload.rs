@@ -44,6 +44,14 @@ impl Workload {
     ];
 }
 
+/// A workload's or request distribution's name, as on the command line and in reports.
+pub fn name(value: impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The request distribution over existing keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -35,11 +35,7 @@ impl<E: Endpoint> Retrainer<E> {
         // Every record's fixed part: the generations now, the extents for the recovery.
         let table = read_slot_table(&mut ep, &layout)?;
         let fixed = record_prefixes(&mut ep, &table, RECORD_FIXED_BYTES as usize)?;
-        let generation = fixed
-            .chunks_exact(RECORD_FIXED_BYTES as usize)
-            .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
-            .max()
-            .unwrap_or(0);
+        let generation = newest_generation(&fixed);
         // The retirement epoch: kept in the pool, so that records retired before a restart are
         // stamped with an epoch compute nodes have not yet announced they are past.
         let epoch = ep.read_word(leaf_store::members::MemberTable::new(&layout).epoch_addr())?;
@@ -93,12 +89,7 @@ impl<E: Endpoint> Retrainer<E> {
             // A slot was published since `table` was read: its record is referenced.
             let table = read_slot_table(&mut self.ep, &self.layout)?;
             let fixed = record_prefixes(&mut self.ep, &table, RECORD_FIXED_BYTES as usize)?;
-            let newest = fixed
-                .chunks_exact(RECORD_FIXED_BYTES as usize)
-                .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
-                .max()
-                .unwrap_or(0);
-            self.generation = self.generation.max(newest + 1);
+            self.generation = self.generation.max(newest_generation(&fixed) + 1);
             self.recovery.unreferenced_bytes = self.retire_unreferenced(&table, &fixed)?;
         } else {
             self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;
@@ -235,4 +226,13 @@ impl<E: Endpoint> Retrainer<E> {
         }
         Ok(unreferenced)
     }
+}
+
+/// The highest generation among records' fixed parts (as [`record_prefixes`] reads them).
+fn newest_generation(fixed: &[u8]) -> u64 {
+    fixed
+        .chunks_exact(RECORD_FIXED_BYTES as usize)
+        .map(|part| ModelHeader::from_raw(le_word(part, 0)).generation())
+        .max()
+        .unwrap_or(0)
 }
