@@ -5,10 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, bulk_load, required_pool_bytes, verify};
+mod common;
+
+use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use rdma_transport::Transport;
-use sim_transport::SimTransport;
+use sim_transport::SimConfig;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -63,18 +65,14 @@ fn run_with(cache_from_level: u8, loaded: Vec<u64>, ops: Vec<Op>) -> TestResult 
     loaded.iter_mut().for_each(|k| *k %= 400);
     loaded.sort_unstable();
     loaded.dedup();
-    let config = tiny();
-    let size = required_pool_bytes(loaded.len() as u64, &config, ops.len() as u64 + 400);
-    let transport = SimTransport::anonymous(&[size.next_multiple_of(4096)]).expect("pool");
+    let (transport, _) = common::loaded_pool(
+        loaded.iter().map(|&k| (k, k)).collect(),
+        &tiny(),
+        ops.len() as u64 + 400,
+        SimConfig::default(),
+    );
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint().expect("endpoint");
-    bulk_load(
-        &mut ep,
-        node,
-        loaded.iter().map(|&k| (k, k)).collect(),
-        &config,
-    )
-    .expect("load");
     let tree = Tree::open(transport.clone(), config_tree).expect("open");
     let mut client = tree.client().expect("client");
     let mut model: BTreeMap<u64, u64> = loaded.iter().map(|&k| (k, k)).collect();

@@ -2,12 +2,11 @@
 //! reports it, and the next compute node that needs the level above installs a root over the
 //! whole chain itself instead of waiting for the splitter forever.
 
-use bplus_tree::{
-    BulkLoadConfig, Layout, Page, Tree, TreeConfig, bulk_load, required_pool_bytes, unpack_root,
-    verify,
-};
+mod common;
+
+use bplus_tree::{BulkLoadConfig, Layout, Page, Tree, TreeConfig, unpack_root, verify};
 use rdma_transport::{Endpoint, Transport};
-use sim_transport::SimTransport;
+use sim_transport::SimConfig;
 
 fn read(ep: &mut impl Endpoint, layout: &Layout, page: u64) -> Page {
     let mut bytes = vec![0u8; layout.page_size as usize];
@@ -25,11 +24,10 @@ fn an_uninstalled_root_split_is_reported_and_then_finished_by_the_next_splitter(
         ..BulkLoadConfig::default()
     };
     let keys: Vec<(u64, u64)> = (0..36).map(|k| (k * 100, k)).collect();
-    let size = required_pool_bytes(36, &config, 4000).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
+    let (transport, layout) =
+        common::loaded_pool(keys.clone(), &config, 4000, SimConfig::default());
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint().expect("endpoint");
-    let layout = bulk_load(&mut ep, node, keys.clone(), &config).expect("load");
     let (level, root_no) = unpack_root(ep.read_word(layout.root_addr()).expect("root"));
     assert!(verify(&mut ep, node).expect("verify").is_clean());
 

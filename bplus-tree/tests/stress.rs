@@ -8,9 +8,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, bulk_load, required_pool_bytes, verify};
+mod common;
+
+use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
 use rdma_transport::Transport;
-use sim_transport::{SimConfig, SimTransport};
+use sim_transport::SimConfig;
 
 const PER_WRITER: u64 = 3000;
 const WRITERS: u64 = 3;
@@ -28,19 +30,14 @@ fn torn_stress_readers_on_another_compute_node_miss_no_completed_insert() {
         lock_words: 256,
         ..BulkLoadConfig::default()
     };
-    let size = required_pool_bytes(loaded.len() as u64, &config, WRITERS * PER_WRITER);
-    let transport =
-        SimTransport::anonymous_with(&[size.next_multiple_of(4096)], SimConfig::harsh())
-            .expect("pool");
-    let node = transport.memory_nodes()[0];
-    let mut ep = transport.endpoint().expect("endpoint");
-    bulk_load(
-        &mut ep,
-        node,
+    let (transport, _) = common::loaded_pool(
         loaded.iter().map(|&k| (k, k)).collect(),
         &config,
-    )
-    .expect("load");
+        WRITERS * PER_WRITER,
+        SimConfig::harsh(),
+    );
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().expect("endpoint");
 
     let writers = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
     let readers = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));

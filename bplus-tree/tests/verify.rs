@@ -1,8 +1,10 @@
 //! `verify` finds each kind of damage.
 
-use bplus_tree::{BulkLoadConfig, Layout, Page, bulk_load, required_pool_bytes, verify};
+mod common;
+
+use bplus_tree::{BulkLoadConfig, Layout, Page, verify};
 use rdma_transport::{Endpoint, Transport};
-use sim_transport::SimTransport;
+use sim_transport::{SimConfig, SimTransport};
 
 fn pool() -> (SimTransport, Layout) {
     let config = BulkLoadConfig {
@@ -12,11 +14,7 @@ fn pool() -> (SimTransport, Layout) {
         ..BulkLoadConfig::default()
     };
     let keys: Vec<(u64, u64)> = (0..200).map(|k| (k * 10, k)).collect();
-    let size = required_pool_bytes(200, &config, 0).next_multiple_of(4096);
-    let transport = SimTransport::anonymous(&[size]).expect("pool");
-    let mut ep = transport.endpoint().expect("endpoint");
-    let layout = bulk_load(&mut ep, transport.memory_nodes()[0], keys, &config).expect("load");
-    (transport, layout)
+    common::loaded_pool(keys, &config, 0, SimConfig::default())
 }
 
 fn problems(transport: &SimTransport) -> Vec<String> {
