@@ -361,16 +361,28 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                     pending = left;
                 }
                 if !advanced.is_empty() {
-                    // Confirm every view the slot tables still name, in the next local epoch;
-                    // then move to it.
-                    let next = members.epoch.load(Ordering::SeqCst) + 1;
-                    let mut confirmed = Vec::new();
-                    for (at, epoch) in advanced {
-                        let (table, _, position, _) = &held[at];
-                        if confirm_views(&mut ep, table.layout(), &members.views[*position], next) {
-                            confirmed.push((at, epoch));
-                        }
+                    // Confirm, on *every* memory node, the views valid now that the slot tables
+                    // still name, into the next local epoch; then move to it. The local epoch is
+                    // store-wide: a node left unconfirmed would lose all its views to the advance
+                    // of another (every slot there reloading its record at its next operation).
+                    // A node whose table cannot be read keeps its views unconfirmed (they reload
+                    // when used); an advanced node that could not be confirmed is tried again.
+                    let current = members.epoch.load(Ordering::SeqCst);
+                    let next = current + 1;
+                    let mut read = vec![false; members.views.len()];
+                    for (table, _, position, _) in &held {
+                        read[*position] = confirm_views(
+                            &mut ep,
+                            table.layout(),
+                            &members.views[*position],
+                            current,
+                            next,
+                        );
                     }
+                    let confirmed: Vec<(usize, u64)> = advanced
+                        .into_iter()
+                        .filter(|&(at, _)| read[held[at].2])
+                        .collect();
                     if !confirmed.is_empty() {
                         members.epoch.store(next, Ordering::SeqCst);
                         pending.extend(confirmed);
@@ -421,9 +433,22 @@ fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) 
     }
 }
 
-/// READs the slot table of the node laid out by `layout` and raises to `epoch` the validation
-/// epoch of every view in `views` whose record the table names. Whether it could.
-fn confirm_views<E: Endpoint>(ep: &mut E, layout: &Layout, views: &SlotCells, epoch: u64) -> bool {
+/// READs the slot table of the node laid out by `layout` and raises to `next` the validation
+/// epoch of every view in `views` that is valid in the `current` local epoch and whose record
+/// the table names. Whether it could read the table.
+///
+/// Only views valid in `current` may be confirmed: the table is compared by address, and an older
+/// view's record may have been retired, its memory reclaimed (this compute node announced the
+/// epochs that allowed it), and a later record of the same slot placed at the same address. Such
+/// a view describes another record (its tables, generation and leaves), and confirming it would
+/// let a writer lock and write through it.
+fn confirm_views<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    views: &SlotCells,
+    current: u64,
+    next: u64,
+) -> bool {
     let Ok(table) = leaf_store::read_slot_table(ep, layout) else {
         return false;
     };
@@ -433,11 +458,17 @@ fn confirm_views<E: Endpoint>(ep: &mut E, layout: &Layout, views: &SlotCells, ep
             continue;
         };
         let view = cell.load(&guard);
-        if view.record == record {
-            view.validated.raise(epoch);
+        if view.record == record && confirmable(view.validated.get(), current) {
+            view.validated.raise(next);
         }
     }
     true
+}
+
+/// Whether a view validated in local epoch `validated` may be confirmed into the epoch after
+/// `current` (see [`confirm_views`]).
+fn confirmable(validated: u64, current: u64) -> bool {
+    validated >= current
 }
 
 #[cfg(all(test, not(loom)))]
@@ -446,6 +477,7 @@ mod tests {
     use std::time::Duration;
 
     use leaf_store::BulkLoadConfig;
+    use rdma_transport::{Endpoint, Transport};
     use sim_transport::SimTransport;
 
     use crate::{Store, StoreConfig, bootstrap};
@@ -514,5 +546,114 @@ mod tests {
         let again = client.net_stats().batches;
         assert_eq!(client.get(500), Ok(Some(500)));
         assert_eq!(client.net_stats().batches - again, 1);
+    }
+
+    /// A store whose renewer never runs by itself, over `nodes` memory nodes of tiny slots.
+    fn quiet_store(nodes: usize, renewal: Duration) -> Store<SimTransport> {
+        let config = BulkLoadConfig {
+            epsilon: 2,
+            delta: 4,
+            fill: 4,
+            slot_leaves: 2,
+            ..BulkLoadConfig::default()
+        };
+        let transport = SimTransport::anonymous(&vec![16 << 20; nodes]).expect("pool");
+        bootstrap(
+            &transport,
+            (0..400).map(|k| (k * 10, k * 10)).collect(),
+            &config,
+        )
+        .expect("load");
+        Store::open(
+            transport,
+            StoreConfig {
+                lease_renewal: renewal,
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open")
+    }
+
+    /// The validation epoch of the view of the slot serving `key` on node `node`.
+    fn validated_of(store: &Store<SimTransport>, node: usize, key: u64) -> u64 {
+        let guard = crate::view::pin();
+        let cache = &store.caches().nodes[node];
+        let slot = cache.directory.load(&guard).slot_of(key);
+        cache
+            .cell(slot)
+            .expect("a used slot")
+            .load(&guard)
+            .validated
+            .get()
+    }
+
+    #[test]
+    fn a_view_not_valid_in_the_current_epoch_is_never_confirmed_by_address() {
+        let store = quiet_store(1, Duration::from_secs(3600));
+        let mut client = store.client().expect("client");
+        assert_eq!(client.get(500), Ok(Some(500)));
+        let caches = store.caches();
+        assert_eq!(validated_of(&store, 0, 500), super::FIRST_EPOCH);
+        // Two local epochs pass in which the slot's view was not confirmed (its record was
+        // swapped out then): its record may have been reclaimed, and a later record of the slot
+        // placed at the same address, which the slot table now names.
+        caches.members.epoch.fetch_add(2, Ordering::SeqCst);
+        let current = caches.members.epoch.load(Ordering::SeqCst);
+        let mut ep = store.transport().endpoint().expect("endpoint");
+        let layout = caches.nodes[0].layout;
+        assert!(super::confirm_views(
+            &mut ep,
+            &layout,
+            &caches.members.views[0],
+            current,
+            current + 1
+        ));
+        assert_eq!(
+            validated_of(&store, 0, 500),
+            super::FIRST_EPOCH,
+            "a view from an earlier epoch was confirmed because its address matched"
+        );
+        // A view valid now is confirmed.
+        assert_eq!(client.get(500), Ok(Some(500)));
+        assert_eq!(validated_of(&store, 0, 500), current);
+        assert!(super::confirm_views(
+            &mut ep,
+            &layout,
+            &caches.members.views[0],
+            current,
+            current + 1
+        ));
+        assert_eq!(validated_of(&store, 0, 500), current + 1);
+    }
+
+    #[test]
+    fn an_epoch_advance_on_one_memory_node_keeps_the_views_of_the_others() {
+        let store = quiet_store(2, Duration::from_millis(1));
+        let caches = store.caches();
+        let mut client = store.client().expect("client");
+        let key = caches.partition[1] + 10;
+        assert_eq!(client.get(key), Ok(Some(key)));
+        let before = caches.members.epoch.load(Ordering::SeqCst);
+        // Memory node 0 (only) moves to a new retirement epoch.
+        let mut ep = store.transport().endpoint().expect("endpoint");
+        let table = leaf_store::members::MemberTable::new(&caches.nodes[0].layout);
+        let word = ep.read_word(table.epoch_addr()).expect("epoch");
+        ep.write_word(table.epoch_addr(), word + 1)
+            .expect("advance");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while caches.members.epoch.load(Ordering::SeqCst) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the renewer never moved on"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let batches = client.net_stats().batches;
+        assert_eq!(client.get(key), Ok(Some(key)));
+        assert_eq!(
+            client.net_stats().batches - batches,
+            1,
+            "memory node 1's view was dropped by memory node 0's epoch advance"
+        );
     }
 }
