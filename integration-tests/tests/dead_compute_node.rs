@@ -26,6 +26,8 @@ use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
 /// The memory node's lease time in these tests: long enough that a live compute node's renewer,
 /// starved by a busy 2-core machine, is not declared dead (its renewals come every 5 ms).
 const LEASE: Duration = Duration::from_millis(100);
+/// The lease where no compute node is alive to be starved.
+const SHORT_LEASE: Duration = Duration::from_millis(10);
 /// A key of the target leaf no scenario touches: what the waiter inserts.
 const WAITER_KEY: u64 = 610;
 
@@ -398,4 +400,189 @@ fn leaf_boxes_serve_splits_while_the_memory_node_refills_them() {
         "no leaf went through a box: {stats:?}"
     );
     retrain_and_verify(&mut worker, &transport, "after the writers");
+}
+
+/// A compute node stopped *inside* a batch (its lock held, its commit in flight) while its lease
+/// lapses, and a second compute node that simply dies: the memory node's checks never wait on the
+/// stopped one — the other is recovered and the worker goes on at once — and nothing of the
+/// stopped one is rolled forward under its feet. Once it resumes, its batch in flight lands whole,
+/// the fence completes, and its recovery finishes.
+#[test]
+fn a_compute_node_stopped_inside_a_batch_holds_up_no_other_recovery_and_no_check() {
+    // A splitting insert: its commit batch is the largest.
+    let scenario = SCENARIOS[2];
+    let mut p = prepare(scenario);
+    let mut worker = watcher(&p.transport);
+    let gate = Gate::new();
+    // Inside its second batch (the commit), before its first verb: the lock is held.
+    p.client.endpoint_mut().pause_inside(1, gate.clone());
+    let stopped_store = Arc::new(p.store);
+    let stopped = {
+        let mut client = p.client;
+        let op = scenario.op;
+        std::thread::spawn(move || apply(&mut client, op))
+    };
+    assert!(gate.wait_for_arrival(Duration::from_secs(5)), "stopped");
+    stopped_store.stop_renewing();
+    // A second compute node dies (its renewals stop).
+    let other = Store::open(p.transport.clone(), StoreConfig::default()).expect("open");
+    let other_tags = other.member_tags();
+    other.stop_renewing();
+    std::mem::forget(other);
+    assert!(
+        target_entry(&p.transport).is_locked(),
+        "stopped holding the lock"
+    );
+
+    let started = Instant::now();
+    let mut recovered = 0;
+    while recovered == 0 {
+        let check = Instant::now();
+        recovered += worker.check_members().expect("check");
+        assert!(
+            check.elapsed() < Duration::from_secs(1),
+            "a check waited {:?} on the stopped compute node",
+            check.elapsed()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the dead compute node was never recovered: {:?} {:?}",
+            worker.member_stats(),
+            worker.member_problem()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // More checks while it stays stopped: each is quick, and its fence stays in flight.
+    for _ in 0..20 {
+        let check = Instant::now();
+        assert_eq!(worker.check_members().expect("check"), 0);
+        assert!(check.elapsed() < Duration::from_secs(1));
+    }
+    let stats = worker.member_stats().expect("watched");
+    assert_eq!(
+        stats.recoveries, 1,
+        "only the dead node is recovered: {stats:?}"
+    );
+    assert!(stats.fences_in_flight > 0, "{stats:?}");
+    assert!(
+        target_entry(&p.transport).is_locked(),
+        "the stopped node's lock was released with its batch in flight"
+    );
+    assert_eq!(
+        contents(&p.transport),
+        p.before,
+        "the stopped node's write was rolled forward under its feet"
+    );
+    // The other node's tag is free again.
+    let mut ep = p.transport.endpoint().expect("endpoint");
+    let layout =
+        leaf_store::Layout::attach(&mut ep, p.transport.memory_nodes()[0]).expect("layout");
+    let leases = leaf_store::members::MemberTable::new(&layout)
+        .read_leases(&mut ep)
+        .expect("leases");
+    assert_eq!(
+        leases[usize::from(other_tags[0])].state(),
+        leaf_store::members::MemberState::Free
+    );
+
+    // Resumed, its batch in flight lands whole; the fence then completes and recovery finishes.
+    gate.open();
+    let resumed = stopped.join().expect("stopped writer");
+    recover_dead_member(&mut worker);
+    let mut waiter = other_client(&p.transport, Duration::from_secs(10));
+    assert_eq!(waiter.insert(WAITER_KEY, WAITER_KEY), Ok(true));
+    let mut expected = match resumed {
+        Ok(true) => p.after.clone(),
+        Ok(false) => panic!("the insert found its key present"),
+        Err(_) => {
+            // Its commit landed or not: the pool shows one of the two, wholly.
+            let now = contents(&p.transport);
+            if now.contains_key(&scenario_key(scenario)) {
+                p.after.clone()
+            } else {
+                p.before.clone()
+            }
+        }
+    };
+    expected.insert(WAITER_KEY, WAITER_KEY);
+    assert_eq!(contents(&p.transport), expected);
+    retrain_and_verify(&mut worker, &p.transport, "stopped inside a batch");
+}
+
+/// The key a scenario's write changes.
+fn scenario_key(scenario: integration_tests::write_scenarios::Scenario) -> u64 {
+    use integration_tests::write_scenarios::Op;
+    match scenario.op {
+        Op::Insert(k) | Op::Update(k, _) | Op::Delete(k) => k,
+    }
+}
+
+/// A memory node that dies at any verb of a recovery (its endpoint crashes; a restarted worker
+/// recovers again), for a compute node that died inside an unlinking delete: no attempt ever
+/// leaves one of the dead node's locks released while its unlink word still names a leaf. (Once a
+/// lock is released, a retraining may free that leaf into a live client's box; a later attempt
+/// that read the word would then free it a second time while a live split links it.) The
+/// restarted worker finishes, and `verify` is clean.
+#[test]
+fn a_recovery_cut_short_never_releases_a_lock_before_settling_the_unlink_word() {
+    let scenario = SCENARIOS[4];
+    assert_eq!(scenario.name, "unlinking delete");
+    let total = verbs_with_a_filled_box(scenario, SimConfig::default());
+    // The first crash point that leaves the word set (the others recover alike).
+    let k = (0..total)
+        .find(|&k| {
+            let (mut p, _worker) = prepare_with_a_filled_box(scenario, SimConfig::default());
+            let tag = p.store.member_tags()[0];
+            p.client.endpoint_mut().crash_after(k);
+            let _ = apply(&mut p.client, scenario.op);
+            p.store.stop_renewing();
+            traces_of(&p.transport, tag).0
+        })
+        .expect("a crash point with the unlink word set");
+    let mut released_before_settled = Vec::new();
+    for fault in 0.. {
+        let what = format!("dead after verb {k} of {total}, memory node dead at verb {fault}");
+        let (mut p, _) = prepare_with_a_filled_box(scenario, SimConfig::default());
+        // No live compute node here: a short lease keeps the many rounds quick.
+        let mut worker = integration_tests::lease_watcher(&p.transport, SHORT_LEASE);
+        worker.check_members().expect("first look");
+        let tag = p.store.member_tags()[0];
+        p.client.endpoint_mut().crash_after(k);
+        assert!(apply(&mut p.client, scenario.op).is_err(), "{what}");
+        p.store.stop_renewing();
+        std::thread::sleep(SHORT_LEASE + Duration::from_millis(5));
+        worker.endpoint_mut().crash_after(fault);
+        let recovered = worker.check_members();
+        if !worker.endpoint_mut().is_crashed() {
+            assert_eq!(recovered, Ok(1), "{what}");
+            assert!(fault > 0, "no recovery was cut short");
+            break;
+        }
+        let (unlinking, _) = traces_of(&p.transport, tag);
+        if unlinking && !target_entry(&p.transport).is_locked() {
+            released_before_settled.push(fault);
+        }
+        // The memory node restarts and recovers again.
+        let mut restarted = integration_tests::lease_watcher(&p.transport, SHORT_LEASE);
+        if lease_of(&p.transport, tag).state() != leaf_store::members::MemberState::Free {
+            recover_dead_member(&mut restarted);
+        }
+        while restarted.retrain_next().expect("retrain").is_some() {}
+        assert_eq!(problems(&p.transport), [], "{what}");
+    }
+    assert_eq!(
+        released_before_settled,
+        Vec::<u64>::new(),
+        "recoveries cut at these verbs left a lock released while the unlink word still named a \
+         leaf"
+    );
+}
+
+/// Member `tag`'s lease word now.
+fn lease_of(transport: &SimTransport, tag: u8) -> leaf_store::members::Lease {
+    let mut ep = transport.endpoint().expect("endpoint");
+    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+    leaf_store::members::MemberTable::new(&layout)
+        .read_leases(&mut ep)
+        .expect("leases")[usize::from(tag)]
 }

@@ -365,12 +365,14 @@ impl MemberTable {
         Ok(words)
     }
 
-    /// Joins: takes the first free entry by CAS (one READ, then one CAS per try).
+    /// Joins: takes, by CAS, the free entry taken the fewest times (its incarnation; the lowest
+    /// tag among equals), so a tag just freed is reused last — one READ, then one CAS per try.
     pub fn join<E: Endpoint>(&self, ep: &mut E) -> Result<Membership, MembershipError> {
         for _ in 0..64 {
             let leases = self.read_leases(ep)?;
-            let Some(tag) =
-                (1..=MEMBER_TAGS).find(|&t| leases[t as usize].state() == MemberState::Free)
+            let Some(tag) = (1..=MEMBER_TAGS)
+                .filter(|&t| leases[t as usize].state() == MemberState::Free)
+                .min_by_key(|&t| (leases[t as usize].incarnation(), t))
             else {
                 return Err(MembershipError::TableFull {
                     node: self.layout.node(),

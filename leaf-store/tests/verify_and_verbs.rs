@@ -310,3 +310,20 @@ fn locks_exclude_and_unlock_can_link() {
     assert!(unlock(&mut other, addr, held, None).is_err());
     assert_eq!(f.ep.read_word(addr).expect("read"), released.raw());
 }
+
+#[test]
+fn a_joining_member_takes_the_free_tag_taken_fewest_times() {
+    let mut f = fixture(None);
+    let table = leaf_store::members::MemberTable::new(&f.layout);
+    let first = table.join(&mut f.ep).expect("join");
+    let second = table.join(&mut f.ep).expect("join");
+    assert_ne!(first.tag, second.tag);
+    table.leave(&mut f.ep, first).expect("leave");
+    // The tag just freed was taken once; others never: it is reused last.
+    let third = table.join(&mut f.ep).expect("join");
+    assert_ne!(
+        third.tag, first.tag,
+        "a tag just freed was handed out again before unused ones"
+    );
+    assert_eq!(third.lease.incarnation(), 1);
+}

@@ -31,14 +31,30 @@ pub trait Transport: Send + Sync {
 
 /// A memory node's power to cut compute nodes off (fencing).
 ///
-/// Guarantee: once [`Fence::fence`] returns `Ok`, no verb posted through the named connection —
-/// earlier or later — takes effect any more, and later ones fail with
+/// Guarantee: once [`Fence::fence`] returns `Ok(Fenced::Done)`, no verb posted through the named
+/// connection — earlier or later — takes effect any more, and later ones fail with
 /// [`TransportError::Fenced`]. A verb that was executing when the fence came either completed
 /// whole before `fence` returned or never takes effect.
+///
+/// A fence never waits on the compute node: where a batch of a live process is still in flight
+/// (a process stopped inside it), it returns [`Fenced::InFlight`] at once — no new batch of the
+/// connection starts any more, but the one in flight may still land — and the caller fences
+/// again later. A memory node's single CPU must not spend its time waiting on one unresponsive
+/// compute node while others need recovery and retraining.
 pub trait Fence: Send + Sync {
-    /// Cuts connection `connection` (an [`Endpoint::connection_id`]) off. Fencing an unknown or
-    /// already fenced connection is not an error.
-    fn fence(&self, connection: u64) -> Result<(), TransportError>;
+    /// Cuts connection `connection` (an [`Endpoint::connection_id`]) off, or starts to. Fencing
+    /// an unknown or already fenced connection is not an error (`Done`).
+    fn fence(&self, connection: u64) -> Result<Fenced, TransportError>;
+}
+
+/// How far a [`Fence::fence`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// Nothing posted through the connection takes effect any more.
+    Done,
+    /// No new batch starts, but one is still in flight (its process is alive and stopped inside
+    /// it): fence again later; until then, what it holds must not be recovered.
+    InFlight,
 }
 
 /// One thread's connection to the memory nodes. `Send` but not meant to be shared.

@@ -113,7 +113,7 @@ mod verb;
 pub mod verbs;
 
 pub use addr::{MAX_OFFSET, RemoteAddr};
-pub use endpoint::{Endpoint, Fence, MemoryNodeInfo, Transport, validate_verb};
+pub use endpoint::{Endpoint, Fence, Fenced, MemoryNodeInfo, Transport, validate_verb};
 pub use error::TransportError;
 pub use limits::{MAX_BATCH_BYTES, MAX_BATCH_VERBS, batch_bytes, validate_batch};
 pub use stats::Stats;

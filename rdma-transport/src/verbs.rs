@@ -414,7 +414,7 @@ impl crate::Fence for VerbsFence {
     /// Moves the server's queue pair numbered `connection` to the error state — the NIC drops
     /// every request arriving on it afterwards — and destroys it. An unknown number was fenced
     /// (or disconnected) already.
-    fn fence(&self, qp_number: u64) -> Result<(), TransportError> {
+    fn fence(&self, qp_number: u64) -> Result<crate::Fenced, TransportError> {
         let mut peers = self
             .served
             .peers
@@ -424,7 +424,7 @@ impl crate::Fence for VerbsFence {
             .iter()
             .position(|(qp, _)| u64::from(qp.qp_number()) == qp_number)
         else {
-            return Ok(());
+            return Ok(crate::Fenced::Done);
         };
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Error);
@@ -433,7 +433,7 @@ impl crate::Fence for VerbsFence {
             .modify(&attr)
             .map_err(|e| connection(format!("moving queue pair {qp_number} to error: {e}")))?;
         peers.swap_remove(at);
-        Ok(())
+        Ok(crate::Fenced::Done)
     }
 }
 

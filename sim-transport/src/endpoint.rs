@@ -33,6 +33,8 @@ pub struct SimEndpoint {
     connections: Vec<Option<Connection>>,
     /// Batches still allowed before the endpoint waits at `gate`.
     pause: Option<(u64, Gate)>,
+    /// Batches still allowed before the endpoint waits at `gate` inside its next batch.
+    pause_inside: Option<(u64, Gate)>,
 }
 
 /// A gate a paused endpoint waits at (see [`SimEndpoint::pause_after`]): a thread descheduled
@@ -123,6 +125,7 @@ impl SimEndpoint {
             rng,
             connections,
             pause: None,
+            pause_inside: None,
         })
     }
 
@@ -131,6 +134,14 @@ impl SimEndpoint {
     /// protocol for as long as the test wants.
     pub fn pause_after(&mut self, n: u64, gate: Gate) {
         self.pause = Some((n, gate));
+    }
+
+    /// Fault injection: after `n` more batches, the endpoint stops *inside* its next batch —
+    /// entered on its connections, before its first verb — until `gate` opens: a process stopped
+    /// (SIGSTOP, a long page fault, a descheduled thread) with a batch in flight, which a fence
+    /// cannot complete until it resumes.
+    pub fn pause_inside(&mut self, n: u64, gate: Gate) {
+        self.pause_inside = Some((n, gate));
     }
 
     /// The connection on the pool of memory node `node`, with that pool's index.
@@ -456,6 +467,15 @@ impl SimEndpoint {
             }
         }
         let entered = self.enter(verbs)?;
+        if let Some((left, gate)) = self.pause_inside.as_mut() {
+            if *left == 0 {
+                let gate = gate.clone();
+                self.pause_inside = None;
+                gate.pass();
+            } else {
+                *left -= 1;
+            }
+        }
         self.stats.batches += 1;
         let outcome = match self.shared.config.reordering {
             Reordering::InOrder => verbs.iter_mut().try_for_each(|verb| self.run(verb)),
@@ -634,7 +654,10 @@ mod tests {
             .expect("the simulator names connections");
         assert_ne!(Some(id), other.connection_id(0));
         victim.write_word(addr(0), 1).expect("write");
-        fabric.fence(0).expect("node 0").fence(id).expect("fence");
+        assert_eq!(
+            fabric.fence(0).expect("node 0").fence(id),
+            Ok(rdma_transport::Fenced::Done)
+        );
         assert_eq!(
             victim.write_word(addr(0), 2),
             Err(TransportError::Fenced(0))

@@ -13,18 +13,27 @@
 //!     2 start   that process's start time (clock ticks after boot: a reused pid differs)
 //!     3 log_at  offset+1 of the WRITE being executed (0: none)
 //!     4 log_len its length
-//!     5..       its bytes (up to LOG_BYTES)
+//!     5 pid_ns  the process's pid namespace (the inode of /proc/self/ns/pid; 0: unknown)
+//!     6..       its bytes (up to LOG_BYTES)
 //!
 //! connection id = generation << 16 | (entry index + 1)      (never 0)
 //! ```
 //!
 //! An endpoint opens one connection per pool. Every batch *enters* (adds 1 to `in_flight` by CAS,
 //! only while the entry is open, not revoked and of its generation) and *leaves* when done. Before a WRITE of at most
-//! [`LOG_BYTES`] it copies the WRITE into the log. [`fence`] sets `revoked`, then waits for
-//! `in_flight` to drain; if the process that owns the connection has died in the middle of a
-//! batch (killed: `in_flight` never drains), the WRITE it was executing is replayed from the log —
-//! a packet that lands whole — and the connection is closed. So after `fence` returns nothing of
-//! the connection takes effect any more, and no WRITE is left torn by a killed process.
+//! [`LOG_BYTES`] it copies the WRITE into the log. [`fence`] sets `revoked`, then looks at
+//! `in_flight`: drained, the connection is closed; if the process that owns the connection has
+//! died in the middle of a batch (killed: `in_flight` never drains), the WRITE it was executing is
+//! replayed from the log — a packet that lands whole — and the connection is closed. So after
+//! `fence` reports [`Fenced::Done`] nothing of the connection takes effect any more, and no WRITE
+//! is left torn by a killed process. A live process stopped inside a batch is not waited for:
+//! the fence reports [`Fenced::InFlight`] (no new batch starts) and the memory node fences again
+//! at its next check.
+//!
+//! A process counts as dead only when `/proc` proves it: its pid is gone, a zombie, or another
+//! process (another start time). A process in another pid namespace than the fencer's cannot be
+//! looked up by its pid here (the number names another process, or none), so it counts as
+//! alive: its batch in flight is waited for, never replayed under its feet.
 
 // Loom builds have no connection table (CONNECTIONS = 0).
 #![cfg_attr(
@@ -33,6 +42,8 @@
 )]
 
 use std::time::{Duration, Instant};
+
+use rdma_transport::Fenced;
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -46,8 +57,10 @@ pub(crate) const fn enabled() -> bool {
 /// Bytes of the largest WRITE the log holds (compute nodes write leaves and single words).
 pub(crate) const LOG_BYTES: usize = 2048;
 const ENTRY_WORDS: usize = LOG_WORD + LOG_BYTES / 8;
+/// Index of the word holding the owner's pid namespace.
+const NS_WORD: usize = 5;
 /// Index of the first log word in an entry.
-const LOG_WORD: usize = 5;
+const LOG_WORD: usize = 6;
 /// Bytes of the NIC area behind each pool's region.
 pub(crate) const NIC_BYTES: u64 = (CONNECTIONS * ENTRY_WORDS * 8) as u64;
 
@@ -57,8 +70,9 @@ const GEN_SHIFT: u32 = 32;
 const GEN_MASK: u64 = (1 << 30) - 1;
 const IN_FLIGHT_MASK: u64 = (1 << 32) - 1;
 
-/// How long [`fence`] waits for a batch in flight in a live process before giving up.
-const FENCE_PATIENCE: Duration = Duration::from_secs(2);
+/// How long [`fence`] waits for a batch in flight to leave before reporting it in flight (a
+/// running batch takes microseconds; a stopped process is not waited for).
+const FENCE_SPIN: Duration = Duration::from_micros(200);
 
 /// A connection an endpoint holds on one pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,10 +100,25 @@ fn entry(nic: &[AtomicU64], index: usize) -> &[AtomicU64] {
     &nic[index * ENTRY_WORDS..(index + 1) * ENTRY_WORDS]
 }
 
-/// This process: its pid and start time.
-pub(crate) fn this_process() -> (u64, u64) {
+/// A process as the connection table names it: pid, start time, pid namespace.
+pub(crate) type Process = (u64, u64, u64);
+
+/// This process: its pid, start time and pid namespace.
+pub(crate) fn this_process() -> Process {
     let pid = u64::from(std::process::id());
-    (pid, start_time(pid).unwrap_or(0))
+    (pid, start_time(pid).unwrap_or(0), pid_namespace())
+}
+
+/// This process's pid namespace: the inode `/proc/self/ns/pid` links to (`pid:[4026531836]`);
+/// 0 if it cannot be read.
+fn pid_namespace() -> u64 {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|link| {
+            let link = link.to_string_lossy().into_owned();
+            link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// The start time of process `pid` (field 22 of `/proc/<pid>/stat`), `None` if it cannot be read.
@@ -102,7 +131,7 @@ fn start_time(pid: u64) -> Option<u64> {
 
 /// Opens a connection for process `(pid, start)`: takes a closed entry, with the next
 /// generation. `None` if every entry is open.
-pub(crate) fn open(nic: &[AtomicU64], (pid, start): (u64, u64)) -> Option<Connection> {
+pub(crate) fn open(nic: &[AtomicU64], (pid, start, ns): Process) -> Option<Connection> {
     for index in 0..CONNECTIONS {
         let e = entry(nic, index);
         let mut state = e[0].load(Ordering::Acquire);
@@ -114,6 +143,7 @@ pub(crate) fn open(nic: &[AtomicU64], (pid, start): (u64, u64)) -> Option<Connec
                     e[1].store(pid, Ordering::Release);
                     e[2].store(start, Ordering::Release);
                     e[3].store(0, Ordering::Release);
+                    e[NS_WORD].store(ns, Ordering::Release);
                     return Some(Connection { index, generation });
                 }
                 Err(seen) => state = seen,
@@ -182,12 +212,17 @@ pub(crate) fn clear_log(nic: &[AtomicU64], conn: Connection) {
     entry(nic, conn.index)[3].store(0, Ordering::Release);
 }
 
-/// Whether the process `(pid, start)` is gone: `/proc/<pid>` does not exist, or shows a zombie,
-/// or a different process (another start time: the pid was reused). Anything else — a `/proc`
-/// that cannot be read for another reason included — counts as alive: a fence then waits rather
-/// than replay a WRITE under a live writer's feet.
-fn process_is_dead(pid: u64, start: u64) -> bool {
+/// Whether the process `(pid, start, ns)` is gone: `/proc/<pid>` does not exist, or shows a
+/// zombie, or a different process (another start time: the pid was reused). Anything else counts
+/// as alive — a `/proc` that cannot be read for another reason, and a process of another pid
+/// namespace (or of one this process cannot name): its pid means nothing here. A fence then
+/// waits rather than replay a WRITE under a live writer's feet.
+fn process_is_dead((pid, start, ns): Process) -> bool {
     if pid == u64::from(std::process::id()) {
+        return false;
+    }
+    let here = pid_namespace();
+    if ns == 0 || here == 0 || ns != here {
         return false;
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -204,39 +239,46 @@ fn process_is_dead(pid: u64, start: u64) -> bool {
     }
 }
 
-/// Fences connection `id`: revokes it, waits for its batch in flight (replaying the WRITE of a
-/// killed process from the log through `replay`), and closes it. An unknown, closed or reused id
-/// is already fenced. Errors if a live process keeps a batch in flight past the patience.
-pub(crate) fn fence(
-    nic: &[AtomicU64],
-    id: u64,
-    mut replay: impl FnMut(u64, &[u8]),
-) -> Result<(), String> {
+/// Fences connection `id`: revokes it (no batch starts any more), and if no batch is in flight
+/// — or its process was killed inside it (the WRITE it was executing is replayed from the log
+/// through `replay`) — closes it: `Done`. A batch of a live process still in flight after a
+/// moment: `InFlight` (call again later). An unknown, closed or reused id is already fenced.
+pub(crate) fn fence(nic: &[AtomicU64], id: u64, mut replay: impl FnMut(u64, &[u8])) -> Fenced {
     let Some(conn) = Connection::from_id(id) else {
-        return Ok(());
+        return Fenced::Done;
     };
     let e = entry(nic, conn.index);
     let mut state = e[0].load(Ordering::Acquire);
     loop {
         if state & OPEN == 0 || (state >> GEN_SHIFT) & GEN_MASK != conn.generation {
-            return Ok(());
+            return Fenced::Done;
+        }
+        if state & REVOKED != 0 {
+            break;
         }
         match e[0].compare_exchange(state, state | REVOKED, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => break,
             Err(seen) => state = seen,
         }
     }
-    let (pid, start) = (e[1].load(Ordering::Acquire), e[2].load(Ordering::Acquire));
+    let owner = (
+        e[1].load(Ordering::Acquire),
+        e[2].load(Ordering::Acquire),
+        e[NS_WORD].load(Ordering::Acquire),
+    );
     let started = Instant::now();
     loop {
         let state = e[0].load(Ordering::Acquire);
         if (state >> GEN_SHIFT) & GEN_MASK != conn.generation || state & OPEN == 0 {
-            return Ok(());
+            return Fenced::Done;
         }
         if state & IN_FLIGHT_MASK == 0 {
             break;
         }
-        if process_is_dead(pid, start) {
+        if started.elapsed() > FENCE_SPIN {
+            if !process_is_dead(owner) {
+                return Fenced::InFlight;
+            }
             // Killed inside a batch: the WRITE it was executing lands whole.
             let at = e[3].load(Ordering::Acquire);
             if at != 0 {
@@ -249,15 +291,10 @@ pub(crate) fn fence(
             }
             break;
         }
-        if started.elapsed() > FENCE_PATIENCE {
-            return Err(format!(
-                "connection {id}: process {pid} kept a batch in flight for {FENCE_PATIENCE:?}"
-            ));
-        }
         std::thread::yield_now();
     }
     close(nic, conn);
-    Ok(())
+    Fenced::Done
 }
 
 #[cfg(all(test, not(loom)))]
@@ -279,7 +316,10 @@ mod tests {
         assert_ne!(a.id(), b.id());
         assert!(enter(&nic, a));
         leave(&nic, a);
-        fence(&nic, a.id(), |_, _| panic!("nothing to replay")).expect("fenced");
+        assert_eq!(
+            fence(&nic, a.id(), |_, _| panic!("nothing to replay")),
+            Fenced::Done
+        );
         assert!(!enter(&nic, a), "a fenced connection must not execute");
         assert!(enter(&nic, b), "other connections are untouched");
         leave(&nic, b);
@@ -292,7 +332,11 @@ mod tests {
         );
         assert!(enter(&nic, c));
         leave(&nic, c);
-        fence(&nic, a.id(), |_, _| panic!("nothing to replay")).expect("stale id: no-op");
+        assert_eq!(
+            fence(&nic, a.id(), |_, _| panic!("nothing to replay")),
+            Fenced::Done,
+            "stale id: no-op"
+        );
         assert!(
             enter(&nic, c),
             "fencing a stale id must not touch the entry's new owner"
@@ -305,7 +349,10 @@ mod tests {
         let nic = table();
         let me = this_process();
         let old = open(&nic, me).expect("free entry");
-        fence(&nic, old.id(), |_, _| panic!("nothing to replay")).expect("fenced");
+        assert_eq!(
+            fence(&nic, old.id(), |_, _| panic!("nothing to replay")),
+            Fenced::Done
+        );
         let new = open(&nic, me).expect("reused");
         assert_eq!(new.index, old.index);
         for _ in 0..3 {
@@ -322,52 +369,91 @@ mod tests {
 
     #[test]
     fn a_reused_pid_is_a_dead_process_and_an_unreadable_proc_is_not() {
-        let (pid, start) = this_process();
+        let (_, start, ns) = this_process();
         assert!(start != 0, "this process's start time is readable");
+        assert!(ns != 0, "this process's pid namespace is readable");
         // The pid of a process that is alive (the parent of this one), with its start time: alive.
         let parent = u64::from(std::os::unix::process::parent_id());
         let parent_start = start_time(parent).expect("the parent's start time");
-        assert!(!process_is_dead(parent, parent_start));
+        assert!(!process_is_dead((parent, parent_start, ns)));
         // The same pid with another start time: the pid was reused, the process is gone.
-        assert!(process_is_dead(parent, parent_start + 1));
+        assert!(process_is_dead((parent, parent_start + 1, ns)));
         // No such pid.
-        assert!(process_is_dead(1 << 40, 1));
-        let _ = pid;
+        assert!(process_is_dead((1 << 40, 1, ns)));
+    }
+
+    #[test]
+    fn a_process_of_another_pid_namespace_is_never_taken_for_dead() {
+        let (_, _, ns) = this_process();
+        // Its pid names no process here, or another one: neither says anything about it.
+        assert!(!process_is_dead((1 << 40, 1, ns + 1)));
+        let parent = u64::from(std::os::unix::process::parent_id());
+        let parent_start = start_time(parent).expect("the parent's start time");
+        assert!(!process_is_dead((parent, parent_start + 1, ns + 1)));
+        // An owner whose namespace is unknown counts as alive too.
+        assert!(!process_is_dead((1 << 40, 1, 0)));
+        // So its batch in flight is never replayed and the fence waits for it.
+        let nic = table();
+        let conn = open(&nic, (1 << 40, 1, ns + 1)).expect("free entry");
+        assert!(enter(&nic, conn));
+        log_write(&nic, conn, 4096, &[7u8; 24]);
+        assert_eq!(
+            fence(&nic, conn.id(), |_, _| panic!(
+                "replayed under a live writer"
+            )),
+            Fenced::InFlight
+        );
+        leave(&nic, conn);
+        assert_eq!(
+            fence(&nic, conn.id(), |_, _| panic!("nothing to replay")),
+            Fenced::Done
+        );
     }
 
     #[test]
     fn a_killed_process_inside_a_write_has_its_write_completed_by_the_fence() {
         let nic = table();
         // A pid no process has (beyond the kernel's pid_max).
-        let conn = open(&nic, (1 << 40, 1)).expect("free entry");
+        let conn = open(&nic, (1 << 40, 1, this_process().2)).expect("free entry");
         assert!(enter(&nic, conn));
         log_write(&nic, conn, 4096, &[7u8; 24]);
         // ... and the process dies here: the batch never leaves.
         let mut replayed = Vec::new();
-        fence(&nic, conn.id(), |at, bytes| {
+        let fenced = fence(&nic, conn.id(), |at, bytes| {
             replayed.push((at, bytes.to_vec()))
-        })
-        .expect("a dead process does not hold the fence up");
+        });
+        assert_eq!(
+            fenced,
+            Fenced::Done,
+            "a dead process does not hold the fence up"
+        );
         assert_eq!(replayed, vec![(4096, vec![7u8; 24])]);
         assert!(!enter(&nic, conn));
     }
 
     #[test]
-    fn a_live_process_inside_a_batch_holds_the_fence_until_it_leaves() {
-        let nic = std::sync::Arc::new(table());
+    fn a_live_process_inside_a_batch_is_not_waited_for_and_starts_no_new_batch() {
+        let nic = table();
         let conn = open(&nic, this_process()).expect("free entry");
         assert!(enter(&nic, conn));
-        let fencer = {
-            let nic = std::sync::Arc::clone(&nic);
-            std::thread::spawn(move || fence(&nic, conn.id(), |_, _| panic!("not dead")))
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(
-            !fencer.is_finished(),
-            "the fence must wait for the batch in flight"
+        let started = Instant::now();
+        assert_eq!(
+            fence(&nic, conn.id(), |_, _| panic!("not dead")),
+            Fenced::InFlight,
+            "the fence must not close a connection with a batch in flight"
         );
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "the fence waited on a stopped process: {:?}",
+            started.elapsed()
+        );
+        // Revoked meanwhile: the stopped process starts nothing new once it resumes.
         leave(&nic, conn);
-        fencer.join().expect("fencer").expect("fenced");
+        assert!(!enter(&nic, conn), "a revoked connection let a batch in");
+        assert_eq!(
+            fence(&nic, conn.id(), |_, _| panic!("not dead")),
+            Fenced::Done
+        );
         assert!(!enter(&nic, conn));
     }
 }

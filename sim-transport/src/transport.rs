@@ -188,16 +188,19 @@ pub struct SimFence {
 }
 
 impl rdma_transport::Fence for SimFence {
-    fn fence(&self, connection: u64) -> Result<(), TransportError> {
+    fn fence(&self, connection: u64) -> Result<rdma_transport::Fenced, TransportError> {
         let Some(pool) = self.shared.pool(self.node) else {
             return Err(TransportError::UnknownNode(self.node));
         };
-        crate::nic::fence(pool.nic(), connection, |offset, bytes| {
-            if offset.saturating_add(bytes.len() as u64) <= pool.len() {
-                pool.write_bytes(offset, bytes, || {});
-            }
-        })
-        .map_err(TransportError::Connection)
+        Ok(crate::nic::fence(
+            pool.nic(),
+            connection,
+            |offset, bytes| {
+                if offset.saturating_add(bytes.len() as u64) <= pool.len() {
+                    pool.write_bytes(offset, bytes, || {});
+                }
+            },
+        ))
     }
 }
 

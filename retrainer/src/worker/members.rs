@@ -76,9 +76,13 @@ pub struct MemberStats {
     pub longest_recovery: Duration,
     /// Leaves handed out through leaf boxes.
     pub leaves_granted: u64,
-    /// Recovery attempts that failed (a fence that did not complete, a transport error); the
-    /// member stays marked dead and is tried again at the next check.
+    /// Recovery attempts that failed (a fence that failed, a transport error); the member stays
+    /// marked dead and is tried again at the next check.
     pub failed_recoveries: u64,
+    /// Recovery attempts put off because a fenced connection still had a batch in flight (its
+    /// process stopped inside it): the member stays dead, nothing of it is touched, and the next
+    /// check fences again — the worker never waits on it.
+    pub fences_in_flight: u64,
 }
 
 /// How often the table is read.
@@ -317,8 +321,8 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Fences dead member `tag`, releases its locks and frees its entry. `Ok(false)`: not finished
-    /// (a fence did not complete, a step failed); the entry stays dead and the next check tries
-    /// again.
+    /// (a batch of it still in flight, a step failed); the entry stays dead and the next check
+    /// tries again.
     fn recover_member(
         &mut self,
         watch: &mut MemberWatch,
@@ -327,7 +331,12 @@ impl<E: Endpoint> Retrainer<E> {
         declared: Instant,
     ) -> Result<bool, RetrainError> {
         match self.try_recover_member(watch, tag, dead) {
-            Ok(()) => {
+            Ok(false) => {
+                watch.stats.fences_in_flight += 1;
+                watch.seen[usize::from(tag)] = Some((dead, declared));
+                Ok(false)
+            }
+            Ok(true) => {
                 watch.stats.recoveries += 1;
                 watch.seen[usize::from(tag)] = None;
                 watch.stats.longest_recovery = watch.stats.longest_recovery.max(declared.elapsed());
@@ -343,23 +352,41 @@ impl<E: Endpoint> Retrainer<E> {
         }
     }
 
+    /// One recovery attempt; `Ok(false)`: a connection still has a batch in flight, nothing
+    /// was changed beyond fencing.
     fn try_recover_member(
         &mut self,
         watch: &mut MemberWatch,
         tag: u8,
         dead: Lease,
-    ) -> Result<(), RetrainError> {
+    ) -> Result<bool, RetrainError> {
+        // Every connection is revoked before any is waited for: none of them starts a batch
+        // from here on.
+        let mut in_flight = false;
         for connection in watch.table.read_connections(&mut self.ep, tag)? {
-            watch
-                .fence
-                .fence(connection)
-                .map_err(|e| RetrainError::FenceFailed {
-                    tag,
-                    reason: e.to_string(),
-                })?;
-            watch.stats.fenced_connections += 1;
+            match watch.fence.fence(connection) {
+                Ok(rdma_transport::Fenced::Done) => watch.stats.fenced_connections += 1,
+                Ok(rdma_transport::Fenced::InFlight) => in_flight = true,
+                Err(e) => {
+                    return Err(RetrainError::FenceFailed {
+                        tag,
+                        reason: e.to_string(),
+                    });
+                }
+            }
         }
-        let (mut done, linked) = self.roll_forward_and_trace(tag)?;
+        if in_flight {
+            return Ok(false);
+        }
+        // Its leaves first, its locks last. While its locks are held, nothing it was splitting or
+        // unlinking can change or be retrained, so the trace stays true until the release; once
+        // a lock is released, a retraining may free a leaf its unlink word names into a live
+        // client's box, and a later attempt that read that word would free the leaf again (a
+        // review found that double allocation). So each word is settled — zeroed *before* its
+        // leaf goes on the free list — before any lock is released: an attempt cut short finds
+        // every settled word empty, and one cut short before the zeroing changed nothing.
+        let (held, linked) = self.trace_member(tag)?;
+        let mut done = RollForward::default();
         // Its leaf boxes: a leaf a split linked before the node died (its box slot not yet
         // cleared) stays linked; every other one was never linked and is free again.
         let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
@@ -383,10 +410,10 @@ impl<E: Endpoint> Retrainer<E> {
             .filter_map(|&w| leaf_store::members::word_leaf(w))
             .collect();
         if !unlinked.is_empty() {
-            let mut held: HashSet<u64> = linked;
-            held.extend(self.free_leaves.iter().copied());
+            let mut held_anywhere: HashSet<u64> = linked;
+            held_anywhere.extend(self.free_leaves.iter().copied());
             for other in 1..=MEMBER_TAGS {
-                held.extend(
+                held_anywhere.extend(
                     watch
                         .table
                         .read_boxes(&mut self.ep, other)?
@@ -394,15 +421,20 @@ impl<E: Endpoint> Retrainer<E> {
                         .filter_map(leaf_store::members::word_leaf),
                 );
             }
-            for &leaf in &unlinked {
-                if held.insert(leaf) {
-                    self.free_leaves.push(leaf);
-                    done.unlinks_completed += 1;
-                }
-            }
+            let freed: Vec<u64> = unlinked
+                .iter()
+                .copied()
+                .filter(|&leaf| held_anywhere.insert(leaf))
+                .collect();
             let zeros = vec![0u8; words.len() * 8];
             self.ep.write(watch.table.unlink_addr(tag, 0), &zeros)?;
+            done.unlinks_completed += freed.len() as u64;
+            self.free_leaves.extend(freed);
         }
+        let released = self.release_held(held)?;
+        done.locks_released = released.locks_released;
+        done.splits_completed = released.splits_completed;
+        done.damaged_chains = released.damaged_chains;
         let sum = &mut watch.stats.rolled_forward;
         sum.locks_released += done.locks_released;
         sum.splits_completed += done.splits_completed;
@@ -424,6 +456,6 @@ impl<E: Endpoint> Retrainer<E> {
         self.ep.write_word(watch.table.announce_addr(tag), 0)?;
         self.ep
             .cas(watch.table.lease_addr(tag), dead.raw(), dead.freed().raw())?;
-        Ok(())
+        Ok(true)
     }
 }

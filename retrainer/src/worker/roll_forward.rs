@@ -49,50 +49,53 @@ pub struct RollForward {
     pub damaged_chains: u64,
 }
 
+/// A dead member's leaf lock, found by [`Retrainer::trace_member`].
+pub(super) struct HeldLeaf {
+    slot: u64,
+    record_addr: RemoteAddr,
+    record: std::sync::Arc<leaf_store::ModelRecord>,
+    leaf: usize,
+    lt_addr: RemoteAddr,
+    entry: LeafTableEntry,
+}
+
 impl<E: Endpoint> Retrainer<E> {
     /// Releases every leaf lock that carries owner `tag`, repairing each chain first (see the
     /// module documentation), and queues the slots concerned for retraining. The caller has
     /// fenced the member: call it for a live one and its writes break.
     pub fn roll_forward(&mut self, tag: u8) -> Result<RollForward, RetrainError> {
-        self.roll_forward_and_trace(tag).map(|(done, _)| done)
+        let (held, _) = self.trace_member(tag)?;
+        self.release_held(held)
     }
 
-    /// [`Self::roll_forward`], also returning every leaf the current records link (after the
-    /// repairs, which move no leaf in or out of a chain) or name in a freed SLT slot.
-    pub(super) fn roll_forward_and_trace(
+    /// The leaf locks that carry owner `tag`, and every leaf the current records link or name in
+    /// a freed SLT slot — changing nothing. While the dead member's locks are held its chains
+    /// cannot change and its slots cannot be retrained, so what it was unlinking and what its
+    /// box leaves are linked to stays as traced until [`Self::release_held`].
+    pub(super) fn trace_member(
         &mut self,
         tag: u8,
-    ) -> Result<(RollForward, HashSet<u64>), RetrainError> {
-        let mut done = RollForward::default();
+    ) -> Result<(Vec<HeldLeaf>, HashSet<u64>), RetrainError> {
+        let mut held = Vec::new();
         let mut linked = HashSet::new();
         let table = read_slot_table(&mut self.ep, &self.layout)?;
         for (slot, &(record_addr, _)) in table.iter().enumerate() {
             let slot = slot as u64;
-            let record = read_record(&mut self.ep, &self.layout, slot, record_addr)?;
-            let mut touched = false;
+            let record =
+                std::sync::Arc::new(read_record(&mut self.ep, &self.layout, slot, record_addr)?);
             for (leaf, &entry) in record.lt.iter().enumerate() {
-                if !(entry.is_locked() && entry.owner() == tag) {
-                    continue;
-                }
-                let lt_addr = at(record_addr, record.layout().lt_entry(leaf as u64));
-                let repaired = self.repair_chain(record_addr, &record, leaf, lt_addr, entry)?;
-                done.locks_released += 1;
-                match repaired {
-                    Repaired::Clean => {}
-                    Repaired::SplitCompleted => done.splits_completed += 1,
-                    Repaired::Damaged => done.damaged_chains += 1,
-                }
-                touched = true;
-            }
-            if touched {
-                self.stuck.remove(&slot);
-                // Queued on the ring (the queued bit and an entry), not only in this worker's
-                // memory: a memory node that restarts after freeing the member still retrains it.
-                if crate::queue::enqueue(&mut self.ep, &self.layout, slot).is_err() {
-                    self.queue_slot(slot);
+                if entry.is_locked() && entry.owner() == tag {
+                    held.push(HeldLeaf {
+                        slot,
+                        record_addr,
+                        record: std::sync::Arc::clone(&record),
+                        leaf,
+                        lt_addr: at(record_addr, record.layout().lt_entry(leaf as u64)),
+                        entry,
+                    });
                 }
             }
-            // What the chains link now (repairs move no leaf in or out of a chain; an SLT slot a
+            // What the chains link (repairs move no leaf in or out of a chain; an SLT slot a
             // cut-short split wrote but never linked does not count). A chain that cannot be
             // followed counts every SLT entry, so nothing it might link is freed.
             let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
@@ -107,8 +110,45 @@ impl<E: Endpoint> Retrainer<E> {
                 }
             }
         }
+        Ok((held, linked))
+    }
+
+    /// Repairs and releases the locks [`Self::trace_member`] found, and queues their slots for
+    /// retraining. Each release is idempotent (the unlock CAS expects the dead owner's tag).
+    pub(super) fn release_held(
+        &mut self,
+        held: Vec<HeldLeaf>,
+    ) -> Result<RollForward, RetrainError> {
+        let mut done = RollForward::default();
+        let mut touched: Vec<u64> = Vec::new();
+        for lock in held {
+            let repaired = self.repair_chain(
+                lock.record_addr,
+                &lock.record,
+                lock.leaf,
+                lock.lt_addr,
+                lock.entry,
+            )?;
+            done.locks_released += 1;
+            match repaired {
+                Repaired::Clean => {}
+                Repaired::SplitCompleted => done.splits_completed += 1,
+                Repaired::Damaged => done.damaged_chains += 1,
+            }
+            if !touched.contains(&lock.slot) {
+                touched.push(lock.slot);
+            }
+        }
+        for slot in touched {
+            self.stuck.remove(&slot);
+            // Queued on the ring (the queued bit and an entry), not only in this worker's
+            // memory: a memory node that restarts after freeing the member still retrains it.
+            if crate::queue::enqueue(&mut self.ep, &self.layout, slot).is_err() {
+                self.queue_slot(slot);
+            }
+        }
         self.poll()?;
-        Ok((done, linked))
+        Ok(done)
     }
 
     fn repair_chain(
