@@ -187,6 +187,11 @@ impl Members {
         }
     }
 
+    /// The local epoch now.
+    pub(crate) fn current_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
     /// Client `index`'s entry in the active list (index 0, the renewer's, is never used).
     pub(crate) fn active_entry(&self, index: u64) -> Arc<ActiveEpoch> {
         Arc::clone(&self.active[(index as usize).min(self.active.len() - 1)])

@@ -130,30 +130,24 @@ where
                 "the memory nodes' key ranges do not tile the key space".into(),
             ));
         }
-        // Join first, then read the slot tables and records (see `membership::join_all`).
+        // Join first, then read the slot tables and records (see `membership::join_all`); and
+        // renew the leases from the start, while the records are read: a large pool takes far
+        // longer to read than a lease lasts (10^5 records over RDMA), and a store that read
+        // first and renewed afterwards was declared dead before its first operation.
         let plain: Vec<Layout> = layouts.iter().map(|&(_, l)| l).collect();
         let joined = membership::join_all(&mut ep, &plain, config.join_members)?;
-        let mut nodes = Vec::new();
-        for (i, &(info, layout)) in layouts.iter().enumerate() {
-            let mut node = match open_node(&mut ep, info, layout, &config) {
-                Ok(node) => node,
-                Err(e) => {
-                    // Nothing will renew or use these memberships: give them back.
-                    for (table, member) in &joined {
-                        if let Some(member) = member {
-                            let _ = table.leave(&mut ep, *member);
-                        }
-                    }
-                    return Err(e);
-                }
-            };
-            node.tag = joined[i].1.map_or(0, |m| m.tag);
-            node.position = i;
-            nodes.push(node);
-        }
-        let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
-        let members =
-            membership::members(joined, nodes.iter().map(|n| Arc::clone(&n.slots)).collect());
+        let tags: Vec<u8> = joined.iter().map(|(_, m)| m.map_or(0, |m| m.tag)).collect();
+        let cells: Vec<Arc<SlotCells>> = plain
+            .iter()
+            .map(|layout| {
+                Arc::new(
+                    (0..layout.slot_capacity())
+                        .map(|_| std::sync::OnceLock::new())
+                        .collect(),
+                )
+            })
+            .collect();
+        let members = membership::members(joined, cells.clone());
         let renewer = if config.join_members {
             let renewer = membership::spawn_renewer(ep, Arc::clone(&members), config.lease_renewal)
                 .map_err(|e| IndexError::Config(format!("starting the lease renewer: {e}")))?;
@@ -161,6 +155,37 @@ where
         } else {
             None
         };
+        // From here on a failure stops the renewer, which leaves every memory node.
+        let stop = |renewer: Option<JoinHandle<()>>| {
+            members.stop();
+            if let Some(renewer) = renewer {
+                let _ = renewer.join();
+            }
+        };
+        let mut load_ep = match transport.endpoint() {
+            Ok(ep) => ep,
+            Err(e) => {
+                stop(renewer);
+                return Err(e.into());
+            }
+        };
+        let mut nodes = Vec::new();
+        for (i, (&(info, layout), slots)) in layouts.iter().zip(cells).enumerate() {
+            let epoch = members.current_epoch();
+            match open_node(&mut load_ep, info, layout, &config, slots, epoch) {
+                Ok(mut node) => {
+                    node.tag = tags[i];
+                    node.position = i;
+                    nodes.push(node);
+                }
+                Err(e) => {
+                    stop(renewer);
+                    return Err(e);
+                }
+            }
+        }
+        drop(load_ep);
+        let partition = nodes.iter().map(|n| n.layout.superblock().key_lo).collect();
         Ok(Self {
             transport,
             caches: Arc::new(Caches {
@@ -275,24 +300,21 @@ where
     }
 }
 
+/// Reads memory node `info`'s slot table and every record it names into `slots`, as views
+/// validated in local epoch `epoch` (read before the slot table: the renewer may move on while
+/// the records are read, and their views then reload when first used).
 fn open_node<E: Endpoint>(
     ep: &mut E,
     info: MemoryNodeInfo,
     layout: Layout,
     config: &StoreConfig,
+    slots: Arc<SlotCells>,
+    epoch: u64,
 ) -> Result<NodeCache, IndexError> {
     let table = read_slot_table(ep, &layout)?;
-    let slots: SlotCells = (0..layout.slot_capacity())
-        .map(|_| std::sync::OnceLock::new())
-        .collect();
     for (slot, &(addr, _)) in table.iter().enumerate() {
         let record = read_record(ep, &layout, slot as u64, addr)?;
-        let view = SlotView::from_record(
-            record,
-            addr,
-            config.cache_mode,
-            crate::membership::FIRST_EPOCH,
-        );
+        let view = SlotView::from_record(record, addr, config.cache_mode, epoch);
         let _ = slots[slot].set(ViewCell::new(view));
     }
     let directory = Directory::new(&table)
@@ -301,7 +323,7 @@ fn open_node<E: Endpoint>(
         info,
         layout,
         directory: Cell::new(directory),
-        slots: Arc::new(slots),
+        slots,
         tag: 0,
         members: leaf_store::members::MemberTable::new(&layout),
         position: 0,
