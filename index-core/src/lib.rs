@@ -76,6 +76,7 @@ mod config;
 mod error;
 mod locks;
 mod membership;
+mod self_recovery;
 mod stats;
 mod store;
 mod sync;

@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use leaf_store::Layout;
 
+use crate::locks::LockTable;
+use crate::self_recovery::{MaybeHeld, Retired, Settled};
 use crate::view::SlotCells;
 
 /// The local epoch a store starts in (views loaded at open are validated in it).
@@ -69,9 +71,6 @@ pub(crate) struct Members {
     /// Connection indexes in use by clients (index 0 is the renewer's).
     in_use: Mutex<Vec<bool>>,
     fenced: AtomicBool,
-    /// Set when an operation reported a lock that may remain: the store then does not leave its
-    /// memberships at shutdown (the memory node must recover that lock when the lease lapses).
-    may_hold_lock: AtomicBool,
     stop: (Mutex<bool>, Condvar),
     /// Set by [`Members::halt`]: renew no more, and do not leave.
     halted: AtomicBool,
@@ -82,6 +81,11 @@ pub(crate) struct Members {
     active: Vec<Arc<ActiveEpoch>>,
     /// Every memory node's slot views (store key order), for the renewer to confirm.
     views: Vec<Arc<SlotCells>>,
+    /// The local lock stripes (the renewer takes one to recover a lock an operation left).
+    locks: Arc<LockTable>,
+    /// Client connection indexes retired after an operation reported a lock that may remain
+    /// (see [`crate::self_recovery`]); each stays taken until the renewer has settled it.
+    retired: Mutex<Vec<Retired>>,
 }
 
 impl Members {
@@ -90,8 +94,49 @@ impl Members {
         self.fenced.load(Ordering::Acquire)
     }
 
-    pub(crate) fn note_lock_may_remain(&self) {
-        self.may_hold_lock.store(true, Ordering::Release);
+    /// Retires a client's connection index after its operation reported that `lock` may remain
+    /// held: the renewer revokes the connection, recovers the lock, and frees the index. Whether
+    /// this store can (it joined the lock's memory node).
+    pub(crate) fn retire(&self, index: u64, ids: Vec<u64>, lock: MaybeHeld) -> bool {
+        if !matches!(self.nodes.get(lock.node), Some((_, Some(_)))) {
+            return false;
+        }
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Retired {
+                index,
+                ids,
+                lock,
+                revoked: false,
+            });
+        true
+    }
+
+    /// Connection indexes retired and not yet settled.
+    pub(crate) fn retired_count(&self) -> usize {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// One attempt at every retired index (the renewer, each period): those settled are
+    /// unregistered and their index freed.
+    fn settle_retired<E: Endpoint>(&self, ep: &mut E) {
+        let mut retired =
+            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        retired.retain_mut(
+            |r| match crate::self_recovery::settle(ep, self, &self.locks, r) {
+                Ok(Settled::Done) => {
+                    self.unregister(ep, r.index, &r.ids);
+                    self.release_index(r.index);
+                    false
+                }
+                Ok(Settled::NotYet) | Err(_) => true,
+            },
+        );
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(retired);
     }
 
     /// Takes a free connection index for a client.
@@ -273,6 +318,7 @@ fn joining_error(e: MembershipError) -> IndexError {
 pub(crate) fn members(
     nodes: Vec<(MemberTable, Option<Membership>)>,
     views: Vec<Arc<SlotCells>>,
+    locks: Arc<LockTable>,
 ) -> Arc<Members> {
     let mut in_use = vec![false; CONNECTIONS_PER_MEMBER as usize];
     in_use[0] = true;
@@ -280,7 +326,6 @@ pub(crate) fn members(
         nodes,
         in_use: Mutex::new(in_use),
         fenced: AtomicBool::new(false),
-        may_hold_lock: AtomicBool::new(false),
         stop: (Mutex::new(false), Condvar::new()),
         halted: AtomicBool::new(false),
         epoch: AtomicU64::new(FIRST_EPOCH),
@@ -288,6 +333,8 @@ pub(crate) fn members(
             .map(|_| Arc::new(ActiveEpoch(AtomicU64::new(IDLE))))
             .collect(),
         views,
+        locks,
+        retired: Mutex::new(Vec::new()),
     })
 }
 
@@ -354,6 +401,9 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                         Renewal::Renewed(_) => {}
                     }
                 }
+                if members.retired_count() > 0 {
+                    members.settle_retired(&mut ep);
+                }
                 if !pending.is_empty() && members.quiescent_since(pending_since) {
                     let mut left = Vec::new();
                     for (at, epoch) in pending.drain(..) {
@@ -395,7 +445,12 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                     }
                 }
             }
-            if !members.may_hold_lock.load(Ordering::Acquire) && !members.is_fenced() {
+            // A lock an operation may have left that could not be recovered yet: the lease lapses
+            // instead, and the memory node recovers it.
+            if members.retired_count() > 0 {
+                members.settle_retired(&mut ep);
+            }
+            if members.retired_count() == 0 && !members.is_fenced() {
                 for (table, member, _, _) in held {
                     if let Some(id) = ep.connection_id(table.node()) {
                         let _ = table.unregister(&mut ep, member, 0, id);

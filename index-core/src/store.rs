@@ -37,7 +37,7 @@ pub(crate) struct Caches {
     pub(crate) nodes: Vec<NodeCache>,
     /// First key served by each node of `nodes`.
     pub(crate) partition: Vec<u64>,
-    pub(crate) locks: LockTable,
+    pub(crate) locks: Arc<LockTable>,
     pub(crate) members: Arc<Members>,
     /// The lease renewer, stopped and joined when the last client and the store are gone.
     renewer: Mutex<Option<JoinHandle<()>>>,
@@ -147,7 +147,8 @@ where
                 )
             })
             .collect();
-        let members = membership::members(joined, cells.clone());
+        let locks = Arc::new(LockTable::new());
+        let members = membership::members(joined, cells.clone(), Arc::clone(&locks));
         let renewer = if config.join_members {
             let renewer = membership::spawn_renewer(ep, Arc::clone(&members), config.lease_renewal)
                 .map_err(|e| IndexError::Config(format!("starting the lease renewer: {e}")))?;
@@ -192,7 +193,7 @@ where
                 config,
                 nodes,
                 partition,
-                locks: LockTable::new(),
+                locks,
                 members,
                 renewer: Mutex::new(renewer),
             }),
@@ -227,17 +228,42 @@ where
         self.caches.members.halt();
     }
 
+    /// Leaf locks this compute node's operations may have left held that it has not recovered
+    /// yet ([`IndexError::LockMayRemain`]; the lease renewer recovers them once the memory node
+    /// has fenced the failed connection). While one waits, writers of that one leaf wait, and
+    /// the store does not leave its memberships when dropped (the memory node recovers the lock
+    /// once the lease lapses).
+    pub fn unrecovered_locks(&self) -> usize {
+        self.caches.members.retired_count()
+    }
+
     /// This compute node's member tag on each memory node, in key order (0: not joined).
     pub fn member_tags(&self) -> Vec<u8> {
         self.caches.nodes.iter().map(|n| n.tag).collect()
     }
 
     /// Gives `client` a fresh endpoint (on hardware a new queue pair through the bootstrap) after
-    /// its own broke ([`IndexError::is_connection_lost`]). What the client held through the old
-    /// endpoint is not released by this: an operation that failed holding a leaf lock said so
-    /// ([`IndexError::LockMayRemain`]). The client's counters carry on.
+    /// its own broke ([`IndexError::is_connection_lost`]). A client whose operation reported
+    /// [`IndexError::LockMayRemain`] must be given one before it goes on: the store recovers that
+    /// lock in the background (the memory node first fences the old connection, so nothing it
+    /// posted lands afterwards), and the client continues under a new connection index meanwhile.
+    /// The client's counters carry on.
     pub fn reconnect(&self, client: &mut Client<T::Endpoint>) -> Result<(), IndexError> {
         let mut ep = self.transport.endpoint()?;
+        if client.is_retired() {
+            // Its index waits for the recovery of the lock it may hold: go on under a new one.
+            let index = self.caches.members.take_index()?;
+            return match self.caches.members.register(&mut ep, index, &[]) {
+                Ok(ids) => {
+                    client.replace_retired(ep, index, ids);
+                    Ok(())
+                }
+                Err(e) => {
+                    self.caches.members.release_index(index);
+                    Err(e)
+                }
+            };
+        }
         let ids = self.caches.members.register(
             &mut ep,
             client.connection_index(),

@@ -141,12 +141,20 @@ pub fn prepare(scenario: Scenario) -> Prepared {
 /// # Panics
 /// If loading or preparing fails (a test fixture).
 pub fn prepare_with(scenario: Scenario, sim: SimConfig) -> Prepared {
+    prepare_configured(scenario, sim, StoreConfig::default())
+}
+
+/// [`prepare_with`], the writer's store opened with `config`.
+///
+/// # Panics
+/// If loading or preparing fails (a test fixture).
+pub fn prepare_configured(scenario: Scenario, sim: SimConfig, config: StoreConfig) -> Prepared {
     let keys: Vec<u64> = (0..30).map(|i| i * 100).collect();
     let size =
         leaf_store::required_pool_bytes(keys.len() as u64, &load(), 64).next_multiple_of(4096);
     let transport = SimTransport::anonymous_with(&[size], sim).expect("pool");
     bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), &load()).expect("load");
-    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let store = Store::open(transport.clone(), config).expect("open");
     let mut client = store.client().expect("client");
     let mut before: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
     for &op in scenario.prepare {

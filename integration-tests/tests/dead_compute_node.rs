@@ -145,8 +145,10 @@ fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
     (unlinking, boxed_and_linked)
 }
 
-/// Retrains what recovery queued, then checks `verify` and that no leaf leaked.
+/// Retrains what recovery queued (on the ring or in the worker), then checks `verify` and that
+/// no leaf leaked.
 fn retrain_and_verify(worker: &mut Retrainer<SimEndpoint>, transport: &SimTransport, what: &str) {
+    worker.poll().expect("poll");
     while worker.retrain_next().expect("retrain").is_some() {}
     assert_eq!(problems(transport), [], "{what}");
     assert_no_leaf_leaked(worker, transport, what);
@@ -585,4 +587,160 @@ fn lease_of(transport: &SimTransport, tag: u8) -> leaf_store::members::Lease {
     leaf_store::members::MemberTable::new(&layout)
         .read_leases(&mut ep)
         .expect("leases")[usize::from(tag)]
+}
+
+// A live compute node whose operation cut short may have left a lock held (its endpoint broke
+// mid-write: on a NIC any failed batch does): it recovers the lock itself, without being declared
+// dead, once the memory node has fenced the failed connection.
+
+/// Drives the memory node (box fills, which settle revoke requests; lease checks) until `store`
+/// has recovered every lock it may have left, at most five seconds.
+fn until_recovered(
+    worker: &mut Retrainer<SimEndpoint>,
+    store: &Store<SimTransport>,
+    transport: &SimTransport,
+    what: &str,
+) {
+    let started = Instant::now();
+    while target_entry(transport).is_locked() || store.unrecovered_locks() > 0 {
+        worker.fill_boxes().expect("fill");
+        worker.check_members().expect("check");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: the lock an operation may have left was never recovered: {:?}",
+            worker.member_stats()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_live_compute_node_recovers_a_lock_its_broken_operation_left_and_loses_nothing() {
+    for (sim, mode) in [
+        (SimConfig::default(), "in order"),
+        (SimConfig::harsh(), "harsh"),
+    ] {
+        for scenario in SCENARIOS {
+            let total = verbs_with_a_filled_box(scenario, sim);
+            let mut left_held = 0;
+            for k in 0..total {
+                let what = format!(
+                    "{mode}: {}: endpoint broken after verb {k} of {total}",
+                    scenario.name
+                );
+                let (mut p, mut worker) = prepare_with_a_filled_box(scenario, sim);
+                p.client.endpoint_mut().crash_after(k);
+                let outcome = apply(&mut p.client, scenario.op);
+                if !matches!(outcome, Err(IndexError::LockMayRemain { .. })) {
+                    continue;
+                }
+                // Before any recovery: the lock is held by this (live) compute node, and a
+                // reader on another store sees the pool before or after the write.
+                let held = target_entry(&p.transport);
+                if !held.is_locked() {
+                    continue;
+                }
+                left_held += 1;
+                assert_eq!(held.owner(), p.store.member_tags()[0], "{what}");
+                let seen = contents(&p.transport);
+                assert!(seen == p.before || seen == p.after, "{what}: {seen:?}");
+                // The client must get a new endpoint before it goes on.
+                assert!(
+                    p.client.get(0).is_err_and(|e| e.is_connection_lost()),
+                    "{what}: the retired client was used"
+                );
+                let waiter = {
+                    let transport = p.transport.clone();
+                    std::thread::spawn(move || {
+                        other_client(&transport, Duration::from_secs(10))
+                            .insert(WAITER_KEY, WAITER_KEY)
+                    })
+                };
+                until_recovered(&mut worker, &p.store, &p.transport, &what);
+                assert_eq!(
+                    waiter.join().expect("waiter"),
+                    Ok(true),
+                    "{what}: the waiter"
+                );
+                assert!(!p.store.is_fenced(), "{what}: declared dead");
+                let stats = worker.member_stats().expect("watching");
+                assert_eq!(stats.deaths, 0, "{what}: {stats:?}");
+                assert!(stats.revoked_connections > 0, "{what}: {stats:?}");
+                let mut before = p.before.clone();
+                let mut after = p.after.clone();
+                before.insert(WAITER_KEY, WAITER_KEY);
+                after.insert(WAITER_KEY, WAITER_KEY);
+                let now = contents(&p.transport);
+                assert!(now == before || now == after, "{what}: {now:?}");
+                // The client goes on under a new connection.
+                p.store.reconnect(&mut p.client).expect("reconnect");
+                assert_eq!(
+                    p.client.get(WAITER_KEY),
+                    Ok(Some(WAITER_KEY)),
+                    "{what}: after reconnecting"
+                );
+                retrain_and_verify(&mut worker, &p.transport, &what);
+            }
+            assert!(
+                left_held > 0,
+                "{mode}: {}: no broken operation left the lock held",
+                scenario.name
+            );
+        }
+    }
+}
+
+/// A split whose ending batch broke after linking its box leaf but before clearing the box slot,
+/// its client then dropped and a new client created on the same store: the new client never
+/// takes that leaf from the box (its connection index, and the box with it, stay with the
+/// store's recovery), so no leaf is ever linked twice.
+#[test]
+fn a_client_created_after_a_broken_split_never_takes_its_box_leaf_again() {
+    let scenario = SCENARIOS[3];
+    assert_eq!(scenario.name, "splitting insert");
+    let total = verbs_with_a_filled_box(scenario, SimConfig::default());
+    let mut linked_and_boxed = 0;
+    for k in 0..total {
+        let what = format!("broken after verb {k} of {total}");
+        // The renewer (which recovers the lock) waits long enough for the new client to split.
+        let p = integration_tests::write_scenarios::prepare_configured(
+            scenario,
+            SimConfig::default(),
+            StoreConfig {
+                lease_renewal: Duration::from_millis(40),
+                ..StoreConfig::default()
+            },
+        );
+        let mut p = p;
+        let mut worker = watcher(&p.transport);
+        worker.fill_boxes().expect("fill");
+        std::thread::sleep(Duration::from_millis(2));
+        let tag = p.store.member_tags()[0];
+        p.client.endpoint_mut().crash_after(k);
+        if !matches!(
+            apply(&mut p.client, scenario.op),
+            Err(IndexError::LockMayRemain { .. })
+        ) {
+            continue;
+        }
+        let (_, boxed_and_linked) = traces_of(&p.transport, tag);
+        linked_and_boxed += u64::from(boxed_and_linked);
+        drop(p.client);
+        // A new client splits leaves of other slots at once, taking leaves from its box.
+        let mut client = p.store.client().expect("client");
+        for key in [1_001, 1_002, 1_003, 1_004, 2_001, 2_002, 2_003, 2_004] {
+            assert_eq!(client.insert(key, key), Ok(true), "{what}: {key}");
+        }
+        let twice: Vec<_> = problems(&p.transport)
+            .into_iter()
+            .filter(|p| matches!(p, leaf_store::Problem::LeafReachableTwice { .. }))
+            .collect();
+        assert_eq!(twice, [], "{what}: a leaf linked twice");
+        until_recovered(&mut worker, &p.store, &p.transport, &what);
+        retrain_and_verify(&mut worker, &p.transport, &what);
+    }
+    assert!(
+        linked_and_boxed > 0,
+        "no broken split left its box leaf linked and still boxed"
+    );
 }

@@ -53,6 +53,7 @@ mod leaf;
 mod lock;
 pub mod members;
 mod record;
+pub mod repair;
 mod ring;
 mod sync;
 mod verify;

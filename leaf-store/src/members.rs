@@ -45,6 +45,13 @@
 //! before the batch marks the SLT slot freed, recovery finds the leaf there (linked nowhere, held
 //! by nobody) and frees it.
 //!
+//! **Revoking a connection** (a live member's own recovery). A connection word with [`REVOKE`]
+//! set names a connection its member asked the memory node to fence: an operation through it
+//! failed holding a leaf lock, and on a real NIC what the failed batch posted may still land. The
+//! memory node fences it and clears the word (CAS to 0); once the word reads 0, nothing of that
+//! connection takes effect any more, and the member repairs and releases the lock itself (the
+//! same repair as recovery's, [`crate::repair`]) — without being declared dead.
+//!
 //! Why a registered connection is always fenced: a compute node registers an endpoint by WRITing
 //! its id and READing the lease word behind it in one batch (the READ observes memory after the
 //! WRITE), and uses the endpoint only if the lease is still alive with its incarnation. The memory
@@ -55,6 +62,10 @@
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::{Layout, LeafStoreError, le_word};
+
+/// Set on a connection word whose member asks the memory node to fence that connection (the
+/// rest of the word is the connection id; ids never reach bit 63).
+pub const REVOKE: u64 = 1 << 63;
 
 /// Member tags are 1..=127 (the LT entry's 7-bit owner field; 0 = no owner). Loom builds keep a
 /// tiny table: every word of a loom pool is a model-checked atomic.
@@ -354,7 +365,8 @@ impl MemberTable {
             .collect())
     }
 
-    /// Every registered connection id of `tag` (zeros left out), with one READ.
+    /// Every registered connection id of `tag` (zeros left out; revoked ones without their
+    /// [`REVOKE`] bit), with one READ.
     pub fn read_connections<E: Endpoint>(
         &self,
         ep: &mut E,
@@ -362,7 +374,28 @@ impl MemberTable {
     ) -> Result<Vec<u64>, LeafStoreError> {
         let mut words = self.read_connection_words(ep, tag)?;
         words.retain(|&c| c != 0);
-        Ok(words)
+        Ok(words.into_iter().map(|c| c & !REVOKE).collect())
+    }
+
+    /// Asks the memory node to fence `member`'s connection `index`, registered as `connection`:
+    /// sets [`REVOKE`] on its word by CAS. Whether the word is revoked or already cleared (the
+    /// memory node fenced it) afterwards — `false` if it holds something else.
+    pub fn revoke<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        member: Membership,
+        index: u64,
+        connection: u64,
+    ) -> Result<bool, LeafStoreError> {
+        if index >= CONNECTIONS_PER_MEMBER {
+            return Ok(false);
+        }
+        let old = ep.cas(
+            self.connection_addr(member.tag, index),
+            connection,
+            connection | REVOKE,
+        )?;
+        Ok(old == connection || old == connection | REVOKE || old == 0)
     }
 
     /// Joins: takes, by CAS, the free entry taken the fewest times (its incarnation; the lowest

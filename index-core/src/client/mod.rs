@@ -46,10 +46,18 @@ pub struct Client<E: Endpoint> {
     op_epoch: u64,
     /// Its entry in the store's list of running operations.
     active: Arc<crate::membership::ActiveEpoch>,
+    /// Set when an operation reported a lock that may remain: the connection index is retired
+    /// (the store recovers the lock; see `crate::self_recovery`) and the endpoint is not used
+    /// again until [`crate::Store::reconnect`] gives the client a new one.
+    retired: bool,
 }
 
 impl<E: Endpoint> Drop for Client<E> {
     fn drop(&mut self) {
+        if self.retired {
+            // The index belongs to the store's recovery now.
+            return;
+        }
         let members = std::sync::Arc::clone(&self.caches.members);
         members.unregister(&mut self.ep, self.connection_index, &self.registered);
         members.release_index(self.connection_index);
@@ -185,7 +193,23 @@ impl<E: Endpoint> Client<E> {
             registered,
             op_epoch: crate::membership::FIRST_EPOCH,
             active,
+            retired: false,
         }
+    }
+
+    /// Whether the client's connection index was retired (see [`crate::Store::reconnect`]).
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired
+    }
+
+    /// Goes on under connection index `index` with endpoint `ep` (registered as `registered`),
+    /// leaving its retired index to the store's recovery. Counters carry on.
+    pub(crate) fn replace_retired(&mut self, ep: E, index: u64, registered: Vec<u64>) {
+        self.replace_endpoint(ep, registered);
+        self.connection_index = index;
+        self.active = self.caches.members.active_entry(index);
+        self.boxes = vec![LeafBox::default(); self.caches.nodes.len()];
+        self.retired = false;
     }
 
     pub(crate) fn registered_ids(&self) -> &[u64] {
@@ -240,6 +264,13 @@ impl<E: Endpoint> Client<E> {
         if self.caches.members.is_fenced() {
             return Err(self.caches.members.fenced_error());
         }
+        if self.retired {
+            return Err(IndexError::Transport(rdma_transport::TransportError::Broken(
+                "an operation of this client may have left a leaf lock held (the store recovers \
+                 it): give the client a new endpoint with Store::reconnect"
+                    .into(),
+            )));
+        }
         self.op_epoch = self.caches.members.enter(&self.active);
         // Left on every path, a panic included (a client stuck "running" would hold every
         // memory node's reclamation back).
@@ -253,8 +284,22 @@ impl<E: Endpoint> Client<E> {
             IndexError::Transport(rdma_transport::TransportError::Fenced(node)) => {
                 IndexError::Fenced { node }
             }
-            IndexError::LockMayRemain { .. } => {
-                self.caches.members.note_lock_may_remain();
+            IndexError::LockMayRemain {
+                node, slot, leaf, ..
+            } => {
+                let position = self.caches.nodes.iter().position(|n| n.info.id == node);
+                if let Some(position) = position {
+                    let lock = crate::self_recovery::MaybeHeld {
+                        node: position,
+                        slot,
+                        leaf,
+                    };
+                    self.retired = self.caches.members.retire(
+                        self.connection_index,
+                        self.registered.clone(),
+                        lock,
+                    );
+                }
                 e
             }
             e => e,

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use leaf_store::members::{
-    CONNECTIONS_PER_MEMBER, LEAF_BOX, Lease, MEMBER_TAGS, MemberState, MemberTable,
+    CONNECTIONS_PER_MEMBER, LEAF_BOX, Lease, MEMBER_TAGS, MemberState, MemberTable, REVOKE,
 };
 use rdma_transport::{Endpoint, Fence};
 
@@ -83,6 +83,9 @@ pub struct MemberStats {
     /// process stopped inside it): the member stays dead, nothing of it is touched, and the next
     /// check fences again — the worker never waits on it.
     pub fences_in_flight: u64,
+    /// Connections of live members fenced at their member's request (an operation failed
+    /// holding a leaf lock, which the member then recovers itself).
+    pub revoked_connections: u64,
 }
 
 /// How often the table is read.
@@ -160,11 +163,33 @@ impl<E: Endpoint> Retrainer<E> {
         let mut handed = 0;
         for &tag in &watch.alive {
             let connections = watch.table.read_connection_words(&mut self.ep, tag)?;
+            // Connections their member asked to have fenced (an operation failed holding a leaf
+            // lock): fenced, then the word cleared — the member recovers the lock once it reads
+            // 0. One still in flight is fenced again next time.
+            for (index, &word) in connections.iter().enumerate() {
+                if word & REVOKE == 0 {
+                    continue;
+                }
+                let fenced =
+                    watch
+                        .fence
+                        .fence(word & !REVOKE)
+                        .map_err(|e| RetrainError::FenceFailed {
+                            tag,
+                            reason: e.to_string(),
+                        })?;
+                if fenced == rdma_transport::Fenced::Done {
+                    let at = watch.table.connection_addr(tag, index as u64);
+                    if self.ep.cas(at, word, 0)? == word {
+                        watch.stats.revoked_connections += 1;
+                    }
+                }
+            }
             let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
             let mut grants = Vec::new();
             // Index 0 is the compute node's own (renewing) endpoint: it never splits.
             for index in 1..CONNECTIONS_PER_MEMBER {
-                if connections[index as usize] == 0 {
+                if connections[index as usize] & !REVOKE == 0 {
                     continue;
                 }
                 for slot in 0..LEAF_BOX {

@@ -166,24 +166,7 @@ impl<E: Endpoint> Retrainer<E> {
             Ok(chain) => {
                 // Each leaf keeps only keys below the first key of every later non-empty leaf:
                 // what a split had copied to its new leaf leaves the split leaf.
-                let mut bound = u64::MAX;
-                let mut trimmed = Vec::new();
-                for (entry, contents) in chain.iter().rev() {
-                    let keep: Vec<(u64, u64)> = contents
-                        .entries()
-                        .iter()
-                        .copied()
-                        .filter(|&(k, _)| k < bound)
-                        .collect();
-                    if keep.len() != contents.len() {
-                        let leaf = leaf_store::Leaf::from_entries(keep.clone())?;
-                        trimmed.push((entry.leaf_num(), leaf));
-                    }
-                    if let Some(&(first, _)) = keep.first() {
-                        bound = bound.min(first);
-                    }
-                }
-                for (leaf_num, contents) in trimmed {
+                for (leaf_num, contents) in leaf_store::repair::trim_chain(&chain)? {
                     writes.push((
                         self.layout.leaf_addr(leaf_num),
                         contents.encode(leaf_num, delta)?,

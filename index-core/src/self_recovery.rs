@@ -1,0 +1,169 @@
+//! A live compute node recovering a leaf lock an operation of its own may have left held.
+//!
+//! **Invariant.** A client connection index whose operation reported
+//! [`crate::IndexError::LockMayRemain`] is *retired*: no client uses it again, and no new client
+//! is given it, until the lock it may hold is released, the chain repaired, and its leaf box and
+//! unlink word agree with the chain. Only then is the index free again.
+//!
+//! Why each step, in order (ARCHITECTURE §8, "A lock a live node may have left"):
+//! 1. **Revoke.** The renewer sets [`leaf_store::members::REVOKE`] on the failed connection's word;
+//!    the memory node fences the connection and clears the word. On a NIC a failed batch's verbs
+//!    may still be executing; after the fence none lands, so the chain read next is final.
+//! 2. **Is it ours?** Under the local stripe of (record, trained leaf), the LT entry locked with
+//!    this compute node's tag is the leftover: a sibling thread takes the remote lock only while
+//!    holding that stripe, or leaves it parked there for a hand-over. An entry not locked by us
+//!    means the failed batch ended with its unlock, which is fenced behind everything else of
+//!    it: the chain, box and unlink word are already consistent.
+//! 3. **Repair, then release, in one batch:** the header bump, the chain trimmed by
+//!    [`leaf_store::repair::trim_chain`] (a split cut after its link), the freed mark of a leaf an
+//!    unlink took out of the chain without marking it, the unlink word cleared, every box slot
+//!    naming a leaf the chain links cleared (a split cut after its link, before its box clear),
+//!    then the unlock — each fenced behind the bump, each idempotent, the unlock last.
+//! 4. The slot is queued for retraining (an SLT slot a cut-short split claimed but never linked
+//!    is dropped by it), and the index is unregistered and freed.
+//!
+//! The memory node's roll-forward of a *dead* compute node does the same (fence, then the same
+//! trim), so a compute node that dies while a retired index waits is recovered as before.
+
+use leaf_store::members::{LEAF_BOX, word_leaf};
+use leaf_store::{LeafTableEntry, ModelHeader, read_record, walk_chain};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::IndexError;
+use crate::locks::LockTable;
+use crate::membership::Members;
+
+/// A lock an operation may have left held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MaybeHeld {
+    /// The memory node's position in the store's key order.
+    pub(crate) node: usize,
+    pub(crate) slot: u64,
+    pub(crate) leaf: u64,
+}
+
+/// A retired connection index and what it may hold.
+#[derive(Debug, Clone)]
+pub(crate) struct Retired {
+    pub(crate) index: u64,
+    /// The connection ids it had registered, per node (0: none).
+    pub(crate) ids: Vec<u64>,
+    pub(crate) lock: MaybeHeld,
+    /// Whether the memory node of `lock` has fenced the connection (its word reads 0).
+    pub(crate) revoked: bool,
+}
+
+/// How one attempt at a retired index ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Recovered: the index may be reused.
+    Done,
+    /// Waiting (for the memory node's fence, or for a sibling on the stripe): try again later.
+    NotYet,
+}
+
+/// One attempt to settle `retired` through `ep` (the renewer's endpoint).
+pub(crate) fn settle<E: Endpoint>(
+    ep: &mut E,
+    members: &Members,
+    locks: &LockTable,
+    retired: &mut Retired,
+) -> Result<Settled, IndexError> {
+    let MaybeHeld { node, slot, leaf } = retired.lock;
+    let Some((table, Some(member))) = members.nodes.get(node) else {
+        return Ok(Settled::Done);
+    };
+    let id = retired.ids.get(node).copied().unwrap_or(0);
+    if !retired.revoked {
+        if id != 0 && !table.revoke(ep, *member, retired.index, id)? {
+            // The word holds neither the id nor its revocation: nothing of ours to wait for.
+            retired.revoked = true;
+        } else if id == 0 || ep.read_word(table.connection_addr(member.tag, retired.index))? == 0 {
+            retired.revoked = true;
+        } else {
+            return Ok(Settled::NotYet);
+        }
+    }
+    let layout = table.layout();
+    let record_addr = RemoteAddr::unpack(ep.read_word(layout.slot_entry_addr(slot))?);
+    let record = read_record(ep, layout, slot, record_addr)?;
+    let Some(&entry) = usize::try_from(leaf).ok().and_then(|l| record.lt.get(l)) else {
+        return Ok(Settled::Done);
+    };
+    let stripe = locks.stripe(record_addr, leaf);
+    let Ok(parked) = stripe.held.try_lock() else {
+        return Ok(Settled::NotYet);
+    };
+    let handed_over = parked
+        .as_ref()
+        .is_some_and(|h| h.record == record_addr && h.leaf == leaf);
+    if handed_over || !(entry.is_locked() && entry.owner() == member.tag) {
+        return Ok(Settled::Done);
+    }
+    // Ours: repair and release (see the module documentation).
+    let delta = layout.delta();
+    let chain_entries = record.chain_entries(leaf as usize).unwrap_or_default();
+    let linked: Vec<u64> = chain_entries.iter().map(|e| e.leaf_num()).collect();
+    let mut writes: Vec<(RemoteAddr, Vec<u8>)> = Vec::new();
+    if let Ok(chain) = walk_chain(ep, layout, &record, leaf as usize) {
+        for (leaf_num, contents) in leaf_store::repair::trim_chain(&chain)? {
+            writes.push((
+                layout.leaf_addr(leaf_num),
+                contents.encode(leaf_num, delta)?,
+            ));
+        }
+    }
+    let unlink_at = table.unlink_addr(member.tag, retired.index);
+    let unlinking = word_leaf(ep.read_word(unlink_at)?);
+    if let Some(gone) = unlinking.filter(|l| !linked.contains(l)) {
+        // Linked around but perhaps not marked: mark its SLT slot freed (the retraining hands
+        // the leaf out again).
+        let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
+        if let Some(at) =
+            (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone)
+        {
+            writes.push((
+                offset(record_addr, record.layout().slt_entry(at as u64)),
+                LeafTableEntry::freed(gone).raw().to_le_bytes().to_vec(),
+            ));
+        }
+    }
+    let mut box_words = vec![0u8; 8 * LEAF_BOX as usize];
+    ep.read(table.box_addr(member.tag, retired.index, 0), &mut box_words)?;
+    let box_clears: Vec<(RemoteAddr, u64)> = (0..LEAF_BOX)
+        .filter_map(|i| {
+            let word = le_word(&box_words, i as usize);
+            let boxed = word_leaf(word)?;
+            linked
+                .contains(&boxed)
+                .then(|| (table.box_addr(member.tag, retired.index, i), word))
+        })
+        .collect();
+    let zero = 0u64.to_le_bytes();
+    let mut verbs: Vec<Verb<'_>> = vec![Verb::faa(record_addr, ModelHeader::CHANGE_ONE)];
+    verbs.extend(writes.iter().map(|(at, b)| Verb::write(*at, b).fenced()));
+    if unlinking.is_some() {
+        verbs.push(Verb::write(unlink_at, &zero).fenced());
+    }
+    verbs.extend(
+        box_clears
+            .iter()
+            .map(|&(at, word)| Verb::cas(at, word, 0).fenced()),
+    );
+    let lt_addr = offset(record_addr, record.layout().lt_entry(leaf));
+    verbs.push(Verb::cas(lt_addr, entry.raw(), entry.unlocked().raw()).fenced());
+    ep.batches(&mut verbs)?;
+    drop(parked);
+    let _ = retrainer::queue::enqueue(ep, layout, slot);
+    Ok(Settled::Done)
+}
+
+fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
+    addr.checked_add(by).unwrap_or(addr)
+}
+
+fn le_word(bytes: &[u8], i: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+    u64::from_le_bytes(word)
+}

@@ -1,0 +1,62 @@
+//! The repair rule for a chain whose lock holder stopped mid-write: what recovery applies to a
+//! dead compute node's chains (`retrainer`'s roll-forward) and a live compute node to a lock an
+//! operation of its own may have left held (`index-core`).
+//!
+//! Every write protocol orders its steps so that each prefix leaves a chain this rule finishes
+//! (ARCHITECTURE §8): a split that linked its new leaf but did not shrink the split leaf yet
+//! leaves the moved keys in both; every other prefix leaves nothing to trim. The rule — **each
+//! leaf keeps only the keys below the first key of every later non-empty leaf of its chain** —
+//! completes such a split and changes nothing else, so applying it twice is applying it once.
+
+use crate::{Leaf, LeafStoreError, LeafTableEntry};
+
+/// The leaves of `chain` (in chain order, as [`crate::walk_chain`] returns it) that the rule
+/// changes: their numbers and trimmed contents. Empty for a chain with nothing to finish.
+pub fn trim_chain(chain: &[(LeafTableEntry, Leaf)]) -> Result<Vec<(u64, Leaf)>, LeafStoreError> {
+    let mut bound = u64::MAX;
+    let mut trimmed = Vec::new();
+    for (entry, contents) in chain.iter().rev() {
+        let keep: Vec<(u64, u64)> = contents
+            .entries()
+            .iter()
+            .copied()
+            .filter(|&(k, _)| k < bound)
+            .collect();
+        if let Some(&(first, _)) = keep.first() {
+            bound = bound.min(first);
+        }
+        if keep.len() != contents.len() {
+            trimmed.push((entry.leaf_num(), Leaf::from_entries(keep)?));
+        }
+    }
+    Ok(trimmed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(keys: &[u64]) -> Leaf {
+        Leaf::from_entries(keys.iter().map(|&k| (k, k)).collect()).expect("sorted")
+    }
+
+    fn entry(n: u64) -> LeafTableEntry {
+        LeafTableEntry::new(n).expect("leaf number")
+    }
+
+    #[test]
+    fn a_split_cut_after_its_link_is_finished_and_nothing_else_changes() {
+        // The split leaf still holds 70 and 80, which the linked new leaf took.
+        let chain = vec![
+            (entry(1), leaf(&[10, 20, 70, 80])),
+            (entry(2), leaf(&[70, 80])),
+            (entry(3), leaf(&[])),
+            (entry(4), leaf(&[90])),
+        ];
+        let trimmed = trim_chain(&chain).expect("trim");
+        assert_eq!(trimmed, vec![(1, leaf(&[10, 20]))]);
+        let mut repaired = chain.clone();
+        repaired[0].1 = leaf(&[10, 20]);
+        assert_eq!(trim_chain(&repaired).expect("trim"), vec![], "idempotent");
+    }
+}
