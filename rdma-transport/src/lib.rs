@@ -107,6 +107,7 @@ pub mod conformance;
 mod endpoint;
 mod error;
 mod limits;
+mod peers;
 mod stats;
 mod verb;
 #[cfg(feature = "verbs")]

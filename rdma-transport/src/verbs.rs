@@ -32,6 +32,7 @@ use sideway::ibverbs::queue_pair::{
     SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags,
 };
 
+use crate::peers::Peers;
 use crate::{Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, validate_verb};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"RLXV");
@@ -310,8 +311,8 @@ impl std::fmt::Debug for VerbsServer {
 struct Served {
     device: Device,
     regions: Vec<RegionInfo>,
-    /// Queue pairs kept alive for their compute nodes.
-    peers: Mutex<Vec<(GenericQueuePair, GenericCompletionQueue)>>,
+    /// Queue pairs kept alive for their compute nodes, by connection id.
+    peers: Mutex<Peers<(GenericQueuePair, GenericCompletionQueue)>>,
 }
 
 impl VerbsServer {
@@ -355,7 +356,7 @@ impl VerbsServer {
         let served = Arc::new(Served {
             device,
             regions: infos,
-            peers: Mutex::new(Vec::new()),
+            peers: Mutex::new(Peers::new(Peers::<()>::fresh_nonce())),
         });
         let serving = Arc::clone(&served);
         std::thread::spawn(move || {
@@ -393,9 +394,7 @@ impl VerbsServer {
     /// connect.
     pub fn disconnect_all(&self) -> usize {
         let mut peers = self.served.peers.lock().unwrap_or_else(|e| e.into_inner());
-        let count = peers.len();
-        peers.clear();
-        count
+        peers.clear()
     }
 }
 
@@ -411,40 +410,44 @@ impl std::fmt::Debug for VerbsFence {
 }
 
 impl crate::Fence for VerbsFence {
-    /// Moves the server's queue pair numbered `connection` to the error state — the NIC drops
-    /// every request arriving on it afterwards — and destroys it. An unknown number was fenced
-    /// (or disconnected) already.
-    fn fence(&self, qp_number: u64) -> Result<crate::Fenced, TransportError> {
+    /// Moves the queue pair of connection `id` to the error state — the NIC drops every request
+    /// arriving on it afterwards — and destroys it. An unknown id was fenced (or closed)
+    /// already: ids are never reused, so a stale one never reaches a newer connection.
+    fn fence(&self, id: u64) -> Result<crate::Fenced, TransportError> {
         let mut peers = self
             .served
             .peers
             .lock()
             .map_err(|_| connection("server state poisoned"))?;
-        let Some(at) = peers
-            .iter()
-            .position(|(qp, _)| u64::from(qp.qp_number()) == qp_number)
-        else {
+        let Some((mut qp, cq)) = peers.remove(id) else {
             return Ok(crate::Fenced::Done);
         };
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Error);
-        peers[at]
-            .0
-            .modify(&attr)
-            .map_err(|e| connection(format!("moving queue pair {qp_number} to error: {e}")))?;
-        peers.swap_remove(at);
+        let moved = qp.modify(&attr);
+        drop((qp, cq));
+        moved.map_err(|e| connection(format!("moving connection {id} to error: {e}")))?;
         Ok(crate::Fenced::Done)
     }
 }
 
+/// Serves one compute endpoint's bootstrap: connects a queue pair for it, answers with its
+/// connection id and the regions, then keeps the stream open for as long as the endpoint lives
+/// and destroys the queue pair when it closes (see [`crate::peers`]).
 fn serve_one(served: &Served, mut stream: TcpStream) -> Result<(), TransportError> {
     let request = receive_message(&mut stream)?;
     let mut input = request.as_slice();
     let remote = decode_qp(&mut input)?;
     let (mut qp, cq, local) = served.device.queue_pair()?;
     served.device.connect(&mut qp, &local, &remote)?;
+    let id = served
+        .peers
+        .lock()
+        .map_err(|_| connection("server state poisoned"))?
+        .insert((qp, cq));
     let mut reply = Vec::new();
     encode_qp(&mut reply, &local);
+    put(&mut reply, &id.to_le_bytes());
     put(&mut reply, &(served.regions.len() as u32).to_le_bytes());
     for r in &served.regions {
         put(&mut reply, &r.id.to_le_bytes());
@@ -452,13 +455,19 @@ fn serve_one(served: &Served, mut stream: TcpStream) -> Result<(), TransportErro
         put(&mut reply, &r.addr.to_le_bytes());
         put(&mut reply, &r.len.to_le_bytes());
     }
-    send_message(&mut stream, &reply)?;
-    served
-        .peers
-        .lock()
-        .map_err(|_| connection("server state poisoned"))?
-        .push((qp, cq));
-    Ok(())
+    let sent = send_message(&mut stream, &reply);
+    if sent.is_ok() {
+        crate::peers::hold_until_closed(&mut stream);
+    }
+    // The endpoint is gone (or never got its answer): its queue pair goes with it.
+    drop(
+        served
+            .peers
+            .lock()
+            .map_err(|_| connection("server state poisoned"))?
+            .remove(id),
+    );
+    sent
 }
 
 /// A compute node's handle on the verbs servers of its memory nodes (one server per memory-node
@@ -534,6 +543,7 @@ impl VerbsTransport {
         let reply = receive_message(&mut stream)?;
         let mut input = reply.as_slice();
         let remote = decode_qp(&mut input)?;
+        let connection_id = u64::from_le_bytes(take(&mut input)?);
         let count = u32::from_le_bytes(take(&mut input)?);
         let mut regions = Vec::new();
         for _ in 0..count {
@@ -545,7 +555,6 @@ impl VerbsTransport {
             });
         }
         self.device.connect(&mut qp, &local, &remote)?;
-        let remote_qp = remote.qp_num;
         let mut staging = vec![0u8; STAGING_BYTES].into_boxed_slice();
         // SAFETY: `staging` is owned by the endpoint and outlives the registration (the endpoint
         // drops the memory region before the buffer: field order), and the NIC only touches it
@@ -565,7 +574,8 @@ impl VerbsTransport {
             staging,
             regions,
             next_wr: 0,
-            remote_qp,
+            connection_id,
+            _bootstrap: stream,
         })
     }
 }
@@ -620,8 +630,11 @@ struct Link {
     staging: Box<[u8]>,
     regions: Vec<RegionInfo>,
     next_wr: u64,
-    /// The server's queue-pair number for this link: what the memory node fences it by.
-    remote_qp: u32,
+    /// The id the server gave this link's connection: what the memory node fences it by.
+    connection_id: u64,
+    /// The bootstrap stream, held open while the link lives: the server destroys its queue pair
+    /// when it closes.
+    _bootstrap: TcpStream,
 }
 
 impl Link {
@@ -684,7 +697,7 @@ impl Endpoint for VerbsEndpoint {
         self.links
             .iter()
             .find(|link| link.serves(node))
-            .map(|link| u64::from(link.remote_qp))
+            .map(|link| link.connection_id)
     }
 }
 
