@@ -744,3 +744,56 @@ fn a_client_created_after_a_broken_split_never_takes_its_box_leaf_again() {
         "no broken split left its box leaf linked and still boxed"
     );
 }
+
+/// An update whose ending batch loses its completion while its verbs are still executing (a NIC
+/// working through a queue pair whose completion timed out): the operation reports
+/// `LockMayRemain`, but the store must not repair and release the lock until the memory node has
+/// fenced the connection — which waits for the batch in flight. Released earlier, a waiter's
+/// insert into the same leaf would be overwritten when the late batch lands.
+#[test]
+fn a_lock_is_recovered_only_after_the_failed_batch_can_no_longer_land() {
+    let scenario = SCENARIOS[1];
+    assert_eq!(scenario.name, "update");
+    let (mut p, mut worker) = prepare_with_a_filled_box(scenario, SimConfig::default());
+    let late = Gate::new();
+    // Batch 1 takes the lock; batch 2 (the leaf WRITE and the unlock) lands late.
+    p.client.endpoint_mut().land_late(1, late.clone());
+    let outcome = apply(&mut p.client, scenario.op);
+    assert!(
+        matches!(outcome, Err(IndexError::LockMayRemain { .. })),
+        "{outcome:?}"
+    );
+    assert!(late.wait_for_arrival(Duration::from_secs(5)));
+    assert!(target_entry(&p.transport).is_locked());
+    let waiter = {
+        let transport = p.transport.clone();
+        std::thread::spawn(move || {
+            other_client(&transport, Duration::from_secs(20)).insert(WAITER_KEY, WAITER_KEY)
+        })
+    };
+    // The memory node runs; the batch is still in flight, so the lock must stay put.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(200) {
+        worker.fill_boxes().expect("fill");
+        worker.check_members().expect("check");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        target_entry(&p.transport).is_locked(),
+        "the lock was released while the failed batch could still land"
+    );
+    assert_eq!(p.store.unrecovered_locks(), 1);
+    // The late batch lands (its WRITE and its unlock); the fence completes; recovery ends.
+    late.open();
+    until_recovered(&mut worker, &p.store, &p.transport, "landed late");
+    assert_eq!(waiter.join().expect("waiter"), Ok(true));
+    let mut expected = p.after.clone();
+    expected.insert(WAITER_KEY, WAITER_KEY);
+    assert_eq!(
+        contents(&p.transport),
+        expected,
+        "the late batch overwrote what another writer did after the lock was released"
+    );
+    assert!(!p.store.is_fenced());
+    retrain_and_verify(&mut worker, &p.transport, "landed late");
+}

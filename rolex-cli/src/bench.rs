@@ -368,8 +368,10 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         }
         (transport, set.loaded, set.to_insert, retrainers, stop)
     };
+    let opening = std::time::Instant::now();
     let store = open_rolex(args, transport)?;
-    run_workload(
+    let open_seconds = opening.elapsed().as_secs_f64();
+    let mut report = run_workload(
         args,
         ops,
         &mix,
@@ -379,7 +381,9 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         retrainers,
         &stop_retrainers,
         &retrain_progress,
-    )
+    )?;
+    report.open_seconds = Some(open_seconds);
+    Ok(report)
 }
 
 /// Opens ROLEX over `transport` as the bench configures it.
@@ -547,8 +551,10 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
             .map_err(|e| e.to_string())?;
     let loaded = existing_keys(&transport, args.quiet)?;
     let to_insert = fresh_keys(args.seed, expected_inserts);
+    let opening = std::time::Instant::now();
     let store = open_rolex(args, transport)?;
-    run_workload(
+    let open_seconds = opening.elapsed().as_secs_f64();
+    let mut report = run_workload(
         args,
         args.ops,
         &mix,
@@ -558,7 +564,9 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
         Vec::new(),
         &AtomicBool::new(false),
         &[],
-    )
+    )?;
+    report.open_seconds = Some(open_seconds);
+    Ok(report)
 }
 
 #[cfg(not(feature = "verbs"))]
@@ -888,6 +896,7 @@ fn run_workload<I: BenchIndex>(
         verify_clean: clean,
         inserted: inserted_count,
         reconnects,
+        open_seconds: None,
         inserts_missing,
         phases,
         pool_bytes_per_key,

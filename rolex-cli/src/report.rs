@@ -149,6 +149,9 @@ pub struct Report {
     /// Fresh endpoints client threads needed after theirs broke (each operation that met a broken
     /// endpoint was tried once more on the fresh one).
     pub reconnects: u64,
+    /// How long opening the store took (joining every memory node and reading every record;
+    /// null for the B+-tree baseline).
+    pub open_seconds: Option<f64>,
     pub inserts_missing: Option<u64>,
     /// Throughput and retraining in the first and the last tenth of the operations (how the
     /// store holds up as the data grows).
@@ -197,6 +200,12 @@ impl Report {
             self.synonym_leaves,
             self.retrains.map_or(String::new(), |r| format!(", {r} retrains"))
         ));
+        if let Some(open) = self.open_seconds {
+            out.push_str(&format!(
+                "store opened (joined every memory node, read every record) in {}\n",
+                duration(open)
+            ));
+        }
         out.push_str(&format!(
             "{:<8} {:>10} {:>8} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>12}\n",
             "op",

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdma_transport::{Endpoint, Stats, TransportError, Verb, validate_batch, validate_verb};
+use rdma_transport::{
+    Endpoint, RemoteAddr, Stats, TransportError, Verb, validate_batch, validate_verb,
+};
 
 use crate::Reordering;
 use crate::nic::{self, Connection};
@@ -35,6 +37,9 @@ pub struct SimEndpoint {
     pause: Option<(u64, Gate)>,
     /// Batches still allowed before the endpoint waits at `gate` inside its next batch.
     pause_inside: Option<(u64, Gate)>,
+    /// Batches still allowed before the next one loses its completion and lands when `gate`
+    /// opens.
+    land_late: Option<(u64, Gate)>,
 }
 
 /// A gate a paused endpoint waits at (see [`SimEndpoint::pause_after`]): a thread descheduled
@@ -85,6 +90,14 @@ impl Gate {
     }
 }
 
+/// A verb of a batch that lands late (see [`SimEndpoint::land_late`]).
+enum LateVerb {
+    Read,
+    Write(Vec<u8>),
+    Cas(u64, u64),
+    Faa(u64),
+}
+
 static ENDPOINT_SEED: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 
@@ -126,6 +139,7 @@ impl SimEndpoint {
             connections,
             pause: None,
             pause_inside: None,
+            land_late: None,
         })
     }
 
@@ -142,6 +156,66 @@ impl SimEndpoint {
     /// cannot complete until it resumes.
     pub fn pause_inside(&mut self, n: u64, gate: Gate) {
         self.pause_inside = Some((n, gate));
+    }
+
+    /// Fault injection: after `n` more batches, the next one loses its completion at once — the
+    /// caller gets [`TransportError::Broken`], as on every later call — while its verbs are still
+    /// executing: they take effect (in order, on a thread of their own, inside the batch's
+    /// connections, so a fence finds them in flight) only when `gate` opens. A NIC still working
+    /// through a queue pair whose completion timed out; what a compute node must not assume
+    /// finished when its call returned.
+    pub fn land_late(&mut self, n: u64, gate: Gate) {
+        self.land_late = Some((n, gate));
+    }
+
+    /// Starts `verbs` on a thread of their own that runs them once `gate` opens (see
+    /// [`Self::land_late`]); their results are lost.
+    fn start_late(&mut self, verbs: &[Verb<'_>], gate: Gate) -> Result<(), TransportError> {
+        validate_batch(verbs)?;
+        for verb in verbs {
+            validate_verb(verb, &self.shared.nodes)?;
+        }
+        let entered = self.enter(verbs)?;
+        self.stats.batches += 1;
+        // What each verb does, owned (READ results and atomics' old values are lost anyway).
+        let owned: Vec<(RemoteAddr, LateVerb)> = verbs
+            .iter()
+            .map(|verb| {
+                let late = match verb {
+                    Verb::Read { .. } => LateVerb::Read,
+                    Verb::Write { data, .. } => LateVerb::Write(data.to_vec()),
+                    Verb::Cas {
+                        expected, desired, ..
+                    } => LateVerb::Cas(*expected, *desired),
+                    Verb::Faa { add, .. } => LateVerb::Faa(*add),
+                };
+                (verb.addr(), late)
+            })
+            .collect();
+        let shared = Arc::clone(&self.shared);
+        std::thread::spawn(move || {
+            gate.pass();
+            for (addr, verb) in owned {
+                let Some(pool) = shared.pool(addr.node()) else {
+                    continue;
+                };
+                match verb {
+                    LateVerb::Read => {}
+                    LateVerb::Write(data) => pool.write_bytes(addr.offset(), &data, || {}),
+                    LateVerb::Cas(expected, desired) => {
+                        pool.cas(addr.offset(), expected, desired);
+                    }
+                    LateVerb::Faa(add) => {
+                        pool.faa(addr.offset(), add);
+                    }
+                }
+                crate::sync::fence_seq_cst();
+            }
+            for &(at, conn) in &entered {
+                nic::leave(shared.pools[at].nic(), conn);
+            }
+        });
+        Ok(())
     }
 
     /// The connection on the pool of memory node `node`, with that pool's index.
@@ -405,6 +479,19 @@ impl Endpoint for SimEndpoint {
         }
         if self.broken {
             return Err(TransportError::Broken("a completion was lost".into()));
+        }
+        if let Some((left, gate)) = self.land_late.as_mut() {
+            if *left == 0 {
+                let gate = gate.clone();
+                self.land_late = None;
+                self.broken = true;
+                self.start_late(verbs, gate)?;
+                return Err(TransportError::Broken(
+                    "a completion was lost (its verbs still executing)".into(),
+                ));
+            } else {
+                *left -= 1;
+            }
         }
         if let Some(left) = self.break_after
             && (left as usize) < verbs.len()
