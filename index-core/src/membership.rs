@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use leaf_store::Layout;
+use rdma_transport::RemoteAddr;
 
 use crate::locks::LockTable;
 use crate::self_recovery::{MaybeHeld, Retired, Settled};
@@ -118,25 +119,46 @@ impl Members {
         self.retired.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// One attempt at every retired index (the renewer, each period): those settled are
-    /// unregistered and their index freed.
+    /// One attempt at every retired index (the renewer, each period): each is revoked first;
+    /// those that may hold the same lock are settled together, once all are revoked; the indexes
+    /// settled are unregistered and freed.
     fn settle_retired<E: Endpoint>(&self, ep: &mut E) {
-        let mut retired =
-            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
-        retired.retain_mut(
-            |r| match crate::self_recovery::settle(ep, self, &self.locks, r) {
-                Ok(Settled::Done) => {
-                    self.unregister(ep, r.index, &r.ids);
-                    self.release_index(r.index);
-                    false
+        // Held throughout: a client retiring meanwhile (it holds the stripe then, which this
+        // only ever try-locks) must land in the group it belongs to, not in a list set aside.
+        let mut list = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let mut retired = std::mem::take(&mut *list);
+        let mut ready = Vec::with_capacity(retired.len());
+        for r in &mut retired {
+            ready.push(crate::self_recovery::revoked(ep, self, r).unwrap_or(false));
+        }
+        let mut settled = vec![false; retired.len()];
+        for at in 0..retired.len() {
+            if settled[at] {
+                continue;
+            }
+            let same: Vec<usize> = (at..retired.len())
+                .filter(|&o| retired[o].lock == retired[at].lock)
+                .collect();
+            if !same.iter().all(|&o| ready[o]) {
+                continue;
+            }
+            let group: Vec<&Retired> = same.iter().map(|&o| &retired[o]).collect();
+            if crate::self_recovery::settle_group(ep, self, &self.locks, &group)
+                == Ok(Settled::Done)
+            {
+                for &o in &same {
+                    settled[o] = true;
                 }
-                Ok(Settled::NotYet) | Err(_) => true,
-            },
-        );
-        self.retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(retired);
+            }
+        }
+        for (r, done) in retired.into_iter().zip(settled) {
+            if done {
+                self.unregister(ep, r.index, &r.ids);
+                self.release_index(r.index);
+            } else {
+                list.push(r);
+            }
+        }
     }
 
     /// Takes a free connection index for a client.
@@ -420,25 +442,28 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                     // still name, into the next local epoch; then move to it. The local epoch is
                     // store-wide: a node left unconfirmed would lose all its views to the advance
                     // of another (every slot there reloading its record at its next operation).
-                    // A node whose table cannot be read keeps its views unconfirmed (they reload
-                    // when used); an advanced node that could not be confirmed is tried again.
+                    // Every table is read first, and views are raised only in a round that moves
+                    // the epoch (raised in a round that did not, a view could later be trusted in
+                    // that epoch although its record was swapped out since). A node whose table
+                    // cannot be read keeps its views unconfirmed (they reload when used); an
+                    // advanced node that could not be read is tried again.
                     let current = members.epoch.load(Ordering::SeqCst);
                     let next = current + 1;
-                    let mut read = vec![false; members.views.len()];
+                    let mut tables = vec![None; members.views.len()];
                     for (table, _, position, _) in &held {
-                        read[*position] = confirm_views(
-                            &mut ep,
-                            table.layout(),
-                            &members.views[*position],
-                            current,
-                            next,
-                        );
+                        tables[*position] =
+                            leaf_store::read_slot_table(&mut ep, table.layout()).ok();
                     }
                     let confirmed: Vec<(usize, u64)> = advanced
                         .into_iter()
-                        .filter(|&(at, _)| read[held[at].2])
+                        .filter(|&(at, _)| tables[held[at].2].is_some())
                         .collect();
                     if !confirmed.is_empty() {
+                        for (views, table) in members.views.iter().zip(&tables) {
+                            if let Some(table) = table {
+                                confirm_views(views, table, current, next);
+                            }
+                        }
                         members.epoch.store(next, Ordering::SeqCst);
                         pending.extend(confirmed);
                         pending_since = next;
@@ -447,8 +472,16 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
             }
             // A lock an operation may have left that could not be recovered yet: the lease lapses
             // instead, and the memory node recovers it.
-            if members.retired_count() > 0 {
+            // The memory node fences a revoked connection within a box refill (500 µs): a
+            // lock retired just now is given a few periods before the store lets its lease lapse.
+            for _ in 0..20 {
+                if members.retired_count() == 0 || members.is_fenced() {
+                    break;
+                }
                 members.settle_retired(&mut ep);
+                if members.retired_count() > 0 {
+                    std::thread::sleep(every);
+                }
             }
             if members.retired_count() == 0 && !members.is_fenced() {
                 for (table, member, _, _) in held {
@@ -493,27 +526,18 @@ fn renew<E: Endpoint>(ep: &mut E, table: &MemberTable, member: &mut Membership) 
     }
 }
 
-/// READs the slot table of the node laid out by `layout` and raises to `next` the validation
-/// epoch of every view in `views` that is valid in the `current` local epoch and whose record
-/// the table names. Whether it could read the table.
+/// Raises to `next` the validation epoch of every view in `views` that is valid in the `current`
+/// local epoch and whose record `table` (the node's slot table, read after the views it
+/// confirms were valid) names.
 ///
 /// Only views valid in `current` may be confirmed: the table is compared by address, and an older
 /// view's record may have been retired, its memory reclaimed (this compute node announced the
 /// epochs that allowed it), and a later record of the same slot placed at the same address. Such
 /// a view describes another record (its tables, generation and leaves), and confirming it would
 /// let a writer lock and write through it.
-fn confirm_views<E: Endpoint>(
-    ep: &mut E,
-    layout: &Layout,
-    views: &SlotCells,
-    current: u64,
-    next: u64,
-) -> bool {
-    let Ok(table) = leaf_store::read_slot_table(ep, layout) else {
-        return false;
-    };
+fn confirm_views(views: &SlotCells, table: &[(RemoteAddr, u64)], current: u64, next: u64) {
     let guard = crate::view::pin();
-    for (cell, &(record, _)) in views.iter().zip(&table) {
+    for (cell, &(record, _)) in views.iter().zip(table) {
         let Some(cell) = cell.get() else {
             continue;
         };
@@ -522,7 +546,6 @@ fn confirm_views<E: Endpoint>(
             view.validated.raise(next);
         }
     }
-    true
 }
 
 /// Whether a view validated in local epoch `validated` may be confirmed into the epoch after
@@ -661,13 +684,8 @@ mod tests {
         let current = caches.members.epoch.load(Ordering::SeqCst);
         let mut ep = store.transport().endpoint().expect("endpoint");
         let layout = caches.nodes[0].layout;
-        assert!(super::confirm_views(
-            &mut ep,
-            &layout,
-            &caches.members.views[0],
-            current,
-            current + 1
-        ));
+        let table = leaf_store::read_slot_table(&mut ep, &layout).expect("slot table");
+        super::confirm_views(&caches.members.views[0], &table, current, current + 1);
         assert_eq!(
             validated_of(&store, 0, 500),
             super::FIRST_EPOCH,
@@ -676,13 +694,8 @@ mod tests {
         // A view valid now is confirmed.
         assert_eq!(client.get(500), Ok(Some(500)));
         assert_eq!(validated_of(&store, 0, 500), current);
-        assert!(super::confirm_views(
-            &mut ep,
-            &layout,
-            &caches.members.views[0],
-            current,
-            current + 1
-        ));
+        let table = leaf_store::read_slot_table(&mut ep, &layout).expect("slot table");
+        super::confirm_views(&caches.members.views[0], &table, current, current + 1);
         assert_eq!(validated_of(&store, 0, 500), current + 1);
     }
 

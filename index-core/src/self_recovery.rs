@@ -62,48 +62,87 @@ pub(crate) enum Settled {
     NotYet,
 }
 
-/// One attempt to settle `retired` through `ep` (the renewer's endpoint).
-pub(crate) fn settle<E: Endpoint>(
+/// Asks the memory node to fence `retired`'s connection on its lock's node, and checks whether
+/// it has: `true` once nothing posted through it can land any more.
+pub(crate) fn revoked<E: Endpoint>(
+    ep: &mut E,
+    members: &Members,
+    retired: &mut Retired,
+) -> Result<bool, IndexError> {
+    if retired.revoked {
+        return Ok(true);
+    }
+    let Some((table, Some(member))) = members.nodes.get(retired.lock.node) else {
+        retired.revoked = true;
+        return Ok(true);
+    };
+    let id = retired.ids.get(retired.lock.node).copied().unwrap_or(0);
+    if id == 0 || !table.revoke(ep, *member, retired.index, id)? {
+        // Nothing registered, or the word holds neither the id nor its revocation: nothing of
+        // ours to wait for.
+        retired.revoked = true;
+    } else if ep.read_word(table.connection_addr(member.tag, retired.index))? == 0 {
+        retired.revoked = true;
+    }
+    Ok(retired.revoked)
+}
+
+/// One attempt to settle `group` — every retired index that may hold the same lock, each
+/// already revoked ([`revoked`]) — through `ep` (the renewer's endpoint).
+///
+/// Several indexes can name one lock: an operation that reported `LockMayRemain` although its
+/// unlock had landed, then another that took the lock again and failed holding it. Whichever
+/// holds it, the repair must see every one's leaf box and unlink word; settled one by one, the
+/// first would release the lock with the wrong box and the second find it free and hand its
+/// index — and a box naming a linked leaf — out again (a review found it). A client registers
+/// its retirement before it lets go of the stripe, so once the renewer holds the stripe, every
+/// index that may hold the lock is in the group.
+pub(crate) fn settle_group<E: Endpoint>(
     ep: &mut E,
     members: &Members,
     locks: &LockTable,
-    retired: &mut Retired,
+    group: &[&Retired],
 ) -> Result<Settled, IndexError> {
-    let MaybeHeld { node, slot, leaf } = retired.lock;
+    let Some(first) = group.first() else {
+        return Ok(Settled::Done);
+    };
+    let MaybeHeld { node, slot, leaf } = first.lock;
     let Some((table, Some(member))) = members.nodes.get(node) else {
         return Ok(Settled::Done);
     };
-    let id = retired.ids.get(node).copied().unwrap_or(0);
-    if !retired.revoked {
-        if id != 0 && !table.revoke(ep, *member, retired.index, id)? {
-            // The word holds neither the id nor its revocation: nothing of ours to wait for.
-            retired.revoked = true;
-        } else if id == 0 || ep.read_word(table.connection_addr(member.tag, retired.index))? == 0 {
-            retired.revoked = true;
-        } else {
-            return Ok(Settled::NotYet);
-        }
-    }
     let layout = table.layout();
     let record_addr = RemoteAddr::unpack(ep.read_word(layout.slot_entry_addr(slot))?);
+    let stripe = locks.stripe(record_addr, leaf);
+    let parked = match stripe.held.try_lock() {
+        Ok(parked) => parked,
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return Ok(Settled::NotYet),
+    };
+    // Everything the decision rests on is read under the stripe: a read from before it could
+    // show a sibling's lock (since released, the slot retrained and its leaves reused) as ours.
+    if RemoteAddr::unpack(ep.read_word(layout.slot_entry_addr(slot))?) != record_addr {
+        return Ok(Settled::NotYet);
+    }
     let record = read_record(ep, layout, slot, record_addr)?;
     let Some(&entry) = usize::try_from(leaf).ok().and_then(|l| record.lt.get(l)) else {
         return Ok(Settled::Done);
-    };
-    let stripe = locks.stripe(record_addr, leaf);
-    let Ok(parked) = stripe.held.try_lock() else {
-        return Ok(Settled::NotYet);
     };
     let handed_over = parked
         .as_ref()
         .is_some_and(|h| h.record == record_addr && h.leaf == leaf);
     if handed_over || !(entry.is_locked() && entry.owner() == member.tag) {
+        // Not held by a leftover: every failed batch either never took the lock or ended with
+        // its unlock, fenced behind the rest of it (so its box and unlink word agree).
         return Ok(Settled::Done);
     }
     // Ours: repair and release (see the module documentation).
     let delta = layout.delta();
-    let chain_entries = record.chain_entries(leaf as usize).unwrap_or_default();
-    let linked: Vec<u64> = chain_entries.iter().map(|e| e.leaf_num()).collect();
+    let linked: Vec<u64> = record
+        .chain_entries(leaf as usize)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| e.leaf_num())
+        .collect();
     let mut writes: Vec<(RemoteAddr, Vec<u8>)> = Vec::new();
     if let Ok(chain) = walk_chain(ep, layout, &record, leaf as usize) {
         for (leaf_num, contents) in leaf_store::repair::trim_chain(&chain)? {
@@ -113,38 +152,42 @@ pub(crate) fn settle<E: Endpoint>(
             ));
         }
     }
-    let unlink_at = table.unlink_addr(member.tag, retired.index);
-    let unlinking = word_leaf(ep.read_word(unlink_at)?);
-    if let Some(gone) = unlinking.filter(|l| !linked.contains(l)) {
-        // Linked around but perhaps not marked: mark its SLT slot freed (the retraining hands
-        // the leaf out again).
-        let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
-        if let Some(at) =
-            (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone)
-        {
-            writes.push((
-                offset(record_addr, record.layout().slt_entry(at as u64)),
-                LeafTableEntry::freed(gone).raw().to_le_bytes().to_vec(),
-            ));
+    let mut unlink_clears = Vec::new();
+    let mut box_clears: Vec<(RemoteAddr, u64)> = Vec::new();
+    let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
+    for retired in group {
+        let unlink_at = table.unlink_addr(member.tag, retired.index);
+        let unlinking = word_leaf(ep.read_word(unlink_at)?);
+        if let Some(gone) = unlinking {
+            unlink_clears.push(unlink_at);
+            // Linked around but perhaps not marked: mark its SLT slot freed (the retraining
+            // hands the leaf out again).
+            let mark =
+                (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone);
+            if let Some(at) = mark.filter(|_| !linked.contains(&gone)) {
+                writes.push((
+                    offset(record_addr, record.layout().slt_entry(at as u64)),
+                    LeafTableEntry::freed(gone).raw().to_le_bytes().to_vec(),
+                ));
+            }
+        }
+        let mut box_words = vec![0u8; 8 * LEAF_BOX as usize];
+        ep.read(table.box_addr(member.tag, retired.index, 0), &mut box_words)?;
+        for i in 0..LEAF_BOX {
+            let word = le_word(&box_words, i as usize);
+            if word_leaf(word).is_some_and(|boxed| linked.contains(&boxed)) {
+                box_clears.push((table.box_addr(member.tag, retired.index, i), word));
+            }
         }
     }
-    let mut box_words = vec![0u8; 8 * LEAF_BOX as usize];
-    ep.read(table.box_addr(member.tag, retired.index, 0), &mut box_words)?;
-    let box_clears: Vec<(RemoteAddr, u64)> = (0..LEAF_BOX)
-        .filter_map(|i| {
-            let word = le_word(&box_words, i as usize);
-            let boxed = word_leaf(word)?;
-            linked
-                .contains(&boxed)
-                .then(|| (table.box_addr(member.tag, retired.index, i), word))
-        })
-        .collect();
     let zero = 0u64.to_le_bytes();
     let mut verbs: Vec<Verb<'_>> = vec![Verb::faa(record_addr, ModelHeader::CHANGE_ONE)];
     verbs.extend(writes.iter().map(|(at, b)| Verb::write(*at, b).fenced()));
-    if unlinking.is_some() {
-        verbs.push(Verb::write(unlink_at, &zero).fenced());
-    }
+    verbs.extend(
+        unlink_clears
+            .iter()
+            .map(|&at| Verb::write(at, &zero).fenced()),
+    );
     verbs.extend(
         box_clears
             .iter()

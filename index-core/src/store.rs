@@ -339,9 +339,13 @@ fn open_node<E: Endpoint>(
 ) -> Result<NodeCache, IndexError> {
     let table = read_slot_table(ep, &layout)?;
     for (slot, &(addr, _)) in table.iter().enumerate() {
-        let record = read_record(ep, &layout, slot as u64, addr)?;
-        let view = SlotView::from_record(record, addr, config.cache_mode, epoch);
-        let _ = slots[slot].set(ViewCell::new(view));
+        // While a large pool is read, a slot may be retrained and its old record reclaimed and
+        // overwritten (the renewer announces epochs meanwhile, and the open is no operation):
+        // such a slot's view is left to be loaded when first used.
+        if let Ok(record) = read_record(ep, &layout, slot as u64, addr) {
+            let view = SlotView::from_record(record, addr, config.cache_mode, epoch);
+            let _ = slots[slot].set(ViewCell::new(view));
+        }
     }
     let directory = Directory::new(&table)
         .map_err(|e| IndexError::Config(format!("memory node {}: slot keys: {e}", info.id)))?;

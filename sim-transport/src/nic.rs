@@ -54,8 +54,10 @@ pub(crate) const fn enabled() -> bool {
     !cfg!(loom)
 }
 
-/// Bytes of the largest WRITE the log holds (compute nodes write leaves and single words).
-pub(crate) const LOG_BYTES: usize = 2048;
+/// Bytes of the largest WRITE the log holds (compute nodes write leaves and single words). One
+/// word short of 2 KiB: the entry keeps the size it had before it recorded the pid namespace, so
+/// pool files made then still attach.
+pub(crate) const LOG_BYTES: usize = 2040;
 const ENTRY_WORDS: usize = LOG_WORD + LOG_BYTES / 8;
 /// Index of the word holding the owner's pid namespace.
 const NS_WORD: usize = 5;

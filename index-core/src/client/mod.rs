@@ -46,6 +46,9 @@ pub struct Client<E: Endpoint> {
     op_epoch: u64,
     /// Its entry in the store's list of running operations.
     active: Arc<crate::membership::ActiveEpoch>,
+    /// Set by a lock batch that found the lock held by this compute node (a lock a broken
+    /// operation left): the write waits without holding the stripe.
+    wait_unstriped: bool,
     /// Set when an operation reported a lock that may remain: the connection index is retired
     /// (the store recovers the lock; see `crate::self_recovery`) and the endpoint is not used
     /// again until [`crate::Store::reconnect`] gives the client a new one.
@@ -194,6 +197,35 @@ impl<E: Endpoint> Client<E> {
             op_epoch: crate::membership::FIRST_EPOCH,
             active,
             retired: false,
+            wait_unstriped: false,
+        }
+    }
+
+    /// Retires this client's connection index if `e` says a lock may remain (see
+    /// `crate::self_recovery`). A write calls it while it still holds the lock's local stripe,
+    /// so the store's recovery, which takes that stripe, always sees every index that may hold
+    /// the lock.
+    pub(crate) fn retire_on(&mut self, e: &IndexError) {
+        let IndexError::LockMayRemain {
+            node, slot, leaf, ..
+        } = *e
+        else {
+            return;
+        };
+        if self.retired {
+            return;
+        }
+        let position = self.caches.nodes.iter().position(|n| n.info.id == node);
+        if let Some(position) = position {
+            let lock = crate::self_recovery::MaybeHeld {
+                node: position,
+                slot,
+                leaf,
+            };
+            self.retired =
+                self.caches
+                    .members
+                    .retire(self.connection_index, self.registered.clone(), lock);
         }
     }
 
@@ -284,22 +316,10 @@ impl<E: Endpoint> Client<E> {
             IndexError::Transport(rdma_transport::TransportError::Fenced(node)) => {
                 IndexError::Fenced { node }
             }
-            IndexError::LockMayRemain {
-                node, slot, leaf, ..
-            } => {
-                let position = self.caches.nodes.iter().position(|n| n.info.id == node);
-                if let Some(position) = position {
-                    let lock = crate::self_recovery::MaybeHeld {
-                        node: position,
-                        slot,
-                        leaf,
-                    };
-                    self.retired = self.caches.members.retire(
-                        self.connection_index,
-                        self.registered.clone(),
-                        lock,
-                    );
-                }
+            IndexError::LockMayRemain { .. } => {
+                // Writes retire under their stripe (see `retire_on`); this is the net for any
+                // other path.
+                self.retire_on(&e);
                 e
             }
             e => e,

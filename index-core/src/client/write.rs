@@ -85,18 +85,45 @@ impl<E: Endpoint> Client<E> {
                         handovers: held.handovers + 1,
                     });
                 } else {
-                    self.release_held(held)?;
+                    let released = self.release_held(held);
+                    if let Err(e) = &released {
+                        self.retire_on(e);
+                    }
+                    released?;
                 }
             }
             let locked = match locked {
                 Some(locked) => locked,
-                None => match self.acquire(node, view, slot, owner, &guard, &mut backoff)? {
-                    Some(locked) => locked,
-                    None => continue,
-                },
+                None => {
+                    let acquired = self.acquire(node, view, slot, owner, &guard, &mut backoff);
+                    if let Err(e) = &acquired {
+                        self.retire_on(e);
+                    }
+                    match acquired? {
+                        Some(locked) => locked,
+                        None if std::mem::take(&mut self.wait_unstriped) => {
+                            // Our own node's lock, left by a broken operation: wait without the
+                            // stripe, which the store's recovery of that lock needs.
+                            drop(held_slot);
+                            if !backoff.wait() {
+                                return Err(IndexError::LockTimeout {
+                                    node: node.info.id,
+                                    slot: slot as u64,
+                                    leaf: owner,
+                                });
+                            }
+                            continue;
+                        }
+                        None => continue,
+                    }
+                }
             };
             let outcome = apply(&locked.chain, key, change, node.layout.delta());
-            match self.commit(node, locked, outcome, stripe, &mut held_slot)? {
+            let committed = self.commit(node, locked, outcome, stripe, &mut held_slot);
+            if let Err(e) = &committed {
+                self.retire_on(e);
+            }
+            match committed? {
                 Committed::Done(result) => return Ok(result),
                 Committed::SltFull => {
                     slt_full = true;
@@ -211,7 +238,14 @@ impl<E: Endpoint> Client<E> {
             lbox.read_at = Some(std::time::Instant::now());
         }
         if old != expected.raw() {
-            if LeafTableEntry::from_raw(old).is_locked() {
+            let seen = LeafTableEntry::from_raw(old);
+            if seen.is_locked() && node.tag != 0 && seen.owner() == node.tag {
+                // Held by this compute node although this thread holds the stripe: a lock a
+                // broken operation left, which the store recovers under this stripe.
+                self.wait_unstriped = true;
+                return Ok(None);
+            }
+            if seen.is_locked() {
                 if !backoff.wait() {
                     return Err(IndexError::LockTimeout {
                         node: node.info.id,

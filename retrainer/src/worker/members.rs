@@ -170,14 +170,17 @@ impl<E: Endpoint> Retrainer<E> {
                 if word & REVOKE == 0 {
                     continue;
                 }
-                let fenced =
-                    watch
-                        .fence
-                        .fence(word & !REVOKE)
-                        .map_err(|e| RetrainError::FenceFailed {
+                let fenced = match watch.fence.fence(word & !REVOKE) {
+                    Ok(fenced) => fenced,
+                    Err(e) => {
+                        // Tried again at the next refill; the other members are served.
+                        watch.last_problem = Some(RetrainError::FenceFailed {
                             tag,
                             reason: e.to_string(),
-                        })?;
+                        });
+                        continue;
+                    }
+                };
                 if fenced == rdma_transport::Fenced::Done {
                     let at = watch.table.connection_addr(tag, index as u64);
                     if self.ep.cas(at, word, 0)? == word {
