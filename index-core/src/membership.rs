@@ -122,7 +122,7 @@ impl Members {
     /// One attempt at every retired index (the renewer, each period): each is revoked first;
     /// those that may hold the same lock are settled together, once all are revoked; the indexes
     /// settled are unregistered and freed.
-    fn settle_retired<E: Endpoint>(&self, ep: &mut E) {
+    pub(crate) fn settle_retired<E: Endpoint>(&self, ep: &mut E) {
         // Held throughout: a client retiring meanwhile (it holds the stripe then, which this
         // only ever try-locks) must land in the group it belongs to, not in a list set aside.
         let mut list = self.retired.lock().unwrap_or_else(|e| e.into_inner());
@@ -473,14 +473,15 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
             // A lock an operation may have left that could not be recovered yet: the lease lapses
             // instead, and the memory node recovers it.
             // The memory node fences a revoked connection within a box refill (500 µs): a
-            // lock retired just now is given a few periods before the store lets its lease lapse.
+            // lock retired just now is given about 20 ms (whatever the renewal period) before
+            // the store lets its lease lapse.
             for _ in 0..20 {
                 if members.retired_count() == 0 || members.is_fenced() {
                     break;
                 }
                 members.settle_retired(&mut ep);
                 if members.retired_count() > 0 {
-                    std::thread::sleep(every);
+                    std::thread::sleep(every.min(Duration::from_millis(1)));
                 }
             }
             if members.retired_count() == 0 && !members.is_fenced() {

@@ -210,3 +210,143 @@ fn le_word(bytes: &[u8], i: usize) -> u64 {
     word.copy_from_slice(&bytes[8 * i..8 * i + 8]);
     u64::from_le_bytes(word)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use leaf_store::{BulkLoadConfig, Problem, read_slot_table};
+    use rdma_transport::{Endpoint, Transport};
+    use sim_transport::{SimEndpoint, SimTransport};
+
+    use crate::{Client, IndexError, Store, StoreConfig, bootstrap};
+
+    /// Keys 0, 100, …, 2900, δ = 4, three keys a leaf, two leaves a slot: slot 1's trained leaf
+    /// 0 holds {600, 700, 800}. The store's renewer sleeps (settling is driven by the test); a
+    /// memory node refills boxes and fences revoked connections when the test says.
+    fn setup() -> (
+        SimTransport,
+        Store<SimTransport>,
+        Client<SimEndpoint>,
+        retrainer::Retrainer<SimEndpoint>,
+    ) {
+        let config = BulkLoadConfig {
+            epsilon: 2,
+            delta: 4,
+            fill: 3,
+            slot_leaves: 2,
+            model_region_factor: 8,
+            ..BulkLoadConfig::default()
+        };
+        let size = leaf_store::required_pool_bytes(30, &config, 64).next_multiple_of(4096);
+        let transport = SimTransport::anonymous(&[size]).expect("pool");
+        bootstrap(
+            &transport,
+            (0..30).map(|i| (i * 100, i * 100)).collect(),
+            &config,
+        )
+        .expect("load");
+        let store = Store::open(
+            transport.clone(),
+            StoreConfig {
+                lease_renewal: Duration::from_secs(3600),
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open");
+        let node = transport.memory_nodes()[0];
+        let mut worker = retrainer::Retrainer::new(
+            transport.endpoint().expect("endpoint"),
+            node,
+            retrainer::RetrainConfig::default(),
+        )
+        .expect("worker");
+        worker.watch_members(
+            Duration::from_secs(3600),
+            Box::new(transport.fence(node.id).expect("fence")),
+        );
+        worker.check_members().expect("look");
+        let mut client = store.client().expect("client");
+        assert_eq!(client.insert(650, 650), Ok(true), "the target leaf is full");
+        (transport, store, client, worker)
+    }
+
+    fn target_locked(transport: &SimTransport) -> bool {
+        let mut ep = transport.endpoint().expect("endpoint");
+        let layout =
+            leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+        let (addr, _) = read_slot_table(&mut ep, &layout).expect("table")[1];
+        leaf_store::read_record(&mut ep, &layout, 1, addr)
+            .expect("record")
+            .lt[0]
+            .is_locked()
+    }
+
+    fn refill(worker: &mut retrainer::Retrainer<SimEndpoint>) {
+        worker.fill_boxes().expect("fill");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+
+    /// An update whose completion is lost after it ran whole (the lock is free, but the client
+    /// cannot know), then — under a new index — a split that breaks after linking its box leaf
+    /// and before clearing the box slot (the lock stays held): two retired indexes, one lock.
+    /// Settled, every index's box agrees with the chain, so clients given those indexes again
+    /// never link a leaf twice.
+    #[test]
+    fn two_retired_indexes_naming_one_lock_are_settled_together() {
+        let mut both = 0;
+        for k in 0..24 {
+            let (transport, store, mut client, mut worker) = setup();
+            refill(&mut worker);
+            // Lost completion of the ending batch: the update ran whole.
+            client.endpoint_mut().break_after(4);
+            if !matches!(client.update(700, 7), Err(IndexError::LockMayRemain { .. }))
+                || target_locked(&transport)
+            {
+                continue;
+            }
+            store.reconnect(&mut client).expect("reconnect");
+            refill(&mut worker);
+            client.endpoint_mut().crash_after(k);
+            if !matches!(
+                client.insert(750, 750),
+                Err(IndexError::LockMayRemain { .. })
+            ) || !target_locked(&transport)
+            {
+                continue;
+            }
+            both += 1;
+            assert_eq!(store.unrecovered_locks(), 2);
+            let members = std::sync::Arc::clone(&store.caches().members);
+            let mut ep = transport.endpoint().expect("endpoint");
+            for _ in 0..1000 {
+                if store.unrecovered_locks() == 0 {
+                    break;
+                }
+                worker.fill_boxes().expect("fill");
+                members.settle_retired(&mut ep);
+            }
+            assert_eq!(store.unrecovered_locks(), 0, "split broken after verb {k}");
+            assert!(!target_locked(&transport));
+            // Clients given the freed indexes again split with the leaves their boxes name.
+            drop(client);
+            let mut clients: Vec<_> = (0..3).map(|_| store.client().expect("client")).collect();
+            for (i, c) in clients.iter_mut().enumerate() {
+                for key in [1001, 1002, 1003, 1004, 2001, 2002, 2003] {
+                    let _ = c.insert(key + i as u64 * 10_000, key);
+                }
+            }
+            let mut check = transport.endpoint().expect("endpoint");
+            let problems = leaf_store::verify(&mut check, transport.memory_nodes()[0])
+                .expect("verify")
+                .problems;
+            assert!(
+                !problems
+                    .iter()
+                    .any(|p| matches!(p, Problem::LeafReachableTwice { .. })),
+                "split broken after verb {k}: {problems:?}"
+            );
+        }
+        assert!(both > 0, "no case left two retired indexes on one lock");
+    }
+}
