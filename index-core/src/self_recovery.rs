@@ -216,7 +216,7 @@ mod tests {
     use std::time::Duration;
 
     use leaf_store::{BulkLoadConfig, Problem, read_slot_table};
-    use rdma_transport::{Endpoint, Transport};
+    use rdma_transport::Transport;
     use sim_transport::{SimEndpoint, SimTransport};
 
     use crate::{Client, IndexError, Store, StoreConfig, bootstrap};
