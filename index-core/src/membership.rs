@@ -568,29 +568,8 @@ mod tests {
 
     #[test]
     fn an_operation_in_a_later_epoch_reloads_a_view_not_confirmed_in_it() {
-        let config = BulkLoadConfig {
-            epsilon: 2,
-            delta: 4,
-            fill: 4,
-            slot_leaves: 2,
-            ..BulkLoadConfig::default()
-        };
-        let transport = SimTransport::anonymous(&[16 << 20]).expect("pool");
-        bootstrap(
-            &transport,
-            (0..200).map(|k| (k * 10, k * 10)).collect(),
-            &config,
-        )
-        .expect("load");
         // The renewer never runs during the test: it would confirm views itself.
-        let store = Store::open(
-            transport,
-            StoreConfig {
-                lease_renewal: Duration::from_secs(3600),
-                ..StoreConfig::default()
-            },
-        )
-        .expect("open");
+        let store = quiet_store(1, Duration::from_secs(3600));
         let mut client = store.client().expect("client");
         assert_eq!(client.get(500), Ok(Some(500)));
         let caches = store.caches();
