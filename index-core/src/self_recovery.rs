@@ -26,10 +26,11 @@
 //! trim), so a compute node that dies while a retired index waits is recovered as before.
 
 use leaf_store::members::{LEAF_BOX, word_leaf};
-use leaf_store::{LeafTableEntry, ModelHeader, read_record, walk_chain};
+use leaf_store::{LeafTableEntry, ModelHeader, le_word, read_record};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
+use crate::client::offset;
 use crate::locks::LockTable;
 use crate::membership::Members;
 
@@ -136,22 +137,14 @@ pub(crate) fn settle_group<E: Endpoint>(
         return Ok(Settled::Done);
     }
     // Ours: repair and release (see the module documentation).
-    let delta = layout.delta();
     let linked: Vec<u64> = record
         .chain_entries(leaf as usize)
         .unwrap_or_default()
         .iter()
         .map(|e| e.leaf_num())
         .collect();
-    let mut writes: Vec<(RemoteAddr, Vec<u8>)> = Vec::new();
-    if let Ok(chain) = walk_chain(ep, layout, &record, leaf as usize) {
-        for (leaf_num, contents) in leaf_store::repair::trim_chain(&chain)? {
-            writes.push((
-                layout.leaf_addr(leaf_num),
-                contents.encode(leaf_num, delta)?,
-            ));
-        }
-    }
+    let mut writes =
+        leaf_store::repair::repair_writes(ep, layout, &record, leaf as usize)?.unwrap_or_default();
     let mut unlink_clears = Vec::new();
     let mut box_clears: Vec<(RemoteAddr, u64)> = Vec::new();
     let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
@@ -199,16 +192,6 @@ pub(crate) fn settle_group<E: Endpoint>(
     drop(parked);
     let _ = retrainer::queue::enqueue(ep, layout, slot);
     Ok(Settled::Done)
-}
-
-fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
-    addr.checked_add(by).unwrap_or(addr)
-}
-
-fn le_word(bytes: &[u8], i: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-    u64::from_le_bytes(word)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -8,7 +8,9 @@
 //! leaf keeps only the keys below the first key of every later non-empty leaf of its chain** —
 //! completes such a split and changes nothing else, so applying it twice is applying it once.
 
-use crate::{Leaf, LeafStoreError, LeafTableEntry};
+use rdma_transport::{Endpoint, RemoteAddr};
+
+use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelRecord, walk_chain};
 
 /// The leaves of `chain` (in chain order, as [`crate::walk_chain`] returns it) that the rule
 /// changes: their numbers and trimmed contents. Empty for a chain with nothing to finish.
@@ -30,6 +32,34 @@ pub fn trim_chain(chain: &[(LeafTableEntry, Leaf)]) -> Result<Vec<(u64, Leaf)>, 
         }
     }
     Ok(trimmed)
+}
+
+/// WRITEs of whole leaves: address and encoded bytes.
+pub type LeafWrites = Vec<(RemoteAddr, Vec<u8>)>;
+
+/// Reads trained leaf `leaf`'s chain of `record` and returns the WRITEs (address, encoded leaf)
+/// that apply the rule to it — empty when there is nothing to finish — or `None` if the chain
+/// cannot be read (a torn leaf: the chain is released as it is, and `verify` reports the leaf).
+pub fn repair_writes<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    record: &ModelRecord,
+    leaf: usize,
+) -> Result<Option<LeafWrites>, LeafStoreError> {
+    let Ok(chain) = walk_chain(ep, layout, record, leaf) else {
+        return Ok(None);
+    };
+    let delta = layout.delta();
+    trim_chain(&chain)?
+        .into_iter()
+        .map(|(leaf_num, contents)| {
+            Ok((
+                layout.leaf_addr(leaf_num),
+                contents.encode(leaf_num, delta)?,
+            ))
+        })
+        .collect::<Result<LeafWrites, LeafStoreError>>()
+        .map(Some)
 }
 
 #[cfg(test)]

@@ -169,7 +169,8 @@ enum Committed {
     SltFull,
 }
 
-fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
+/// `addr` moved `by` bytes on (unchanged past the end of the address space).
+pub(crate) fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
     addr.checked_add(by).unwrap_or(addr)
 }
 

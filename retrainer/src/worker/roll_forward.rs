@@ -27,7 +27,7 @@
 //! were released are therefore queued for retraining (on the ring, so that a restart keeps them),
 //! which rebuilds the record from its chains and leaves such slots behind.
 
-use leaf_store::{LeafTableEntry, ModelHeader, read_record, read_slot_table, walk_chain};
+use leaf_store::{LeafTableEntry, ModelHeader, read_record, read_slot_table};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use super::*;
@@ -159,23 +159,14 @@ impl<E: Endpoint> Retrainer<E> {
         lt_addr: RemoteAddr,
         held: LeafTableEntry,
     ) -> Result<Repaired, RetrainError> {
-        let delta = self.layout.delta();
-        let mut outcome = Repaired::Clean;
-        let mut writes: Vec<(RemoteAddr, Vec<u8>)> = Vec::new();
-        match walk_chain(&mut self.ep, &self.layout, record, leaf) {
-            Ok(chain) => {
-                // Each leaf keeps only keys below the first key of every later non-empty leaf:
-                // what a split had copied to its new leaf leaves the split leaf.
-                for (leaf_num, contents) in leaf_store::repair::trim_chain(&chain)? {
-                    writes.push((
-                        self.layout.leaf_addr(leaf_num),
-                        contents.encode(leaf_num, delta)?,
-                    ));
-                    outcome = Repaired::SplitCompleted;
-                }
-            }
-            Err(_) => outcome = Repaired::Damaged,
-        }
+        // Each leaf keeps only keys below the first key of every later non-empty leaf: what a
+        // split had copied to its new leaf leaves the split leaf.
+        let (outcome, writes) =
+            match leaf_store::repair::repair_writes(&mut self.ep, &self.layout, record, leaf)? {
+                None => (Repaired::Damaged, Vec::new()),
+                Some(writes) if writes.is_empty() => (Repaired::Clean, writes),
+                Some(writes) => (Repaired::SplitCompleted, writes),
+            };
         let mut verbs: Vec<Verb<'_>> = vec![Verb::faa(record_addr, ModelHeader::CHANGE_ONE)];
         verbs.extend(
             writes
