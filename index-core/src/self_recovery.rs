@@ -78,13 +78,7 @@ pub(crate) fn revoked<E: Endpoint>(
         return Ok(true);
     };
     let id = retired.ids.get(retired.lock.node).copied().unwrap_or(0);
-    if id == 0 || !table.revoke(ep, *member, retired.index, id)? {
-        // Nothing registered, or the word holds neither the id nor its revocation: nothing of
-        // ours to wait for.
-        retired.revoked = true;
-    } else if ep.read_word(table.connection_addr(member.tag, retired.index))? == 0 {
-        retired.revoked = true;
-    }
+    retired.revoked = id == 0 || table.revoke(ep, *member, retired.index, id)?;
     Ok(retired.revoked)
 }
 

@@ -378,8 +378,10 @@ impl MemberTable {
     }
 
     /// Asks the memory node to fence `member`'s connection `index`, registered as `connection`:
-    /// sets [`REVOKE`] on its word by CAS. Whether the word is revoked or already cleared (the
-    /// memory node fenced it) afterwards — `false` if it holds something else.
+    /// sets [`REVOKE`] on its word by CAS (again and again until the memory node has cleared
+    /// it). Whether the connection is done with: the word is cleared (fenced), or holds neither
+    /// the id nor its revocation (nothing of this connection to wait for) — `false` while the
+    /// revocation waits for the memory node.
     pub fn revoke<E: Endpoint>(
         &self,
         ep: &mut E,
@@ -388,14 +390,14 @@ impl MemberTable {
         connection: u64,
     ) -> Result<bool, LeafStoreError> {
         if index >= CONNECTIONS_PER_MEMBER {
-            return Ok(false);
+            return Ok(true);
         }
         let old = ep.cas(
             self.connection_addr(member.tag, index),
             connection,
             connection | REVOKE,
         )?;
-        Ok(old == connection || old == connection | REVOKE || old == 0)
+        Ok(old != connection && old != connection | REVOKE)
     }
 
     /// Joins: takes, by CAS, the free entry taken the fewest times (its incarnation; the lowest
