@@ -230,6 +230,15 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
+    /// `result`, having retired this client's index if it says a lock may remain
+    /// ([`Self::retire_on`]); for a write's steps, called while the stripe is held.
+    pub(crate) fn retiring<T>(&mut self, result: Result<T, IndexError>) -> Result<T, IndexError> {
+        if let Err(e) = &result {
+            self.retire_on(e);
+        }
+        result
+    }
+
     /// Whether the client's connection index was retired (see [`crate::Store::reconnect`]).
     pub(crate) fn is_retired(&self) -> bool {
         self.retired

@@ -86,20 +86,14 @@ impl<E: Endpoint> Client<E> {
                     });
                 } else {
                     let released = self.release_held(held);
-                    if let Err(e) = &released {
-                        self.retire_on(e);
-                    }
-                    released?;
+                    self.retiring(released)?;
                 }
             }
             let locked = match locked {
                 Some(locked) => locked,
                 None => {
                     let acquired = self.acquire(node, view, slot, owner, &guard, &mut backoff);
-                    if let Err(e) = &acquired {
-                        self.retire_on(e);
-                    }
-                    match acquired? {
+                    match self.retiring(acquired)? {
                         Some(locked) => locked,
                         None if std::mem::take(&mut self.wait_unstriped) => {
                             // Our own node's lock, left by a broken operation: wait without the
@@ -120,10 +114,7 @@ impl<E: Endpoint> Client<E> {
             };
             let outcome = apply(&locked.chain, key, change, node.layout.delta());
             let committed = self.commit(node, locked, outcome, stripe, &mut held_slot);
-            if let Err(e) = &committed {
-                self.retire_on(e);
-            }
-            match committed? {
+            match self.retiring(committed)? {
                 Committed::Done(result) => return Ok(result),
                 Committed::SltFull => {
                     slt_full = true;
