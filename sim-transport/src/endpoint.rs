@@ -90,6 +90,19 @@ impl Gate {
     }
 }
 
+/// Counts one batch against a fault planned after a number of batches: its gate once it is due
+/// (the plan then ends), else `None`.
+fn due(plan: &mut Option<(u64, Gate)>) -> Option<Gate> {
+    match plan {
+        Some((0, _)) => plan.take().map(|(_, gate)| gate),
+        Some((left, _)) => {
+            *left -= 1;
+            None
+        }
+        None => None,
+    }
+}
+
 /// A verb of a batch that lands late (see [`SimEndpoint::land_late`]).
 enum LateVerb {
     Read,
@@ -468,30 +481,18 @@ fn xorshift(state: &mut u64) -> u64 {
 
 impl Endpoint for SimEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
-        if let Some((left, gate)) = self.pause.as_mut() {
-            if *left == 0 {
-                let gate = gate.clone();
-                self.pause = None;
-                gate.pass();
-            } else {
-                *left -= 1;
-            }
+        if let Some(gate) = due(&mut self.pause) {
+            gate.pass();
         }
         if self.broken {
             return Err(TransportError::Broken("a completion was lost".into()));
         }
-        if let Some((left, gate)) = self.land_late.as_mut() {
-            if *left == 0 {
-                let gate = gate.clone();
-                self.land_late = None;
-                self.broken = true;
-                self.start_late(verbs, gate)?;
-                return Err(TransportError::Broken(
-                    "a completion was lost (its verbs still executing)".into(),
-                ));
-            } else {
-                *left -= 1;
-            }
+        if let Some(gate) = due(&mut self.land_late) {
+            self.broken = true;
+            self.start_late(verbs, gate)?;
+            return Err(TransportError::Broken(
+                "a completion was lost (its verbs still executing)".into(),
+            ));
         }
         if let Some(left) = self.break_after
             && (left as usize) < verbs.len()
@@ -554,14 +555,8 @@ impl SimEndpoint {
             }
         }
         let entered = self.enter(verbs)?;
-        if let Some((left, gate)) = self.pause_inside.as_mut() {
-            if *left == 0 {
-                let gate = gate.clone();
-                self.pause_inside = None;
-                gate.pass();
-            } else {
-                *left -= 1;
-            }
+        if let Some(gate) = due(&mut self.pause_inside) {
+            gate.pass();
         }
         self.stats.batches += 1;
         let outcome = match self.shared.config.reordering {
