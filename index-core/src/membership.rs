@@ -470,11 +470,10 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                     }
                 }
             }
-            // A lock an operation may have left that could not be recovered yet: the lease lapses
-            // instead, and the memory node recovers it.
-            // The memory node fences a revoked connection within a box refill (500 µs): a
-            // lock retired just now is given about 20 ms (whatever the renewal period) before
-            // the store lets its lease lapse.
+            // A lock an operation may have left is given about 20 ms more (whatever the renewal
+            // period; the memory node fences a revoked connection within a box refill, 500 µs).
+            // One still not recovered then: the store does not leave, its lease lapses, and the
+            // memory node recovers the lock.
             for _ in 0..20 {
                 if members.retired_count() == 0 || members.is_fenced() {
                     break;

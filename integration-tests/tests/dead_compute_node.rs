@@ -65,6 +65,14 @@ fn verbs_with_a_filled_box(
     p.client.net_stats().verbs() - before
 }
 
+/// Runs `op` through `client` on a thread of its own (a writer the test pauses).
+fn spawn_write(
+    mut client: index_core::Client<SimEndpoint>,
+    op: integration_tests::write_scenarios::Op,
+) -> std::thread::JoinHandle<Result<bool, IndexError>> {
+    std::thread::spawn(move || apply(&mut client, op))
+}
+
 /// Checks leases until a member has been recovered (at most five seconds).
 fn recover_dead_member(worker: &mut Retrainer<SimEndpoint>) -> Duration {
     let started = Instant::now();
@@ -298,11 +306,7 @@ fn a_paused_compute_node_is_fenced_its_resumed_write_changes_nothing_and_it_rejo
         let gate = Gate::new();
         p.client.endpoint_mut().pause_after(1, gate.clone());
         let store = Arc::new(p.store);
-        let victim = {
-            let mut client = p.client;
-            let op = scenario.op;
-            std::thread::spawn(move || apply(&mut client, op))
-        };
+        let victim = spawn_write(p.client, scenario.op);
         assert!(
             gate.wait_for_arrival(Duration::from_secs(5)),
             "{what}: paused"
@@ -411,19 +415,16 @@ fn leaf_boxes_serve_splits_while_the_memory_node_refills_them() {
 /// the fence completes, and its recovery finishes.
 #[test]
 fn a_compute_node_stopped_inside_a_batch_holds_up_no_other_recovery_and_no_check() {
-    // A splitting insert: its commit batch is the largest.
+    // A delete: its second batch rewrites the leaf and unlocks.
     let scenario = SCENARIOS[2];
+    assert_eq!(scenario.name, "delete");
     let mut p = prepare(scenario);
     let mut worker = watcher(&p.transport);
     let gate = Gate::new();
     // Inside its second batch (the commit), before its first verb: the lock is held.
     p.client.endpoint_mut().pause_inside(1, gate.clone());
     let stopped_store = Arc::new(p.store);
-    let stopped = {
-        let mut client = p.client;
-        let op = scenario.op;
-        std::thread::spawn(move || apply(&mut client, op))
-    };
+    let stopped = spawn_write(p.client, scenario.op);
     assert!(gate.wait_for_arrival(Duration::from_secs(5)), "stopped");
     stopped_store.stop_renewing();
     // A second compute node dies (its renewals stop).
