@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// What a compute node caches of each model slot (DESIGN.md §5).
+/// What a compute node caches of each model slot (`docs/ARCHITECTURE.md` §6, "Cache modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheMode {
     /// The models, every trained leaf's LT entry and pivot: the owner leaf is known locally and a
@@ -22,7 +22,8 @@ pub enum SplitOrder {
     /// New leaf, its SLT entry and the link; header bump; shrink the split leaf; unlock.
     #[default]
     Safe,
-    /// DESIGN.md's order: new leaf and SLT entry; header bump; shrink; link and unlock in one CAS.
+    /// The reference design's order (`docs/ARCHITECTURE.md` §6, "Splits"): new leaf and SLT
+    /// entry; header bump; shrink; link and unlock in one CAS.
     LinkLast,
     /// Shrink the split leaf first.
     ShrinkFirst,

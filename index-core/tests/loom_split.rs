@@ -2,8 +2,9 @@
 //! that key from a compute node with its own (soon stale) cache. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p index-core --release --test loom_split`.
 //!
-//! The GET must always find the key. Two wrong split orders must be caught: DESIGN.md's (bump the
-//! header, shrink the split leaf, then link and unlock in one CAS — a reader that refreshes between
+//! The GET must always find the key. Two wrong split orders must be caught: the reference
+//! design's (`docs/ARCHITECTURE.md` §6, "Splits": bump the header, shrink the split leaf, then
+//! link and unlock in one CAS — a reader that refreshes between
 //! the bump and the link caches the new header without the link) and shrinking first. The same
 //! model also runs with the simulator holding back every READ and atomic as long as InfiniBand
 //! allows (`Reordering::Adversarial`): the split as built passes, and a shrinking WRITE that is not

@@ -6,7 +6,8 @@
 //! cargo run --release -p leaf-store --example bulk_load_stats -- [--keys N] [--fill F] [--slot-leaves L] [--seed S]
 //! ```
 //!
-//! Cache modes (DESIGN.md §5), counting the bytes each must hold, not any allocator overhead:
+//! Cache modes (`docs/ARCHITECTURE.md` §4 and §6), counting the bytes each must hold, not any
+//! allocator overhead:
 //! * `pivots`: per slot its first key, header word and segments; per trained leaf its LT entry and
 //!   pivot (16 bytes) — the owner leaf is known locally and a GET reads one chain.
 //! * `lean`: per slot its first key, header word, segments and base leaf number (trained leaves of

@@ -184,8 +184,9 @@ impl fmt::Display for VerifyReport {
 /// Walks the pool on memory node `node` through `ep` and checks every structural invariant:
 /// superblock, `alloc_num` within capacity, slot table order, every record's checksum and header,
 /// every leaf's checksum, chains sorted and acyclic, every key inside the range its trained leaf
-/// owns (DESIGN.md §6), no leaf reachable twice or unallocated, no lock held, no orphaned SLT slot,
-/// and the ring's bounds. Meant for a quiescent pool (locks held by live writers are reported).
+/// owns (`docs/ARCHITECTURE.md` §5, "Leaf ranges and ownership"), no leaf reachable twice or
+/// unallocated, no lock held, no orphaned SLT slot, and the ring's bounds. Meant for a quiescent
+/// pool (locks held by live writers are reported).
 ///
 /// Returns `Err` only when the pool cannot be walked at all (transport failure, no valid
 /// superblock); everything else is a [`Problem`] in the report.

@@ -69,8 +69,9 @@ impl LeafRange {
 /// Bulk load fills each leaf with `m ≤ δ` keys; retraining takes leaves as they stand, whatever
 /// their counts. Both use this one convention, so retraining never moves data.
 ///
-/// **Ownership** (DESIGN.md §6). Trained leaf `i` owns the keys from its pivot (its smallest
-/// trained key; leaf 0: every key below too) up to the next leaf's pivot. Guarantees:
+/// **Ownership** (`docs/ARCHITECTURE.md` §5, "Leaf ranges and ownership"). Trained leaf `i` owns
+/// the keys from its pivot (its smallest trained key; leaf 0: every key below too) up to the next
+/// leaf's pivot. Guarantees:
 /// * a trained key's own leaf is in [`LeafModel::predicted_leaves`] (paper eq. 2);
 /// * **every** key's owner leaf is in [`LeafModel::owner_candidates`]: the leaves intersecting
 ///   `[pred − ε − 1, pred + ε]`. A key `k` that was never trained, between trained keys `a` (last
@@ -241,8 +242,8 @@ mod tests {
     use super::*;
     use crate::test_support::{KeySet, random_leaves};
 
-    /// The owner leaf of `key` under DESIGN.md §6: the last leaf whose pivot is ≤ key (leaf 0 for
-    /// keys below every pivot).
+    /// The owner leaf of `key` under `docs/ARCHITECTURE.md` §5: the last leaf whose pivot is ≤
+    /// key (leaf 0 for keys below every pivot).
     fn owner(pivots: &[u64], key: u64) -> u64 {
         pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64
     }

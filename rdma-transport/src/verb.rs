@@ -7,7 +7,7 @@ use crate::RemoteAddr;
 /// Buffers are borrowed for the duration of the batch; atomics carry an `old` slot that the
 /// endpoint fills with the value the remote word held before the atomic executed.
 ///
-/// **Ordering** (InfiniBand RC, as `shared/DESIGN.md` §3 states it). WRITEs take effect in order
+/// **Ordering** (InfiniBand RC; `docs/ARCHITECTURE.md` §2). WRITEs take effect in order
 /// with respect to earlier WRITEs, and READs observe memory in order; but a later verb — a WRITE
 /// included — may take effect before an earlier READ of its batch has returned its data or an
 /// earlier atomic has executed. A verb that must take effect (or observe memory) only after every

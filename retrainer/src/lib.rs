@@ -1,4 +1,4 @@
-//! Memory-node retraining with shadow redirection (DESIGN.md §7).
+//! Memory-node retraining with shadow redirection (`docs/ARCHITECTURE.md` §7).
 //!
 //! Compute nodes queue a model slot whose SLT reaches the threshold ([`queue::enqueue`]). The
 //! memory node's [`Retrainer`] (one core, beside an in-process pool or inside `rolex memnode`)

@@ -1,4 +1,5 @@
-//! The network cost model (DESIGN.md §9): turns verb counters into modeled latency and throughput.
+//! The network cost model (`docs/ARCHITECTURE.md` §9): turns verb counters into modeled latency
+//! and throughput.
 //!
 //! Always reported as *modeled*, next to the simulator's measured wall-clock figures.
 
