@@ -14,8 +14,10 @@
 //!    holding that stripe, or leaves it parked there for a hand-over. An entry not locked by us
 //!    means the failed batch ended with its unlock, which is fenced behind everything else of
 //!    it: the chain, box and unlink word are already consistent.
-//! 3. **Repair, then release, in one batch:** the header bump, the chain trimmed by
-//!    [`leaf_store::repair::trim_chain`] (a split cut after its link), the freed mark of a leaf an
+//! 3. **Repair, then release, in one batch:** the header bump, a leaf the failed batch tore
+//!    restored from its image in the retired indexes' boxes and every such image invalidated
+//!    ([`leaf_store::redo`]), the chain trimmed by [`leaf_store::repair::trim_chain`] (a split cut
+//!    after its link; through a redo leaf when leaves are longer than a packet), the freed mark of a leaf an
 //!    unlink took out of the chain without marking it, the unlink word cleared, every box slot
 //!    naming a leaf the chain links cleared (a split cut after its link, before its box clear),
 //!    then the unlock — each fenced behind the bump, each idempotent, the unlock last.
@@ -26,6 +28,7 @@
 //! trim), so a compute node that dies while a retired index waits is recovered as before.
 
 use leaf_store::members::{LEAF_BOX, word_leaf};
+use leaf_store::redo::{BoxImages, REDO_SLOT, needs_redo, plan_repair};
 use leaf_store::{LeafTableEntry, ModelHeader, le_word, read_record};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
@@ -137,8 +140,9 @@ pub(crate) fn settle_group<E: Endpoint>(
         .iter()
         .map(|e| e.leaf_num())
         .collect();
-    let mut writes =
-        leaf_store::repair::repair_writes(ep, layout, &record, leaf as usize)?.unwrap_or_default();
+    let mut writes: Vec<(RemoteAddr, Vec<u8>)> = Vec::new();
+    let mut unboxed = Vec::new();
+    let mut scratch = None;
     let mut unlink_clears = Vec::new();
     let mut box_clears: Vec<(RemoteAddr, u64)> = Vec::new();
     let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
@@ -162,13 +166,30 @@ pub(crate) fn settle_group<E: Endpoint>(
         ep.read(table.box_addr(member.tag, retired.index, 0), &mut box_words)?;
         for i in 0..LEAF_BOX {
             let word = le_word(&box_words, i as usize);
-            if word_leaf(word).is_some_and(|boxed| linked.contains(&boxed)) {
-                box_clears.push((table.box_addr(member.tag, retired.index, i), word));
+            match word_leaf(word) {
+                Some(boxed) if linked.contains(&boxed) => {
+                    box_clears.push((table.box_addr(member.tag, retired.index, i), word));
+                }
+                Some(boxed) => {
+                    unboxed.push(boxed);
+                    if i == REDO_SLOT && scratch.is_none() {
+                        scratch = Some(boxed);
+                    }
+                }
+                None => {}
             }
         }
     }
+    // The chain: a leaf the failed batch tore is restored from the one image in the retired
+    // indexes' boxes (leaf_store::redo), and the repair rule's trims are written through a redo
+    // leaf of theirs, so a renewer killed half-way leaves what the memory node's recovery of
+    // this node finishes.
+    let images = BoxImages::read(ep, layout, &unboxed)?;
+    let repair = plan_repair(ep, layout, &record, leaf as usize, &images)?;
+    let redo = needs_redo(layout, ep.packet_bytes());
     let zero = 0u64.to_le_bytes();
     let mut verbs: Vec<Verb<'_>> = vec![Verb::faa(record_addr, ModelHeader::CHANGE_ONE)];
+    repair.push_verbs(&mut verbs, layout, scratch, redo);
     verbs.extend(writes.iter().map(|(at, b)| Verb::write(*at, b).fenced()));
     verbs.extend(
         unlink_clears

@@ -53,6 +53,7 @@ mod leaf;
 mod lock;
 pub mod members;
 mod record;
+pub mod redo;
 pub mod repair;
 mod ring;
 mod sync;

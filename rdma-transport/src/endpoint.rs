@@ -33,8 +33,11 @@ pub trait Transport: Send + Sync {
 ///
 /// Guarantee: once [`Fence::fence`] returns `Ok(Fenced::Done)`, no verb posted through the named
 /// connection — earlier or later — takes effect any more, and later ones fail with
-/// [`TransportError::Fenced`]. A verb that was executing when the fence came either completed
-/// whole before `fence` returned or never takes effect.
+/// [`TransportError::Fenced`]. A verb that was executing when the fence came completed before
+/// `fence` returned or never takes effect — except a WRITE larger than one packet
+/// ([`Endpoint::packet_bytes`]): its packets land whole, in order, so a prefix of them may have
+/// landed and the rest never will. Whoever writes such a WRITE in place must be able to finish
+/// it from elsewhere (the index's redo leaves, docs/ARCHITECTURE.md §8).
 ///
 /// A fence never waits on the compute node: where a batch of a live process is still in flight
 /// (a process stopped inside it), it returns [`Fenced::InFlight`] at once — no new batch of the
@@ -80,6 +83,14 @@ pub trait Endpoint: Send {
     fn connection_id(&self, node: u16) -> Option<u64> {
         let _ = node;
         None
+    }
+
+    /// The largest WRITE that lands whole or not at all when its connection is cut mid-batch:
+    /// one packet of the path MTU. A longer WRITE is placed packet by packet, in order, and a
+    /// fence (or a killed process) can leave a prefix of its packets placed. The default, for a
+    /// transport that cannot fence its connections: no limit.
+    fn packet_bytes(&self) -> usize {
+        usize::MAX
     }
 
     /// Executes `verbs` in order as few consecutive batches as the limits allow

@@ -37,6 +37,10 @@ use crate::{Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, va
 
 const MAGIC: u32 = u32::from_le_bytes(*b"RLXV");
 const PORT: u8 = 1;
+/// The path MTU every queue pair is set up with, and its payload in bytes: the largest WRITE
+/// that lands whole when a queue pair is moved to the error state mid-message.
+const PATH_MTU: Mtu = Mtu::Mtu1024;
+const PATH_MTU_BYTES: usize = 1024;
 /// Staging buffer per endpoint: the most one batch may move.
 pub const STAGING_BYTES: usize = crate::MAX_BATCH_BYTES;
 const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -247,7 +251,7 @@ impl Device {
     ) -> Result<(), TransportError> {
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::ReadyToReceive)
-            .setup_path_mtu(Mtu::Mtu1024)
+            .setup_path_mtu(PATH_MTU)
             .setup_dest_qp_num(remote.qp_num)
             .setup_rq_psn(remote.psn)
             .setup_max_dest_read_atomic(16)
@@ -691,6 +695,10 @@ impl Endpoint for VerbsEndpoint {
 
     fn stats(&self) -> Stats {
         self.stats
+    }
+
+    fn packet_bytes(&self) -> usize {
+        PATH_MTU_BYTES
     }
 
     fn connection_id(&self, node: u16) -> Option<u64> {

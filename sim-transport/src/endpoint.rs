@@ -40,6 +40,11 @@ pub struct SimEndpoint {
     /// Batches still allowed before the next one loses its completion and lands when `gate`
     /// opens.
     land_late: Option<(u64, Gate)>,
+    /// Verbs still allowed before the endpoint crashes inside the next one, and how many packets
+    /// of it (a WRITE) land.
+    tear: Option<(u64, usize)>,
+    /// Whether a planned tear cut a WRITE short.
+    tore: bool,
 }
 
 /// A gate a paused endpoint waits at (see [`SimEndpoint::pause_after`]): a thread descheduled
@@ -153,6 +158,8 @@ impl SimEndpoint {
             pause: None,
             pause_inside: None,
             land_late: None,
+            tear: None,
+            tore: false,
         })
     }
 
@@ -302,6 +309,38 @@ impl SimEndpoint {
         self.crashed
     }
 
+    /// Fault injection: execute `n` more verbs, then crash *inside* the next one, as a process
+    /// killed in the middle of a WRITE leaves it: of a WRITE longer than `packets` packets
+    /// ([`crate::SimConfig::packet_bytes`]) the first `packets` land and the rest never does; any
+    /// other verb does not execute. Every later verb fails with [`TransportError::Crashed`], as
+    /// after [`Self::crash_after`]`(n)`. [`Self::tore`] says whether a WRITE was cut.
+    pub fn tear_after(&mut self, n: u64, packets: usize) {
+        self.tear = Some((n, packets));
+    }
+
+    /// Whether a [`Self::tear_after`] fault cut a WRITE short.
+    pub fn tore(&self) -> bool {
+        self.tore
+    }
+
+    /// The packets to land of the verb about to run, if a [`Self::tear_after`] is due now.
+    fn tear_due(&mut self) -> Option<usize> {
+        if self.crashed {
+            return None;
+        }
+        match self.tear.as_mut()? {
+            (0, packets) => {
+                let packets = *packets;
+                self.tear = None;
+                Some(packets)
+            }
+            (left, _) => {
+                *left -= 1;
+                None
+            }
+        }
+    }
+
     fn injected_fault(&mut self) -> Option<TransportError> {
         if self.crashed {
             return Some(TransportError::Crashed);
@@ -335,7 +374,8 @@ impl SimEndpoint {
         None
     }
 
-    fn execute(&mut self, verb: &mut Verb<'_>) {
+    /// Executes `verb`; of a WRITE, only its first `packets` packets.
+    fn execute(&mut self, verb: &mut Verb<'_>, packets: usize) {
         let torn = self.shared.config.torn && !cfg!(loom);
         let rng = &mut self.rng;
         let mut between_words = || {
@@ -355,12 +395,19 @@ impl SimEndpoint {
                     .index_of
                     .get(usize::from(addr.node()))
                     .and_then(|&at| self.connections.get(at).copied().flatten());
-                if let Some(conn) = conn {
-                    nic::log_write(pool.nic(), conn, addr.offset(), data);
-                }
-                pool.write_bytes(addr.offset(), data, &mut between_words);
-                if let Some(conn) = conn {
-                    nic::clear_log(pool.nic(), conn);
+                // Packet by packet, each logged first: a process killed inside the WRITE has the
+                // packet it was placing replayed by the fence, whole, and no later one.
+                let packet = self.shared.config.packet();
+                let mut at = addr.offset();
+                for piece in data.chunks(packet).take(packets) {
+                    if let Some(conn) = conn {
+                        nic::log_write(pool.nic(), conn, at, piece);
+                    }
+                    pool.write_bytes(at, piece, &mut between_words);
+                    if let Some(conn) = conn {
+                        nic::clear_log(pool.nic(), conn);
+                    }
+                    at += piece.len() as u64;
                 }
             }
             Verb::Cas {
@@ -385,10 +432,22 @@ impl SimEndpoint {
 impl SimEndpoint {
     /// Executes one verb (or fails it, if a fault is due) and counts it.
     fn run(&mut self, verb: &mut Verb<'_>) -> Result<(), TransportError> {
+        if let Some(packets) = self.tear_due() {
+            // The connection is cut inside this verb: of a WRITE longer than `packets` packets,
+            // that many land; nothing else of it, and nothing after it.
+            if let Verb::Write { data, .. } = verb
+                && data.len() > packets * self.shared.config.packet()
+            {
+                self.execute(verb, packets);
+                self.tore = true;
+            }
+            self.crashed = true;
+            return Err(TransportError::Crashed);
+        }
         if let Some(fault) = self.injected_fault() {
             return Err(fault);
         }
-        self.execute(verb);
+        self.execute(verb, usize::MAX);
         self.stats.record_verb(verb);
         Ok(())
     }
@@ -523,6 +582,15 @@ impl Endpoint for SimEndpoint {
 
     fn connection_id(&self, node: u16) -> Option<u64> {
         self.connection(node).map(|(_, conn)| conn.id())
+    }
+
+    fn packet_bytes(&self) -> usize {
+        if nic::enabled() {
+            self.shared.config.packet()
+        } else {
+            // No connection table, no fence: a WRITE is never cut.
+            usize::MAX
+        }
     }
 }
 
@@ -687,6 +755,41 @@ mod tests {
             "the two verbs before the fault ran"
         );
         assert_eq!(ep.faa(addr(0), 1), Ok(2), "later verbs run again");
+    }
+
+    #[test]
+    fn a_write_cut_by_a_crash_lands_a_prefix_of_whole_packets() {
+        let config = SimConfig {
+            packet_bytes: 32,
+            ..SimConfig::default()
+        };
+        let t = SimTransport::anonymous_with(&[4096], config).expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        let data: Vec<u8> = (1..=80).collect();
+        ep.tear_after(1, 2);
+        let mut verbs = [Verb::faa(addr(0), 1), Verb::write(addr(64), &data)];
+        assert_eq!(ep.batch(&mut verbs), Err(TransportError::Crashed));
+        assert!(ep.tore());
+        assert!(ep.is_crashed());
+        let mut other = t.endpoint().expect("endpoint");
+        assert_eq!(other.read_word(addr(0)), Ok(1), "the verb before ran");
+        let mut placed = [0u8; 80];
+        other.read(addr(64), &mut placed).expect("read");
+        assert_eq!(placed[..64], data[..64], "two whole packets landed");
+        assert_eq!(placed[64..], [0u8; 16], "the third never did");
+        // A verb that is not a WRITE is not executed at all.
+        let mut ep = t.endpoint().expect("endpoint");
+        ep.tear_after(0, 1);
+        assert_eq!(ep.faa(addr(0), 1), Err(TransportError::Crashed));
+        assert!(!ep.tore());
+        assert_eq!(other.read_word(addr(0)), Ok(1));
+        // Nor is a WRITE that fits in the packets allowed to land (it would land whole).
+        let mut ep = t.endpoint().expect("endpoint");
+        ep.tear_after(0, 3);
+        assert_eq!(ep.write(addr(256), &data), Err(TransportError::Crashed));
+        assert!(!ep.tore());
+        assert_eq!(other.read_word(addr(256)), Ok(0));
+        assert_eq!(ep.stats().verbs(), 0);
     }
 
     #[test]

@@ -44,4 +44,6 @@ mod transport;
 
 pub use endpoint::{Gate, SimEndpoint};
 pub use pool::{Pool, PoolError};
-pub use transport::{Reordering, SimConfig, SimFence, SimTransport};
+pub use transport::{
+    DEFAULT_PACKET_BYTES, MAX_PACKET_BYTES, Reordering, SimConfig, SimFence, SimTransport,
+};

@@ -20,15 +20,17 @@
 //! ```
 //!
 //! An endpoint opens one connection per pool. Every batch *enters* (adds 1 to `in_flight` by CAS,
-//! only while the entry is open, not revoked and of its generation) and *leaves* when done. Before a WRITE of at most
-//! [`LOG_BYTES`] it copies the WRITE into the log. [`fence`] sets `revoked`, then looks at
+//! only while the entry is open, not revoked and of its generation) and *leaves* when done. A
+//! WRITE is placed packet by packet (`SimConfig::packet_bytes`, at most [`LOG_BYTES`]), and each
+//! packet is copied into the log before it is placed. [`fence`] sets `revoked`, then looks at
 //! `in_flight`: drained, the connection is closed; if the process that owns the connection has
-//! died in the middle of a batch (killed: `in_flight` never drains), the WRITE it was executing is
-//! replayed from the log — a packet that lands whole — and the connection is closed. So after
-//! `fence` reports [`Fenced::Done`] nothing of the connection takes effect any more, and no WRITE
-//! is left torn by a killed process. A live process stopped inside a batch is not waited for:
-//! the fence reports [`Fenced::InFlight`] (no new batch starts) and the memory node fences again
-//! at its next check.
+//! died in the middle of a batch (killed: `in_flight` never drains), the packet it was placing is
+//! replayed from the log — a packet lands whole — and the connection is closed. So after `fence`
+//! reports [`Fenced::Done`] nothing of the connection takes effect any more, and a killed
+//! process leaves a WRITE longer than one packet with a prefix of whole packets placed, as a NIC
+//! does (the index finishes such a WRITE from its redo leaf). A live process stopped inside a
+//! batch is not waited for: the fence reports [`Fenced::InFlight`] (no new batch starts) and the
+//! memory node fences again at its next check.
 //!
 //! A process counts as dead only when `/proc` proves it: its pid is gone, a zombie, or another
 //! process (another start time). A process in another pid namespace than the fencer's cannot be
@@ -54,9 +56,8 @@ pub(crate) const fn enabled() -> bool {
     !cfg!(loom)
 }
 
-/// Bytes of the largest WRITE the log holds (compute nodes write leaves and single words). One
-/// word short of 2 KiB: the entry keeps the size it had before it recorded the pid namespace, so
-/// pool files made then still attach.
+/// Bytes of the largest packet the log holds. One word short of 2 KiB: the entry keeps the size
+/// it had before it recorded the pid namespace, so pool files made then still attach.
 pub(crate) const LOG_BYTES: usize = 2040;
 const ENTRY_WORDS: usize = LOG_WORD + LOG_BYTES / 8;
 /// Index of the word holding the owner's pid namespace.
@@ -193,12 +194,11 @@ pub(crate) fn leave(nic: &[AtomicU64], conn: Connection) {
     entry(nic, conn.index)[0].fetch_sub(1, Ordering::AcqRel);
 }
 
-/// Records the WRITE of `data` at `offset` about to execute (nothing for WRITEs over
-/// [`LOG_BYTES`]: compute nodes never issue them).
+/// Records the packet of `data` at `offset` about to be placed (at most [`LOG_BYTES`]: the
+/// endpoint never places a longer one).
 pub(crate) fn log_write(nic: &[AtomicU64], conn: Connection, offset: u64, data: &[u8]) {
-    if data.len() > LOG_BYTES {
-        return;
-    }
+    debug_assert!(data.len() <= LOG_BYTES, "packets fit the log");
+    let data = &data[..data.len().min(LOG_BYTES)];
     let e = entry(nic, conn.index);
     for (word, chunk) in e[LOG_WORD..].iter().zip(data.chunks(8)) {
         let mut bytes = [0u8; 8];

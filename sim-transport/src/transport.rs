@@ -9,7 +9,7 @@ use rdma_transport::{MemoryNodeInfo, Transport, TransportError};
 use crate::{Pool, PoolError, SimEndpoint};
 
 /// How the simulator's endpoints behave.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimConfig {
     /// Torn-read mode: endpoints yield the CPU between the words of a READ or WRITE (about one
     /// word in four, pseudo-randomly), so concurrent multi-word accesses tear often.
@@ -18,6 +18,35 @@ pub struct SimConfig {
     pub batch_delay: Option<Duration>,
     /// Apply InfiniBand's permitted reorderings inside a batch (see [`Reordering`]).
     pub reordering: Reordering,
+    /// Bytes of one packet (the path MTU's payload): a WRITE is placed packet by packet, and a
+    /// connection cut mid-WRITE (a killed process, [`crate::SimEndpoint::tear_after`]) leaves
+    /// a prefix of whole packets placed. A multiple of 8 from 8 to [`MAX_PACKET_BYTES`]; default
+    /// 1,024, the verbs backend's path MTU; other values are clamped into that range and
+    /// rounded down to a multiple of 8.
+    pub packet_bytes: usize,
+}
+
+/// The largest [`SimConfig::packet_bytes`]: what one connection's replay log holds.
+pub const MAX_PACKET_BYTES: usize = crate::nic::LOG_BYTES / 8 * 8;
+/// The default [`SimConfig::packet_bytes`].
+pub const DEFAULT_PACKET_BYTES: usize = 1024;
+
+impl SimConfig {
+    /// [`SimConfig::packet_bytes`] as the endpoints use it.
+    pub fn packet(&self) -> usize {
+        self.packet_bytes.clamp(8, MAX_PACKET_BYTES) / 8 * 8
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            torn: false,
+            batch_delay: None,
+            reordering: Reordering::default(),
+            packet_bytes: DEFAULT_PACKET_BYTES,
+        }
+    }
 }
 
 /// How the simulator orders the verbs of one batch.

@@ -2,9 +2,11 @@
 //!
 //! One file per protocol: [`read`] (GET, SCAN and cache freshness), [`write`] (the leaf-lock
 //! protocol of INSERT, UPDATE, UPSERT and DELETE), [`split`] (structural changes: splits and
-//! unlinks, which bump the record's header), [`release`] (what a write holds when a verb fails).
+//! unlinks, which bump the record's header), [`release`] (what a write holds when a verb fails),
+//! [`redo`] (where a leaf longer than one packet goes before it is rewritten in place).
 
 mod read;
+mod redo;
 mod release;
 mod split;
 mod write;
@@ -85,18 +87,28 @@ impl LeafBox {
     /// How long an empty box is trusted before it is read again.
     const REREAD: std::time::Duration = std::time::Duration::from_millis(1);
 
-    /// A granted leaf: its box slot and number.
-    fn leaf(&self) -> Option<(u64, u64)> {
+    /// A granted leaf for a split: its box slot and number. With `redo` (leaves longer than a
+    /// packet), the slot [`leaf_store::redo::REDO_SLOT`] holds the client's redo leaf, never
+    /// taken.
+    fn leaf(&self, redo: bool) -> Option<(u64, u64)> {
         self.slots.iter().enumerate().find_map(|(i, &word)| {
             leaf_store::members::word_leaf(word)
                 .filter(|leaf| !self.suspect.contains(leaf))
+                .filter(|_| !(redo && i as u64 == leaf_store::redo::REDO_SLOT))
                 .map(|leaf| (i as u64, leaf))
         })
     }
 
+    /// The redo leaf, if the box holds one (with `redo`).
+    fn redo_leaf(&self) -> Option<u64> {
+        let word = *self.slots.get(leaf_store::redo::REDO_SLOT as usize)?;
+        leaf_store::members::word_leaf(word)
+    }
+
     /// Whether the lock batch should read the box.
-    fn wants_read(&self) -> bool {
-        self.leaf().is_none() && self.read_at.is_none_or(|at| at.elapsed() >= Self::REREAD)
+    fn wants_read(&self, redo: bool) -> bool {
+        (self.leaf(redo).is_none() || (redo && self.redo_leaf().is_none()))
+            && self.read_at.is_none_or(|at| at.elapsed() >= Self::REREAD)
     }
 }
 

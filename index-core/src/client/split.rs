@@ -18,18 +18,20 @@ const NOT_EXECUTED: u64 = u64::MAX;
 
 impl<E: Endpoint> Client<E> {
     /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
-    /// entries), the LT link change (keeping the lock), the FREED marker, FAA of the header's
-    /// change counter, then `late_writes` (the split leaf's shrunken contents, fenced behind the
-    /// bump), then clearing a word of this client's in the membership table (`clear_word`: its
-    /// address and the value it holds — the leaf-box slot the new leaf came from, or the unlink
-    /// word; a CAS to 0, fenced, so it lands after the link and the freed mark), then the unlock
-    /// (fenced).
+    /// entries; those marked `true` are linked leaves rewritten in place), the LT link change
+    /// (keeping the lock), the FREED marker, FAA of the header's change counter, then
+    /// `late_writes` (the split leaf's shrunken contents, in place, fenced behind the bump), then
+    /// clearing a word of this client's in the membership table (`clear_word`: its address and
+    /// the value it holds — the leaf-box slot the new leaf came from, or the unlink word; a CAS to
+    /// 0, fenced, so it lands after the link and the freed mark), then the unlock (fenced).
     /// Readers that cached the old tables see the bump before any key leaves a leaf they read.
+    /// Leaves rewritten in place go through the `redo` leaf, if there is one (`leaf_store::redo`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn structural(
         &mut self,
         locked: &mut Locked,
-        writes: Vec<(RemoteAddr, Vec<u8>)>,
+        writes: Vec<(RemoteAddr, Vec<u8>, bool)>,
+        redo: Option<RemoteAddr>,
         lt_change: Option<LeafTableEntry>,
         freed: Option<(RemoteAddr, Vec<u8>)>,
         late_writes: Vec<(RemoteAddr, Vec<u8>)>,
@@ -49,12 +51,18 @@ impl<E: Endpoint> Client<E> {
             }
         };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
-        let link_at = lt_change.is_some().then_some(writes.len());
-        let build = |unlock: bool| {
-            let mut verbs: release::Verbs<'_> = writes
+        let link_at = lt_change.is_some().then(|| {
+            writes
                 .iter()
-                .map(|(at, bytes)| Verb::write(*at, bytes))
-                .collect();
+                .map(|&(_, _, in_place)| if in_place && redo.is_some() { 3 } else { 1 })
+                .sum::<usize>()
+        });
+        let build = |unlock: bool| {
+            let mut verbs: release::Verbs<'_> = release::Verbs::new();
+            for (at, bytes, in_place) in &writes {
+                let redo = redo.filter(|_| *in_place);
+                leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
+            }
             if let Some(new) = lt_change {
                 verbs.push(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
             }
@@ -67,12 +75,7 @@ impl<E: Endpoint> Client<E> {
             // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
             // executes, and a reader could see the shrunk leaf under the old header.
             for (at, bytes) in &late_writes {
-                let shrink = Verb::write(*at, bytes);
-                verbs.push(if fence_shrink {
-                    shrink.fenced()
-                } else {
-                    shrink
-                });
+                leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, fence_shrink);
             }
             if let Some((at, word)) = clear_word {
                 verbs.push(Verb::cas(at, word, 0).fenced());
@@ -100,6 +103,7 @@ impl<E: Endpoint> Client<E> {
         node: &NodeCache,
         locked: &mut Locked,
         pos: usize,
+        redo: Option<RemoteAddr>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
@@ -112,7 +116,7 @@ impl<E: Endpoint> Client<E> {
         };
         let slot_of_gone = u64::from(locked.chain[pos - 1].0.synonym_ptr());
         let next = gone.synonym_ptr();
-        let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>)> = Vec::with_capacity(3);
+        let mut verbs_owned: Vec<(RemoteAddr, Vec<u8>, bool)> = Vec::with_capacity(3);
         // First, the leaf goes to this client's unlink word: should the node die before the
         // batch marks the slot freed, recovery finds the leaf there and frees it. The batch
         // clears the word again after the mark, so a word left set names a leaf under our lock.
@@ -123,9 +127,9 @@ impl<E: Endpoint> Client<E> {
             )
         });
         if let Some((at, word)) = unlink_word {
-            verbs_owned.push((at, word.to_le_bytes().to_vec()));
+            verbs_owned.push((at, word.to_le_bytes().to_vec(), false));
         }
-        verbs_owned.push((layout.leaf_addr(gone.leaf_num()), empty));
+        verbs_owned.push((layout.leaf_addr(gone.leaf_num()), empty, true));
         // Link around it: in the LT entry (keeping the lock) or in the previous SLT entry.
         let mut lt_change = None;
         if pos == 1 {
@@ -137,6 +141,7 @@ impl<E: Endpoint> Client<E> {
             verbs_owned.push((
                 offset(locked.record, locked.layout.slt_entry(prev_slot)),
                 prev.raw().to_le_bytes().to_vec(),
+                false,
             ));
             locked.chain[pos - 1].0 = prev;
         }
@@ -154,6 +159,7 @@ impl<E: Endpoint> Client<E> {
         self.structural(
             locked,
             verbs_owned,
+            redo,
             lt_change,
             Some(freed),
             Vec::new(),
@@ -174,6 +180,7 @@ impl<E: Endpoint> Client<E> {
         pos: usize,
         lower: Leaf,
         upper: Leaf,
+        redo: Option<RemoteAddr>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<Option<()>, IndexError> {
@@ -188,7 +195,7 @@ impl<E: Endpoint> Client<E> {
             .position(|&(n, _)| n == node.info.id)
             .map(|i| self.spare_leaves.swap_remove(i).1);
         let boxed = if spare.is_none() {
-            self.boxes[node.position].leaf()
+            self.boxes[node.position].leaf(redo.is_some())
         } else {
             None
         };
@@ -291,11 +298,13 @@ impl<E: Endpoint> Client<E> {
                 return Err(e.into());
             }
         };
+        // The new leaf is linked only after it is placed whole: no redo leaf for it.
         let mut writes = vec![
-            (layout.leaf_addr(new_leaf), upper_bytes),
+            (layout.leaf_addr(new_leaf), upper_bytes, false),
             (
                 offset(locked.record, locked.layout.slt_entry(slt_slot)),
                 new_entry.raw().to_le_bytes().to_vec(),
+                false,
             ),
         ];
         let slt_ptr = u8::try_from(slt_slot).unwrap_or(0);
@@ -307,6 +316,7 @@ impl<E: Endpoint> Client<E> {
             writes.push((
                 offset(locked.record, locked.layout.slt_entry(at_slot)),
                 linked.raw().to_le_bytes().to_vec(),
+                false,
             ));
             None
         };
@@ -335,7 +345,7 @@ impl<E: Endpoint> Client<E> {
             lbox.suspect.push(leaf);
         }
         self.structural(
-            locked, writes, lt_change, None, late, box_clear, hand_over, held_slot,
+            locked, writes, redo, lt_change, None, late, box_clear, hand_over, held_slot,
         )?;
         if let Some((_, leaf)) = boxed {
             self.boxes[node.position].suspect.retain(|&l| l != leaf);
@@ -351,7 +361,7 @@ impl<E: Endpoint> Client<E> {
     pub(super) fn split_in_wrong_order(
         &mut self,
         locked: &mut Locked,
-        writes: Vec<(RemoteAddr, Vec<u8>)>,
+        writes: Vec<(RemoteAddr, Vec<u8>, bool)>,
         late: Vec<(RemoteAddr, Vec<u8>)>,
         linked: LeafTableEntry,
         pos: usize,
@@ -361,7 +371,7 @@ impl<E: Endpoint> Client<E> {
             pos, 0,
             "the wrong orders are modelled for splits of the trained leaf"
         );
-        let new_leaf_writes = writes.iter().map(|(at, b)| Verb::write(*at, b));
+        let new_leaf_writes = writes.iter().map(|(at, b, _)| Verb::write(*at, b));
         let shrink = late.iter().map(|(at, b)| Verb::write(*at, b));
         let bump = Verb::faa(locked.record, ModelHeader::CHANGE_ONE);
         let link_and_unlock =

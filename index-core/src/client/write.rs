@@ -176,7 +176,8 @@ impl<E: Endpoint> Client<E> {
         let lt_addr = offset(view.record, view.layout.lt_entry(leaf));
         let leaf_bytes = node.layout.leaf_bytes() as usize;
         // An empty leaf box is read in the same batch (its leaves serve this client's splits).
-        let read_box = node.tag != 0 && self.boxes[node.position].wants_read();
+        let redo = self.uses_redo(node);
+        let read_box = node.tag != 0 && self.boxes[node.position].wants_read(redo);
         let box_bytes = if read_box {
             8 * leaf_store::members::LEAF_BOX as usize
         } else {
@@ -345,9 +346,18 @@ impl<E: Endpoint> Client<E> {
         let delta = layout.delta();
         let hand_over = stripe.waiting.load(Ordering::Acquire) > 0
             && locked.handovers < self.caches.config.max_handovers;
+        // A leaf rewritten in place goes through the redo leaf when it is longer than a packet.
+        let redo = if matches!(outcome, Outcome::Unchanged(_)) {
+            None
+        } else {
+            match self.redo_leaf(node) {
+                Ok(redo) => redo,
+                Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
+            }
+        };
         let result = match outcome {
             Outcome::Unchanged(result) => {
-                self.finish(&mut locked, Vec::new(), hand_over, held_slot)?;
+                self.finish(&mut locked, Vec::new(), None, hand_over, held_slot)?;
                 result
             }
             Outcome::Rewrite { result, pos, leaf } => {
@@ -360,13 +370,14 @@ impl<E: Endpoint> Client<E> {
                 self.finish(
                     &mut locked,
                     vec![(layout.leaf_addr(leaf_num), bytes)],
+                    redo,
                     hand_over,
                     held_slot,
                 )?;
                 result
             }
             Outcome::Unlink { result, pos } => {
-                self.unlink(node, &mut locked, pos, hand_over, held_slot)?;
+                self.unlink(node, &mut locked, pos, redo, hand_over, held_slot)?;
                 result
             }
             Outcome::Split {
@@ -374,7 +385,16 @@ impl<E: Endpoint> Client<E> {
                 pos,
                 lower,
                 upper,
-            } => match self.split(node, &mut locked, pos, lower, upper, hand_over, held_slot)? {
+            } => match self.split(
+                node,
+                &mut locked,
+                pos,
+                lower,
+                upper,
+                redo,
+                hand_over,
+                held_slot,
+            )? {
                 Some(()) => result,
                 None => return Ok(Committed::SltFull),
             },
@@ -382,21 +402,23 @@ impl<E: Endpoint> Client<E> {
         Ok(Committed::Done(result))
     }
 
-    /// Writes `writes` (in order), then releases the lock — or leaves it to a waiting sibling.
-    /// A failed batch is repeated with the unlock (see [`release`]).
+    /// Writes `writes` — leaves rewritten in place, through the `redo` leaf if there is one
+    /// (`leaf_store::redo`) — in order, then releases the lock, or leaves it to a waiting
+    /// sibling. A failed batch is repeated with the unlock (see [`release`]).
     pub(super) fn finish(
         &mut self,
         locked: &mut Locked,
         writes: Vec<(RemoteAddr, Vec<u8>)>,
+        redo: Option<RemoteAddr>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
         let build = |unlock: bool| {
-            let mut verbs: release::Verbs<'_> = writes
-                .iter()
-                .map(|(at, bytes)| Verb::write(*at, bytes))
-                .collect();
+            let mut verbs: release::Verbs<'_> = release::Verbs::new();
+            for (at, bytes) in &writes {
+                leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
+            }
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }

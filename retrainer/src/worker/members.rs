@@ -414,10 +414,12 @@ impl<E: Endpoint> Retrainer<E> {
         // leaf goes on the free list — before any lock is released: an attempt cut short finds
         // every settled word empty, and one cut short before the zeroing changed nothing.
         let (held, linked) = self.trace_member(tag)?;
-        let mut done = RollForward::default();
+        // Its chains, locks kept: torn leaves restored from its redo leaves, splits finished.
+        // Before its boxes are settled: their leaves hold the images.
+        let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
+        let mut done = self.repair_held(&held, &boxes, &linked)?;
         // Its leaf boxes: a leaf a split linked before the node died (its box slot not yet
         // cleared) stays linked; every other one was never linked and is free again.
-        let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
         for (i, &word) in boxes.iter().enumerate() {
             let Some(leaf) = leaf_store::members::word_leaf(word) else {
                 continue;
@@ -461,11 +463,10 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let released = self.release_held(held)?;
         done.locks_released = released.locks_released;
-        done.splits_completed = released.splits_completed;
-        done.damaged_chains = released.damaged_chains;
         let sum = &mut watch.stats.rolled_forward;
         sum.locks_released += done.locks_released;
         sum.splits_completed += done.splits_completed;
+        sum.leaves_restored += done.leaves_restored;
         sum.damaged_chains += done.damaged_chains;
         sum.leaves_freed += done.leaves_freed;
         sum.unlinks_completed += done.unlinks_completed;

@@ -10,23 +10,30 @@
 //! | the dead writer stopped …                                   | the chain shows …                                   | repair                                  |
 //! |-------------------------------------------------------------|-----------------------------------------------------|-----------------------------------------|
 //! | before or after a leaf rewrite (insert, update, delete)     | the leaf old or new, whole (a packet lands whole)    | unlock                                  |
+//! | inside the in-place WRITE of a leaf longer than one packet  | the leaf torn; its new image whole in a redo leaf    | restore it from that image; unlock      |
 //! | in a split, before the link (leaf claimed, new leaf written) | the chain as before; the new leaf unlinked           | unlock; the slot is retrained           |
 //! | in a split, after the link, before the shrink               | the split leaf still holding the keys the new one has | drop them from the split leaf; unlock   |
 //! | in an unlink, after emptying the leaf, before the link-around | an empty synonym leaf in the chain                | unlock (an empty synonym is legal)      |
 //! | in an unlink, after the link-around, before marking it freed | the chain without it; its SLT slot unlinked         | unlock; the slot is retrained           |
 //!
-//! Every repair is one batch: the header bump first (so readers whose cached tables predate the
-//! link refresh before any key leaves a leaf they might read), the trimmed leaves fenced behind
-//! it, the unlock fenced last. Each step is idempotent — trimming a trimmed chain changes nothing,
-//! a second bump only makes readers refresh once more, the unlock CAS expects the dead owner's
-//! tag — so a memory node that dies during recovery simply recovers again: the member stays
-//! marked dead until every lock is released.
+//! The repair ([`leaf_store::redo::plan_repair`]): torn leaves are restored from their one image
+//! in the member's box leaves, and every box image of a held chain's leaf invalidated — all
+//! chains first — then each chain's trims go in one batch: the header bump first (so readers
+//! whose cached tables predate the link refresh before any key leaves a leaf they might read),
+//! the trimmed leaves fenced behind it (through a redo leaf of the member when leaves are longer
+//! than a packet). The locks are released last, after the member's boxes and unlink words are
+//! settled (`members.rs`). Each step is idempotent — restoring a whole leaf is not needed,
+//! trimming a trimmed chain changes nothing, a second bump only makes readers refresh once more,
+//! the unlock CAS expects the dead owner's tag — so a memory node that dies during recovery
+//! simply recovers again: the member stays marked dead until every lock is released.
 //!
 //! SLT slots a cut-short split or unlink handed out but left unlinked cannot be told apart, in a
 //! live record, from a live writer's split between its claim and its link; the slots whose locks
 //! were released are therefore queued for retraining (on the ring, so that a restart keeps them),
 //! which rebuilds the record from its chains and leaves such slots behind.
 
+use leaf_store::members::{LEAF_BOX, MemberTable};
+use leaf_store::redo::{BoxImages, ChainRepair, REDO_SLOT, needs_redo, plan_repair};
 use leaf_store::{LeafTableEntry, ModelHeader, read_record, read_slot_table};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
@@ -44,8 +51,11 @@ pub struct RollForward {
     /// Leaves of unlinks cut short after the link-around (named by the client's unlink word,
     /// linked and held nowhere): freed.
     pub unlinks_completed: u64,
-    /// Chains with a leaf that failed its checksum under the dead lock (released anyway; `verify`
-    /// reports the leaf).
+    /// Leaves torn by a WRITE the dead node was placing, restored from the image its redo leaf
+    /// held (`leaf_store::redo`).
+    pub leaves_restored: u64,
+    /// Chains with a leaf that failed its checksum under the dead lock and that no image
+    /// restored (released anyway; `verify` reports the leaf).
     pub damaged_chains: u64,
 }
 
@@ -62,10 +72,16 @@ pub(super) struct HeldLeaf {
 impl<E: Endpoint> Retrainer<E> {
     /// Releases every leaf lock that carries owner `tag`, repairing each chain first (see the
     /// module documentation), and queues the slots concerned for retraining. The caller has
-    /// fenced the member: call it for a live one and its writes break.
+    /// fenced the member: call it for a live one and its writes break. (Recovery of a dead
+    /// member settles its leaf boxes and unlink words between the repair and the release.)
     pub fn roll_forward(&mut self, tag: u8) -> Result<RollForward, RetrainError> {
-        let (held, _) = self.trace_member(tag)?;
-        self.release_held(held)
+        let (held, linked) = self.trace_member(tag)?;
+        let table = MemberTable::new(&self.layout);
+        let boxes = table.read_boxes(&mut self.ep, tag)?;
+        let mut done = self.repair_held(&held, &boxes, &linked)?;
+        let released = self.release_held(held)?;
+        done.locks_released = released.locks_released;
+        Ok(done)
     }
 
     /// The leaf locks that carry owner `tag`, and every leaf the current records link or name in
@@ -113,8 +129,76 @@ impl<E: Endpoint> Retrainer<E> {
         Ok((held, linked))
     }
 
-    /// Repairs and releases the locks [`Self::trace_member`] found, and queues their slots for
-    /// retraining. Each release is idempotent (the unlock CAS expects the dead owner's tag).
+    /// Repairs the chains of the locks [`Self::trace_member`] found, keeping the locks (see
+    /// `leaf_store::redo`): first every torn leaf is restored from its one image among the
+    /// member's unlinked box leaves (`boxes`: its box words) and every box leaf that validates as
+    /// a leaf of a held chain is invalidated — for all chains, so that no image is still needed
+    /// when the trims use a box leaf as scratch — then each chain's trims, behind a header bump.
+    /// Idempotent: a memory node that stops half-way repairs again when it restarts.
+    pub(super) fn repair_held(
+        &mut self,
+        held: &[HeldLeaf],
+        boxes: &[u64],
+        linked: &HashSet<u64>,
+    ) -> Result<RollForward, RetrainError> {
+        let mut done = RollForward::default();
+        if held.is_empty() {
+            return Ok(done);
+        }
+        let unlinked: Vec<u64> = boxes
+            .iter()
+            .filter_map(|&w| leaf_store::members::word_leaf(w))
+            .filter(|leaf| !linked.contains(leaf))
+            .collect();
+        let images = BoxImages::read(&mut self.ep, &self.layout, &unlinked)?;
+        let mut plans = Vec::with_capacity(held.len());
+        for lock in held {
+            let plan = plan_repair(&mut self.ep, &self.layout, &lock.record, lock.leaf, &images)?;
+            let restores = ChainRepair {
+                trims: Vec::new(),
+                ..plan.clone()
+            };
+            let mut verbs = Vec::new();
+            restores.push_verbs(&mut verbs, &self.layout, None, false);
+            self.ep.batches(&mut verbs)?;
+            drop(verbs);
+            done.leaves_restored += plan.restores.len() as u64;
+            plans.push(plan);
+        }
+        // A redo leaf of the member serves as scratch: it is never linked, and after the
+        // invalidations above it holds no image anybody needs.
+        let scratch = boxes
+            .chunks(LEAF_BOX as usize)
+            .filter_map(|b| b.get(REDO_SLOT as usize).copied())
+            .filter_map(leaf_store::members::word_leaf)
+            .find(|leaf| !linked.contains(leaf));
+        let redo = needs_redo(&self.layout, self.ep.packet_bytes());
+        for (lock, plan) in held.iter().zip(&plans) {
+            if plan.damaged {
+                done.damaged_chains += 1;
+                continue;
+            }
+            if plan.trims.is_empty() {
+                continue;
+            }
+            done.splits_completed += 1;
+            let trims = ChainRepair {
+                trims: plan.trims.clone(),
+                ..ChainRepair::default()
+            };
+            // The bump first: readers whose cached tables predate the link refresh before any
+            // key leaves a leaf they might read.
+            let mut verbs: Vec<Verb<'_>> =
+                vec![Verb::faa(lock.record_addr, ModelHeader::CHANGE_ONE)];
+            trims.push_verbs(&mut verbs, &self.layout, scratch, redo);
+            self.ep.batches(&mut verbs)?;
+        }
+        Ok(done)
+    }
+
+    /// Releases the locks [`Self::trace_member`] found (their chains repaired by
+    /// [`Self::repair_held`]), and queues their slots for retraining. Each release is idempotent
+    /// (the unlock CAS expects the dead owner's tag).
     pub(super) fn release_held(
         &mut self,
         held: Vec<HeldLeaf>,
@@ -122,19 +206,9 @@ impl<E: Endpoint> Retrainer<E> {
         let mut done = RollForward::default();
         let mut touched: Vec<u64> = Vec::new();
         for lock in held {
-            let repaired = self.repair_chain(
-                lock.record_addr,
-                &lock.record,
-                lock.leaf,
-                lock.lt_addr,
-                lock.entry,
-            )?;
+            self.ep
+                .cas(lock.lt_addr, lock.entry.raw(), lock.entry.unlocked().raw())?;
             done.locks_released += 1;
-            match repaired {
-                Repaired::Clean => {}
-                Repaired::SplitCompleted => done.splits_completed += 1,
-                Repaired::Damaged => done.damaged_chains += 1,
-            }
             if !touched.contains(&lock.slot) {
                 touched.push(lock.slot);
             }
@@ -150,39 +224,6 @@ impl<E: Endpoint> Retrainer<E> {
         self.poll()?;
         Ok(done)
     }
-
-    fn repair_chain(
-        &mut self,
-        record_addr: RemoteAddr,
-        record: &leaf_store::ModelRecord,
-        leaf: usize,
-        lt_addr: RemoteAddr,
-        held: LeafTableEntry,
-    ) -> Result<Repaired, RetrainError> {
-        // Each leaf keeps only keys below the first key of every later non-empty leaf: what a
-        // split had copied to its new leaf leaves the split leaf.
-        let (outcome, writes) =
-            match leaf_store::repair::repair_writes(&mut self.ep, &self.layout, record, leaf)? {
-                None => (Repaired::Damaged, Vec::new()),
-                Some(writes) if writes.is_empty() => (Repaired::Clean, writes),
-                Some(writes) => (Repaired::SplitCompleted, writes),
-            };
-        let mut verbs: Vec<Verb<'_>> = vec![Verb::faa(record_addr, ModelHeader::CHANGE_ONE)];
-        verbs.extend(
-            writes
-                .iter()
-                .map(|(addr, bytes)| Verb::write(*addr, bytes).fenced()),
-        );
-        verbs.push(Verb::cas(lt_addr, held.raw(), held.unlocked().raw()).fenced());
-        self.ep.batches(&mut verbs)?;
-        Ok(outcome)
-    }
-}
-
-enum Repaired {
-    Clean,
-    SplitCompleted,
-    Damaged,
 }
 
 fn at(addr: RemoteAddr, by: u64) -> RemoteAddr {
