@@ -1,6 +1,7 @@
 //! Whole-store scenarios live in this crate's `tests/` directory; this library holds the fixtures
 //! they share.
 
+pub mod recovery;
 pub mod write_scenarios;
 
 use index_core::{Client, Store, StoreConfig, bootstrap};

@@ -9,61 +9,20 @@
 
 #![cfg(not(loom))]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use index_core::{IndexError, Store, StoreConfig};
-use integration_tests::write_scenarios::{
-    SCENARIOS, TARGET_LEAF, TARGET_SLOT, apply, apply_oracle, other_client, prepare, prepare_with,
-    problems,
+use integration_tests::recovery::{
+    LEASE, SHORT_LEASE, WAITER_KEY, contents, lease_of, prepare_with_a_filled_box,
+    recover_dead_member, retrain_and_verify, target_entry, traces_of, until_recovered,
+    verbs_with_a_filled_box, watcher,
 };
-use leaf_store::{LeafTableEntry, read_record, read_slot_table};
+use integration_tests::write_scenarios::{
+    SCENARIOS, apply, apply_oracle, other_client, prepare, problems,
+};
 use rdma_transport::Transport;
-use retrainer::Retrainer;
-use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
-
-/// The memory node's lease time in these tests: long enough that a live compute node's renewer,
-/// starved by a busy 2-core machine, is not declared dead (its renewals come every 5 ms).
-const LEASE: Duration = Duration::from_millis(100);
-/// The lease where no compute node is alive to be starved.
-const SHORT_LEASE: Duration = Duration::from_millis(10);
-/// A key of the target leaf no scenario touches: what the waiter inserts.
-const WAITER_KEY: u64 = 610;
-
-/// A worker that watches leases (driven by the test, not a thread), having looked at them once.
-fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
-    let mut worker = integration_tests::lease_watcher(transport, LEASE);
-    worker.check_members().expect("first look at the leases");
-    worker
-}
-
-/// The scenario's prepared writer, with its leaf box filled and due to be read.
-fn prepare_with_a_filled_box(
-    scenario: integration_tests::write_scenarios::Scenario,
-    sim: SimConfig,
-) -> (
-    integration_tests::write_scenarios::Prepared,
-    Retrainer<SimEndpoint>,
-) {
-    let p = prepare_with(scenario, sim);
-    let mut worker = watcher(&p.transport);
-    worker.fill_boxes().expect("fill");
-    // The writer read its box empty while preparing; it reads it again after a millisecond.
-    std::thread::sleep(Duration::from_millis(2));
-    (p, worker)
-}
-
-/// Verbs of the scenario's write when its writer's leaf box is filled.
-fn verbs_with_a_filled_box(
-    scenario: integration_tests::write_scenarios::Scenario,
-    sim: SimConfig,
-) -> u64 {
-    let (mut p, _worker) = prepare_with_a_filled_box(scenario, sim);
-    let before = p.client.net_stats().verbs();
-    assert!(apply(&mut p.client, scenario.op).expect("op"));
-    p.client.net_stats().verbs() - before
-}
+use sim_transport::{Gate, SimConfig, SimEndpoint};
 
 /// Runs `op` through `client` on a thread of its own (a writer the test pauses).
 fn spawn_write(
@@ -71,136 +30,6 @@ fn spawn_write(
     op: integration_tests::write_scenarios::Op,
 ) -> std::thread::JoinHandle<Result<bool, IndexError>> {
     std::thread::spawn(move || apply(&mut client, op))
-}
-
-/// Checks leases until a member has been recovered (at most five seconds).
-fn recover_dead_member(worker: &mut Retrainer<SimEndpoint>) -> Duration {
-    let started = Instant::now();
-    loop {
-        if worker.check_members().expect("check") > 0 {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the dead member was never recovered: {:?} {:?}",
-            worker.member_stats(),
-            worker.member_problem()
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// The target leaf's LT entry as it is now.
-fn target_entry(transport: &SimTransport) -> LeafTableEntry {
-    let mut ep = transport.endpoint().expect("endpoint");
-    let node = transport.memory_nodes()[0];
-    let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
-    let table = read_slot_table(&mut ep, &layout).expect("slot table");
-    let (addr, _) = table[TARGET_SLOT as usize];
-    read_record(&mut ep, &layout, TARGET_SLOT, addr)
-        .expect("record")
-        .lt[TARGET_LEAF as usize]
-}
-
-fn contents(transport: &SimTransport) -> BTreeMap<u64, u64> {
-    let mut reader = other_client(transport, Duration::from_secs(10));
-    reader
-        .scan(0, usize::MAX)
-        .expect("scan")
-        .into_iter()
-        .collect()
-}
-
-/// Every slot's current record.
-fn current_records(
-    ep: &mut SimEndpoint,
-    layout: &leaf_store::Layout,
-) -> Vec<leaf_store::ModelRecord> {
-    read_slot_table(ep, layout)
-        .expect("slot table")
-        .into_iter()
-        .enumerate()
-        .map(|(slot, (addr, _))| read_record(ep, layout, slot as u64, addr).expect("record"))
-        .collect()
-}
-
-/// Every leaf `record`'s chains link.
-fn chained_leaves(record: &leaf_store::ModelRecord) -> Vec<u64> {
-    (0..record.lt.len())
-        .flat_map(|leaf| record.chain_entries(leaf).expect("chain"))
-        .map(|e| e.leaf_num())
-        .collect()
-}
-
-/// Whether member `tag`'s client 1 has its unlink word set, and whether a leaf its box names is
-/// linked by a chain.
-fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
-    use rdma_transport::Endpoint;
-    let mut ep = transport.endpoint().expect("endpoint");
-    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
-    let table = leaf_store::members::MemberTable::new(&layout);
-    let unlinking = ep.read_word(table.unlink_addr(tag, 1)).expect("read") != 0;
-    let linked: std::collections::HashSet<u64> = current_records(&mut ep, &layout)
-        .iter()
-        .flat_map(chained_leaves)
-        .collect();
-    let boxed_and_linked = table
-        .read_boxes(&mut ep, tag)
-        .expect("boxes")
-        .into_iter()
-        .filter_map(leaf_store::members::word_leaf)
-        .any(|leaf| linked.contains(&leaf));
-    (unlinking, boxed_and_linked)
-}
-
-/// Retrains what recovery queued (on the ring or in the worker), then checks `verify` and that
-/// no leaf leaked.
-fn retrain_and_verify(worker: &mut Retrainer<SimEndpoint>, transport: &SimTransport, what: &str) {
-    worker.poll().expect("poll");
-    while worker.retrain_next().expect("retrain").is_some() {}
-    assert_eq!(problems(transport), [], "{what}");
-    assert_no_leaf_leaked(worker, transport, what);
-}
-
-/// Every allocated leaf is exactly one of: linked by a chain of a current record, named by a
-/// freed SLT slot (free at that slot's next retraining), in a leaf box, on the worker's free list.
-fn assert_no_leaf_leaked(worker: &Retrainer<SimEndpoint>, transport: &SimTransport, what: &str) {
-    use rdma_transport::Endpoint;
-    let mut ep = transport.endpoint().expect("endpoint");
-    let node = transport.memory_nodes()[0];
-    let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
-    let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
-    let mut owners: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
-    for record in current_records(&mut ep, &layout) {
-        for leaf in chained_leaves(&record) {
-            owners.entry(leaf).or_default().push("linked");
-        }
-        for entry in &record.slt {
-            if let Some(leaf) = entry.freed_leaf() {
-                owners.entry(leaf).or_default().push("freed slot");
-            }
-        }
-    }
-    let table = leaf_store::members::MemberTable::new(&layout);
-    for tag in 1..=leaf_store::members::MEMBER_TAGS {
-        for word in table.read_boxes(&mut ep, tag).expect("boxes") {
-            if let Some(leaf) = leaf_store::members::word_leaf(word) {
-                owners.entry(leaf).or_default().push("box");
-            }
-        }
-    }
-    for &leaf in worker.free_leaves() {
-        owners.entry(leaf).or_default().push("free list");
-    }
-    let leaked: Vec<u64> = (0..allocated).filter(|l| !owners.contains_key(l)).collect();
-    assert_eq!(
-        leaked,
-        Vec::<u64>::new(),
-        "{what}: leaves nobody holds; allocated {allocated}, held {owners:?}, stats {:?}",
-        worker.member_stats()
-    );
-    let twice: Vec<(&u64, &Vec<&str>)> = owners.iter().filter(|(_, o)| o.len() > 1).collect();
-    assert!(twice.is_empty(), "{what}: leaves held twice: {twice:?}");
 }
 
 #[test]
@@ -581,39 +410,9 @@ fn a_recovery_cut_short_never_releases_a_lock_before_settling_the_unlink_word() 
     );
 }
 
-/// Member `tag`'s lease word now.
-fn lease_of(transport: &SimTransport, tag: u8) -> leaf_store::members::Lease {
-    let mut ep = transport.endpoint().expect("endpoint");
-    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
-    leaf_store::members::MemberTable::new(&layout)
-        .read_leases(&mut ep)
-        .expect("leases")[usize::from(tag)]
-}
-
 // A live compute node whose operation cut short may have left a lock held (its endpoint broke
 // mid-write: on a NIC any failed batch does): it recovers the lock itself, without being declared
 // dead, once the memory node has fenced the failed connection.
-
-/// Drives the memory node (box fills, which settle revoke requests; lease checks) until `store`
-/// has recovered every lock it may have left, at most five seconds.
-fn until_recovered(
-    worker: &mut Retrainer<SimEndpoint>,
-    store: &Store<SimTransport>,
-    transport: &SimTransport,
-    what: &str,
-) {
-    let started = Instant::now();
-    while target_entry(transport).is_locked() || store.unrecovered_locks() > 0 {
-        worker.fill_boxes().expect("fill");
-        worker.check_members().expect("check");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{what}: the lock an operation may have left was never recovered: {:?}",
-            worker.member_stats()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 #[test]
 fn a_live_compute_node_recovers_a_lock_its_broken_operation_left_and_loses_nothing() {
