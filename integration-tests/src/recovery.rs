@@ -151,6 +151,50 @@ pub fn retrain_and_verify(
     while worker.retrain_next().expect("retrain").is_some() {}
     assert_eq!(problems(transport), [], "{what}");
     assert_no_leaf_leaked(worker, transport, what);
+    assert_no_stale_image(worker, transport, what);
+}
+
+/// With no lock held, no leaf outside the chains — in a leaf box, on the free list — validates as
+/// a leaf a chain links: every redo image was invalidated (by its writer's batch, or by the
+/// recovery that used it), so none can be taken later for the image of another write of that
+/// leaf (`leaf_store::redo`).
+pub fn assert_no_stale_image(
+    worker: &Retrainer<SimEndpoint>,
+    transport: &SimTransport,
+    what: &str,
+) {
+    use rdma_transport::Endpoint;
+    let mut ep = transport.endpoint().expect("endpoint");
+    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+    let linked: std::collections::HashSet<u64> = current_records(&mut ep, &layout)
+        .iter()
+        .flat_map(chained_leaves)
+        .collect();
+    let table = leaf_store::members::MemberTable::new(&layout);
+    let mut outside: Vec<u64> = worker.free_leaves().to_vec();
+    for tag in 1..=leaf_store::members::MEMBER_TAGS {
+        outside.extend(
+            table
+                .read_boxes(&mut ep, tag)
+                .expect("boxes")
+                .into_iter()
+                .filter_map(leaf_store::members::word_leaf),
+        );
+    }
+    let mut bytes = vec![0u8; layout.leaf_bytes() as usize];
+    for leaf in outside.into_iter().filter(|l| !linked.contains(l)) {
+        ep.read(layout.leaf_addr(leaf), &mut bytes).expect("read");
+        let stale: Vec<u64> = linked
+            .iter()
+            .copied()
+            .filter(|&n| leaf_store::Leaf::decode(n, &bytes).is_ok())
+            .collect();
+        assert_eq!(
+            stale,
+            Vec::<u64>::new(),
+            "{what}: leaf {leaf}, outside the chains, holds a valid image of these linked leaves"
+        );
+    }
 }
 
 /// Every allocated leaf is exactly one of: linked by a chain of a current record, named by a
