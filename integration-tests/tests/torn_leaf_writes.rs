@@ -280,3 +280,33 @@ fn a_memory_node_killed_inside_its_own_repair_leaves_what_a_restart_finishes() {
         "no memory node was killed inside a leaf WRITE of its repair"
     );
 }
+
+/// A rewrite needs a redo leaf, but not a fresh one: with the pool's allocation counter at its
+/// end and the client's redo slot still empty, an update goes through another leaf of its box
+/// (which recovery finds there like any box leaf) instead of failing with `PoolExhausted`.
+#[test]
+fn a_full_pool_does_not_stop_a_rewrite_while_the_box_holds_a_leaf() {
+    use rdma_transport::{Endpoint, Transport};
+    let scenario = SCENARIOS[1];
+    assert_eq!(scenario.name, "update");
+    let sim = modes()[0].0;
+    let mut p = integration_tests::write_scenarios::prepare_with(scenario, sim);
+    let mut ep = p.transport.endpoint().expect("endpoint");
+    let layout =
+        leaf_store::Layout::attach(&mut ep, p.transport.memory_nodes()[0]).expect("layout");
+    let table = leaf_store::members::MemberTable::new(&layout);
+    let tag = p.store.member_tags()[0];
+    // The box holds one leaf, in a split slot; then the pool is full.
+    let leaf = leaf_store::alloc_leaf(&mut ep, &layout).expect("a leaf");
+    ep.write_word(
+        table.box_addr(tag, 1, 0),
+        leaf_store::members::leaf_word(leaf),
+    )
+    .expect("box");
+    ep.write_word(layout.alloc_num_addr(), layout.leaf_capacity())
+        .expect("exhaust");
+    std::thread::sleep(Duration::from_millis(2));
+    assert_eq!(apply(&mut p.client, scenario.op), Ok(true));
+    let now = contents(&p.transport);
+    assert_eq!(now, p.after);
+}

@@ -129,8 +129,9 @@ pub struct ChainRepair {
     pub invalidate: Vec<u64>,
     /// Leaves the repair rule changes, with their new images.
     pub trims: Vec<(u64, Vec<u8>)>,
-    /// A leaf of the chain is torn and no box leaf (or more than one image) restores it: the
-    /// chain is released as it is, and `verify` reports the leaf.
+    /// A leaf of the chain is torn and no box leaf (or more than one image) restores it, or it
+    /// holds impossible contents: the chain is released as it is (its images invalidated, nothing
+    /// else written), and `verify` reports the leaf.
     pub damaged: bool,
 }
 
@@ -166,7 +167,8 @@ impl ChainRepair {
 /// Reads trained leaf `leaf`'s chain of `record` (locked by a holder whose unlinked box leaves
 /// `images` holds) and plans its repair: torn leaves restored from their one image, every box
 /// leaf that validates as a leaf of the chain invalidated, the repair rule's trims. A chain whose
-/// entries cannot be followed is `damaged` with nothing to write.
+/// entries cannot be followed, or with a leaf no image restores, is `damaged`: only its images
+/// are invalidated.
 pub fn plan_repair<E: rdma_transport::Endpoint>(
     ep: &mut E,
     layout: &Layout,
@@ -187,36 +189,43 @@ pub fn plan_repair<E: rdma_transport::Endpoint>(
     for entry in entries {
         let n = entry.leaf_num();
         if n >= layout.leaf_capacity() {
-            return Ok(ChainRepair {
-                damaged: true,
-                ..ChainRepair::default()
-            });
+            repair.damaged = true;
+            continue;
         }
         // Under the holder's lock, fenced, nothing writes these leaves: one READ is the truth.
         ep.read(layout.leaf_addr(n), &mut bytes)?;
         let images: Vec<(u64, &[u8])> = images.images_of(n).collect();
+        // Every image is invalidated, damaged chain or not: one left valid could later pass
+        // for the image of another holder's write of this leaf.
         for &(b, _) in &images {
             if !repair.invalidate.contains(&b) {
                 repair.invalidate.push(b);
             }
         }
         let contents = match Leaf::decode(n, &bytes) {
-            Ok(contents) => contents,
+            Ok(contents) => Some(contents),
             Err(LeafStoreError::TornLeaf { .. }) => {
                 let distinct: HashSet<&[u8]> = images.iter().map(|&(_, image)| image).collect();
-                let [image] = distinct.into_iter().collect::<Vec<_>>()[..] else {
-                    return Ok(ChainRepair {
-                        damaged: true,
-                        ..ChainRepair::default()
-                    });
-                };
-                let contents = Leaf::decode(n, image)?;
-                repair.restores.push((n, image.to_vec()));
-                contents
+                match distinct.into_iter().collect::<Vec<_>>()[..] {
+                    [image] => Leaf::decode(n, image).ok().inspect(|_| {
+                        repair.restores.push((n, image.to_vec()));
+                    }),
+                    _ => None,
+                }
             }
-            Err(e) => return Err(e),
+            // A valid checksum over impossible contents (count above δ, unsorted keys).
+            Err(_) => None,
         };
-        chain.push((entry, contents));
+        match contents {
+            Some(contents) => chain.push((entry, contents)),
+            None => repair.damaged = true,
+        }
+    }
+    if repair.damaged {
+        // Released as it is (`verify` reports the leaf); nothing restored or trimmed, every
+        // image invalidated.
+        repair.restores.clear();
+        return Ok(repair);
     }
     for (n, contents) in trim_chain(&chain)? {
         repair.trims.push((n, contents.encode(n, delta)?));

@@ -91,9 +91,14 @@ impl LeafBox {
     /// packet), the slot [`leaf_store::redo::REDO_SLOT`] holds the client's redo leaf, never
     /// taken.
     fn leaf(&self, redo: bool) -> Option<(u64, u64)> {
+        self.leaf_except(redo, None)
+    }
+
+    /// [`Self::leaf`], but never `busy` (the leaf this write uses as its redo leaf).
+    fn leaf_except(&self, redo: bool, busy: Option<u64>) -> Option<(u64, u64)> {
         self.slots.iter().enumerate().find_map(|(i, &word)| {
             leaf_store::members::word_leaf(word)
-                .filter(|leaf| !self.suspect.contains(leaf))
+                .filter(|leaf| !self.suspect.contains(leaf) && Some(*leaf) != busy)
                 .filter(|_| !(redo && i as u64 == leaf_store::redo::REDO_SLOT))
                 .map(|leaf| (i as u64, leaf))
         })

@@ -2,13 +2,14 @@
 //! is rewritten in place (`leaf_store::redo`, docs/ARCHITECTURE.md §8).
 //!
 //! It is the leaf in slot [`REDO_SLOT`] of the client's leaf box on each memory node: granted by
-//! the memory node like the others (or, if the slot is still empty when the client first needs
-//! it, a leaf the client allocates and puts there by CAS), never taken for a split, and so
-//! recovered with the box.
+//! the memory node like the others (the slot first), never taken for a split, and so recovered
+//! with the box. While the slot is still empty a write uses another leaf of the box (never the
+//! one its own split takes), or, with an empty box, a leaf the client allocates and puts in the
+//! slot by CAS.
 
 use leaf_store::members::{LEAF_BOX, leaf_word, word_leaf};
 use leaf_store::redo::{REDO_SLOT, needs_redo};
-use rdma_transport::{Endpoint, RemoteAddr};
+use rdma_transport::Endpoint;
 
 use crate::IndexError;
 use crate::store::NodeCache;
@@ -22,24 +23,31 @@ impl<E: Endpoint> Client<E> {
         node.tag != 0 && needs_redo(&node.layout, self.ep.packet_bytes())
     }
 
-    /// The address of this client's redo leaf on `node`, if it [uses one](Self::uses_redo): from
-    /// its box as last read, else read from the box slot, else allocated and put there. Called
-    /// under a leaf lock, before anything of the write is written.
-    pub(super) fn redo_leaf(&mut self, node: &NodeCache) -> Result<Option<RemoteAddr>, IndexError> {
+    /// This client's redo leaf on `node`, if it [uses one](Self::uses_redo): the box's redo slot
+    /// as last read, else as read now; else, for this write, another leaf of its box (any
+    /// unlinked leaf of the holder's boxes serves recovery; the split of this write must not take
+    /// it); else a leaf it allocates and puts in the redo slot. Called under a leaf lock, before
+    /// anything of the write is written. `PoolExhausted` only when the box is empty and the pool
+    /// full.
+    pub(super) fn redo_leaf(&mut self, node: &NodeCache) -> Result<Option<u64>, IndexError> {
         if !self.uses_redo(node) {
             return Ok(None);
         }
         if let Some(leaf) = self.boxes[node.position].redo_leaf() {
-            return Ok(Some(node.layout.leaf_addr(leaf)));
+            return Ok(Some(leaf));
         }
         let at = node
             .members
             .box_addr(node.tag, self.connection_index, REDO_SLOT);
         let mut word = self.ep.read_word(at)?;
         if word == 0 {
-            // Not granted yet: a leaf of our own (a spare kept from a split, else a fresh one),
-            // put in the slot by CAS so that recovery finds it. If the memory node granted one
-            // meanwhile, that one is used and ours kept for a split.
+            if let Some((_, leaf)) = self.boxes[node.position].leaf(true) {
+                // Not granted yet (the memory node fills this slot first, at its next round).
+                return Ok(Some(leaf));
+            }
+            // A leaf of our own (a spare kept from a split, else a fresh one), put in the slot by
+            // CAS so that recovery finds it. If the memory node granted one meanwhile, that one
+            // is used and ours kept for a split.
             let spare = self
                 .spare_leaves
                 .iter()
@@ -59,14 +67,10 @@ impl<E: Endpoint> Client<E> {
                     })?
                 }
             };
-            let old = match self.ep.cas(at, 0, leaf_word(leaf)) {
-                Ok(old) => old,
-                Err(e) => {
-                    // Whether it landed is unknown: the slot is read again next time, and the
-                    // leaf is not used for anything else.
-                    return Err(e.into());
-                }
-            };
+            // If the CAS fails without an answer, whether it landed is unknown: the slot is read
+            // again next time, and the leaf is used for nothing else (leaked if it did not land,
+            // as a split's allocation cut short is).
+            let old = self.ep.cas(at, 0, leaf_word(leaf))?;
             if old == 0 {
                 word = leaf_word(leaf);
             } else {
@@ -79,6 +83,6 @@ impl<E: Endpoint> Client<E> {
             lbox.slots = vec![0; LEAF_BOX as usize];
         }
         lbox.slots[REDO_SLOT as usize] = word;
-        Ok(word_leaf(word).map(|leaf| node.layout.leaf_addr(leaf)))
+        Ok(word_leaf(word))
     }
 }

@@ -103,7 +103,7 @@ impl<E: Endpoint> Client<E> {
         node: &NodeCache,
         locked: &mut Locked,
         pos: usize,
-        redo: Option<RemoteAddr>,
+        redo: Option<u64>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
@@ -159,7 +159,7 @@ impl<E: Endpoint> Client<E> {
         self.structural(
             locked,
             verbs_owned,
-            redo,
+            redo.map(|leaf| layout.leaf_addr(leaf)),
             lt_change,
             Some(freed),
             Vec::new(),
@@ -180,7 +180,7 @@ impl<E: Endpoint> Client<E> {
         pos: usize,
         lower: Leaf,
         upper: Leaf,
-        redo: Option<RemoteAddr>,
+        redo: Option<u64>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
     ) -> Result<Option<()>, IndexError> {
@@ -195,7 +195,7 @@ impl<E: Endpoint> Client<E> {
             .position(|&(n, _)| n == node.info.id)
             .map(|i| self.spare_leaves.swap_remove(i).1);
         let boxed = if spare.is_none() {
-            self.boxes[node.position].leaf(redo.is_some())
+            self.boxes[node.position].leaf_except(redo.is_some(), redo)
         } else {
             None
         };
@@ -345,7 +345,15 @@ impl<E: Endpoint> Client<E> {
             lbox.suspect.push(leaf);
         }
         self.structural(
-            locked, writes, redo, lt_change, None, late, box_clear, hand_over, held_slot,
+            locked,
+            writes,
+            redo.map(|leaf| layout.leaf_addr(leaf)),
+            lt_change,
+            None,
+            late,
+            box_clear,
+            hand_over,
+            held_slot,
         )?;
         if let Some((_, leaf)) = boxed {
             self.boxes[node.position].suspect.retain(|&l| l != leaf);

@@ -370,7 +370,7 @@ impl<E: Endpoint> Client<E> {
                 self.finish(
                     &mut locked,
                     vec![(layout.leaf_addr(leaf_num), bytes)],
-                    redo,
+                    redo.map(|leaf| layout.leaf_addr(leaf)),
                     hand_over,
                     held_slot,
                 )?;

@@ -195,7 +195,9 @@ impl<E: Endpoint> Retrainer<E> {
                 if connections[index as usize] & !REVOKE == 0 {
                     continue;
                 }
-                for slot in 0..LEAF_BOX {
+                // The last slot first: it holds the client's redo leaf when leaves are longer
+                // than a packet, which a rewrite in place needs before a split needs the rest.
+                for slot in (0..LEAF_BOX).rev() {
                     if boxes[(index * LEAF_BOX + slot) as usize] != 0 {
                         continue;
                     }
