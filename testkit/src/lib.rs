@@ -8,8 +8,11 @@
 //! - [`flag_u64`]: one numeric `--flag value` of an example's command line;
 //!   [`print_json_or_fail`]: how a measuring example ends.
 //! - [`median`]: the figure the measuring examples report over their runs.
+//! - [`linearizability`]: a per-key linearizability checker for histories of key-value
+//!   operations (failed operations may or may not have happened).
 
 mod args;
+pub mod linearizability;
 mod stats;
 mod xorshift;
 

@@ -1,0 +1,389 @@
+//! A linearizability checker for histories of key-value operations (Wing & Gong's search, with the
+//! pruning Porcupine uses: a cache of (operations linearized, state) pairs already explored).
+//!
+//! **What it decides.** A history is linearizable when every operation that completed can be
+//! given a point between its call and its return such that, taken in the order of those points
+//! from the initial contents, each returns what it returned. An operation that failed (an error,
+//! a lost completion) may or may not have taken effect, at any point after its call: it may be
+//! linearized anywhere after its call with any result, or left out. Operations on different keys
+//! commute, so the history is checked one key at a time (linearizability is local: Herlihy &
+//! Wing), which keeps each search small.
+//!
+//! Times are any totally ordered stamps taken from one clock shared by all threads (a global
+//! counter is best: two events never share a stamp), with `call` read before the operation is
+//! issued and `ret` after it returned.
+
+use std::collections::{BTreeMap, HashSet};
+
+/// An operation on one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvOp {
+    /// Read the value.
+    Get,
+    /// Insert if absent.
+    Insert(u64),
+    /// Set if present.
+    Update(u64),
+    /// Set, inserting if absent.
+    Upsert(u64),
+    /// Remove if present.
+    Delete,
+}
+
+/// What an operation returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvResult {
+    /// A GET's value.
+    Value(Option<u64>),
+    /// A write's answer: inserted / updated / newly inserted (upsert) / deleted.
+    Done(bool),
+}
+
+/// One operation of a history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvEvent {
+    /// The key.
+    pub key: u64,
+    /// What was asked.
+    pub op: KvOp,
+    /// When it was called.
+    pub call: u64,
+    /// When it returned, and what; `None` for an operation that failed (it may or may not have
+    /// taken effect).
+    pub ret: Option<(u64, KvResult)>,
+}
+
+/// A key whose operations fit no linearization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The key.
+    pub key: u64,
+    /// Its value before the history.
+    pub initial: Option<u64>,
+    /// Its operations, by call time.
+    pub events: Vec<KvEvent>,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "key {}: no linearization of its {} operations from {:?}:",
+            self.key,
+            self.events.len(),
+            self.initial
+        )?;
+        for e in &self.events {
+            match e.ret {
+                Some((at, result)) => {
+                    writeln!(f, "  [{}, {}] {:?} -> {:?}", e.call, at, e.op, result)?
+                }
+                None => writeln!(f, "  [{}, -] {:?} -> failed", e.call, e.op)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `op` does to a key holding `state`: its new state and its result.
+pub fn step(state: Option<u64>, op: KvOp) -> (Option<u64>, KvResult) {
+    match op {
+        KvOp::Get => (state, KvResult::Value(state)),
+        KvOp::Insert(v) => match state {
+            None => (Some(v), KvResult::Done(true)),
+            Some(_) => (state, KvResult::Done(false)),
+        },
+        KvOp::Update(v) => match state {
+            Some(_) => (Some(v), KvResult::Done(true)),
+            None => (state, KvResult::Done(false)),
+        },
+        KvOp::Upsert(v) => (Some(v), KvResult::Done(state.is_none())),
+        KvOp::Delete => (None, KvResult::Done(state.is_some())),
+    }
+}
+
+/// Checks `history` against the contents `initial` (keys absent from it start absent): `Err`
+/// names the first key, in key order, whose operations fit no linearization.
+pub fn check(initial: &BTreeMap<u64, u64>, history: &[KvEvent]) -> Result<(), Violation> {
+    let mut by_key: BTreeMap<u64, Vec<KvEvent>> = BTreeMap::new();
+    for e in history {
+        by_key.entry(e.key).or_default().push(*e);
+    }
+    for (key, events) in by_key {
+        check_key(key, initial.get(&key).copied(), events)?;
+    }
+    Ok(())
+}
+
+/// A call or return event in the doubly linked list the search lifts operations out of.
+#[derive(Clone, Copy)]
+struct Node {
+    op: usize,
+    is_call: bool,
+    prev: usize,
+    next: usize,
+}
+
+const NONE: usize = usize::MAX;
+
+/// Checks the operations of one key (see [`check`]).
+pub fn check_key(
+    key: u64,
+    initial: Option<u64>,
+    mut events: Vec<KvEvent>,
+) -> Result<(), Violation> {
+    events.sort_by_key(|e| e.call);
+    let n = events.len();
+    // Events in time order: a call before a return at the same stamp (an operation that
+    // returned at t overlaps one called at t).
+    let mut order: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
+    for (i, e) in events.iter().enumerate() {
+        order.push((e.call, false, i));
+        if let Some((at, _)) = e.ret {
+            order.push((at.max(e.call), true, i));
+        }
+    }
+    order.sort_unstable();
+    // Node 0 is the head sentinel.
+    let mut nodes = vec![Node {
+        op: NONE,
+        is_call: false,
+        prev: NONE,
+        next: NONE,
+    }];
+    let mut call_node = vec![NONE; n];
+    let mut ret_node = vec![NONE; n];
+    for &(_, is_ret, op) in &order {
+        let at = nodes.len();
+        let prev = at - 1;
+        nodes[prev].next = at;
+        nodes.push(Node {
+            op,
+            is_call: !is_ret,
+            prev,
+            next: NONE,
+        });
+        if is_ret {
+            ret_node[op] = at;
+        } else {
+            call_node[op] = at;
+        }
+    }
+    let lift = |nodes: &mut Vec<Node>, op: usize| {
+        for at in [call_node[op], ret_node[op]] {
+            if at == NONE {
+                continue;
+            }
+            let Node { prev, next, .. } = nodes[at];
+            nodes[prev].next = next;
+            if next != NONE {
+                nodes[next].prev = prev;
+            }
+        }
+    };
+    let unlift = |nodes: &mut Vec<Node>, op: usize| {
+        for at in [ret_node[op], call_node[op]] {
+            if at == NONE {
+                continue;
+            }
+            let Node { prev, next, .. } = nodes[at];
+            nodes[prev].next = at;
+            if next != NONE {
+                nodes[next].prev = at;
+            }
+        }
+    };
+    let mut linearized = vec![0u64; n.div_ceil(64)];
+    let mut seen: HashSet<(Vec<u64>, Option<u64>)> = HashSet::new();
+    let mut stack: Vec<(usize, Option<u64>)> = Vec::new();
+    let mut state = initial;
+    let mut entry = nodes[0].next;
+    loop {
+        if entry == NONE {
+            // Every event left is the call of a failed operation: leaving it out is allowed.
+            return Ok(());
+        }
+        let node = nodes[entry];
+        if node.is_call {
+            let e = &events[node.op];
+            let (next_state, result) = step(state, e.op);
+            let matches = e.ret.is_none_or(|(_, r)| r == result);
+            let mut fresh = false;
+            if matches {
+                linearized[node.op / 64] |= 1 << (node.op % 64);
+                fresh = seen.insert((linearized.clone(), next_state));
+                if !fresh {
+                    linearized[node.op / 64] &= !(1 << (node.op % 64));
+                }
+            }
+            if fresh {
+                stack.push((node.op, state));
+                state = next_state;
+                lift(&mut nodes, node.op);
+                entry = nodes[0].next;
+            } else {
+                entry = node.next;
+            }
+        } else {
+            // An operation returned before it could be linearized: undo the latest choice.
+            let Some((op, before)) = stack.pop() else {
+                return Err(Violation {
+                    key,
+                    initial,
+                    events,
+                });
+            };
+            unlift(&mut nodes, op);
+            linearized[op / 64] &= !(1 << (op % 64));
+            state = before;
+            entry = nodes[call_node[op]].next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(call: u64, ret: u64, key: u64, op: KvOp, result: KvResult) -> KvEvent {
+        KvEvent {
+            key,
+            op,
+            call,
+            ret: Some((ret, result)),
+        }
+    }
+
+    fn failed(call: u64, key: u64, op: KvOp) -> KvEvent {
+        KvEvent {
+            key,
+            op,
+            call,
+            ret: None,
+        }
+    }
+
+    use KvOp::*;
+    use KvResult::*;
+
+    #[test]
+    fn a_read_after_a_completed_write_must_see_it() {
+        let history = [
+            done(1, 2, 7, Insert(5), Done(true)),
+            done(3, 4, 7, Get, Value(None)),
+        ];
+        let v = check(&BTreeMap::new(), &history).expect_err("a stale read");
+        assert_eq!(v.key, 7);
+        // Overlapping, either order is fine.
+        let history = [
+            done(1, 4, 7, Insert(5), Done(true)),
+            done(2, 3, 7, Get, Value(None)),
+        ];
+        assert_eq!(check(&BTreeMap::new(), &history), Ok(()));
+    }
+
+    #[test]
+    fn two_inserts_of_one_key_cannot_both_succeed_without_a_delete() {
+        let history = [
+            done(1, 4, 3, Insert(1), Done(true)),
+            done(2, 5, 3, Insert(2), Done(true)),
+        ];
+        assert!(check(&BTreeMap::new(), &history).is_err());
+        let history = [
+            done(1, 4, 3, Insert(1), Done(true)),
+            done(2, 6, 3, Delete, Done(true)),
+            done(3, 7, 3, Insert(2), Done(true)),
+            done(8, 9, 3, Get, Value(Some(2))),
+        ];
+        assert_eq!(check(&BTreeMap::new(), &history), Ok(()));
+    }
+
+    #[test]
+    fn a_failed_write_may_or_may_not_have_happened_but_not_before_its_call() {
+        let initial = BTreeMap::from([(1, 10)]);
+        for seen in [Some(10), Some(11)] {
+            let history = [failed(1, 1, Update(11)), done(5, 6, 1, Get, Value(seen))];
+            assert_eq!(check(&initial, &history), Ok(()), "{seen:?}");
+        }
+        // Not before its call.
+        let history = [
+            done(1, 2, 1, Get, Value(Some(11))),
+            failed(3, 1, Update(11)),
+        ];
+        assert!(check(&initial, &history).is_err());
+        // Once seen, it stays done: a later read cannot see the value before it.
+        let history = [
+            failed(1, 1, Update(11)),
+            done(2, 3, 1, Get, Value(Some(11))),
+            done(4, 5, 1, Get, Value(Some(10))),
+        ];
+        assert!(check(&initial, &history).is_err());
+    }
+
+    #[test]
+    fn a_lost_update_is_found_among_many_concurrent_operations() {
+        // Four writers overlap; the last read must see one of their values — and not the
+        // initial one, since all completed before it.
+        let mut history: Vec<KvEvent> = (0..4)
+            .map(|i| done(1 + i, 10 + i, 9, Update(100 + i), Done(true)))
+            .collect();
+        history.push(done(20, 21, 9, Get, Value(Some(102))));
+        let initial = BTreeMap::from([(9, 1)]);
+        assert_eq!(check(&initial, &history), Ok(()));
+        history.push(done(22, 23, 9, Get, Value(Some(1))));
+        assert!(check(&initial, &history).is_err());
+    }
+
+    #[test]
+    fn sequential_histories_of_the_model_pass_and_a_changed_result_fails() {
+        let mut rng = crate::XorShift64::new(11);
+        for round in 0..200 {
+            let mut state = BTreeMap::new();
+            let mut history = Vec::new();
+            let mut t = 0;
+            for _ in 0..40 {
+                let key = rng.next_u64() % 4;
+                let op = match rng.next_u64() % 5 {
+                    0 => Get,
+                    1 => Insert(rng.next_u64() % 3),
+                    2 => Update(rng.next_u64() % 3),
+                    3 => Upsert(rng.next_u64() % 3),
+                    _ => Delete,
+                };
+                let (next, result) = step(state.get(&key).copied(), op);
+                match next {
+                    Some(v) => state.insert(key, v),
+                    None => state.remove(&key),
+                };
+                history.push(done(t, t + 1, key, op, result));
+                t += 2;
+            }
+            assert_eq!(check(&BTreeMap::new(), &history), Ok(()), "round {round}");
+            // Flip one answer: a sequential history has one linearization, so it fails.
+            let i = (rng.next_u64() % history.len() as u64) as usize;
+            if let Some((at, result)) = history[i].ret {
+                let wrong = match result {
+                    Done(b) => Done(!b),
+                    Value(None) => Value(Some(99)),
+                    Value(Some(v)) => Value(Some(v + 1000)),
+                };
+                history[i].ret = Some((at, wrong));
+            }
+            assert!(
+                check(&BTreeMap::new(), &history).is_err(),
+                "round {round}: a changed answer passed"
+            );
+        }
+    }
+
+    #[test]
+    fn many_overlapping_operations_are_checked_quickly() {
+        // 300 operations on one key, each overlapping the next few: the cache keeps it fast.
+        let mut history = Vec::new();
+        for i in 0..300u64 {
+            history.push(done(i * 2, i * 2 + 7, 1, Upsert(i), Done(i == 0)));
+        }
+        history.push(done(700, 701, 1, Get, Value(Some(299))));
+        assert_eq!(check(&BTreeMap::new(), &history), Ok(()));
+    }
+}
