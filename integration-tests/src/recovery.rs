@@ -18,7 +18,7 @@ use retrainer::Retrainer;
 use sim_transport::{SimConfig, SimEndpoint, SimTransport};
 
 use crate::write_scenarios::{
-    TARGET_LEAF, TARGET_SLOT, apply, other_client, prepare_with, problems,
+    Prepared, TARGET_LEAF, TARGET_SLOT, apply, other_client, prepare_with, problems,
 };
 
 /// The memory node's lease time in these tests: long enough that a live compute node's renewer,
@@ -270,4 +270,29 @@ pub fn until_recovered(
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// A writer on a new store (its own caches) inserting [`WAITER_KEY`] into the target leaf, on a
+/// thread of its own, waiting at most `wait` for the lock.
+pub fn spawn_waiter(
+    p: &Prepared,
+    wait: Duration,
+) -> std::thread::JoinHandle<Result<bool, index_core::IndexError>> {
+    let transport = p.transport.clone();
+    std::thread::spawn(move || other_client(&transport, wait).insert(WAITER_KEY, WAITER_KEY))
+}
+
+/// The pool, read by a new store, must hold the contents before or after the scenario's write,
+/// with the waiter's key; returns whether it is after (and the write changed something).
+pub fn assert_before_or_after(p: &Prepared, what: &str) -> bool {
+    let mut before = p.before.clone();
+    let mut after = p.after.clone();
+    before.insert(WAITER_KEY, WAITER_KEY);
+    after.insert(WAITER_KEY, WAITER_KEY);
+    let now = contents(&p.transport);
+    assert!(
+        now == before || now == after,
+        "{what}: neither before nor after the write:\n now {now:?}\n before {before:?}\n after {after:?}"
+    );
+    now == after && before != after
 }

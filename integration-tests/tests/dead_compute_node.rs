@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use index_core::{IndexError, Store, StoreConfig};
 use integration_tests::recovery::{
-    LEASE, SHORT_LEASE, WAITER_KEY, contents, lease_of, prepare_with_a_filled_box,
-    recover_dead_member, retrain_and_verify, target_entry, traces_of, until_recovered,
-    verbs_with_a_filled_box, watcher,
+    LEASE, SHORT_LEASE, WAITER_KEY, assert_before_or_after, contents, lease_of,
+    prepare_with_a_filled_box, recover_dead_member, retrain_and_verify, spawn_waiter, target_entry,
+    traces_of, until_recovered, verbs_with_a_filled_box, watcher,
 };
 use integration_tests::write_scenarios::{
     SCENARIOS, apply, apply_oracle, other_client, prepare, problems,
@@ -89,16 +89,7 @@ fn a_compute_node_dying_at_any_verb_of_a_write_costs_a_waiter_a_pause_and_loses_
                 assert_eq!(result, Ok(true), "{what}: the waiter's insert");
                 longest_pause = longest_pause.max(waited);
 
-                let mut before = p.before.clone();
-                let mut after = p.after.clone();
-                before.insert(WAITER_KEY, WAITER_KEY);
-                after.insert(WAITER_KEY, WAITER_KEY);
-                let now = contents(&p.transport);
-                assert!(
-                    now == before || now == after,
-                    "{what}: neither before nor after the dead write:\n now {now:?}\n before {before:?}\n after {after:?}"
-                );
-                applied += u64::from(now == after && before != after);
+                applied += u64::from(assert_before_or_after(&p, &what));
 
                 // The dead node stays cut off: a new client of its store is refused.
                 assert!(
@@ -449,13 +440,7 @@ fn a_live_compute_node_recovers_a_lock_its_broken_operation_left_and_loses_nothi
                     p.client.get(0).is_err_and(|e| e.is_connection_lost()),
                     "{what}: the retired client was used"
                 );
-                let waiter = {
-                    let transport = p.transport.clone();
-                    std::thread::spawn(move || {
-                        other_client(&transport, Duration::from_secs(10))
-                            .insert(WAITER_KEY, WAITER_KEY)
-                    })
-                };
+                let waiter = spawn_waiter(&p, Duration::from_secs(10));
                 until_recovered(&mut worker, &p.store, &p.transport, &what);
                 assert_eq!(
                     waiter.join().expect("waiter"),
@@ -466,12 +451,7 @@ fn a_live_compute_node_recovers_a_lock_its_broken_operation_left_and_loses_nothi
                 let stats = worker.member_stats().expect("watching");
                 assert_eq!(stats.deaths, 0, "{what}: {stats:?}");
                 assert!(stats.revoked_connections > 0, "{what}: {stats:?}");
-                let mut before = p.before.clone();
-                let mut after = p.after.clone();
-                before.insert(WAITER_KEY, WAITER_KEY);
-                after.insert(WAITER_KEY, WAITER_KEY);
-                let now = contents(&p.transport);
-                assert!(now == before || now == after, "{what}: {now:?}");
+                let _ = assert_before_or_after(&p, &what);
                 // The client goes on under a new connection.
                 p.store.reconnect(&mut p.client).expect("reconnect");
                 assert_eq!(
@@ -565,12 +545,7 @@ fn a_lock_is_recovered_only_after_the_failed_batch_can_no_longer_land() {
     );
     assert!(late.wait_for_arrival(Duration::from_secs(5)));
     assert!(target_entry(&p.transport).is_locked());
-    let waiter = {
-        let transport = p.transport.clone();
-        std::thread::spawn(move || {
-            other_client(&transport, Duration::from_secs(20)).insert(WAITER_KEY, WAITER_KEY)
-        })
-    };
+    let waiter = spawn_waiter(&p, Duration::from_secs(20));
     // The memory node runs; the batch is still in flight, so the lock must stay put.
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(200) {

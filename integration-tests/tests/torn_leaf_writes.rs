@@ -17,12 +17,11 @@ use std::time::Duration;
 
 use index_core::IndexError;
 use integration_tests::recovery::{
-    SHORT_LEASE, WAITER_KEY, contents, lease_of, prepare_with_a_filled_box, recover_dead_member,
-    retrain_and_verify, target_entry, until_recovered, verbs_with_a_filled_box,
+    SHORT_LEASE, WAITER_KEY, assert_before_or_after, contents, lease_of, prepare_with_a_filled_box,
+    recover_dead_member, retrain_and_verify, spawn_waiter, target_entry, until_recovered,
+    verbs_with_a_filled_box,
 };
-use integration_tests::write_scenarios::{
-    Prepared, SCENARIOS, Scenario, apply, other_client, problems,
-};
+use integration_tests::write_scenarios::{Prepared, SCENARIOS, Scenario, apply, problems};
 use retrainer::Retrainer;
 use sim_transport::{SimConfig, SimEndpoint};
 
@@ -69,26 +68,6 @@ fn prepare_with_a_sibling(
         map.insert(SIBLING_KEY, SIBLING_VALUE);
     }
     (p, worker)
-}
-
-/// The pool must read as before or after the cut write, with the waiter's key.
-fn assert_before_or_after(p: &Prepared, what: &str) {
-    let mut before = p.before.clone();
-    let mut after = p.after.clone();
-    before.insert(WAITER_KEY, WAITER_KEY);
-    after.insert(WAITER_KEY, WAITER_KEY);
-    let now = contents(&p.transport);
-    assert!(
-        now == before || now == after,
-        "{what}: neither before nor after the cut write:\n now {now:?}\n before {before:?}\n after {after:?}"
-    );
-}
-
-fn spawn_waiter(p: &Prepared) -> std::thread::JoinHandle<Result<bool, IndexError>> {
-    let transport = p.transport.clone();
-    std::thread::spawn(move || {
-        other_client(&transport, Duration::from_secs(10)).insert(WAITER_KEY, WAITER_KEY)
-    })
 }
 
 /// Whether `verify` finds a damaged leaf now.
@@ -140,10 +119,10 @@ fn a_compute_node_killed_inside_a_leaf_write_loses_nothing() {
                     }
                     torn_in_place += u64::from(a_leaf_is_torn(&p));
 
-                    let waiter = spawn_waiter(&p);
+                    let waiter = spawn_waiter(&p, Duration::from_secs(10));
                     recover_dead_member(&mut worker);
                     assert_eq!(waiter.join().expect("waiter"), Ok(true), "{what}: waiter");
-                    assert_before_or_after(&p, &what);
+                    let _ = assert_before_or_after(&p, &what);
                     let stats = worker.member_stats().expect("watching");
                     assert_eq!(stats.rolled_forward.damaged_chains, 0, "{what}: {stats:?}");
                     restored += stats.rolled_forward.leaves_restored;
@@ -188,11 +167,11 @@ fn a_live_compute_node_restores_a_leaf_its_broken_write_tore() {
                     assert_eq!(entry.owner(), p.store.member_tags()[0], "{what}");
                     torn_in_place += u64::from(a_leaf_is_torn(&p));
 
-                    let waiter = spawn_waiter(&p);
+                    let waiter = spawn_waiter(&p, Duration::from_secs(10));
                     until_recovered(&mut worker, &p.store, &p.transport, &what);
                     assert_eq!(waiter.join().expect("waiter"), Ok(true), "{what}: waiter");
                     assert!(!p.store.is_fenced(), "{what}: declared dead");
-                    assert_before_or_after(&p, &what);
+                    let _ = assert_before_or_after(&p, &what);
                     p.store.reconnect(&mut p.client).expect("reconnect");
                     assert_eq!(p.client.get(WAITER_KEY), Ok(Some(WAITER_KEY)), "{what}");
                     retrain_and_verify(&mut worker, &p.transport, &what);

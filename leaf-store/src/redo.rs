@@ -141,9 +141,7 @@ impl ChainRepair {
         self.restores.is_empty() && self.invalidate.is_empty() && self.trims.is_empty()
     }
 
-    /// Appends the repair's WRITEs, each fenced behind the verbs before it; trims of leaves
-    /// longer than a packet go through `scratch` (an unlinked leaf of the holder's boxes) when
-    /// `redo` says so.
+    /// Appends the repair's WRITEs: [`Self::push_restores`], then [`Self::push_trims`].
     pub fn push_verbs<'a>(
         &'a self,
         verbs: &mut Vec<Verb<'a>>,
@@ -151,12 +149,29 @@ impl ChainRepair {
         scratch: Option<u64>,
         redo: bool,
     ) {
+        self.push_restores(verbs, layout);
+        self.push_trims(verbs, layout, scratch, redo);
+    }
+
+    /// Appends the restores, then the invalidations, each fenced behind the verbs before it.
+    pub fn push_restores<'a>(&'a self, verbs: &mut Vec<Verb<'a>>, layout: &Layout) {
         for (leaf, image) in &self.restores {
             verbs.push(Verb::write(layout.leaf_addr(*leaf), image).fenced());
         }
         for &leaf in &self.invalidate {
             verbs.push(Verb::write(layout.leaf_addr(leaf), &INVALID_CHECKSUM).fenced());
         }
+    }
+
+    /// Appends the trims, each fenced behind the verbs before it; trims of leaves longer than a
+    /// packet go through `scratch` (an unlinked leaf of the holder's boxes) when `redo` says so.
+    pub fn push_trims<'a>(
+        &'a self,
+        verbs: &mut Vec<Verb<'a>>,
+        layout: &Layout,
+        scratch: Option<u64>,
+        redo: bool,
+    ) {
         let scratch = scratch.filter(|_| redo).map(|leaf| layout.leaf_addr(leaf));
         for (leaf, image) in &self.trims {
             in_place(verbs, layout.leaf_addr(*leaf), image, scratch, true);

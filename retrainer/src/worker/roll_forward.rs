@@ -33,7 +33,7 @@
 //! which rebuilds the record from its chains and leaves such slots behind.
 
 use leaf_store::members::{LEAF_BOX, MemberTable};
-use leaf_store::redo::{BoxImages, ChainRepair, REDO_SLOT, needs_redo, plan_repair};
+use leaf_store::redo::{BoxImages, REDO_SLOT, needs_redo, plan_repair};
 use leaf_store::{LeafTableEntry, ModelHeader, read_record, read_slot_table};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
@@ -154,12 +154,8 @@ impl<E: Endpoint> Retrainer<E> {
         let mut plans = Vec::with_capacity(held.len());
         for lock in held {
             let plan = plan_repair(&mut self.ep, &self.layout, &lock.record, lock.leaf, &images)?;
-            let restores = ChainRepair {
-                trims: Vec::new(),
-                ..plan.clone()
-            };
             let mut verbs = Vec::new();
-            restores.push_verbs(&mut verbs, &self.layout, None, false);
+            plan.push_restores(&mut verbs, &self.layout);
             self.ep.batches(&mut verbs)?;
             drop(verbs);
             done.leaves_restored += plan.restores.len() as u64;
@@ -182,15 +178,11 @@ impl<E: Endpoint> Retrainer<E> {
                 continue;
             }
             done.splits_completed += 1;
-            let trims = ChainRepair {
-                trims: plan.trims.clone(),
-                ..ChainRepair::default()
-            };
             // The bump first: readers whose cached tables predate the link refresh before any
             // key leaves a leaf they might read.
             let mut verbs: Vec<Verb<'_>> =
                 vec![Verb::faa(lock.record_addr, ModelHeader::CHANGE_ONE)];
-            trims.push_verbs(&mut verbs, &self.layout, scratch, redo);
+            plan.push_trims(&mut verbs, &self.layout, scratch, redo);
             self.ep.batches(&mut verbs)?;
         }
         Ok(done)
