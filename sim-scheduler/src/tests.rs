@@ -1,0 +1,174 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::{Config, Outcome, Strategy, pause, run, thread, time::Instant};
+
+fn config(seed: u64, strategy: Strategy) -> Config {
+    Config {
+        seed,
+        strategy,
+        max_steps: 100_000,
+        stall_limit: Duration::from_secs(20),
+        ..Config::default()
+    }
+}
+
+/// Two threads increment a counter by a load and a store (a lost update when they interleave);
+/// the run fails if an update was lost.
+fn lost_update(seed: u64, strategy: Strategy) -> Outcome {
+    run(config(seed, strategy), || {
+        let counter = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let counter = Arc::clone(&counter);
+                thread::spawn(move || {
+                    for _ in 0..3 {
+                        let v = counter.load(Ordering::SeqCst);
+                        counter.store(v + 1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("join");
+        }
+        if counter.load(Ordering::SeqCst) != 6 {
+            crate::fail("an update was lost");
+        }
+    })
+    .outcome
+}
+
+#[test]
+fn both_strategies_find_a_lost_update_and_some_schedules_miss_it() {
+    for strategy in [
+        Strategy::Random,
+        Strategy::Pct {
+            depth: 2,
+            steps: 30,
+        },
+    ] {
+        let outcomes: Vec<Outcome> = (0..40)
+            .map(|seed| lost_update(seed, strategy.clone()))
+            .collect();
+        let failed = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Panicked { .. }))
+            .count();
+        assert!(failed > 0, "{strategy:?} never lost an update in 40 seeds");
+        assert!(failed < 40, "{strategy:?} lost an update in every schedule");
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, Outcome::Finished | Outcome::Panicked { .. }))
+        );
+    }
+}
+
+#[test]
+fn a_seed_replays_the_same_choices() {
+    let trace = |seed| {
+        run(config(seed, Strategy::Random), || {
+            let m = Arc::new(Mutex::new(Vec::new()));
+            let hs: Vec<_> = (0..3)
+                .map(|i| {
+                    let m = Arc::clone(&m);
+                    thread::spawn(move || {
+                        for j in 0..5 {
+                            m.lock().expect("lock").push(i * 10 + j);
+                            thread::yield_now();
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().expect("join");
+            }
+        })
+    };
+    let (a, b, c) = (trace(7), trace(7), trace(8));
+    assert_eq!(a.outcome, Outcome::Finished);
+    assert_eq!((a.trace, a.steps), (b.trace, b.steps));
+    assert_ne!(a.trace, c.trace);
+}
+
+#[test]
+fn a_mutex_excludes_and_sleep_is_virtual() {
+    let report = run(config(3, Strategy::Random), || {
+        let m = Arc::new(Mutex::new(0u64));
+        let hs: Vec<_> = (0..3)
+            .map(|_| {
+                let m = Arc::clone(&m);
+                thread::spawn(move || {
+                    for _ in 0..4 {
+                        let mut g = m.lock().expect("lock");
+                        let v = *g;
+                        thread::yield_now();
+                        *g = v + 1;
+                    }
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        thread::sleep(Duration::from_secs(3600));
+        assert!(started.elapsed() >= Duration::from_secs(3600));
+        for h in hs {
+            h.join().expect("join");
+        }
+        assert_eq!(*m.lock().expect("lock"), 12);
+    });
+    assert_eq!(report.outcome, Outcome::Finished);
+    assert!(report.virtual_time >= Duration::from_secs(3600));
+}
+
+#[test]
+fn a_paused_group_does_not_run_until_its_time() {
+    let report = run(config(5, Strategy::Random), || {
+        let counter = Arc::new(AtomicU64::new(0));
+        let group = crate::new_group();
+        let c = Arc::clone(&counter);
+        let h = thread::spawn_in(group, "paused", move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("spawn");
+        pause(group, Duration::from_secs(10));
+        let start = Instant::now();
+        while counter.load(Ordering::SeqCst) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        // Either it ran before the pause took effect, or only after ten seconds.
+        let waited = start.elapsed();
+        assert!(waited < Duration::from_millis(5) || waited >= Duration::from_secs(9));
+        h.join().expect("join");
+    });
+    assert_eq!(report.outcome, Outcome::Finished);
+}
+
+#[test]
+fn a_panic_and_a_livelock_are_reported() {
+    let report = run(config(1, Strategy::Random), || {
+        let h = thread::spawn(|| panic!("boom"));
+        let _ = h.join();
+    });
+    assert!(matches!(report.outcome, Outcome::Panicked { ref message, .. } if message == "boom"));
+    let report = run(config(1, Strategy::Random), || {
+        let flag = AtomicU64::new(0);
+        while flag.load(Ordering::SeqCst) == 0 {}
+    });
+    assert_eq!(report.outcome, Outcome::StepLimit);
+}
+
+#[test]
+fn outside_a_run_everything_is_std() {
+    assert!(!crate::is_simulated());
+    let m = Mutex::new(1);
+    *m.lock().expect("lock") += 1;
+    assert_eq!(*m.lock().expect("lock"), 2);
+    let h = thread::spawn(|| 5);
+    assert_eq!(h.join().expect("join"), 5);
+    let t = Instant::now();
+    thread::sleep(Duration::from_millis(2));
+    assert!(t.elapsed() >= Duration::from_millis(2));
+}
