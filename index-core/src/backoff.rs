@@ -1,6 +1,6 @@
 //! Bounded exponential backoff.
 
-use std::time::{Duration, Instant};
+use crate::sync::time::{Duration, Instant};
 
 /// Exponential backoff that gives up after a deadline: spins first, then yields, then sleeps.
 #[derive(Debug)]
@@ -23,15 +23,15 @@ impl Backoff {
             return false;
         }
         if cfg!(loom) {
-            crate::sync::yield_now();
+            crate::sync::thread::yield_now();
         } else if self.step < 6 {
             for _ in 0..(1u32 << self.step) {
                 std::hint::spin_loop();
             }
         } else if self.step < 12 {
-            std::thread::yield_now();
+            crate::sync::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50 << (self.step - 12).min(6)));
+            crate::sync::thread::sleep(Duration::from_micros(50 << (self.step - 12).min(6)));
         }
         self.step += 1;
         true

@@ -12,7 +12,8 @@ use std::hash::{Hash, Hasher};
 use leaf_store::{Leaf, LeafTableEntry, ModelHeader};
 use rdma_transport::RemoteAddr;
 
-use crate::sync::{AtomicUsize, Mutex};
+use crate::sync::Mutex;
+use crate::sync::atomic::AtomicUsize;
 
 /// A remote leaf lock this compute node holds, left for the next local writer.
 #[derive(Debug, Clone)]

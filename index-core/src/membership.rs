@@ -27,10 +27,11 @@
 //! than `s`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::thread::JoinHandle;
+use crate::sync::time::Duration;
+use crate::sync::{Condvar, MembershipMutex as Mutex};
 
 use leaf_store::Layout;
 use rdma_transport::RemoteAddr;
@@ -379,7 +380,7 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
     members: Arc<Members>,
     every: Duration,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
+    crate::sync::thread::Builder::new()
         .name("rolex-lease".into())
         .spawn(move || {
             // Per joined node: its table, our membership, its position in store order, the epoch
@@ -480,7 +481,7 @@ pub(crate) fn spawn_renewer<E: Endpoint + 'static>(
                 }
                 members.settle_retired(&mut ep);
                 if members.retired_count() > 0 {
-                    std::thread::sleep(every.min(Duration::from_millis(1)));
+                    crate::sync::thread::sleep(every.min(Duration::from_millis(1)));
                 }
             }
             if members.retired_count() == 0 && !members.is_fenced() {

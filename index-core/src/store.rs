@@ -1,7 +1,9 @@
 //! The store a compute node opens: per memory node, its layout, top-level index and slot views.
 
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
+
+use crate::sync::MembershipMutex as Mutex;
+use crate::sync::thread::JoinHandle;
 
 use leaf_store::{Layout, read_record, read_slot_table};
 use rdma_transport::{Endpoint, MemoryNodeInfo, Transport};

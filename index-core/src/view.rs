@@ -41,7 +41,7 @@ pub(crate) struct SlotView {
     /// writing through them, so no write targets a record retired longer ago than that plus one
     /// operation — far inside the retrainer's grace period before it reuses the memory. (What a
     /// memory node without a lease watch relies on; with one, reclamation waits for epochs.)
-    pub(crate) fetched_at: std::time::Instant,
+    pub(crate) fetched_at: crate::sync::time::Instant,
     /// The latest local epoch in which this view was known to name a record that is not retired
     /// (see `crate::membership`): an operation of a later epoch reloads it from the slot table.
     pub(crate) validated: Validated,
@@ -49,20 +49,21 @@ pub(crate) struct SlotView {
 
 /// A view's validation epoch: an atomic, so the lease renewer can confirm a view in place.
 #[derive(Debug, Default)]
-pub(crate) struct Validated(std::sync::atomic::AtomicU64);
+pub(crate) struct Validated(crate::sync::atomic::AtomicU64);
 
 impl Validated {
     pub(crate) fn new(epoch: u64) -> Self {
-        Self(std::sync::atomic::AtomicU64::new(epoch))
+        Self(crate::sync::atomic::AtomicU64::new(epoch))
     }
 
     pub(crate) fn get(&self) -> u64 {
-        self.0.load(std::sync::atomic::Ordering::Acquire)
+        self.0.load(crate::sync::atomic::Ordering::Acquire)
     }
 
     /// Raises it to `epoch` (never lowers it).
     pub(crate) fn raise(&self, epoch: u64) {
-        self.0.fetch_max(epoch, std::sync::atomic::Ordering::AcqRel);
+        self.0
+            .fetch_max(epoch, crate::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -80,7 +81,8 @@ impl PartialEq for Validated {
 }
 
 /// Age past which a writer refreshes a view before using its addresses.
-pub(crate) const VIEW_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const VIEW_MAX_AGE: crate::sync::time::Duration =
+    crate::sync::time::Duration::from_secs(1);
 
 /// The entries of one chain: inline for the chains operations meet (no heap allocation per
 /// operation).
@@ -109,7 +111,7 @@ impl SlotView {
             pivots: (mode == CacheMode::Pivots).then_some(record.pivots),
             lt: CachedLt::Full(Vec::new()),
             slt: Vec::new(),
-            fetched_at: std::time::Instant::now(),
+            fetched_at: crate::sync::time::Instant::now(),
             validated: Validated::new(epoch),
         };
         view.set_tables(record.header, &record.lt, &record.slt, mode);
@@ -128,7 +130,7 @@ impl SlotView {
     ) -> Self {
         let mut view = self.clone();
         view.set_tables(header, lt, slt, mode);
-        view.fetched_at = std::time::Instant::now();
+        view.fetched_at = crate::sync::time::Instant::now();
         view.validated = Validated::new(epoch);
         view
     }

@@ -117,7 +117,7 @@ pub fn read_leaf<E: Endpoint>(
             Err(e @ LeafStoreError::TornLeaf { .. }) => last = e,
             Err(e) => return Err(e),
         }
-        crate::sync::yield_now();
+        crate::sync::thread::yield_now();
     }
     Err(last)
 }

@@ -51,6 +51,7 @@
 
 pub mod problem;
 pub mod queue;
+mod sync;
 mod worker;
 
 pub use worker::{

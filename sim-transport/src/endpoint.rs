@@ -1,8 +1,8 @@
 //! The simulator's `Endpoint`.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Instant;
+use crate::sync::Arc;
+use crate::sync::atomic::Ordering;
+use crate::sync::time::{Duration, Instant};
 
 use rdma_transport::{
     Endpoint, RemoteAddr, Stats, TransportError, Verb, validate_batch, validate_verb,
@@ -10,13 +10,15 @@ use rdma_transport::{
 
 use crate::Reordering;
 use crate::nic::{self, Connection};
-use crate::transport::Shared;
+use crate::transport::{Life, Shared};
 
 /// One thread's endpoint on a [`crate::SimTransport`]. Executes verbs directly on the pools'
 /// atomic words, in order, and counts them like a NIC would.
 #[derive(Debug)]
 pub struct SimEndpoint {
     shared: Arc<Shared>,
+    /// The life of the simulated process the endpoint belongs to.
+    life: Arc<Life>,
     stats: Stats,
     /// Verbs still to fail with `InjectedFault`.
     fail_next: u64,
@@ -51,7 +53,7 @@ pub struct SimEndpoint {
 /// between two batches, as long as a test wants.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
-    state: Arc<(std::sync::Mutex<(bool, bool)>, std::sync::Condvar)>,
+    state: Arc<(crate::sync::Mutex<(bool, bool)>, crate::sync::Condvar)>,
 }
 
 impl Gate {
@@ -73,13 +75,13 @@ impl Gate {
     }
 
     /// Waits until an endpoint waits at the gate, at most `limit`; whether one does.
-    pub fn wait_for_arrival(&self, limit: std::time::Duration) -> bool {
+    pub fn wait_for_arrival(&self, limit: Duration) -> bool {
         let until = Instant::now() + limit;
         while !self.is_waiting() {
             if Instant::now() >= until {
                 return false;
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            crate::sync::thread::sleep(Duration::from_millis(1));
         }
         true
     }
@@ -116,13 +118,10 @@ enum LateVerb {
     Faa(u64),
 }
 
-static ENDPOINT_SEED: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-
 impl SimEndpoint {
     /// A new endpoint with a connection on every pool; fails if a pool's connection table is full.
-    pub(crate) fn new(shared: Arc<Shared>) -> Result<Self, TransportError> {
-        let rng = ENDPOINT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1;
+    pub(crate) fn new(shared: Arc<Shared>, life: Arc<Life>) -> Result<Self, TransportError> {
+        let rng = crate::sync::endpoint_seed() | 1;
         let mut connections = Vec::with_capacity(shared.pools.len());
         if nic::enabled() {
             let me = nic::this_process();
@@ -146,6 +145,7 @@ impl SimEndpoint {
         }
         Ok(Self {
             shared,
+            life,
             stats: Stats::default(),
             fail_next: 0,
             crash_after: None,
@@ -213,7 +213,7 @@ impl SimEndpoint {
             })
             .collect();
         let shared = Arc::clone(&self.shared);
-        std::thread::spawn(move || {
+        crate::sync::thread::spawn(move || {
             gate.pass();
             for (addr, verb) in owned {
                 let Some(pool) = shared.pool(addr.node()) else {
@@ -328,6 +328,11 @@ impl SimEndpoint {
         if self.crashed {
             return None;
         }
+        let killed = self.life.killed.load(Ordering::SeqCst);
+        if killed != 0 {
+            // The process was killed: this verb is where the connection is cut.
+            return Some(usize::try_from(killed - 1).unwrap_or(usize::MAX));
+        }
         match self.tear.as_mut()? {
             (0, packets) => {
                 let packets = *packets;
@@ -380,7 +385,7 @@ impl SimEndpoint {
         let rng = &mut self.rng;
         let mut between_words = || {
             if torn && xorshift(rng) & 3 == 0 {
-                crate::sync::yield_now();
+                crate::sync::thread::yield_now();
             }
         };
         // Validation found the node, so its pool exists.
@@ -432,6 +437,7 @@ impl SimEndpoint {
 impl SimEndpoint {
     /// Executes one verb (or fails it, if a fault is due) and counts it.
     fn run(&mut self, verb: &mut Verb<'_>) -> Result<(), TransportError> {
+        crate::sync::verb_point();
         if let Some(packets) = self.tear_due() {
             // The connection is cut inside this verb: of a WRITE longer than `packets` packets,
             // that many land; nothing else of it, and nothing after it.
@@ -546,6 +552,11 @@ impl Endpoint for SimEndpoint {
         if self.broken {
             return Err(TransportError::Broken("a completion was lost".into()));
         }
+        if self.life.break_next.load(Ordering::Relaxed) != 0
+            && self.life.break_next.swap(0, Ordering::SeqCst) != 0
+        {
+            self.break_after = Some(0);
+        }
         if let Some(gate) = due(&mut self.land_late) {
             self.broken = true;
             self.start_late(verbs, gate)?;
@@ -617,9 +628,13 @@ impl SimEndpoint {
             validate_verb(verb, &self.shared.nodes)?;
         }
         if let Some(delay) = self.shared.config.batch_delay {
-            let until = Instant::now() + delay;
-            while Instant::now() < until {
-                std::hint::spin_loop();
+            if crate::sync::is_simulated() {
+                crate::sync::thread::sleep(delay);
+            } else {
+                let until = Instant::now() + delay;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
             }
         }
         let entered = self.enter(verbs)?;

@@ -43,11 +43,10 @@
     allow(clippy::absurd_extreme_comparisons, clippy::reversed_empty_ranges)
 )]
 
-use std::time::{Duration, Instant};
-
 use rdma_transport::Fenced;
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::time::{Duration, Instant};
 
 /// Connections per pool (entries are reused once closed).
 pub(crate) const CONNECTIONS: usize = if cfg!(loom) { 0 } else { 1024 };
@@ -293,7 +292,7 @@ pub(crate) fn fence(nic: &[AtomicU64], id: u64, mut replay: impl FnMut(u64, &[u8
             }
             break;
         }
-        std::thread::yield_now();
+        crate::sync::thread::yield_now();
     }
     close(nic, conn);
     Fenced::Done

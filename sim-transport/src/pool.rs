@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::path::PathBuf;
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a pool could not be created or attached.
 #[derive(Debug, thiserror::Error)]

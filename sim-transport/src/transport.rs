@@ -1,8 +1,8 @@
 //! The simulator's `Transport`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::time::Duration;
 
 use rdma_transport::{MemoryNodeInfo, Transport, TransportError};
 
@@ -110,13 +110,25 @@ impl Shared {
     }
 }
 
+/// The life of one simulated process's endpoints (see [`SimTransport::process`]).
+#[derive(Debug, Default)]
+pub(crate) struct Life {
+    /// 0 while the process lives; once killed, 1 + the packets of a WRITE cut at the kill that
+    /// land.
+    pub(crate) killed: AtomicU64,
+    /// Set to make the process's next batch lose its completion.
+    pub(crate) break_next: AtomicU64,
+}
+
 /// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
 /// [`SimTransport::with_node_ids`]).
 ///
-/// Cloning is cheap and shares the pools.
+/// Cloning is cheap and shares the pools, and the simulated process: see
+/// [`SimTransport::process`] for a handle of another process on the same fabric.
 #[derive(Debug, Clone)]
 pub struct SimTransport {
     shared: Arc<Shared>,
+    life: Arc<Life>,
 }
 
 impl SimTransport {
@@ -157,6 +169,7 @@ impl SimTransport {
             list.push(pool);
         }
         Ok(Self {
+            life: Arc::default(),
             shared: Arc::new(Shared {
                 pools: list,
                 index_of,
@@ -201,6 +214,44 @@ impl SimTransport {
         })
     }
 
+    /// A handle of a new simulated process on the same fabric (the same pools and NICs): its
+    /// endpoints die together when [`Self::kill`] is called on it (or on a clone of it), and
+    /// those of other processes go on.
+    pub fn process(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            life: Arc::default(),
+        }
+    }
+
+    /// Fault injection: kills this handle's process, at whatever point each of its endpoints is.
+    /// Each endpoint's next verb is cut — of a WRITE longer than `packets` packets
+    /// ([`crate::SimConfig::packet_bytes`]) the first `packets` land, as a NIC leaves a WRITE
+    /// when its process dies; nothing else of it, and nothing after it — and fails with
+    /// [`TransportError::Crashed`], as does every later verb and every endpoint made afterwards.
+    /// What the process's threads do after that no longer reaches memory.
+    pub fn kill(&self, packets: usize) {
+        let code = u64::try_from(packets)
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1);
+        let _ = self
+            .life
+            .killed
+            .compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether this handle's process was killed.
+    pub fn is_killed(&self) -> bool {
+        self.life.killed.load(Ordering::SeqCst) != 0
+    }
+
+    /// Fault injection: the next batch of any endpoint of this handle's process loses its
+    /// completion (see [`SimEndpoint::break_after`]): it executes, the caller gets
+    /// [`TransportError::Broken`], and so does every later call of that endpoint.
+    pub fn break_next_batch(&self) {
+        self.life.break_next.store(1, Ordering::SeqCst);
+    }
+
     /// Fault injection: the next `n` verbs executed by any endpoint of this transport fail with
     /// [`TransportError::InjectedFault`] (each failure ends its batch).
     pub fn fail_next_verbs(&self, n: u64) {
@@ -237,7 +288,10 @@ impl Transport for SimTransport {
     type Endpoint = SimEndpoint;
 
     fn endpoint(&self) -> Result<SimEndpoint, TransportError> {
-        SimEndpoint::new(Arc::clone(&self.shared))
+        if self.is_killed() {
+            return Err(TransportError::Crashed);
+        }
+        SimEndpoint::new(Arc::clone(&self.shared), Arc::clone(&self.life))
     }
 
     fn memory_nodes(&self) -> &[MemoryNodeInfo] {

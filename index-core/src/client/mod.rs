@@ -76,7 +76,7 @@ impl<E: Endpoint> Drop for Client<E> {
 struct LeafBox {
     /// The box's words as last read ([`leaf_store::members::leaf_word`]; 0: empty or used).
     slots: Vec<u64>,
-    read_at: Option<std::time::Instant>,
+    read_at: Option<crate::sync::time::Instant>,
     /// Leaves a split took from the box whose batch failed: it may have linked them without its
     /// box clear landing, so they are never taken from the box again (recovery sorts them out
     /// when this compute node goes).
@@ -85,7 +85,7 @@ struct LeafBox {
 
 impl LeafBox {
     /// How long an empty box is trusted before it is read again.
-    const REREAD: std::time::Duration = std::time::Duration::from_millis(1);
+    const REREAD: crate::sync::time::Duration = crate::sync::time::Duration::from_millis(1);
 
     /// A granted leaf for a split: its box slot and number. With `redo` (leaves longer than a
     /// packet), the slot [`leaf_store::redo::REDO_SLOT`] holds the client's redo leaf, never
@@ -398,7 +398,7 @@ impl Drop for Running {
 /// thread that spins without yielding would keep the writer it waits for from running).
 fn retry_pause() {
     if cfg!(loom) {
-        crate::sync::yield_now();
+        crate::sync::thread::yield_now();
     } else {
         std::hint::spin_loop();
     }

@@ -1,6 +1,6 @@
 //! The write path: the leaf-lock protocol shared by INSERT, UPDATE, UPSERT and DELETE.
+use crate::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, le_word};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
@@ -227,7 +227,7 @@ impl<E: Endpoint> Client<E> {
                 .collect();
             let lbox = &mut self.boxes[node.position];
             lbox.slots = slots;
-            lbox.read_at = Some(std::time::Instant::now());
+            lbox.read_at = Some(crate::sync::time::Instant::now());
         }
         if old != expected.raw() {
             let seen = LeafTableEntry::from_raw(old);

@@ -11,7 +11,7 @@
 //! 3. its connection words are cleared and the entry freed; a node that was only paused finds
 //!    its lease gone at its next renewal, its verbs failing, and must join again.
 
-use std::time::{Duration, Instant};
+use crate::sync::time::{Duration, Instant};
 
 use leaf_store::members::{
     CONNECTIONS_PER_MEMBER, LEAF_BOX, Lease, MEMBER_TAGS, MemberState, MemberTable, REVOKE,

@@ -17,9 +17,9 @@ pub use roll_forward::RollForward;
 
 use space::FreeSpace;
 
+use crate::sync::time::{Duration, Instant};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
 
 use leaf_store::{
     Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RECORD_FIXED_BYTES,
@@ -571,9 +571,9 @@ impl<E: Endpoint> Retrainer<E> {
             }
             match self.retrain_next() {
                 Ok(Some(_)) => {}
-                Ok(None) => std::thread::sleep(self.config.idle_sleep),
+                Ok(None) => crate::sync::thread::sleep(self.config.idle_sleep),
                 Err(e) if e.is_transport_lost() => return Err(e),
-                Err(_) => std::thread::sleep(self.config.idle_sleep),
+                Err(_) => crate::sync::thread::sleep(self.config.idle_sleep),
             }
         }
         Ok(self.stats)
@@ -585,7 +585,7 @@ impl<E: Endpoint> Retrainer<E> {
             Err(e) if e.is_transport_lost() => Err(e),
             Err(_) => {
                 self.stats.errors += 1;
-                std::thread::sleep(self.config.idle_sleep);
+                crate::sync::thread::sleep(self.config.idle_sleep);
                 Ok(())
             }
             Ok(()) => Ok(()),
@@ -674,8 +674,9 @@ fn record_prefixes<E: Endpoint>(
 }
 
 fn pause() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::sleep(Duration::from_micros(20));
+    if cfg!(loom) {
+        crate::sync::thread::yield_now();
+    } else {
+        crate::sync::thread::sleep(Duration::from_micros(20));
+    }
 }

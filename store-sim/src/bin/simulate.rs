@@ -1,0 +1,139 @@
+//! Runs seeds of the whole-store simulation, printing progress; stops at the first failure and
+//! prints the command that replays it.
+//!
+//! ```text
+//! simulate [--from S] [--seeds N] [--ops N] [--no-faults]   run seeds S, S+1, ... (N of them)
+//! simulate --seed S [--ops N] [--no-faults] [--history]     replay one seed
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use store_sim::{Options, SeedReport, run_seed};
+use testkit::flag_u64;
+
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] | --seed S [--ops N] [--no-faults] [--history]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // A failing run's panic is reported with its seed; the default hook's backtrace is noise.
+    std::panic::set_hook(Box::new(|_| {}));
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("simulate: {e}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let known = [
+        "--from",
+        "--seeds",
+        "--ops",
+        "--seed",
+        "--no-faults",
+        "--history",
+        "--help",
+    ];
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if !known.contains(&a.as_str()) {
+            return Err(format!("unknown argument {a:?}"));
+        }
+        i += if matches!(a.as_str(), "--no-faults" | "--history" | "--help") {
+            1
+        } else {
+            2
+        };
+    }
+    if args.iter().any(|a| a == "--help") {
+        println!("{USAGE}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let ops = flag_u64(args, "--ops", Options::default().ops_per_client as u64)?;
+    if ops == 0 || ops > 100_000 {
+        return Err("--ops must be between 1 and 100000".into());
+    }
+    let options = Options {
+        ops_per_client: ops as usize,
+        faults: !args.iter().any(|a| a == "--no-faults"),
+    };
+    let flags = replay_flags(&options);
+    if args.iter().any(|a| a == "--seed") {
+        let seed = flag_u64(args, "--seed", 0)?;
+        let report = run_seed(seed, &options);
+        print_one(&report);
+        if args.iter().any(|a| a == "--history") {
+            for entry in &report.summary.history {
+                println!("{entry:?}");
+            }
+        }
+        return Ok(if report.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let from = flag_u64(args, "--from", 0)?;
+    let seeds = flag_u64(args, "--seeds", 100)?;
+    let started = Instant::now();
+    let mut last_print = Instant::now();
+    let (mut ops_total, mut faults_total, mut steps_total) = (0u64, 0u64, 0u64);
+    for (n, seed) in (from..from.saturating_add(seeds)).enumerate() {
+        let report = run_seed(seed, &options);
+        ops_total += report.summary.ops;
+        faults_total += report.summary.faults.total();
+        steps_total += report.steps;
+        if !report.passed() {
+            print_one(&report);
+            println!(
+                "FAILED at seed {seed}; replay: cargo run --release -p store-sim --bin simulate -- --seed {seed}{flags}"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        if last_print.elapsed() >= Duration::from_secs(10) || n as u64 + 1 == seeds {
+            last_print = Instant::now();
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
+            println!(
+                "{} seeds ({from}..={seed}) passed in {:.0} s: {} operations, {} faults, {} sync points; {:.2} schedules/s, {:.0} operations/s",
+                n + 1,
+                secs,
+                ops_total,
+                faults_total,
+                steps_total,
+                (n + 1) as f64 / secs,
+                ops_total as f64 / secs
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn replay_flags(options: &Options) -> String {
+    let mut flags = String::new();
+    if options.ops_per_client != Options::default().ops_per_client {
+        flags.push_str(&format!(" --ops {}", options.ops_per_client));
+    }
+    if !options.faults {
+        flags.push_str(" --no-faults");
+    }
+    flags
+}
+
+fn print_one(report: &SeedReport) {
+    println!(
+        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  {} sync points, {:?} virtual, {:?} wall, schedule digest {:016x}",
+        report.seed,
+        report.outcome,
+        report.summary.shape,
+        report.summary.ops,
+        report.summary.faults,
+        report.steps,
+        report.virtual_time,
+        report.wall,
+        report.trace
+    );
+}

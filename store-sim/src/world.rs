@@ -1,0 +1,573 @@
+//! One seeded run of the whole store: its shape, its threads, its faults and its final checks.
+//!
+//! - **Memory node.** One simulated pool, bulk-loaded with a small layout (a few keys per leaf,
+//!   two leaves per slot, so inserts split leaves and deletes empty them), and its worker — a
+//!   retrainer that also watches leases, fences and recovers — on a thread of its own process.
+//! - **Compute nodes.** Two or three `Store`s, each on a process of its own (its own caches,
+//!   renewer and connections) with one or two client threads running random operations on a few
+//!   dozen keys, each write with a value never written before.
+//! - **Faults**, drawn from the seed by a thread of their own: a compute node killed wherever its
+//!   threads are (a WRITE in flight lands a prefix of its packets), a compute node paused past
+//!   its lease, transient verb failures, a lost completion, the memory node's worker killed and
+//!   restarted on its pool, a client dropped and made again, a killed or fenced compute node
+//!   started again as a new member.
+//! - **End.** Once every client is done, the memory node must recover every member that died
+//!   (every lease entry free again), retrain what recovery queued, `verify` clean, conserve its
+//!   leaves (allocated = linked + freed + in boxes + free-listed) and hold no stale redo image;
+//!   the history, with a final read of every key appended, must be linearizable.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use index_core::{Client, IndexError, Store, StoreConfig};
+use leaf_store::BulkLoadConfig;
+use leaf_store::members::{MemberState, MemberTable};
+use rdma_transport::{Transport, TransportError};
+use retrainer::{RetrainConfig, Retrainer};
+use sim_scheduler::{Group, thread};
+use sim_transport::{Reordering, SimConfig, SimEndpoint, SimTransport};
+use testkit::XorShift64;
+use testkit::linearizability::{KvOp, KvResult};
+
+use crate::history::{Entry, Op, Recorder, Returned};
+
+/// The memory node's lease time (virtual).
+pub const LEASE: Duration = Duration::from_millis(4);
+/// How often compute nodes renew (virtual).
+const RENEWAL: Duration = Duration::from_micros(500);
+/// How long the end waits for the memory node to recover every member (virtual).
+const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// How a run is shaped (the seed fills in the rest).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Operations each client runs.
+    pub ops_per_client: usize,
+    /// Whether faults are injected.
+    pub faults: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            ops_per_client: 25,
+            faults: true,
+        }
+    }
+}
+
+/// Faults injected in a run, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Compute nodes killed.
+    pub kills: u64,
+    /// Compute nodes paused past their lease.
+    pub pauses: u64,
+    /// Transient verb failures.
+    pub verb_failures: u64,
+    /// Lost completions.
+    pub lost_completions: u64,
+    /// Memory-node workers killed (and restarted on the pool).
+    pub worker_restarts: u64,
+    /// Memory-node workers paused.
+    pub worker_pauses: u64,
+    /// Clients dropped and made again.
+    pub client_restarts: u64,
+    /// Compute nodes started again as a new member (after a kill or a fence).
+    pub store_restarts: u64,
+}
+
+impl Faults {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.kills
+            + self.pauses
+            + self.verb_failures
+            + self.lost_completions
+            + self.worker_restarts
+            + self.worker_pauses
+            + self.client_restarts
+            + self.store_restarts
+    }
+}
+
+/// What a run left for its report.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Operations that completed (failed ones included).
+    pub ops: u64,
+    /// Faults injected.
+    pub faults: Faults,
+    /// A line describing the run's shape.
+    pub shape: String,
+    /// The history (kept for a failing run's report).
+    pub history: Vec<Entry>,
+}
+
+struct World {
+    transport: SimTransport,
+    recorder: Recorder,
+    /// Each compute node's current process, and its group.
+    compute: Vec<(Mutex<SimTransport>, Group)>,
+    /// The memory node's current process, and its group.
+    memory: (Mutex<SimTransport>, Group),
+    clients_done: AtomicBool,
+    stop_worker: AtomicBool,
+    faults: Mutex<Faults>,
+    ops: AtomicU64,
+    /// The free lists of killed workers (leaked by design: ARCHITECTURE §7, "Free leaves").
+    lost_free_leaves: Mutex<Vec<u64>>,
+}
+
+impl World {
+    fn count(&self, f: impl FnOnce(&mut Faults)) {
+        f(&mut self.faults.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+fn layout_config(rng: &mut XorShift64) -> BulkLoadConfig {
+    BulkLoadConfig {
+        // A small model region now and then: records are reclaimed and their space reused.
+        model_region_factor: if rng.next_u64().is_multiple_of(3) {
+            6
+        } else {
+            24
+        },
+        ..integration_tests::tiny()
+    }
+}
+
+/// The body of a run (its first thread): builds the world, runs it, checks it; a failed check
+/// ends the run through `sim_scheduler::fail`.
+pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
+    let mut rng = XorShift64::new(sim_scheduler::random_u64() | 1);
+    let sim = SimConfig {
+        torn: rng.next_u64().is_multiple_of(2),
+        reordering: if rng.next_u64().is_multiple_of(2) {
+            Reordering::InOrder
+        } else {
+            Reordering::Random
+        },
+        // Small packets now and then: leaves span several, and in-place writes go through redo
+        // leaves.
+        packet_bytes: if rng.next_u64().is_multiple_of(2) {
+            16
+        } else {
+            1024
+        },
+        ..SimConfig::default()
+    };
+    let keys: Vec<u64> = (0..24).map(|i| i * 10).collect();
+    let config = layout_config(&mut rng);
+    let (transport, _layout) = integration_tests::load(&keys, 2048, &config, sim);
+    let initial: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+    let compute_nodes = 2 + (rng.next_u64() % 2) as usize;
+    let clients = 1 + (rng.next_u64() % 2) as usize;
+    let shape = format!(
+        "{compute_nodes} compute nodes x {clients} clients, torn {}, {:?}, packets of {} bytes, model region x{}",
+        sim.torn, sim.reordering, sim.packet_bytes, config.model_region_factor
+    );
+    summary.lock().unwrap_or_else(|e| e.into_inner()).shape = shape;
+    let world = Arc::new(World {
+        compute: (0..compute_nodes)
+            .map(|_| (Mutex::new(transport.process()), sim_scheduler::new_group()))
+            .collect(),
+        memory: (Mutex::new(transport.process()), sim_scheduler::new_group()),
+        transport,
+        recorder: Recorder::default(),
+        clients_done: AtomicBool::new(false),
+        stop_worker: AtomicBool::new(false),
+        faults: Mutex::new(Faults::default()),
+        ops: AtomicU64::new(0),
+        lost_free_leaves: Mutex::new(Vec::new()),
+    });
+
+    let memory_node = {
+        let world = Arc::clone(&world);
+        thread::spawn_in(world.memory.1, "memory-node", move || memory_node(&world))
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
+    };
+    let drivers: Vec<_> = (0..compute_nodes)
+        .map(|i| {
+            let world = Arc::clone(&world);
+            let seed = rng.next_u64();
+            let ops = options.ops_per_client;
+            thread::spawn_in(world.compute[i].1, &format!("cn{i}"), move || {
+                compute_node(&world, i, clients, ops, seed);
+            })
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
+        })
+        .collect();
+    let faults = options.faults.then(|| {
+        let world = Arc::clone(&world);
+        let seed = rng.next_u64();
+        let group = sim_scheduler::new_group();
+        thread::spawn_in(group, "faults", move || inject_faults(&world, seed))
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
+    });
+    for driver in drivers {
+        if driver.join().is_err() {
+            sim_scheduler::fail("a compute node's driver panicked");
+        }
+    }
+    world.clients_done.store(true, Ordering::SeqCst);
+    if let Some(faults) = faults {
+        let _ = faults.join();
+    }
+
+    // Every member that died must be recovered, every live one must have left.
+    wait_for_free_members(&world.transport);
+    world.stop_worker.store(true, Ordering::SeqCst);
+    let Ok(Some(mut worker)) = memory_node.join() else {
+        sim_scheduler::fail("the memory node's worker did not come back");
+    };
+    {
+        let mut s = summary.lock().unwrap_or_else(|e| e.into_inner());
+        s.ops = world.ops.load(Ordering::SeqCst);
+        s.faults = *world.faults.lock().unwrap_or_else(|e| e.into_inner());
+        s.history = world.recorder.entries();
+    }
+    worker
+        .poll()
+        .unwrap_or_else(|e| sim_scheduler::fail(&format!("poll: {e}")));
+    while worker
+        .retrain_next()
+        .unwrap_or_else(|e| sim_scheduler::fail(&format!("retrain: {e}")))
+        .is_some()
+    {}
+    let problems = integration_tests::write_scenarios::problems(&world.transport);
+    if !problems.is_empty() {
+        sim_scheduler::fail(&format!("verify: {problems:?}"));
+    }
+    let lost = world
+        .lost_free_leaves
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    integration_tests::recovery::assert_no_leaf_leaked_but(
+        &worker,
+        &world.transport,
+        "at the end",
+        &lost,
+    );
+    integration_tests::recovery::assert_no_stale_image(&worker, &world.transport, "at the end");
+
+    // The final contents, read by a new store, close the history.
+    let contents = integration_tests::recovery::contents(&world.transport);
+    let mut history = world.recorder.entries();
+    let mut clock = history.iter().filter_map(|e| e.ret).max().unwrap_or(0) + 1;
+    let mut keys: Vec<u64> = initial.keys().copied().collect();
+    keys.extend(history.iter().filter_map(|e| match e.op {
+        Op::Kv(k, _) => Some(k),
+        Op::Scan(..) => None,
+    }));
+    keys.extend(contents.keys().copied());
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        history.push(Entry {
+            client: "final".into(),
+            op: Op::Kv(key, KvOp::Get),
+            call: clock,
+            ret: Some(clock + 1),
+            returned: Some(Returned::Kv(KvResult::Value(contents.get(&key).copied()))),
+        });
+        clock += 2;
+    }
+    summary.lock().unwrap_or_else(|e| e.into_inner()).history = history.clone();
+    if let Err(violation) = crate::oracle::check_history(&initial, &history) {
+        sim_scheduler::fail(&format!("not linearizable: {violation}"));
+    }
+}
+
+/// Waits (virtual time) until every lease entry is free.
+fn wait_for_free_members(transport: &SimTransport) {
+    let process = transport.process();
+    let started = sim_scheduler::time::Instant::now();
+    loop {
+        let mut ep = process
+            .endpoint()
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("endpoint: {e}")));
+        let node = transport.memory_nodes()[0];
+        let layout = leaf_store::Layout::attach(&mut ep, node)
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("attach: {e}")));
+        let leases = MemberTable::new(&layout)
+            .read_leases(&mut ep)
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("leases: {e}")));
+        let held: Vec<(usize, MemberState)> = leases
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.state() != MemberState::Free)
+            .map(|(i, l)| (i, l.state()))
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        if started.elapsed() > RECOVERY_LIMIT {
+            sim_scheduler::fail(&format!(
+                "members never recovered or left within {RECOVERY_LIMIT:?}: {held:?}"
+            ));
+        }
+        thread::sleep(LEASE);
+    }
+}
+
+/// The memory node: its worker retrains and watches leases until the end; killed, it is made
+/// again on the pool. Returns the last worker.
+fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
+    let node = world.transport.memory_nodes()[0];
+    let mut attempts = 0;
+    loop {
+        let process = world
+            .memory
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let made = process
+            .endpoint()
+            .map_err(retrainer::RetrainError::from)
+            .and_then(|ep| {
+                Retrainer::new(
+                    ep,
+                    node,
+                    RetrainConfig {
+                        grace_period: Duration::from_millis(2),
+                        ..RetrainConfig::default()
+                    },
+                )
+            });
+        let mut worker = match made {
+            Ok(worker) => worker,
+            Err(_) if process.is_killed() => {
+                *world.memory.0.lock().unwrap_or_else(|e| e.into_inner()) =
+                    world.transport.process();
+                continue;
+            }
+            Err(_) if attempts < 100 => {
+                // A transient verb failure: try again.
+                attempts += 1;
+                thread::sleep(Duration::from_micros(100));
+                continue;
+            }
+            Err(e) => sim_scheduler::fail(&format!("the memory node's worker cannot start: {e}")),
+        };
+        let fence = world
+            .transport
+            .fence(node.id)
+            .unwrap_or_else(|| sim_scheduler::fail("no fence"));
+        worker.watch_members(LEASE, Box::new(fence));
+        let _ = worker.run(|| world.stop_worker.load(Ordering::SeqCst) || process.is_killed());
+        if !process.is_killed() {
+            return Some(worker);
+        }
+        world
+            .lost_free_leaves
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(worker.free_leaves());
+        // Killed: started again on its pool, as a new process.
+        *world.memory.0.lock().unwrap_or_else(|e| e.into_inner()) = world.transport.process();
+    }
+}
+
+/// A compute node: opens a store on its process and runs its clients; killed or fenced, it
+/// starts again as a new member until its clients have run all their operations.
+fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, seed: u64) {
+    let mut rng = XorShift64::new(seed | 1);
+    let mut left = vec![ops; clients];
+    for incarnation in 0.. {
+        if left.iter().all(|&l| l == 0) || incarnation > 20 {
+            return;
+        }
+        if incarnation > 0 {
+            world.count(|f| f.store_restarts += 1);
+            let fresh = world.transport.process();
+            *world.compute[index]
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = fresh;
+        }
+        let process = world.compute[index]
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let config = StoreConfig {
+            lease_renewal: RENEWAL,
+            ..StoreConfig::default()
+        };
+        let store = match Store::open(process.clone(), config) {
+            Ok(store) => Arc::new(store),
+            Err(_) => {
+                thread::sleep(LEASE);
+                continue;
+            }
+        };
+        let threads: Vec<_> = left
+            .iter()
+            .enumerate()
+            .filter(|&(_, &l)| l > 0)
+            .map(|(c, &l)| {
+                let store = Arc::clone(&store);
+                let seed = rng.next_u64();
+                let name = format!("cn{index}.{incarnation}.c{c}");
+                let world = Arc::clone(world);
+                (
+                    c,
+                    thread::Builder::new()
+                        .name(name.clone())
+                        .spawn(move || run_client(&world, &store, &name, l, seed)),
+                )
+            })
+            .collect();
+        for (c, handle) in threads {
+            match handle.map(thread::JoinHandle::join) {
+                Ok(Ok(done)) => left[c] -= done,
+                _ => sim_scheduler::fail("a client thread panicked"),
+            }
+        }
+        drop(store);
+    }
+}
+
+/// Whether an error means this compute node is gone (killed, fenced): its clients stop.
+fn node_gone(e: &IndexError, process: &SimTransport) -> bool {
+    process.is_killed()
+        || e.is_fenced()
+        || matches!(e, IndexError::Transport(TransportError::Crashed))
+}
+
+/// A client thread: `ops` random operations; returns how many it ran before its compute node
+/// was killed or fenced.
+fn run_client(
+    world: &World,
+    store: &Store<SimTransport>,
+    name: &str,
+    ops: usize,
+    seed: u64,
+) -> usize {
+    let mut rng = XorShift64::new(seed | 1);
+    let mut client: Client<SimEndpoint> = match store.client() {
+        Ok(client) => client,
+        Err(_) => return 0,
+    };
+    let process = store.transport().clone();
+    // Values never written before: the client's seed in the high bits, a counter below.
+    let first_value = (seed >> 40) << 20;
+    for done in 0..ops {
+        if rng.next_u64().is_multiple_of(40) {
+            // Dropped and made again (a thread of the compute node restarting).
+            drop(client);
+            world.count(|f| f.client_restarts += 1);
+            client = match store.client() {
+                Ok(client) => client,
+                Err(_) => return done,
+            };
+        }
+        let key = (rng.next_u64() % 30) * 10
+            + if rng.next_u64().is_multiple_of(4) {
+                5
+            } else {
+                0
+            };
+        let value = first_value + done as u64 + 1;
+        let op = match rng.next_u64() % 20 {
+            0..=4 => Op::Kv(key, KvOp::Get),
+            5..=8 => Op::Kv(key, KvOp::Insert(value)),
+            9..=10 => Op::Kv(key, KvOp::Update(value)),
+            11..=13 => Op::Kv(key, KvOp::Upsert(value)),
+            14..=17 => Op::Kv(key, KvOp::Delete),
+            _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
+        };
+        let at = world.recorder.call(name, op);
+        let result = match op {
+            Op::Kv(key, KvOp::Get) => client.get(key).map(|v| Returned::Kv(KvResult::Value(v))),
+            Op::Kv(key, KvOp::Insert(v)) => client
+                .insert(key, v)
+                .map(|d| Returned::Kv(KvResult::Done(d))),
+            Op::Kv(key, KvOp::Update(v)) => client
+                .update(key, v)
+                .map(|d| Returned::Kv(KvResult::Done(d))),
+            Op::Kv(key, KvOp::Upsert(v)) => client
+                .upsert(key, v)
+                .map(|d| Returned::Kv(KvResult::Done(d))),
+            Op::Kv(key, KvOp::Delete) => {
+                client.delete(key).map(|d| Returned::Kv(KvResult::Done(d)))
+            }
+            Op::Scan(start, n) => client.scan(start, n).map(Returned::Scan),
+        };
+        world.ops.fetch_add(1, Ordering::SeqCst);
+        match result {
+            Ok(returned) => world.recorder.ret(at, returned),
+            Err(e) => {
+                world.recorder.ret(at, Returned::Failed(e.to_string()));
+                if node_gone(&e, &process) {
+                    return done + 1;
+                }
+                if matches!(e, IndexError::Transport(TransportError::Broken(_)))
+                    && store.reconnect(&mut client).is_err()
+                {
+                    return done + 1;
+                }
+            }
+        }
+    }
+    ops
+}
+
+/// Injects faults at random virtual times until the clients are done.
+fn inject_faults(world: &World, seed: u64) {
+    let mut rng = XorShift64::new(seed | 1);
+    let mut kills = 0;
+    while !world.clients_done.load(Ordering::SeqCst) {
+        thread::sleep(Duration::from_micros(200 + rng.next_u64() % 3000));
+        if world.clients_done.load(Ordering::SeqCst) {
+            return;
+        }
+        let node = (rng.next_u64() % world.compute.len() as u64) as usize;
+        let (process, group) = &world.compute[node];
+        let process = process.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match rng.next_u64() % 12 {
+            0 | 1 if kills < 3 => {
+                kills += 1;
+                process.kill((rng.next_u64() % 4) as usize);
+                world.count(|f| f.kills += 1);
+            }
+            2 | 3 => {
+                // Past its lease (or not quite).
+                let nanos = LEASE.as_nanos() as u64;
+                sim_scheduler::pause(
+                    *group,
+                    Duration::from_nanos(nanos / 2 + rng.next_u64() % (nanos * 3)),
+                );
+                world.count(|f| f.pauses += 1);
+            }
+            4..=6 => {
+                world.transport.fail_next_verbs(1 + rng.next_u64() % 3);
+                world.count(|f| f.verb_failures += 1);
+            }
+            7 | 8 => {
+                process.break_next_batch();
+                world.count(|f| f.lost_completions += 1);
+            }
+            9 => {
+                let worker = world
+                    .memory
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                worker.kill((rng.next_u64() % 4) as usize);
+                world.count(|f| f.worker_restarts += 1);
+            }
+            10 => {
+                sim_scheduler::pause(world.memory.1, Duration::from_micros(rng.next_u64() % 8000));
+                world.count(|f| f.worker_pauses += 1);
+            }
+            _ => {}
+        }
+    }
+}
