@@ -216,6 +216,8 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     if let Some(faults) = faults {
         let _ = faults.join();
     }
+    // No verb failure left armed for the checks below.
+    world.transport.fail_next_verbs(0);
 
     // Every member that died must be recovered, every live one must have left.
     wait_for_free_members(&world.transport);

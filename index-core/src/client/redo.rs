@@ -70,7 +70,20 @@ impl<E: Endpoint> Client<E> {
             // If the CAS fails without an answer, whether it landed is unknown: the slot is read
             // again next time, and the leaf is used for nothing else (leaked if it did not land,
             // as a split's allocation cut short is).
-            let old = self.ep.cas(at, 0, leaf_word(leaf))?;
+            let old = match self.ep.cas(at, 0, leaf_word(leaf)) {
+                Ok(old) => old,
+                Err(e) => {
+                    if matches!(
+                        e,
+                        rdma_transport::TransportError::InjectedFault
+                            | rdma_transport::TransportError::Fenced(_)
+                    ) {
+                        // The CAS certainly did not execute: the leaf is ours still.
+                        self.spare_leaves.push((node.info.id, leaf));
+                    }
+                    return Err(e.into());
+                }
+            };
             if old == 0 {
                 word = leaf_word(leaf);
             } else {

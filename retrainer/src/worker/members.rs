@@ -206,7 +206,13 @@ impl<E: Endpoint> Retrainer<E> {
                         None => match leaf_store::alloc_leaf(&mut self.ep, &self.layout) {
                             Ok(leaf) => leaf,
                             Err(LeafStoreError::PoolExhausted { .. }) => break,
-                            Err(e) => return Err(e.into()),
+                            Err(e) => {
+                                // The leaves gathered so far go back to the free list: dropped
+                                // here, they were leaked (the seeded simulation found it).
+                                self.free_leaves
+                                    .extend(grants.iter().map(|&(_, leaf)| leaf));
+                                return Err(e.into());
+                            }
                         },
                     };
                     grants.push((watch.table.box_addr(tag, index, slot), leaf));

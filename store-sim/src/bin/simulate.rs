@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] | --seed S [--ops N] [--no-faults] [--history]";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--keep-going] | --seed S [--ops N] [--no-faults] [--history]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +35,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "--seed",
         "--no-faults",
         "--history",
+        "--keep-going",
         "--help",
     ];
     let mut i = 0;
@@ -43,7 +44,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         if !known.contains(&a.as_str()) {
             return Err(format!("unknown argument {a:?}"));
         }
-        i += if matches!(a.as_str(), "--no-faults" | "--history" | "--help") {
+        i += if matches!(
+            a.as_str(),
+            "--no-faults" | "--history" | "--keep-going" | "--help"
+        ) {
             1
         } else {
             2
@@ -82,6 +86,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let started = Instant::now();
     let mut last_print = Instant::now();
     let (mut ops_total, mut faults_total, mut steps_total) = (0u64, 0u64, 0u64);
+    let keep_going = args.iter().any(|a| a == "--keep-going");
+    let mut failed = Vec::new();
     for (n, seed) in (from..from.saturating_add(seeds)).enumerate() {
         let report = run_seed(seed, &options);
         ops_total += report.summary.ops;
@@ -92,14 +98,18 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             println!(
                 "FAILED at seed {seed}; replay: cargo run --release -p store-sim --bin simulate -- --seed {seed}{flags}"
             );
-            return Ok(ExitCode::FAILURE);
+            if !keep_going {
+                return Ok(ExitCode::FAILURE);
+            }
+            failed.push(seed);
         }
         if last_print.elapsed() >= Duration::from_secs(10) || n as u64 + 1 == seeds {
             last_print = Instant::now();
             let secs = started.elapsed().as_secs_f64().max(1e-9);
             println!(
-                "{} seeds ({from}..={seed}) passed in {:.0} s: {} operations, {} faults, {} sync points; {:.2} schedules/s, {:.0} operations/s",
+                "{} seeds ({from}..={seed}, {} failed) in {:.0} s: {} operations, {} faults, {} sync points; {:.2} schedules/s, {:.0} operations/s",
                 n + 1,
+                failed.len(),
                 secs,
                 ops_total,
                 faults_total,
@@ -108,6 +118,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 ops_total as f64 / secs
             );
         }
+    }
+    if !failed.is_empty() {
+        println!("{} seeds failed: {failed:?}", failed.len());
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,72 @@
+//! The seeded whole-store simulation's CI budget: a fixed range of seeds (half scheduled by a
+//! random walk, half by PCT), each a whole store with faults, checked for linearizability,
+//! scans, `verify`, leaf conservation and stale redo images. Longer runs:
+//! `cargo run --release -p store-sim --bin simulate -- --seeds 100000` (progress every 10 s).
+
+use std::time::Instant;
+
+use store_sim::{Options, run_seed};
+
+/// Seeds the CI runs (at about 20 schedules per second in a release build on 2 cores; a test
+/// build is slower).
+const CI_SEEDS: u64 = 1000;
+
+/// Seeds that found bugs, kept as regression cases: the memory node's box refill dropped the
+/// leaves it had gathered when a later allocation failed (80, 194); a client dropped with spare
+/// leaves leaked them (599, 1101).
+const REGRESSIONS: &[u64] = &[80, 194, 599, 1101];
+
+/// Seeds that find a bug not fixed yet (see `docs/ARCHITECTURE.md` §11): one leaf leaked — a
+/// spare a dropped client could not put in its full box, or a leaf lost after a lost completion
+/// retired a client's index. Run with `--ignored`.
+const KNOWN_OPEN: &[u64] = &[28, 204, 296, 482, 574, 652, 734, 737, 812, 944];
+
+#[test]
+fn the_ci_budget_of_seeds_passes_every_check() {
+    let started = Instant::now();
+    let options = Options::default();
+    let (mut ops, mut faults, mut steps, mut runs) = (0, 0, 0, 0);
+    let seeds: Vec<u64> = (0..CI_SEEDS)
+        .filter(|s| !KNOWN_OPEN.contains(s))
+        .chain(REGRESSIONS.iter().copied().filter(|&s| s >= CI_SEEDS))
+        .collect();
+    for seed in seeds {
+        let report = run_seed(seed, &options);
+        assert!(
+            report.passed(),
+            "seed {seed}: {:?}\n{}\nreplay: cargo run --release -p store-sim --bin simulate -- --seed {seed}",
+            report.outcome,
+            report.summary.shape
+        );
+        runs += 1;
+        ops += report.summary.ops;
+        faults += report.summary.faults.total();
+        steps += report.steps;
+    }
+    println!(
+        "store-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+#[ignore = "a bug the simulation found that is not fixed yet"]
+fn known_open_seeds() {
+    let failing: Vec<u64> = KNOWN_OPEN
+        .iter()
+        .copied()
+        .filter(|&seed| !run_seed(seed, &Options::default()).passed())
+        .collect();
+    assert_eq!(failing, Vec::<u64>::new(), "seeds that still fail");
+}
+
+#[test]
+fn a_seed_replays_the_same_schedule() {
+    let options = Options::default();
+    let (a, b) = (run_seed(7, &options), run_seed(7, &options));
+    assert_eq!(
+        (a.trace, a.steps, a.summary.ops),
+        (b.trace, b.steps, b.summary.ops)
+    );
+    assert_eq!(a.summary.history, b.summary.history);
+}
