@@ -148,6 +148,11 @@ thread_local! {
     static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
 }
 
+/// `d` in nanoseconds of virtual time (saturating: beyond 584 years is forever).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -385,7 +390,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
             tasks: vec![first],
             running: 0,
             now: 0,
-            step_cost: u64::try_from(config.step_cost.as_nanos()).unwrap_or(u64::MAX),
+            step_cost: nanos(config.step_cost),
             max_steps: config.max_steps,
             rng,
             strategy,
@@ -501,9 +506,7 @@ pub(crate) fn sleep(d: Duration) {
                 std::thread::yield_now();
                 return;
             }
-            let until = state
-                .now
-                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let until = state.now.saturating_add(nanos(d));
             state.tasks[cur.id].status = Status::Sleeping(until);
             cur.shared.reschedule(state, cur.id, false);
         }
@@ -628,9 +631,7 @@ pub fn pause(group: Group, d: Duration) {
     if let Some(cur) = current() {
         {
             let mut state = lock(&cur.shared);
-            let until = state
-                .now
-                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let until = state.now.saturating_add(nanos(d));
             if let Some(paused) = state.paused_until.get_mut(group.0) {
                 *paused = (*paused).max(until);
             }

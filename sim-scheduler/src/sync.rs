@@ -231,6 +231,72 @@ pub mod atomic {
         std::sync::atomic::fence(order);
     }
 
+    /// The operations every atomic type has, each a sync point first.
+    macro_rules! shared_ops {
+        ($name:ident, $value:ty) => {
+            /// A new atomic holding `v`.
+            pub const fn new(v: $value) -> Self {
+                Self(std::sync::atomic::$name::new(v))
+            }
+            /// See `std`.
+            pub fn load(&self, order: Ordering) -> $value {
+                point();
+                self.0.load(order)
+            }
+            /// See `std`.
+            pub fn store(&self, v: $value, order: Ordering) {
+                point();
+                self.0.store(v, order)
+            }
+            /// See `std`.
+            pub fn swap(&self, v: $value, order: Ordering) -> $value {
+                point();
+                self.0.swap(v, order)
+            }
+            /// See `std`.
+            pub fn compare_exchange(
+                &self,
+                current: $value,
+                new: $value,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$value, $value> {
+                point();
+                self.0.compare_exchange(current, new, success, failure)
+            }
+            /// See `std`. Never fails spuriously: a spurious failure would be a choice the seed
+            /// does not make, and a replay could differ.
+            pub fn compare_exchange_weak(
+                &self,
+                current: $value,
+                new: $value,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$value, $value> {
+                point();
+                self.0.compare_exchange(current, new, success, failure)
+            }
+            /// See `std`.
+            pub fn fetch_or(&self, v: $value, order: Ordering) -> $value {
+                point();
+                self.0.fetch_or(v, order)
+            }
+            /// See `std`.
+            pub fn fetch_and(&self, v: $value, order: Ordering) -> $value {
+                point();
+                self.0.fetch_and(v, order)
+            }
+            /// See `std`.
+            pub fn get_mut(&mut self) -> &mut $value {
+                self.0.get_mut()
+            }
+            /// See `std`.
+            pub fn into_inner(self) -> $value {
+                self.0.into_inner()
+            }
+        };
+    }
+
     macro_rules! atomic_int {
         ($name:ident, $int:ty) => {
             #[doc = concat!("`std::sync::atomic::", stringify!($name), "`, each operation a sync point in a run.")]
@@ -239,47 +305,8 @@ pub mod atomic {
             pub struct $name(std::sync::atomic::$name);
 
             impl $name {
-                /// A new atomic holding `v`.
-                pub const fn new(v: $int) -> Self {
-                    Self(std::sync::atomic::$name::new(v))
-                }
-                /// See `std`.
-                pub fn load(&self, order: Ordering) -> $int {
-                    point();
-                    self.0.load(order)
-                }
-                /// See `std`.
-                pub fn store(&self, v: $int, order: Ordering) {
-                    point();
-                    self.0.store(v, order)
-                }
-                /// See `std`.
-                pub fn swap(&self, v: $int, order: Ordering) -> $int {
-                    point();
-                    self.0.swap(v, order)
-                }
-                /// See `std`.
-                pub fn compare_exchange(
-                    &self,
-                    current: $int,
-                    new: $int,
-                    success: Ordering,
-                    failure: Ordering,
-                ) -> Result<$int, $int> {
-                    point();
-                    self.0.compare_exchange(current, new, success, failure)
-                }
-                /// See `std`.
-                pub fn compare_exchange_weak(
-                    &self,
-                    current: $int,
-                    new: $int,
-                    success: Ordering,
-                    failure: Ordering,
-                ) -> Result<$int, $int> {
-                    point();
-                    self.0.compare_exchange(current, new, success, failure)
-                }
+                shared_ops!($name, $int);
+
                 /// See `std`.
                 pub fn fetch_add(&self, v: $int, order: Ordering) -> $int {
                     point();
@@ -301,16 +328,6 @@ pub mod atomic {
                     self.0.fetch_min(v, order)
                 }
                 /// See `std`.
-                pub fn fetch_or(&self, v: $int, order: Ordering) -> $int {
-                    point();
-                    self.0.fetch_or(v, order)
-                }
-                /// See `std`.
-                pub fn fetch_and(&self, v: $int, order: Ordering) -> $int {
-                    point();
-                    self.0.fetch_and(v, order)
-                }
-                /// See `std`.
                 pub fn fetch_update<F: FnMut($int) -> Option<$int>>(
                     &self,
                     set: Ordering,
@@ -319,14 +336,6 @@ pub mod atomic {
                 ) -> Result<$int, $int> {
                     point();
                     self.0.fetch_update(set, fetch, f)
-                }
-                /// See `std`.
-                pub fn get_mut(&mut self) -> &mut $int {
-                    self.0.get_mut()
-                }
-                /// See `std`.
-                pub fn into_inner(self) -> $int {
-                    self.0.into_inner()
                 }
             }
         };
@@ -343,49 +352,6 @@ pub mod atomic {
     pub struct AtomicBool(std::sync::atomic::AtomicBool);
 
     impl AtomicBool {
-        /// A new atomic holding `v`.
-        pub const fn new(v: bool) -> Self {
-            Self(std::sync::atomic::AtomicBool::new(v))
-        }
-        /// See `std`.
-        pub fn load(&self, order: Ordering) -> bool {
-            point();
-            self.0.load(order)
-        }
-        /// See `std`.
-        pub fn store(&self, v: bool, order: Ordering) {
-            point();
-            self.0.store(v, order);
-        }
-        /// See `std`.
-        pub fn swap(&self, v: bool, order: Ordering) -> bool {
-            point();
-            self.0.swap(v, order)
-        }
-        /// See `std`.
-        pub fn compare_exchange(
-            &self,
-            current: bool,
-            new: bool,
-            success: Ordering,
-            failure: Ordering,
-        ) -> Result<bool, bool> {
-            point();
-            self.0.compare_exchange(current, new, success, failure)
-        }
-        /// See `std`.
-        pub fn fetch_or(&self, v: bool, order: Ordering) -> bool {
-            point();
-            self.0.fetch_or(v, order)
-        }
-        /// See `std`.
-        pub fn fetch_and(&self, v: bool, order: Ordering) -> bool {
-            point();
-            self.0.fetch_and(v, order)
-        }
-        /// See `std`.
-        pub fn into_inner(self) -> bool {
-            self.0.into_inner()
-        }
+        shared_ops!(AtomicBool, bool);
     }
 }

@@ -17,11 +17,20 @@ use crate::history::{Entry, Op, Returned};
 pub fn check_history(initial: &BTreeMap<u64, u64>, history: &[Entry]) -> Result<(), String> {
     let events: Vec<_> = history.iter().filter_map(Entry::kv_event).collect();
     check(initial, &events).map_err(|v| v.to_string())?;
+    // Each key's writes, whatever their outcome: built once for every scan.
+    let mut writes: BTreeMap<u64, Vec<&Entry>> = BTreeMap::new();
+    for e in history {
+        if let Op::Kv(key, op) = e.op
+            && op != KvOp::Get
+        {
+            writes.entry(key).or_default().push(e);
+        }
+    }
     for scan in history {
         if let (Op::Scan(start, n), Some(ret), Some(Returned::Scan(pairs))) =
             (scan.op, scan.ret, &scan.returned)
         {
-            check_scan(initial, history, start, n, scan.call, ret, pairs)
+            check_scan(initial, &writes, start, n, scan.call, ret, pairs)
                 .map_err(|e| format!("{} scan({start}, {n}) at {}: {e}", scan.client, scan.call))?;
         }
     }
@@ -56,14 +65,13 @@ fn certain_state(
         };
         return Ok(initial.get(&key).copied());
     };
-    let (last_call, last_ret) = (last.call, last.ret.unwrap_or(u64::MAX));
+    let last_call = last.call;
     if before
         .iter()
         .any(|w| !std::ptr::eq(**w, **last) && w.ret.unwrap_or(u64::MAX) > last_call)
     {
         return Err(());
     }
-    let _ = last_ret;
     let (Op::Kv(_, op), Some(Returned::Kv(KvResult::Done(done)))) = (last.op, &last.returned)
     else {
         return Err(());
@@ -78,7 +86,7 @@ fn certain_state(
 
 fn check_scan(
     initial: &BTreeMap<u64, u64>,
-    history: &[Entry],
+    writes: &BTreeMap<u64, Vec<&Entry>>,
     start: u64,
     n: usize,
     call: u64,
@@ -105,14 +113,6 @@ fn check_scan(
     } else {
         u64::MAX
     };
-    let mut writes: BTreeMap<u64, Vec<&Entry>> = BTreeMap::new();
-    for e in history {
-        if let Op::Kv(key, op) = e.op
-            && op != KvOp::Get
-        {
-            writes.entry(key).or_default().push(e);
-        }
-    }
     let returned: BTreeMap<u64, u64> = pairs.iter().copied().collect();
     let mut keys: Vec<u64> = initial.range(start..=end).map(|(&k, _)| k).collect();
     keys.extend(writes.range(start..=end).map(|(&k, _)| k));
@@ -120,11 +120,9 @@ fn check_scan(
     keys.sort_unstable();
     keys.dedup();
     for key in keys {
-        let list = writes.get(&key).cloned().unwrap_or_default();
-        let state = if list.is_empty() {
-            Ok(initial.get(&key).copied())
-        } else {
-            certain_state(initial, &list, call, ret)
+        let state = match writes.get(&key) {
+            Some(list) => certain_state(initial, list, call, ret),
+            None => Ok(initial.get(&key).copied()),
         };
         let Ok(state) = state else { continue };
         match (state, returned.get(&key)) {

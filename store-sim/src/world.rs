@@ -125,6 +125,11 @@ impl World {
     fn count(&self, f: impl FnOnce(&mut Faults)) {
         f(&mut self.faults.lock().unwrap_or_else(|e| e.into_inner()));
     }
+
+    /// Puts a new process in `slot` (a node started again after it was killed or fenced).
+    fn start_again(&self, slot: &Mutex<SimTransport>) {
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = self.transport.process();
+    }
 }
 
 fn layout_config(rng: &mut XorShift64) -> BulkLoadConfig {
@@ -231,30 +236,17 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         s.faults = *world.faults.lock().unwrap_or_else(|e| e.into_inner());
         s.history = world.recorder.entries();
     }
-    worker
-        .poll()
-        .unwrap_or_else(|e| sim_scheduler::fail(&format!("poll: {e}")));
-    while worker
-        .retrain_next()
-        .unwrap_or_else(|e| sim_scheduler::fail(&format!("retrain: {e}")))
-        .is_some()
-    {}
-    let problems = integration_tests::write_scenarios::problems(&world.transport);
-    if !problems.is_empty() {
-        sim_scheduler::fail(&format!("verify: {problems:?}"));
-    }
     let lost = world
         .lost_free_leaves
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    integration_tests::recovery::assert_no_leaf_leaked_but(
-        &worker,
+    integration_tests::recovery::retrain_and_verify_but(
+        &mut worker,
         &world.transport,
         "at the end",
         &lost,
     );
-    integration_tests::recovery::assert_no_stale_image(&worker, &world.transport, "at the end");
 
     // The final contents, read by a new store, close the history.
     let contents = integration_tests::recovery::contents(&world.transport);
@@ -344,8 +336,7 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
         let mut worker = match made {
             Ok(worker) => worker,
             Err(_) if process.is_killed() => {
-                *world.memory.0.lock().unwrap_or_else(|e| e.into_inner()) =
-                    world.transport.process();
+                world.start_again(&world.memory.0);
                 continue;
             }
             Err(_) if attempts < 100 => {
@@ -371,7 +362,7 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
             .unwrap_or_else(|e| e.into_inner())
             .extend_from_slice(worker.free_leaves());
         // Killed: started again on its pool, as a new process.
-        *world.memory.0.lock().unwrap_or_else(|e| e.into_inner()) = world.transport.process();
+        world.start_again(&world.memory.0);
     }
 }
 
@@ -386,11 +377,7 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
         }
         if incarnation > 0 {
             world.count(|f| f.store_restarts += 1);
-            let fresh = world.transport.process();
-            *world.compute[index]
-                .0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = fresh;
+            world.start_again(&world.compute[index].0);
         }
         let process = world.compute[index]
             .0
@@ -485,20 +472,13 @@ fn run_client(
             _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
         };
         let at = world.recorder.call(name, op);
+        let answered = |r: Result<bool, IndexError>| r.map(|d| Returned::Kv(KvResult::Done(d)));
         let result = match op {
             Op::Kv(key, KvOp::Get) => client.get(key).map(|v| Returned::Kv(KvResult::Value(v))),
-            Op::Kv(key, KvOp::Insert(v)) => client
-                .insert(key, v)
-                .map(|d| Returned::Kv(KvResult::Done(d))),
-            Op::Kv(key, KvOp::Update(v)) => client
-                .update(key, v)
-                .map(|d| Returned::Kv(KvResult::Done(d))),
-            Op::Kv(key, KvOp::Upsert(v)) => client
-                .upsert(key, v)
-                .map(|d| Returned::Kv(KvResult::Done(d))),
-            Op::Kv(key, KvOp::Delete) => {
-                client.delete(key).map(|d| Returned::Kv(KvResult::Done(d)))
-            }
+            Op::Kv(key, KvOp::Insert(v)) => answered(client.insert(key, v)),
+            Op::Kv(key, KvOp::Update(v)) => answered(client.update(key, v)),
+            Op::Kv(key, KvOp::Upsert(v)) => answered(client.upsert(key, v)),
+            Op::Kv(key, KvOp::Delete) => answered(client.delete(key)),
             Op::Scan(start, n) => client.scan(start, n).map(Returned::Scan),
         };
         world.ops.fetch_add(1, Ordering::SeqCst);
