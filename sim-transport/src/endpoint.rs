@@ -557,6 +557,18 @@ impl Endpoint for SimEndpoint {
         {
             self.break_after = Some(0);
         }
+        if self.land_late.is_none()
+            && self.life.late_planned.load(Ordering::Relaxed) != 0
+            && self.life.late_planned.swap(0, Ordering::SeqCst) != 0
+        {
+            let planned = self
+                .life
+                .land_late
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            self.land_late = planned.map(|gate| (0, gate));
+        }
         if let Some(gate) = due(&mut self.land_late) {
             self.broken = true;
             self.start_late(verbs, gate)?;
@@ -572,6 +584,17 @@ impl Endpoint for SimEndpoint {
             let built: Vec<Option<u64>> = verbs.iter().map(Verb::old_value).collect();
             self.broken = true;
             let executed = self.batch_inner(verbs);
+            if executed.is_ok() {
+                let added = verbs.iter().filter_map(|verb| match verb {
+                    Verb::Faa { addr, add, old, .. } => Some((*addr, *old, *add)),
+                    _ => None,
+                });
+                self.life
+                    .lost_fetch_adds
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(added);
+            }
             for (verb, before) in verbs.iter_mut().zip(built) {
                 if let (Verb::Cas { old, .. } | Verb::Faa { old, .. }, Some(value)) = (verb, before)
                 {

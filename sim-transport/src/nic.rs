@@ -131,13 +131,13 @@ fn start_time(pid: u64) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Opens a connection for process `(pid, start)`: takes a closed entry, with the next
-/// generation. `None` if every entry is open.
+/// Opens a connection for process `(pid, start)`: takes a closed entry with no batch in flight,
+/// with the next generation. `None` if every entry is open or still draining.
 pub(crate) fn open(nic: &[AtomicU64], (pid, start, ns): Process) -> Option<Connection> {
     for index in 0..CONNECTIONS {
         let e = entry(nic, index);
         let mut state = e[0].load(Ordering::Acquire);
-        while state & OPEN == 0 {
+        while state & OPEN == 0 && state & IN_FLIGHT_MASK == 0 {
             let generation = ((state >> GEN_SHIFT) + 1) & GEN_MASK;
             let opened = OPEN | (generation << GEN_SHIFT);
             match e[0].compare_exchange(state, opened, Ordering::AcqRel, Ordering::Acquire) {
@@ -155,7 +155,9 @@ pub(crate) fn open(nic: &[AtomicU64], (pid, start, ns): Process) -> Option<Conne
     None
 }
 
-/// Closes `conn` (its endpoint is dropped). A fenced connection may already be closed.
+/// Closes `conn` (its endpoint is dropped). A fenced connection may already be closed. A batch
+/// still in flight (one whose completion was lost while its verbs execute) keeps its count: the
+/// entry is not reopened, and a fence waits for it, until it leaves.
 pub(crate) fn close(nic: &[AtomicU64], conn: Connection) {
     let e = entry(nic, conn.index);
     let mut state = e[0].load(Ordering::Acquire);
@@ -251,10 +253,12 @@ pub(crate) fn fence(nic: &[AtomicU64], id: u64, mut replay: impl FnMut(u64, &[u8
     let e = entry(nic, conn.index);
     let mut state = e[0].load(Ordering::Acquire);
     loop {
-        if state & OPEN == 0 || (state >> GEN_SHIFT) & GEN_MASK != conn.generation {
+        if (state >> GEN_SHIFT) & GEN_MASK != conn.generation
+            || state & (OPEN | IN_FLIGHT_MASK) == 0
+        {
             return Fenced::Done;
         }
-        if state & REVOKED != 0 {
+        if state & REVOKED != 0 || state & OPEN == 0 {
             break;
         }
         match e[0].compare_exchange(state, state | REVOKED, Ordering::AcqRel, Ordering::Acquire) {
@@ -270,7 +274,9 @@ pub(crate) fn fence(nic: &[AtomicU64], id: u64, mut replay: impl FnMut(u64, &[u8
     let started = Instant::now();
     loop {
         let state = e[0].load(Ordering::Acquire);
-        if (state >> GEN_SHIFT) & GEN_MASK != conn.generation || state & OPEN == 0 {
+        if (state >> GEN_SHIFT) & GEN_MASK != conn.generation
+            || state & (OPEN | IN_FLIGHT_MASK) == 0
+        {
             return Fenced::Done;
         }
         if state & IN_FLIGHT_MASK == 0 {
@@ -366,6 +372,39 @@ mod tests {
         );
         assert!(enter(&nic, new));
         leave(&nic, new);
+    }
+
+    /// A connection closed (its endpoint dropped) while a batch of it is still in flight — a
+    /// completion lost while its verbs execute — is neither reopened nor taken for fenced until
+    /// the batch leaves: the seeded simulation found its late leave corrupting the next owner's
+    /// state word (a new store's connection read as fenced).
+    #[test]
+    fn a_connection_closed_with_a_batch_in_flight_drains_before_reuse() {
+        let nic = table();
+        let me = this_process();
+        let late = open(&nic, me).expect("free entry");
+        assert!(enter(&nic, late));
+        close(&nic, late);
+        let other = open(&nic, me).expect("another entry");
+        assert_ne!(other.index, late.index, "a draining entry is not reopened");
+        assert_eq!(
+            fence(&nic, late.id(), |_, _| panic!(
+                "a live process: nothing to replay"
+            )),
+            Fenced::InFlight,
+            "its batch has not landed"
+        );
+        leave(&nic, late);
+        assert_eq!(
+            fence(&nic, late.id(), |_, _| panic!("nothing to replay")),
+            Fenced::Done
+        );
+        let again = open(&nic, me).expect("free entry");
+        assert_eq!(again.index, late.index, "drained, the entry is free again");
+        assert!(enter(&nic, again), "its new owner is not fenced");
+        leave(&nic, again);
+        assert!(enter(&nic, other));
+        leave(&nic, other);
     }
 
     #[test]

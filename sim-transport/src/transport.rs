@@ -118,6 +118,12 @@ pub(crate) struct Life {
     pub(crate) killed: AtomicU64,
     /// Set to make the process's next batch lose its completion.
     pub(crate) break_next: AtomicU64,
+    /// Set to make the process's next batch lose its completion and land when the gate opens.
+    pub(crate) land_late: crate::sync::Mutex<Option<crate::Gate>>,
+    /// Whether `land_late` holds a gate (read on every batch without taking the lock).
+    pub(crate) late_planned: AtomicU64,
+    /// The fetch-and-adds of batches whose completion was lost: (word, value before, addend).
+    pub(crate) lost_fetch_adds: crate::sync::Mutex<Vec<(rdma_transport::RemoteAddr, u64, u64)>>,
 }
 
 /// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
@@ -250,6 +256,43 @@ impl SimTransport {
     /// [`TransportError::Broken`], and so does every later call of that endpoint.
     pub fn break_next_batch(&self) {
         self.life.break_next.store(1, Ordering::SeqCst);
+    }
+
+    /// Fault injection: the next batch of any endpoint of this handle's process loses its
+    /// completion while its verbs still execute: they land only when `gate` opens (see
+    /// [`SimEndpoint::land_late`]), and until then a fence of its connections finds the batch in
+    /// flight. The caller gets [`TransportError::Broken`], and so does every later call of that
+    /// endpoint.
+    pub fn land_next_batch_late(&self, gate: crate::Gate) {
+        *self
+            .life
+            .land_late
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(gate);
+        self.life.late_planned.store(1, Ordering::SeqCst);
+    }
+
+    /// Cancels the faults planned for this handle's process's next batch
+    /// ([`Self::break_next_batch`], [`Self::land_next_batch_late`]) that no batch has met yet.
+    pub fn disarm(&self) {
+        self.life.break_next.store(0, Ordering::SeqCst);
+        self.life.late_planned.store(0, Ordering::SeqCst);
+        *self
+            .life
+            .land_late
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// A test's oracle: every fetch-and-add that executed in a batch of this handle's process
+    /// whose completion was lost ([`Self::break_next_batch`]), as (word, its value before,
+    /// addend) — what the NIC did and the process never learnt (a leaf number it allocated, say).
+    pub fn lost_fetch_adds(&self) -> Vec<(rdma_transport::RemoteAddr, u64, u64)> {
+        self.life
+            .lost_fetch_adds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Fault injection: the next `n` verbs executed by any endpoint of this transport fail with

@@ -69,10 +69,15 @@ pub struct Faults {
     pub verb_failures: u64,
     /// Lost completions.
     pub lost_completions: u64,
+    /// Lost completions of batches whose verbs land later (a NIC still working on them), up to
+    /// two leases later.
+    pub late_landings: u64,
     /// Memory-node workers killed (and restarted on the pool).
     pub worker_restarts: u64,
     /// Memory-node workers paused.
     pub worker_pauses: u64,
+    /// Lost completions of the memory node's worker (restarted on its pool like a killed one).
+    pub worker_lost_completions: u64,
     /// Clients dropped and made again.
     pub client_restarts: u64,
     /// Compute nodes started again as a new member (after a kill or a fence).
@@ -86,8 +91,10 @@ impl Faults {
             + self.pauses
             + self.verb_failures
             + self.lost_completions
+            + self.late_landings
             + self.worker_restarts
             + self.worker_pauses
+            + self.worker_lost_completions
             + self.client_restarts
             + self.store_restarts
     }
@@ -117,7 +124,8 @@ struct World {
     stop_worker: AtomicBool,
     faults: Mutex<Faults>,
     ops: AtomicU64,
-    /// The free lists of killed workers (leaked by design: ARCHITECTURE §7, "Free leaves").
+    /// The free lists of killed or broken workers, and the leaves their lost completions allocated
+    /// (leaked by design: ARCHITECTURE §7, "Free leaves").
     lost_free_leaves: Mutex<Vec<u64>>,
 }
 
@@ -221,8 +229,14 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     if let Some(faults) = faults {
         let _ = faults.join();
     }
-    // No verb failure left armed for the checks below.
+    // No verb failure or lost completion left armed for the checks below.
     world.transport.fail_next_verbs(0);
+    world
+        .memory
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .disarm();
 
     // Every member that died must be recovered, every live one must have left.
     wait_for_free_members(&world.transport);
@@ -352,16 +366,24 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
             .fence(node.id)
             .unwrap_or_else(|| sim_scheduler::fail("no fence"));
         worker.watch_members(LEASE, Box::new(fence));
-        let _ = worker.run(|| world.stop_worker.load(Ordering::SeqCst) || process.is_killed());
-        if !process.is_killed() {
+        let ran = worker.run(|| world.stop_worker.load(Ordering::SeqCst) || process.is_killed());
+        if ran.is_ok() && !process.is_killed() {
             return Some(worker);
         }
-        world
+        let mut lost = world
             .lost_free_leaves
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(worker.free_leaves());
-        // Killed: started again on its pool, as a new process.
+            .unwrap_or_else(|e| e.into_inner());
+        lost.extend_from_slice(worker.free_leaves());
+        // Leaves its lost completions allocated (it never learnt their numbers): lost with it.
+        let alloc_num = worker.layout().alloc_num_addr();
+        for (at, before, add) in process.lost_fetch_adds() {
+            if at == alloc_num {
+                lost.extend(before..before.saturating_add(add));
+            }
+        }
+        drop(lost);
+        // Killed, or its endpoint lost a completion: started again on its pool, as a new process.
         world.start_again(&world.memory.0);
     }
 }
@@ -504,10 +526,11 @@ fn run_client(
 fn inject_faults(world: &World, seed: u64) {
     let mut rng = XorShift64::new(seed | 1);
     let mut kills = 0;
+    let mut openers = Vec::new();
     while !world.clients_done.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_micros(200 + rng.next_u64() % 3000));
         if world.clients_done.load(Ordering::SeqCst) {
-            return;
+            break;
         }
         let node = (rng.next_u64() % world.compute.len() as u64) as usize;
         let (process, group) = &world.compute[node];
@@ -549,7 +572,31 @@ fn inject_faults(world: &World, seed: u64) {
                 sim_scheduler::pause(world.memory.1, Duration::from_micros(rng.next_u64() % 8000));
                 world.count(|f| f.worker_pauses += 1);
             }
-            _ => {}
+            _ if rng.next_u64().is_multiple_of(2) => {
+                // The verbs land up to two leases later: a fence in between finds them in
+                // flight, a recovery that does not wait for them is overwritten.
+                let gate = sim_transport::Gate::new();
+                process.land_next_batch_late(gate.clone());
+                let late = Duration::from_micros(rng.next_u64() % (2 * LEASE.as_micros() as u64));
+                openers.push(thread::spawn(move || {
+                    thread::sleep(late);
+                    gate.open();
+                }));
+                world.count(|f| f.late_landings += 1);
+            }
+            _ => {
+                let worker = world
+                    .memory
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                worker.break_next_batch();
+                world.count(|f| f.worker_lost_completions += 1);
+            }
         }
+    }
+    for opener in openers {
+        let _ = opener.join();
     }
 }

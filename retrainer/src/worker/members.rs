@@ -434,9 +434,29 @@ impl<E: Endpoint> Retrainer<E> {
             };
             let (index, slot) = (i as u64 / LEAF_BOX, i as u64 % LEAF_BOX);
             let at = watch.table.box_addr(tag, index, slot);
-            if self.ep.cas(at, word, 0)? == word && !linked.contains(&leaf) {
+            // On the free list before the CAS that empties its slot: were the CAS's completion
+            // lost, the slot would be empty and the leaf nowhere (the seeded simulation found
+            // it). A lost completion ends this worker, and its free list with it (§7); any other
+            // failure did not execute, and the leaf stays the box's. (A caller that goes on after
+            // a lost completion finds the leaf on the free list already: it is not added twice.)
+            let free = !linked.contains(&leaf) && !self.free_leaves.contains(&leaf);
+            if free {
                 self.free_leaves.push(leaf);
-                done.leaves_freed += 1;
+            }
+            match self.ep.cas(at, word, 0) {
+                Ok(old) if old == word => done.leaves_freed += u64::from(free),
+                Ok(_) => {
+                    if free {
+                        self.free_leaves.pop();
+                    }
+                }
+                Err(e) => {
+                    let e = RetrainError::from(LeafStoreError::from(e));
+                    if free && !e.is_transport_lost() {
+                        self.free_leaves.pop();
+                    }
+                    return Err(e);
+                }
             }
         }
         // Its unlink words: each names a leaf under its client's lock (the unlink batch clears
@@ -464,10 +484,19 @@ impl<E: Endpoint> Retrainer<E> {
                 .copied()
                 .filter(|&leaf| held_anywhere.insert(leaf))
                 .collect();
+            // On the free list before the WRITE that zeroes their words, for the same reason as
+            // the box leaves above.
+            let before = self.free_leaves.len();
+            self.free_leaves.extend(freed.iter().copied());
             let zeros = vec![0u8; words.len() * 8];
-            self.ep.write(watch.table.unlink_addr(tag, 0), &zeros)?;
+            if let Err(e) = self.ep.write(watch.table.unlink_addr(tag, 0), &zeros) {
+                let e = RetrainError::from(LeafStoreError::from(e));
+                if !e.is_transport_lost() {
+                    self.free_leaves.truncate(before);
+                }
+                return Err(e);
+            }
             done.unlinks_completed += freed.len() as u64;
-            self.free_leaves.extend(freed);
         }
         let released = self.release_held(held)?;
         done.locks_released = released.locks_released;

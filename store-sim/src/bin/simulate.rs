@@ -96,7 +96,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         if !report.passed() {
             print_one(&report);
             println!(
-                "FAILED at seed {seed}; replay: cargo run --release -p store-sim --bin simulate -- --seed {seed}{flags}"
+                "FAILED at seed {seed} ({:.1} s into the run); replay: cargo run --release -p store-sim --bin simulate -- --seed {seed}{flags}",
+                started.elapsed().as_secs_f64()
             );
             if !keep_going {
                 return Ok(ExitCode::FAILURE);
