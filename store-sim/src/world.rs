@@ -343,6 +343,10 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
                     node,
                     RetrainConfig {
                         grace_period: Duration::from_millis(2),
+                        // Retrain often: a slot with one synonym is swept every millisecond,
+                        // so stale caches, retired records and slot splits meet the clients.
+                        idle_sweep_threshold: 1,
+                        sweep_interval: Duration::from_millis(1),
                         ..RetrainConfig::default()
                     },
                 )
@@ -408,6 +412,8 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
             .clone();
         let config = StoreConfig {
             lease_renewal: RENEWAL,
+            // Every split asks for its slot's retraining.
+            retrain_threshold: 1,
             ..StoreConfig::default()
         };
         let store = match Store::open(process.clone(), config) {
