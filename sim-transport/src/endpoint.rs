@@ -584,17 +584,6 @@ impl Endpoint for SimEndpoint {
             let built: Vec<Option<u64>> = verbs.iter().map(Verb::old_value).collect();
             self.broken = true;
             let executed = self.batch_inner(verbs);
-            if executed.is_ok() {
-                let added = verbs.iter().filter_map(|verb| match verb {
-                    Verb::Faa { addr, add, old, .. } => Some((*addr, *old, *add)),
-                    _ => None,
-                });
-                self.life
-                    .lost_fetch_adds
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(added);
-            }
             for (verb, before) in verbs.iter_mut().zip(built) {
                 if let (Verb::Cas { old, .. } | Verb::Faa { old, .. }, Some(value)) = (verb, before)
                 {

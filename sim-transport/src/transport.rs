@@ -122,8 +122,6 @@ pub(crate) struct Life {
     pub(crate) land_late: crate::sync::Mutex<Option<crate::Gate>>,
     /// Whether `land_late` holds a gate (read on every batch without taking the lock).
     pub(crate) late_planned: AtomicU64,
-    /// The fetch-and-adds of batches whose completion was lost: (word, value before, addend).
-    pub(crate) lost_fetch_adds: crate::sync::Mutex<Vec<(rdma_transport::RemoteAddr, u64, u64)>>,
 }
 
 /// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
@@ -282,17 +280,6 @@ impl SimTransport {
             .land_late
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
-    }
-
-    /// A test's oracle: every fetch-and-add that executed in a batch of this handle's process
-    /// whose completion was lost ([`Self::break_next_batch`]), as (word, its value before,
-    /// addend) — what the NIC did and the process never learnt (a leaf number it allocated, say).
-    pub fn lost_fetch_adds(&self) -> Vec<(rdma_transport::RemoteAddr, u64, u64)> {
-        self.life
-            .lost_fetch_adds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     /// Fault injection: the next `n` verbs executed by any endpoint of this transport fail with

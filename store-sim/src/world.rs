@@ -124,9 +124,6 @@ struct World {
     stop_worker: AtomicBool,
     faults: Mutex<Faults>,
     ops: AtomicU64,
-    /// The free lists of killed or broken workers, and the leaves their lost completions allocated
-    /// (leaked by design: ARCHITECTURE §7, "Free leaves").
-    lost_free_leaves: Mutex<Vec<u64>>,
 }
 
 impl World {
@@ -194,7 +191,6 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         stop_worker: AtomicBool::new(false),
         faults: Mutex::new(Faults::default()),
         ops: AtomicU64::new(0),
-        lost_free_leaves: Mutex::new(Vec::new()),
     });
 
     let memory_node = {
@@ -250,17 +246,29 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         s.faults = *world.faults.lock().unwrap_or_else(|e| e.into_inner());
         s.history = world.recorder.entries();
     }
-    let lost = world
-        .lost_free_leaves
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    integration_tests::recovery::retrain_and_verify_but(
-        &mut worker,
-        &world.transport,
-        "at the end",
-        &lost,
-    );
+    // Whatever leaked in the run (lost completions, dead compute nodes' leaves in hand, killed
+    // workers' free lists) is the orphan sweep's: finish the one under way, then one whole sweep
+    // begun now, so no leaf is excused.
+    for round in 0..2 {
+        if round == 1
+            && let Err(e) = worker.sweep_orphans()
+        {
+            sim_scheduler::fail(&format!("orphan sweep: {e}"));
+        }
+        let mut waited = 0;
+        while worker.orphan_scan_pending() {
+            waited += 1;
+            if waited > 200 {
+                sim_scheduler::fail("an orphan sweep's epoch never ended");
+            }
+            thread::sleep(LEASE);
+            let step = worker.check_members().and_then(|_| worker.sweep_orphans());
+            if let Err(e) = step {
+                sim_scheduler::fail(&format!("orphan sweep: {e}"));
+            }
+        }
+    }
+    integration_tests::recovery::retrain_and_verify(&mut worker, &world.transport, "at the end");
 
     // The final contents, read by a new store, close the history.
     let contents = integration_tests::recovery::contents(&world.transport);
@@ -347,6 +355,8 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
                         // so stale caches, retired records and slot splits meet the clients.
                         idle_sweep_threshold: 1,
                         sweep_interval: Duration::from_millis(1),
+                        // And look for orphaned leaves every 2 ms.
+                        orphan_sweep_interval: Duration::from_millis(2),
                         ..RetrainConfig::default()
                     },
                 )
@@ -374,20 +384,8 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
         if ran.is_ok() && !process.is_killed() {
             return Some(worker);
         }
-        let mut lost = world
-            .lost_free_leaves
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        lost.extend_from_slice(worker.free_leaves());
-        // Leaves its lost completions allocated (it never learnt their numbers): lost with it.
-        let alloc_num = worker.layout().alloc_num_addr();
-        for (at, before, add) in process.lost_fetch_adds() {
-            if at == alloc_num {
-                lost.extend(before..before.saturating_add(add));
-            }
-        }
-        drop(lost);
-        // Killed, or its endpoint lost a completion: started again on its pool, as a new process.
+        // Killed, or its endpoint lost a completion: started again on its pool, as a new process
+        // (its free list, and what its lost completions allocated, are the orphan sweep's).
         world.start_again(&world.memory.0);
     }
 }

@@ -16,19 +16,12 @@ const CI_SEEDS: u64 = 1000;
 /// leaves leaked them (599, 1101).
 const REGRESSIONS: &[u64] = &[80, 194, 599, 1101];
 
-/// Seeds that find a bug not fixed yet (see `docs/ARCHITECTURE.md` §11): one leaf leaked — a
-/// leaf a compute node allocated by fetch-and-add that never reached a chain or its leaf box (a
-/// spare a dropped client could not put in its full box, an allocation whose completion was
-/// lost). Run with `--ignored`.
-const KNOWN_OPEN: &[u64] = &[17, 232, 468, 574, 652, 700, 827, 833];
-
 #[test]
 fn the_ci_budget_of_seeds_passes_every_check() {
     let started = Instant::now();
     let options = Options::default();
     let (mut ops, mut faults, mut steps, mut runs) = (0, 0, 0, 0);
     let seeds: Vec<u64> = (0..CI_SEEDS)
-        .filter(|s| !KNOWN_OPEN.contains(s))
         .chain(REGRESSIONS.iter().copied().filter(|&s| s >= CI_SEEDS))
         .collect();
     for seed in seeds {
@@ -48,17 +41,6 @@ fn the_ci_budget_of_seeds_passes_every_check() {
         "store-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-}
-
-#[test]
-#[ignore = "a bug the simulation found that is not fixed yet"]
-fn known_open_seeds() {
-    let failing: Vec<u64> = KNOWN_OPEN
-        .iter()
-        .copied()
-        .filter(|&seed| !run_seed(seed, &Options::default()).passed())
-        .collect();
-    assert_eq!(failing, Vec::<u64>::new(), "seeds that still fail");
 }
 
 #[test]

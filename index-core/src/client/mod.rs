@@ -29,8 +29,9 @@ pub struct Client<E: Endpoint> {
     caches: Arc<Caches>,
     stats: OpStats,
     buf: Vec<u8>,
-    /// Leaves allocated for a split that could not use them (its SLT was full); used first by the
-    /// next split on the same node.
+    /// Leaves allocated for a split that could not use them (its SLT was full, its batch failed);
+    /// used first by a later split of the same operation, and at the operation's end parked in
+    /// its leaf box or forgotten ([`Self::park_spare_leaves`]): never kept across operations.
     spare_leaves: Vec<(u16, u64)>,
     /// This client's leaf box on each memory node (store key order), as last read.
     boxes: Vec<LeafBox>,
@@ -63,7 +64,6 @@ impl<E: Endpoint> Drop for Client<E> {
             // The index belongs to the store's recovery now.
             return;
         }
-        self.box_spare_leaves();
         let members = std::sync::Arc::clone(&self.caches.members);
         members.unregister(&mut self.ep, self.connection_index, &self.registered);
         members.release_index(self.connection_index);
@@ -71,22 +71,38 @@ impl<E: Endpoint> Drop for Client<E> {
 }
 
 impl<E: Endpoint> Client<E> {
-    /// Puts the leaves this client allocated and kept for a later split into empty slots of its
-    /// leaf box (by CAS), where the next holder of the box, or recovery, finds them: a client
-    /// dropped with spare leaves in its memory leaked them (the seeded simulation found it).
-    /// A leaf no empty slot takes, or whose CAS fails without an answer, is still leaked.
-    fn box_spare_leaves(&mut self) {
-        for (node_id, leaf) in std::mem::take(&mut self.spare_leaves) {
+    /// At an operation's end: puts the leaves this client allocated and could not use into empty
+    /// slots of its leaf box (by CAS), where its later splits, or recovery, find them; a leaf no
+    /// empty slot takes, or whose CAS fails, is forgotten, and the memory node's orphan sweep
+    /// reclaims it. A spare is never kept across operations: the sweep frees a leaf nobody names
+    /// once every operation that was running when it first looked has ended (ARCHITECTURE §7,
+    /// "Orphaned leaves"), so one kept longer could be handed out twice. (A client dropped with
+    /// spares in its memory leaked them: the seeded simulation found it.)
+    fn park_spare_leaves(&mut self) {
+        let spares = std::mem::take(&mut self.spare_leaves);
+        if self.retired {
+            // Its endpoint is not used again: forgotten.
+            return;
+        }
+        for (node_id, leaf) in spares {
             let Some(node) = self.caches.nodes.iter().find(|n| n.info.id == node_id) else {
                 continue;
             };
             if node.tag == 0 {
                 continue;
             }
+            let word = leaf_store::members::leaf_word(leaf);
             for slot in 0..leaf_store::members::LEAF_BOX {
                 let at = node.members.box_addr(node.tag, self.connection_index, slot);
-                match self.ep.cas(at, 0, leaf_store::members::leaf_word(leaf)) {
-                    Ok(0) | Err(_) => break,
+                match self.ep.cas(at, 0, word) {
+                    Ok(0) => {
+                        let lbox = &mut self.boxes[node.position];
+                        if let Some(local) = lbox.slots.get_mut(slot as usize) {
+                            *local = word;
+                        }
+                        break;
+                    }
+                    Err(_) => break,
                     Ok(_) => {}
                 }
             }
@@ -361,6 +377,9 @@ impl<E: Endpoint> Client<E> {
         let running = Running(Arc::clone(&self.active));
         let before = self.ep.stats();
         let result = op(self);
+        if !self.spare_leaves.is_empty() {
+            self.park_spare_leaves();
+        }
         drop(running);
         let used = self.ep.stats() - before;
         self.stats.record(kind, used);

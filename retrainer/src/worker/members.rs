@@ -338,9 +338,11 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Advances the retirement epoch (at most every [`EPOCH_EVERY`]) when a record retired in the
-    /// current one waits: members can announce they are past an epoch only once it is over.
+    /// current one waits, or an orphan sweep's first scan taken in it: members can announce they
+    /// are past an epoch only once it is over.
     fn advance_epoch_if_due(&mut self) -> Result<(), RetrainError> {
-        let waiting = self.retired.back().is_some_and(|r| r.stamp >= self.epoch);
+        let waiting = self.retired.back().is_some_and(|r| r.stamp >= self.epoch)
+            || self.orphan_scan_waits_on(self.epoch);
         let due = self
             .epoch_advanced
             .is_none_or(|at| at.elapsed() >= EPOCH_EVERY);

@@ -6,6 +6,7 @@
 //! (releasing a dead compute node's locks, finishing its cut-short writes).
 
 mod members;
+mod orphans;
 mod poll;
 mod recover;
 mod retrain;
@@ -48,6 +49,10 @@ pub struct RetrainConfig {
     pub idle_sweep_threshold: u64,
     /// At most one idle sweep (reading every slot's header) per this interval.
     pub sweep_interval: Duration,
+    /// With a lease watch: how often the orphan sweep begins (reading every box, unlink word and
+    /// record twice, an epoch apart) to find leaves held by nobody and free them
+    /// ([`Retrainer::sweep_orphans`]; ARCHITECTURE §7, "Orphaned leaves"). Default 10 s.
+    pub orphan_sweep_interval: Duration,
     /// A ring position claimed by a compute node but left unwritten this long is skipped (its
     /// writer has died; compute nodes write right after claiming), and every slot marked queued
     /// that no entry names is queued again.
@@ -75,6 +80,7 @@ impl Default for RetrainConfig {
             idle_sleep: Duration::from_micros(200),
             idle_sweep_threshold: 8,
             sweep_interval: Duration::from_millis(50),
+            orphan_sweep_interval: Duration::from_secs(10),
             ring_stall_limit: Duration::from_secs(5),
             split_leaves: None,
             #[cfg(loom)]
@@ -238,6 +244,9 @@ pub struct RetrainStats {
     pub reclaimed_records: u64,
     /// Ring positions skipped because their claimant never wrote them.
     pub ring_positions_skipped: u64,
+    /// Leaves found held by nobody (an allocation whose completion was lost, a compute node or
+    /// worker gone with leaves in hand) and put on the free list (see [`Retrainer::sweep_orphans`]).
+    pub orphans_reclaimed: u64,
     /// Slots marked queued that no ring entry named, queued again (after a skip or at start).
     pub requeued: u64,
     /// Retrainings put off because a leaf lock stayed held ([`RetrainError::LeafLocked`]).
@@ -348,6 +357,10 @@ pub struct Retrainer<E: Endpoint> {
     free_leaves: Vec<u64>,
     /// The slot the published put-off word names, if any.
     published_problem: Option<u64>,
+    /// An orphan sweep's first scan, waiting for its epoch to be over everywhere.
+    orphan_scan: Option<orphans::OrphanScan>,
+    /// When the last orphan sweep began.
+    last_orphan_sweep: Option<Instant>,
 }
 
 /// Model-region space no slot references any more, waiting to be reused.
@@ -558,6 +571,8 @@ impl<E: Endpoint> Retrainer<E> {
         while !stop() {
             let checked = self.check_members_if_due();
             self.survive(checked)?;
+            let swept = self.sweep_orphans_if_due();
+            self.survive(swept)?;
             let polled = self.poll().map(|_| ());
             self.survive(polled)?;
             self.reclaim();

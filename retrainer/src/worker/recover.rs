@@ -64,6 +64,8 @@ impl<E: Endpoint> Retrainer<E> {
             members: None,
             free_leaves: Vec::new(),
             published_problem: None,
+            orphan_scan: None,
+            last_orphan_sweep: None,
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)

@@ -1,0 +1,95 @@
+//! The memory node's orphan sweep (ARCHITECTURE §7, "Orphaned leaves"): a leaf allocated and
+//! held by nobody is reclaimed once an epoch every member announced separates two scans that
+//! found it nowhere; a leaf a running split holds in its hands is found nowhere too, and is not
+//! taken, because that split's compute node cannot announce the epoch until the split is done.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use index_core::{Store, StoreConfig};
+use rdma_transport::{Endpoint, Transport};
+use sim_transport::{Gate, SimConfig};
+
+const LEASE: Duration = Duration::from_secs(5);
+
+#[test]
+fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() {
+    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
+    let (transport, layout) =
+        integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
+    let mut worker = integration_tests::lease_watcher(&transport, LEASE);
+    let store = Arc::new(
+        Store::open(
+            transport.clone(),
+            StoreConfig {
+                lease_renewal: Duration::from_millis(1),
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open"),
+    );
+    worker.check_members().expect("check");
+
+    // Allocated and forgotten: a fetch-and-add whose completion was lost, say.
+    let mut ep = transport.endpoint().expect("endpoint");
+    let orphan = leaf_store::alloc_leaf(&mut ep, &layout).expect("alloc");
+
+    // A splitting insert (its leaf is full, its leaf box empty: it allocates by fetch-and-add)
+    // stopped after its lock and allocation batches, the new leaf in its hands.
+    let mut client = store.client().expect("client");
+    let gate = Gate::new();
+    client.endpoint_mut().pause_after(2, gate.clone());
+    let writer = std::thread::spawn(move || client.insert(5, 5));
+    assert!(gate.wait_for_arrival(Duration::from_secs(5)), "paused");
+    let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
+    let in_hand = allocated - 1;
+    assert_ne!(in_hand, orphan, "the split allocated a leaf of its own");
+
+    worker.sweep_orphans().expect("first scan");
+    assert!(worker.orphan_scan_pending());
+    // What a sweep that did not wait for the epoch would free: both.
+    assert!(worker.orphan_candidates().contains(&orphan));
+    assert!(
+        worker.orphan_candidates().contains(&in_hand),
+        "the split's leaf is named nowhere yet: only the epoch protects it"
+    );
+
+    // The epoch advances, but the paused split's compute node cannot announce it.
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(2));
+        worker.check_members().expect("check");
+        assert_eq!(worker.sweep_orphans().expect("sweep"), 0);
+    }
+    assert!(
+        worker.orphan_scan_pending(),
+        "the epoch is not over while the split runs"
+    );
+    assert!(!worker.free_leaves().contains(&in_hand));
+
+    gate.open();
+    assert_eq!(writer.join().expect("writer"), Ok(true));
+    let mut freed = 0;
+    for _ in 0..2_000 {
+        if !worker.orphan_scan_pending() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        worker.check_members().expect("check");
+        freed += worker.sweep_orphans().expect("sweep");
+    }
+    assert!(!worker.orphan_scan_pending(), "the sweep finished");
+    assert_eq!(freed, 1, "the orphan alone");
+    assert!(worker.free_leaves().contains(&orphan));
+    assert!(
+        !worker.free_leaves().contains(&in_hand),
+        "linked by the split"
+    );
+    assert_eq!(worker.stats().orphans_reclaimed, 1);
+    integration_tests::recovery::assert_no_leaf_leaked_but(
+        &worker,
+        &transport,
+        "after the sweep",
+        &[],
+    );
+    drop(store);
+}
