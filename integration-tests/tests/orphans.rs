@@ -93,3 +93,66 @@ fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() 
     );
     drop(store);
 }
+
+/// A split whose batch fails after its allocation keeps the leaf as a spare; the spare is parked
+/// in the client's leaf box before the operation ends. Kept in the client's memory instead, the
+/// orphan sweep would find it named nowhere across an epoch, free it, and the client's next split
+/// would link a leaf that is also on the free list.
+#[test]
+fn a_spare_leaf_never_outlives_its_operation() {
+    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
+    let mut found_a_spare = false;
+    for k in 0..12 {
+        let what = format!("failed after verb {k}");
+        let (transport, layout) =
+            integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
+        let mut worker = integration_tests::lease_watcher(&transport, LEASE);
+        let store = Store::open(
+            transport.clone(),
+            StoreConfig {
+                lease_renewal: Duration::from_millis(1),
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open");
+        worker.check_members().expect("check");
+        let mut ep = transport.endpoint().expect("endpoint");
+        let mut client = store.client().expect("client");
+        let before = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
+        client.endpoint_mut().fail_after(k);
+        let failed = client.insert(5, 5);
+        let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
+        if failed.is_ok() {
+            break;
+        }
+        if allocated == before {
+            continue;
+        }
+        // The split allocated, then its batch failed: a spare.
+        let spare = allocated - 1;
+        found_a_spare = true;
+        let table = leaf_store::members::MemberTable::new(&layout);
+        let tag = store.member_tags()[0];
+        let parked = table
+            .read_boxes(&mut ep, tag)
+            .expect("boxes")
+            .contains(&leaf_store::members::leaf_word(spare));
+        // A whole sweep: the parked spare is held, so nothing is reclaimed.
+        worker.sweep_orphans().expect("first scan");
+        for _ in 0..2_000 {
+            if !worker.orphan_scan_pending() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            worker.check_members().expect("check");
+            worker.sweep_orphans().expect("sweep");
+        }
+        assert!(!worker.orphan_scan_pending(), "{what}: the sweep finished");
+        assert_eq!(client.insert(5, 5), Ok(true), "{what}: the retry");
+        // Kept in the client's memory, the spare was reclaimed by the sweep and then linked by
+        // the retry: on the free list and in a chain at once.
+        integration_tests::recovery::assert_no_leaf_leaked_but(&worker, &transport, &what, &[]);
+        assert!(parked, "{what}: the spare was parked in the client's box");
+    }
+    assert!(found_a_spare, "some crash point leaves a spare");
+}

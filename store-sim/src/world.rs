@@ -124,6 +124,8 @@ struct World {
     stop_worker: AtomicBool,
     faults: Mutex<Faults>,
     ops: AtomicU64,
+    /// How often the memory node tops leaf boxes up.
+    box_fill_interval: Duration,
 }
 
 impl World {
@@ -175,8 +177,15 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     let initial: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
     let compute_nodes = 2 + (rng.next_u64() % 2) as usize;
     let clients = 1 + (rng.next_u64() % 2) as usize;
+    // A third of the runs top leaf boxes up rarely: splits allocate from the counter, and leaves
+    // a split could not use become spares.
+    let box_fill_interval = if rng.next_u64().is_multiple_of(3) {
+        Duration::from_millis(20)
+    } else {
+        Duration::from_micros(500)
+    };
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients, torn {}, {:?}, packets of {} bytes, model region x{}",
+        "{compute_nodes} compute nodes x {clients} clients, torn {}, {:?}, packets of {} bytes, model region x{}, boxes filled every {box_fill_interval:?}",
         sim.torn, sim.reordering, sim.packet_bytes, config.model_region_factor
     );
     summary.lock().unwrap_or_else(|e| e.into_inner()).shape = shape;
@@ -191,6 +200,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         stop_worker: AtomicBool::new(false),
         faults: Mutex::new(Faults::default()),
         ops: AtomicU64::new(0),
+        box_fill_interval,
     });
 
     let memory_node = {
@@ -357,6 +367,7 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
                         sweep_interval: Duration::from_millis(1),
                         // And look for orphaned leaves every 2 ms.
                         orphan_sweep_interval: Duration::from_millis(2),
+                        box_fill_interval: world.box_fill_interval,
                         ..RetrainConfig::default()
                     },
                 )

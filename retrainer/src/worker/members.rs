@@ -95,8 +95,6 @@ const EPOCH_EVERY: Duration = Duration::from_millis(5);
 /// How long a stalled ring position is still waited for once a member died.
 const DEAD_CLAIM_WAIT: Duration = Duration::from_millis(50);
 /// How often the live members' leaf boxes are topped up.
-const FILL_EVERY: Duration = Duration::from_micros(500);
-
 impl<E: Endpoint> Retrainer<E> {
     /// Makes this worker watch the leases of its memory node's members: one whose lease has not
     /// been renewed for `lease` is declared dead, fenced through `fence`, and its locks recovered
@@ -127,7 +125,7 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Runs a check if one is due (at most every 2 ms), and tops the live members' leaf boxes
-    /// up (at most every 500 µs).
+    /// up (at most every `RetrainConfig::box_fill_interval`).
     pub(super) fn check_members_if_due(&mut self) -> Result<(), RetrainError> {
         let due = self
             .members
@@ -136,10 +134,10 @@ impl<E: Endpoint> Retrainer<E> {
         if due {
             self.check_members()?;
         }
-        let fill = self
-            .members
-            .as_ref()
-            .is_some_and(|m| m.last_fill.is_none_or(|at| at.elapsed() >= FILL_EVERY));
+        let fill = self.members.as_ref().is_some_and(|m| {
+            m.last_fill
+                .is_none_or(|at| at.elapsed() >= self.config.box_fill_interval)
+        });
         if fill {
             self.fill_boxes()?;
         }

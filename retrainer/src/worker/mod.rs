@@ -53,6 +53,9 @@ pub struct RetrainConfig {
     /// record twice, an epoch apart) to find leaves held by nobody and free them
     /// ([`Retrainer::sweep_orphans`]; ARCHITECTURE §7, "Orphaned leaves"). Default 10 s.
     pub orphan_sweep_interval: Duration,
+    /// With a lease watch: how often the live members' leaf boxes are topped up (default
+    /// 500 µs). A client whose box is empty allocates from the allocation counter instead.
+    pub box_fill_interval: Duration,
     /// A ring position claimed by a compute node but left unwritten this long is skipped (its
     /// writer has died; compute nodes write right after claiming), and every slot marked queued
     /// that no entry names is queued again.
@@ -81,6 +84,7 @@ impl Default for RetrainConfig {
             idle_sweep_threshold: 8,
             sweep_interval: Duration::from_millis(50),
             orphan_sweep_interval: Duration::from_secs(10),
+            box_fill_interval: Duration::from_micros(500),
             ring_stall_limit: Duration::from_secs(5),
             split_leaves: None,
             #[cfg(loom)]
