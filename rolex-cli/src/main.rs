@@ -413,11 +413,12 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
             .run(|| Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e))
             .map_err(|e| format!("retrainer stopped, its connection to the pool is gone: {e}"))?;
         let mut line = format!(
-            "status: {} retrains ({} slot splits), {} pending, {} records reclaimed",
+            "status: {} retrains ({} slot splits), {} pending, {} records reclaimed, {} orphaned leaves reclaimed",
             stats.retrains,
             stats.splits,
             worker.pending(),
-            stats.reclaimed_records
+            stats.reclaimed_records,
+            stats.orphans_reclaimed
         );
         if let Ok(pool) = worker.pool_usage() {
             let space = worker.model_space();

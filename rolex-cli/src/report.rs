@@ -66,6 +66,8 @@ pub struct RetrainerSummary {
     pub put_off_model_region_full: u64,
     pub put_off_other: u64,
     pub records_reclaimed: u64,
+    /// Leaves the orphan sweep found held by nobody and handed out again.
+    pub orphans_reclaimed: u64,
     pub leaf_capacity: u64,
     pub leaves_allocated: u64,
     /// Allocated leaves on the free list, waiting to be handed out again.
@@ -93,6 +95,7 @@ impl RetrainerSummary {
             put_off_model_region_full: stats.model_region_full,
             put_off_other: stats.errors,
             records_reclaimed: stats.reclaimed_records,
+            orphans_reclaimed: stats.orphans_reclaimed,
             leaf_capacity: pool.leaf_capacity,
             leaves_allocated: pool.leaves_allocated,
             leaves_free_listed: pool.leaves_free_listed,
@@ -115,6 +118,7 @@ impl RetrainerSummary {
                 + other.put_off_model_region_full,
             put_off_other: self.put_off_other + other.put_off_other,
             records_reclaimed: self.records_reclaimed + other.records_reclaimed,
+            orphans_reclaimed: self.orphans_reclaimed + other.orphans_reclaimed,
             leaf_capacity: self.leaf_capacity + other.leaf_capacity,
             leaves_allocated: self.leaves_allocated + other.leaves_allocated,
             leaves_free_listed: self.leaves_free_listed + other.leaves_free_listed,
