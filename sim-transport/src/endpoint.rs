@@ -546,6 +546,17 @@ fn xorshift(state: &mut u64) -> u64 {
 
 impl Endpoint for SimEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if self.pause.is_none()
+            && self.life.pause_planned.load(Ordering::Relaxed) != 0
+            && self.life.pause_planned.swap(0, Ordering::SeqCst) != 0
+        {
+            self.pause = self
+                .life
+                .pause
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+        }
         if let Some(gate) = due(&mut self.pause) {
             gate.pass();
         }

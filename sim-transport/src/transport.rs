@@ -122,6 +122,11 @@ pub(crate) struct Life {
     pub(crate) land_late: crate::sync::Mutex<Option<crate::Gate>>,
     /// Whether `land_late` holds a gate (read on every batch without taking the lock).
     pub(crate) late_planned: AtomicU64,
+    /// Set to stop the process's next endpoint to run a batch after that many more batches, at
+    /// the gate, until it opens.
+    pub(crate) pause: crate::sync::Mutex<Option<(u64, crate::Gate)>>,
+    /// Whether `pause` holds a plan.
+    pub(crate) pause_planned: AtomicU64,
 }
 
 /// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
@@ -270,11 +275,22 @@ impl SimTransport {
         self.life.late_planned.store(1, Ordering::SeqCst);
     }
 
-    /// Cancels the faults planned for this handle's process's next batch
-    /// ([`Self::break_next_batch`], [`Self::land_next_batch_late`]) that no batch has met yet.
+    /// Fault injection: an endpoint of this handle's process, the next to run a batch, stops
+    /// before its batch after `n` more, until `gate` opens (see [`SimEndpoint::pause_after`]): a
+    /// process descheduled between two steps of a protocol.
+    pub fn pause_after_batches(&self, n: u64, gate: crate::Gate) {
+        *self.life.pause.lock().unwrap_or_else(|e| e.into_inner()) = Some((n, gate));
+        self.life.pause_planned.store(1, Ordering::SeqCst);
+    }
+
+    /// Cancels the faults planned for this handle's process's next batches
+    /// ([`Self::break_next_batch`], [`Self::land_next_batch_late`], [`Self::pause_after_batches`])
+    /// that no batch has met yet.
     pub fn disarm(&self) {
         self.life.break_next.store(0, Ordering::SeqCst);
         self.life.late_planned.store(0, Ordering::SeqCst);
+        self.life.pause_planned.store(0, Ordering::SeqCst);
+        *self.life.pause.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self
             .life
             .land_late

@@ -584,7 +584,24 @@ fn inject_faults(world: &World, seed: u64) {
                 world.count(|f| f.worker_restarts += 1);
             }
             10 => {
-                sim_scheduler::pause(world.memory.1, Duration::from_micros(rng.next_u64() % 8000));
+                let pause = Duration::from_micros(rng.next_u64() % 8000);
+                if rng.next_u64().is_multiple_of(2) {
+                    sim_scheduler::pause(world.memory.1, pause);
+                } else {
+                    // Stopped between two batches, a few from now: most likely inside a
+                    // retraining, a recovery or a box refill, between two of its steps.
+                    let gate = sim_transport::Gate::new();
+                    world
+                        .memory
+                        .0
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pause_after_batches(rng.next_u64() % 48, gate.clone());
+                    openers.push(thread::spawn(move || {
+                        thread::sleep(pause);
+                        gate.open();
+                    }));
+                }
                 world.count(|f| f.worker_pauses += 1);
             }
             _ if rng.next_u64().is_multiple_of(2) => {
