@@ -7,14 +7,16 @@ use std::time::Instant;
 
 use store_sim::{Options, run_seed};
 
-/// Seeds the CI runs (at about 20 schedules per second in a release build on 2 cores; a test
+/// Seeds the CI runs (at about 15 schedules per second in a release build on 2 cores; a test
 /// build is slower).
 const CI_SEEDS: u64 = 1000;
 
-/// Seeds that found bugs, kept as regression cases: the memory node's box refill dropped the
-/// leaves it had gathered when a later allocation failed (80, 194); a client dropped with spare
-/// leaves leaked them (599, 1101).
-const REGRESSIONS: &[u64] = &[80, 194, 599, 1101];
+/// Seeds that find a bug when it is restored (docs/ARCHITECTURE.md §11, "Mutations"), kept as
+/// regression cases; those past `CI_SEEDS` run too. A connection closed with a batch landing
+/// late reopened for another endpoint (89, 159, 536, 1020); the orphan sweep freeing its
+/// candidates without waiting for the epoch (949); recovery going on while a fenced batch is in
+/// flight (1075); a live node's lock recovery without the memory node's fence (1016, 1162).
+const REGRESSIONS: &[u64] = &[89, 159, 536, 949, 1016, 1020, 1075, 1162];
 
 #[test]
 fn the_ci_budget_of_seeds_passes_every_check() {
