@@ -12,6 +12,22 @@ use sim_transport::{Gate, SimConfig};
 
 const LEASE: Duration = Duration::from_secs(5);
 
+/// Drives the memory node's lease checks and the sweep whose first scan waits until it has
+/// finished (at most about two seconds); the leaves it freed.
+fn finish_sweep(worker: &mut retrainer::Retrainer<sim_transport::SimEndpoint>, what: &str) -> u64 {
+    let mut freed = 0;
+    for _ in 0..2_000 {
+        if !worker.orphan_scan_pending() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        worker.check_members().expect("check");
+        freed += worker.sweep_orphans().expect("sweep");
+    }
+    assert!(!worker.orphan_scan_pending(), "{what}: the sweep finished");
+    freed
+}
+
 #[test]
 fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() {
     let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
@@ -68,16 +84,7 @@ fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() 
 
     gate.open();
     assert_eq!(writer.join().expect("writer"), Ok(true));
-    let mut freed = 0;
-    for _ in 0..2_000 {
-        if !worker.orphan_scan_pending() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-        worker.check_members().expect("check");
-        freed += worker.sweep_orphans().expect("sweep");
-    }
-    assert!(!worker.orphan_scan_pending(), "the sweep finished");
+    let freed = finish_sweep(&mut worker, "the orphan");
     assert_eq!(freed, 1, "the orphan alone");
     assert!(worker.free_leaves().contains(&orphan));
     assert!(
@@ -139,15 +146,7 @@ fn a_spare_leaf_never_outlives_its_operation() {
             .contains(&leaf_store::members::leaf_word(spare));
         // A whole sweep: the parked spare is held, so nothing is reclaimed.
         worker.sweep_orphans().expect("first scan");
-        for _ in 0..2_000 {
-            if !worker.orphan_scan_pending() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-            worker.check_members().expect("check");
-            worker.sweep_orphans().expect("sweep");
-        }
-        assert!(!worker.orphan_scan_pending(), "{what}: the sweep finished");
+        finish_sweep(&mut worker, &what);
         assert_eq!(client.insert(5, 5), Ok(true), "{what}: the retry");
         // Kept in the client's memory, the spare was reclaimed by the sweep and then linked by
         // the retry: on the free list and in a chain at once.

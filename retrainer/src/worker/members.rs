@@ -470,15 +470,7 @@ impl<E: Endpoint> Retrainer<E> {
         if !unlinked.is_empty() {
             let mut held_anywhere: HashSet<u64> = linked;
             held_anywhere.extend(self.free_leaves.iter().copied());
-            for other in 1..=MEMBER_TAGS {
-                held_anywhere.extend(
-                    watch
-                        .table
-                        .read_boxes(&mut self.ep, other)?
-                        .into_iter()
-                        .filter_map(leaf_store::members::word_leaf),
-                );
-            }
+            held_anywhere.extend(self.boxed_leaves(&watch.table)?);
             let freed: Vec<u64> = unlinked
                 .iter()
                 .copied()

@@ -129,17 +129,8 @@ impl<E: Endpoint> Retrainer<E> {
     fn held_leaves(&mut self) -> Result<HashSet<u64>, RetrainError> {
         let mut held: HashSet<u64> = self.free_leaves.iter().copied().collect();
         let table = MemberTable::new(&self.layout);
-        for tag in 1..=MEMBER_TAGS {
-            held.extend(
-                table
-                    .read_boxes(&mut self.ep, tag)?
-                    .into_iter()
-                    .filter_map(word_leaf),
-            );
-        }
-        // Tag 0 is no member's: the trace collects no lock, only what the records link.
-        let (_, linked) = self.trace_member(0)?;
-        held.extend(linked);
+        held.extend(self.boxed_leaves(&table)?);
+        held.extend(self.linked_leaves()?);
         for tag in 1..=MEMBER_TAGS {
             held.extend(
                 table
@@ -148,8 +139,21 @@ impl<E: Endpoint> Retrainer<E> {
                     .filter_map(word_leaf),
             );
         }
-        let (_, linked) = self.trace_member(0)?;
-        held.extend(linked);
+        held.extend(self.linked_leaves()?);
         Ok(held)
+    }
+
+    /// Every leaf in a leaf box of any member.
+    pub(super) fn boxed_leaves(&mut self, table: &MemberTable) -> Result<Vec<u64>, RetrainError> {
+        let mut boxed = Vec::new();
+        for tag in 1..=MEMBER_TAGS {
+            boxed.extend(
+                table
+                    .read_boxes(&mut self.ep, tag)?
+                    .into_iter()
+                    .filter_map(word_leaf),
+            );
+        }
+        Ok(boxed)
     }
 }

@@ -111,22 +111,21 @@ impl<E: Endpoint> Retrainer<E> {
                     });
                 }
             }
-            // What the chains link (repairs move no leaf in or out of a chain; an SLT slot a
-            // cut-short split wrote but never linked does not count). A chain that cannot be
-            // followed counts every SLT entry, so nothing it might link is freed.
-            let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
-            linked.extend(record.slt[1..=used].iter().filter_map(|e| e.freed_leaf()));
-            for leaf in 0..record.lt.len() {
-                match record.chain_entries(leaf) {
-                    Ok(chain) => linked.extend(chain.iter().map(|e| e.leaf_num())),
-                    Err(_) => {
-                        linked.insert(record.lt[leaf].leaf_num());
-                        linked.extend(record.slt[1..=used].iter().map(|e| e.leaf_num()));
-                    }
-                }
-            }
+            add_linked(&record, &mut linked);
         }
         Ok((held, linked))
+    }
+
+    /// Every leaf the current records link or name in a freed SLT slot (see
+    /// [`Self::trace_member`], which also collects a member's locks in the same pass).
+    pub(super) fn linked_leaves(&mut self) -> Result<HashSet<u64>, RetrainError> {
+        let mut linked = HashSet::new();
+        let table = read_slot_table(&mut self.ep, &self.layout)?;
+        for (slot, &(record_addr, _)) in table.iter().enumerate() {
+            let record = read_record(&mut self.ep, &self.layout, slot as u64, record_addr)?;
+            add_linked(&record, &mut linked);
+        }
+        Ok(linked)
     }
 
     /// Repairs the chains of the locks [`Self::trace_member`] found, keeping the locks (see
@@ -220,4 +219,21 @@ impl<E: Endpoint> Retrainer<E> {
 
 fn at(addr: RemoteAddr, by: u64) -> RemoteAddr {
     addr.checked_add(by).unwrap_or(addr)
+}
+
+/// Adds to `linked` what `record`'s chains link and its freed SLT slots name (repairs move no leaf
+/// in or out of a chain; an SLT slot a cut-short split wrote but never linked does not count). A
+/// chain that cannot be followed counts every SLT entry, so nothing it might link is freed.
+fn add_linked(record: &leaf_store::ModelRecord, linked: &mut HashSet<u64>) {
+    let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
+    linked.extend(record.slt[1..=used].iter().filter_map(|e| e.freed_leaf()));
+    for leaf in 0..record.lt.len() {
+        match record.chain_entries(leaf) {
+            Ok(chain) => linked.extend(chain.iter().map(|e| e.leaf_num())),
+            Err(_) => {
+                linked.insert(record.lt[leaf].leaf_num());
+                linked.extend(record.slt[1..=used].iter().map(|e| e.leaf_num()));
+            }
+        }
+    }
 }
