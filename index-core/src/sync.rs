@@ -42,3 +42,8 @@ pub(crate) mod thread {
 pub(crate) mod time {
     pub(crate) use sim_scheduler::time::{Duration, Instant};
 }
+
+/// A named step of a protocol: in a seeded run, a place where the fault plan may stop this
+/// compute node's process (between two round trips whose order another node could observe); a
+/// no-op anywhere else. Named as `"<protocol>: <what is done>"`.
+pub(crate) use sim_scheduler::step;

@@ -21,3 +21,8 @@ pub(crate) mod thread {
 pub(crate) mod time {
     pub use sim_scheduler::time::{Duration, Instant};
 }
+
+/// A named step of a protocol: in a seeded run, a place where the fault plan may stop the
+/// memory node's process (between two verbs whose order a compute node could observe); a
+/// no-op anywhere else. Named as `"<protocol>: <what is done>"`.
+pub(crate) use sim_scheduler::step;

@@ -27,8 +27,8 @@ pub mod thread;
 pub mod time;
 
 pub use run::{
-    Config, Group, Outcome, Report, current_group, fail, is_simulated, new_group, pause, point,
-    random_u64, run,
+    Config, Group, Outcome, Report, current_group, disarm_step_pause, fail, is_simulated,
+    new_group, pause, pause_at_step, point, random_u64, run, step,
 };
 pub use strategy::Strategy;
 

@@ -87,6 +87,8 @@ pub struct Report {
     /// A digest of every choice made: two runs of one seed that made the same choices (which a
     /// deterministic system does) have the same digest.
     pub trace: u64,
+    /// The named [`step`]s at which a [`pause_at_step`] plan stopped a group, in order.
+    pub paused_at: Vec<&'static str>,
 }
 
 /// A group of threads that can be paused together (a simulated process).
@@ -122,9 +124,22 @@ pub(crate) struct State {
     steps: u64,
     switches: u64,
     paused_until: Vec<u64>,
+    /// Armed [`pause_at_step`] plans of groups.
+    step_plans: Vec<StepPlan>,
+    /// The named steps at which a planned pause stopped a group, in order.
+    paused_at: Vec<&'static str>,
     stopping: bool,
     failure: Option<Outcome>,
     trace: u64,
+}
+
+/// A pause armed at a named step: of which group, at steps named how, after how many.
+#[derive(Debug)]
+struct StepPlan {
+    group: usize,
+    prefix: &'static str,
+    skip: u32,
+    pause: u64,
 }
 
 #[derive(Debug)]
@@ -397,6 +412,8 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
             steps: 0,
             switches: 0,
             paused_until: vec![0],
+            step_plans: Vec::new(),
+            paused_at: Vec::new(),
             stopping: false,
             failure: None,
             trace: config.seed,
@@ -417,6 +434,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
             threads: 0,
             virtual_time: Duration::ZERO,
             trace: 0,
+            paused_at: Vec::new(),
         };
     }
     let mut state = lock(&shared);
@@ -461,6 +479,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
         threads: state.tasks.len(),
         virtual_time: Duration::from_nanos(state.now),
         trace: state.trace,
+        paused_at: std::mem::take(&mut state.paused_at),
     }
 }
 
@@ -637,6 +656,63 @@ pub fn pause(group: Group, d: Duration) {
             }
         }
         point();
+    }
+}
+
+/// A named step of a protocol — a place between two of its verbs where a process stopped by
+/// the operating system would leave the others a window (a retraining between retiring a
+/// record and redirecting its slot, say): a sync point at which an armed [`pause_at_step`] plan
+/// of the caller's group may stop the group. Outside a run, does nothing.
+pub fn step(name: &'static str) {
+    if let Some(cur) = current() {
+        {
+            let mut state = lock(&cur.shared);
+            let group = state.tasks[cur.id].group;
+            if let Some(i) = state
+                .step_plans
+                .iter()
+                .position(|p| p.group == group && name.starts_with(p.prefix))
+            {
+                if state.step_plans[i].skip == 0 {
+                    let pause = state.step_plans.swap_remove(i).pause;
+                    let until = state.now.saturating_add(pause);
+                    if let Some(paused) = state.paused_until.get_mut(group) {
+                        *paused = (*paused).max(until);
+                    }
+                    state.paused_at.push(name);
+                } else {
+                    state.step_plans[i].skip -= 1;
+                }
+            }
+        }
+        point();
+    }
+}
+
+/// Arms a pause of `group` at a named [`step`]: the threads of `group` pass `skip` steps whose
+/// names start with `prefix` (`""` for any), and the next such step stops the whole group for
+/// `d` of virtual time from there. Replaces a plan of `group` not yet met. Outside a run, does
+/// nothing.
+pub fn pause_at_step(group: Group, prefix: &'static str, skip: u32, d: Duration) {
+    if let Some(cur) = current() {
+        {
+            let mut state = lock(&cur.shared);
+            state.step_plans.retain(|p| p.group != group.0);
+            state.step_plans.push(StepPlan {
+                group: group.0,
+                prefix,
+                skip,
+                pause: nanos(d),
+            });
+        }
+        point();
+    }
+}
+
+/// Disarms a [`pause_at_step`] plan of `group` not yet met. Outside a run, does nothing.
+pub fn disarm_step_pause(group: Group) {
+    if let Some(cur) = current() {
+        lock(&cur.shared).step_plans.retain(|p| p.group != group.0);
     }
 }
 

@@ -147,6 +147,49 @@ fn a_paused_group_does_not_run_until_its_time() {
 }
 
 #[test]
+fn a_step_pause_stops_the_group_at_the_named_step_it_counts_to() {
+    for seed in 0..20 {
+        let report = run(config(seed, Strategy::Random), || {
+            let group = crate::new_group();
+            // Armed before the thread exists: it passes "x: a" and, of the steps named "x: ...",
+            // skips one and stops at "x: b" for ten seconds.
+            crate::pause_at_step(group, "x:", 1, Duration::from_secs(10));
+            let h = thread::spawn_in(group, "stepper", move || {
+                let start = Instant::now();
+                crate::step("y: a");
+                crate::step("x: a");
+                let after_a = start.elapsed();
+                crate::step("x: b");
+                let after_b = start.elapsed();
+                crate::step("x: c");
+                (after_a, after_b)
+            })
+            .expect("spawn");
+            let (after_a, after_b) = h.join().expect("join");
+            assert!(
+                after_a < Duration::from_millis(5),
+                "paused at a: {after_a:?}"
+            );
+            assert!(
+                after_b >= Duration::from_secs(10),
+                "not paused at b: {after_b:?}"
+            );
+            // Disarmed, a plan is never met.
+            crate::pause_at_step(group, "", 0, Duration::from_secs(10));
+            crate::disarm_step_pause(group);
+            let start = Instant::now();
+            thread::spawn_in(group, "free", || crate::step("d"))
+                .expect("spawn")
+                .join()
+                .expect("join");
+            assert!(start.elapsed() < Duration::from_millis(5));
+        });
+        assert_eq!(report.outcome, Outcome::Finished, "seed {seed}");
+        assert_eq!(report.paused_at, vec!["x: b"], "seed {seed}");
+    }
+}
+
+#[test]
 fn a_panic_and_a_livelock_are_reported() {
     let report = run(config(1, Strategy::Random), || {
         let h = thread::spawn(|| panic!("boom"));

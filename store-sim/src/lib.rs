@@ -45,6 +45,8 @@ pub struct SeedReport {
     pub trace: u64,
     /// What the run left.
     pub summary: Summary,
+    /// The named steps at which a planned pause stopped a process, in order.
+    pub paused_at: Vec<&'static str>,
 }
 
 impl SeedReport {
@@ -81,5 +83,6 @@ pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
         wall: started.elapsed(),
         trace: report.trace,
         summary,
+        paused_at: report.paused_at,
     }
 }

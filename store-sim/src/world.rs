@@ -550,19 +550,32 @@ fn inject_faults(world: &World, seed: u64) {
         let node = (rng.next_u64() % world.compute.len() as u64) as usize;
         let (process, group) = &world.compute[node];
         let process = process.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match rng.next_u64() % 12 {
+        match rng.next_u64() % 14 {
             0 | 1 if kills < 3 => {
                 kills += 1;
                 process.kill((rng.next_u64() % 4) as usize);
                 world.count(|f| f.kills += 1);
             }
             2 | 3 => {
-                // Past its lease (or not quite).
+                // Past its lease (or not quite): wherever its threads are, or once one of them
+                // has taken a leaf lock or claimed a split's SLT slot.
                 let nanos = LEASE.as_nanos() as u64;
-                sim_scheduler::pause(
-                    *group,
-                    Duration::from_nanos(nanos / 2 + rng.next_u64() % (nanos * 3)),
-                );
+                let pause = Duration::from_nanos(nanos / 2 + rng.next_u64() % (nanos * 3));
+                if rng.next_u64().is_multiple_of(3) {
+                    let prefix = if rng.next_u64().is_multiple_of(2) {
+                        "split"
+                    } else {
+                        ""
+                    };
+                    sim_scheduler::pause_at_step(
+                        *group,
+                        prefix,
+                        (rng.next_u64() % 4) as u32,
+                        pause,
+                    );
+                } else {
+                    sim_scheduler::pause(*group, pause);
+                }
                 world.count(|f| f.pauses += 1);
             }
             4..=6 => {
@@ -602,6 +615,26 @@ fn inject_faults(world: &World, seed: u64) {
                         gate.open();
                     }));
                 }
+                world.count(|f| f.worker_pauses += 1);
+            }
+            12 | 13 => {
+                // Stopped at a named step of one of its protocols, a few such steps from now:
+                // a retraining between two of its verbs (stale views, a retired record and a
+                // redirected slot around it), a recovery, a box refill or an orphan sweep.
+                let (prefix, steps) = [
+                    ("retrain", 9),
+                    ("retrain", 9),
+                    ("retrain", 9),
+                    ("recover", 6),
+                    ("boxes", 2),
+                    ("orphans", 2),
+                ][(rng.next_u64() % 6) as usize];
+                sim_scheduler::pause_at_step(
+                    world.memory.1,
+                    prefix,
+                    (rng.next_u64() % steps) as u32,
+                    Duration::from_micros(rng.next_u64() % 8000),
+                );
                 world.count(|f| f.worker_pauses += 1);
             }
             _ if rng.next_u64().is_multiple_of(2) => {

@@ -261,6 +261,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(None);
         }
         let slt_slot = slot_use_old + 1;
+        crate::sync::step("split: slot claimed");
         let new_leaf = match (spare, allocated) {
             (Some(n), _) => n,
             (None, old) => match check_allocation(&mut self.ep, &layout, old.unwrap_or(u64::MAX)) {

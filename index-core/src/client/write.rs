@@ -112,6 +112,7 @@ impl<E: Endpoint> Client<E> {
                     }
                 }
             };
+            crate::sync::step("write: locked");
             let outcome = apply(&locked.chain, key, change, node.layout.delta());
             let committed = self.commit(node, locked, outcome, stripe, &mut held_slot);
             match self.retiring(committed)? {

@@ -11,6 +11,7 @@
 //! 3. its connection words are cleared and the entry freed; a node that was only paused finds
 //!    its lease gone at its next renewal, its verbs failing, and must join again.
 
+use crate::sync::step;
 use crate::sync::time::{Duration, Instant};
 
 use leaf_store::members::{
@@ -183,6 +184,7 @@ impl<E: Endpoint> Retrainer<E> {
                     let at = watch.table.connection_addr(tag, index as u64);
                     if self.ep.cas(at, word, 0)? == word {
                         watch.stats.revoked_connections += 1;
+                        step("boxes: connection revoked");
                     }
                 }
             }
@@ -219,6 +221,7 @@ impl<E: Endpoint> Retrainer<E> {
             if grants.is_empty() {
                 continue;
             }
+            step("boxes: leaves gathered");
             // `old` preset to a value the slot cannot hold before the swap: a CAS the batch did not
             // execute does not look like one that swapped.
             let mut verbs: Vec<Verb<'_>> = grants
@@ -414,6 +417,7 @@ impl<E: Endpoint> Retrainer<E> {
         if in_flight {
             return Ok(false);
         }
+        step("recover: fenced");
         // Its leaves first, its locks last. While its locks are held, nothing it was splitting or
         // unlinking can change or be retrained, so the trace stays true until the release; once
         // a lock is released, a retraining may free a leaf its unlink word names into a live
@@ -426,6 +430,7 @@ impl<E: Endpoint> Retrainer<E> {
         // Before its boxes are settled: their leaves hold the images.
         let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
         let mut done = self.repair_held(&held, &boxes, &linked)?;
+        step("recover: chains repaired");
         // Its leaf boxes: a leaf a split linked before the node died (its box slot not yet
         // cleared) stays linked; every other one was never linked and is free again.
         for (i, &word) in boxes.iter().enumerate() {
@@ -459,6 +464,7 @@ impl<E: Endpoint> Retrainer<E> {
                 }
             }
         }
+        step("recover: boxes settled");
         // Its unlink words: each names a leaf under its client's lock (the unlink batch clears
         // the word before it unlocks). One the batch took out of its chain but did not get to
         // mark freed is linked nowhere, marked nowhere, on no free list and in no box.
@@ -489,8 +495,10 @@ impl<E: Endpoint> Retrainer<E> {
                 return Err(e);
             }
             done.unlinks_completed += freed.len() as u64;
+            step("recover: unlink words settled");
         }
         let released = self.release_held(held)?;
+        step("recover: locks released");
         done.locks_released = released.locks_released;
         let sum = &mut watch.stats.rolled_forward;
         sum.locks_released += done.locks_released;
@@ -511,6 +519,7 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let zeros = vec![0u8; 8 * CONNECTIONS_PER_MEMBER as usize];
         self.ep.write(watch.table.connection_addr(tag, 0), &zeros)?;
+        step("recover: connections cleared");
         self.ep.write_word(watch.table.announce_addr(tag), 0)?;
         self.ep
             .cas(watch.table.lease_addr(tag), dead.raw(), dead.freed().raw())?;

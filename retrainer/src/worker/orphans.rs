@@ -40,6 +40,7 @@ use leaf_store::redo::INVALID_CHECKSUM;
 use rdma_transport::Endpoint;
 
 use super::{RetrainError, Retrainer};
+use crate::sync::step;
 use crate::sync::time::Instant;
 
 /// A sweep's first scan, waiting for the epoch it was taken in to be over everywhere.
@@ -72,6 +73,7 @@ impl<E: Endpoint> Retrainer<E> {
                     stamp: self.epoch,
                     candidates,
                 });
+                step("orphans: first scan taken");
             }
             return Ok(0);
         };
@@ -85,6 +87,7 @@ impl<E: Endpoint> Retrainer<E> {
             .into_iter()
             .filter(|leaf| !held.contains(leaf))
             .collect();
+        step("orphans: second scan taken");
         for &leaf in &orphans {
             self.ep
                 .write(self.layout.leaf_addr(leaf), &INVALID_CHECKSUM)?;

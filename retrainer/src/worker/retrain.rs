@@ -1,6 +1,7 @@
 //! One retraining: snapshot, train, shadow redirection (freeze, drain, retire, swap).
 
 use super::*;
+use crate::sync::step;
 
 impl<E: Endpoint> Retrainer<E> {
     /// Retrains `slot` now (whether queued or not) — shadow redirection:
@@ -130,6 +131,7 @@ impl<E: Endpoint> Retrainer<E> {
             )) => None,
             Err(e) => return Err(e),
         };
+        step("retrain: snapshot read");
         let mut train_time = Duration::ZERO;
         // Pre-build beside the old record.
         let built = match &snapshot {
@@ -137,7 +139,11 @@ impl<E: Endpoint> Retrainer<E> {
             None => Err(RetrainError::Train("inconsistent snapshot".into())),
         };
         let prebuilt = match built {
-            Ok(Some(built)) => Some(self.write_built(built)?),
+            Ok(Some(built)) => {
+                let written = self.write_built(built)?;
+                step("retrain: record written");
+                Some(written)
+            }
             Ok(None) => {
                 self.stats.skipped_empty += 1;
                 self.clear_queued(slot)?;
@@ -159,7 +165,9 @@ impl<E: Endpoint> Retrainer<E> {
         let frozen_at = Instant::now();
         let locked = ModelHeader::new(0).locked().raw();
         self.ep.write_word(self.ring.in_flight(), old_addr.pack())?;
+        step("retrain: in flight");
         self.set_flag(old_addr, locked)?;
+        step("retrain: frozen");
         if let Some(leaf) = self.drain(&old, old_addr)? {
             self.unfreeze(old_addr)?;
             self.stats.drain_timeouts += 1;
@@ -250,6 +258,7 @@ impl<E: Endpoint> Retrainer<E> {
             self.ep
                 .write_word(self.ring.split_lower(), self.layout.at(new_at).pack())?;
             self.ep.write_word(self.ring.split_slot(), split.slot + 1)?;
+            step("retrain: split journaled");
         }
         // Retire, then publish a split's new slot, then redirect, then unqueue. Retiring first
         // is what keeps a compute node that still caches the old record correct: once the slot
@@ -261,21 +270,27 @@ impl<E: Endpoint> Retrainer<E> {
         // (frozen, so nobody writes through it) still serves the keys below the split point.
         if self.retire_first() {
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            step("retrain: retired");
             if let Some(split) = prepared.split {
                 self.publish(split)?;
+                step("retrain: published");
             }
             self.ep.write_word(
                 self.layout.slot_entry_addr(slot),
                 self.layout.at(new_at).pack(),
             )?;
+            step("retrain: redirected");
         } else {
             self.ep.write_word(
                 self.layout.slot_entry_addr(slot),
                 self.layout.at(new_at).pack(),
             )?;
+            step("retrain: redirected");
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
+            step("retrain: retired");
             if let Some(split) = prepared.split {
                 self.publish(split)?;
+                step("retrain: published");
             }
         }
         if prepared.split.is_some() {
@@ -288,6 +303,7 @@ impl<E: Endpoint> Retrainer<E> {
         self.free_leaves
             .extend(prepared.freed_leaves.iter().copied());
         self.clear_queued(slot)?;
+        step("retrain: unqueued");
         self.ep.write_word(self.ring.in_flight(), 0)?;
         self.backoff.remove(&slot);
         self.stuck.remove(&slot);

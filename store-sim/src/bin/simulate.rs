@@ -88,11 +88,15 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let (mut ops_total, mut faults_total, mut steps_total) = (0u64, 0u64, 0u64);
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let mut failed = Vec::new();
+    let mut steps_paused: std::collections::BTreeMap<&'static str, u64> = Default::default();
     for (n, seed) in (from..from.saturating_add(seeds)).enumerate() {
         let report = run_seed(seed, &options);
         ops_total += report.summary.ops;
         faults_total += report.summary.faults.total();
         steps_total += report.steps;
+        for &step in &report.paused_at {
+            *steps_paused.entry(step).or_default() += 1;
+        }
         if !report.passed() {
             print_one(&report);
             println!(
@@ -120,6 +124,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             );
         }
     }
+    let paused: Vec<String> = steps_paused
+        .iter()
+        .map(|(step, n)| format!("{step} {n}"))
+        .collect();
+    println!("stopped at named steps: {}", paused.join(", "));
     if !failed.is_empty() {
         println!("{} seeds failed: {failed:?}", failed.len());
         return Ok(ExitCode::FAILURE);
@@ -140,12 +149,13 @@ fn replay_flags(options: &Options) -> String {
 
 fn print_one(report: &SeedReport) {
     println!(
-        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  {} sync points, {:?} virtual, {:?} wall, schedule digest {:016x}",
+        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  stopped at named steps: {:?}\n  {} sync points, {:?} virtual, {:?} wall, schedule digest {:016x}",
         report.seed,
         report.outcome,
         report.summary.shape,
         report.summary.ops,
         report.summary.faults,
+        report.paused_at,
         report.steps,
         report.virtual_time,
         report.wall,
