@@ -42,6 +42,8 @@ pub struct SimEndpoint {
     /// Batches still allowed before the next one loses its completion and lands when `gate`
     /// opens.
     land_late: Option<(u64, Gate)>,
+    /// In the batch running now: verbs still to execute before the batch stalls at `gate`.
+    stall: Option<(u64, Gate)>,
     /// Verbs still allowed before the endpoint crashes inside the next one, and how many packets
     /// of it (a WRITE) land.
     tear: Option<(u64, usize)>,
@@ -158,6 +160,7 @@ impl SimEndpoint {
             pause: None,
             pause_inside: None,
             land_late: None,
+            stall: None,
             tear: None,
             tore: false,
         })
@@ -176,6 +179,13 @@ impl SimEndpoint {
     /// cannot complete until it resumes.
     pub fn pause_inside(&mut self, n: u64, gate: Gate) {
         self.pause_inside = Some((n, gate));
+    }
+
+    /// Fault injection: the next batch executes its first `verbs` verbs (in the order the
+    /// reordering mode gives them) and then waits, entered on its connections, until `gate`
+    /// opens: a NIC partway through a batch. A batch with fewer verbs is not stalled.
+    pub fn stall_inside(&mut self, verbs: u64, gate: Gate) {
+        self.stall = Some((verbs, gate));
     }
 
     /// Fault injection: after `n` more batches, the next one loses its completion at once — the
@@ -437,6 +447,15 @@ impl SimEndpoint {
 impl SimEndpoint {
     /// Executes one verb (or fails it, if a fault is due) and counts it.
     fn run(&mut self, verb: &mut Verb<'_>) -> Result<(), TransportError> {
+        if let Some((left, _)) = &mut self.stall {
+            if *left == 0 {
+                if let Some((_, gate)) = self.stall.take() {
+                    gate.pass();
+                }
+            } else {
+                *left -= 1;
+            }
+        }
         crate::sync::verb_point();
         if let Some(packets) = self.tear_due() {
             // The connection is cut inside this verb: of a WRITE longer than `packets` packets,
@@ -664,11 +683,24 @@ impl SimEndpoint {
         if let Some(gate) = due(&mut self.pause_inside) {
             gate.pass();
         }
+        if self.stall.is_none()
+            && self.life.stall_planned.load(Ordering::Relaxed) != 0
+            && self.life.stall_planned.swap(0, Ordering::SeqCst) != 0
+        {
+            self.stall = self
+                .life
+                .stall
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+        }
         self.stats.batches += 1;
         let outcome = match self.shared.config.reordering {
             Reordering::InOrder => verbs.iter_mut().try_for_each(|verb| self.run(verb)),
             mode => self.run_reordered(verbs, mode),
         };
+        // A stall planned past the batch's last verb is not met.
+        self.stall = None;
         self.leave(&entered);
         outcome
     }
@@ -892,6 +924,50 @@ mod tests {
             "the fenced WRITE did not land"
         );
         other.write_word(addr(8), 3).expect("others are not fenced");
+    }
+
+    #[test]
+    fn a_stalled_batch_shows_its_first_verbs_only_and_a_fence_finds_it_in_flight() {
+        use rdma_transport::Fence;
+        let fabric = SimTransport::anonymous(&[4096]).expect("pool");
+        let process = fabric.process();
+        let mut writer = process.endpoint().expect("endpoint");
+        let mut other = fabric.endpoint().expect("endpoint");
+        let id = writer.connection_id(0).expect("named");
+        let gate = Gate::new();
+        process.stall_next_batch(2, gate.clone());
+        let batch = std::thread::spawn(move || {
+            let words = [1u64.to_le_bytes(), 2u64.to_le_bytes(), 3u64.to_le_bytes()];
+            let mut verbs = [
+                Verb::write(addr(0), &words[0]),
+                Verb::write(addr(8), &words[1]),
+                Verb::write(addr(16), &words[2]),
+            ];
+            writer.batch(&mut verbs)
+        });
+        assert!(
+            gate.wait_for_arrival(Duration::from_secs(10)),
+            "never stalled"
+        );
+        assert_eq!(other.read_word(addr(0)), Ok(1));
+        assert_eq!(other.read_word(addr(8)), Ok(2));
+        assert_eq!(other.read_word(addr(16)), Ok(0), "the third verb waits");
+        assert_eq!(
+            fabric.fence(0).expect("node 0").fence(id),
+            Ok(rdma_transport::Fenced::InFlight),
+            "a fence finds the stalled batch in flight"
+        );
+        gate.open();
+        assert_eq!(batch.join().expect("join"), Ok(()));
+        assert_eq!(other.read_word(addr(16)), Ok(3));
+        // One batch only: the next runs through.
+        let mut again = process.endpoint().expect("endpoint");
+        let words = [4u64.to_le_bytes(), 5u64.to_le_bytes()];
+        let mut verbs = [
+            Verb::write(addr(24), &words[0]),
+            Verb::write(addr(32), &words[1]),
+        ];
+        assert_eq!(again.batch(&mut verbs), Ok(()));
     }
 
     #[test]

@@ -127,6 +127,10 @@ pub(crate) struct Life {
     pub(crate) pause: crate::sync::Mutex<Option<(u64, crate::Gate)>>,
     /// Whether `pause` holds a plan.
     pub(crate) pause_planned: AtomicU64,
+    /// Set to stall the process's next batch after that many of its verbs, until the gate opens.
+    pub(crate) stall: crate::sync::Mutex<Option<(u64, crate::Gate)>>,
+    /// Whether `stall` holds a plan.
+    pub(crate) stall_planned: AtomicU64,
 }
 
 /// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
@@ -283,14 +287,27 @@ impl SimTransport {
         self.life.pause_planned.store(1, Ordering::SeqCst);
     }
 
+    /// Fault injection: the next batch an endpoint of this handle's process runs executes its
+    /// first `verbs` verbs (in the order the reordering mode gives them), then stalls, entered
+    /// on its connections, until `gate` opens (see [`SimEndpoint::stall_inside`]): a NIC that
+    /// has carried out part of a batch while the rest waits behind other traffic. Other compute
+    /// nodes see the batch's first verbs' effects and not the rest's — what its fences must
+    /// make safe.
+    pub fn stall_next_batch(&self, verbs: u64, gate: crate::Gate) {
+        *self.life.stall.lock().unwrap_or_else(|e| e.into_inner()) = Some((verbs, gate));
+        self.life.stall_planned.store(1, Ordering::SeqCst);
+    }
+
     /// Cancels the faults planned for this handle's process's next batches
-    /// ([`Self::break_next_batch`], [`Self::land_next_batch_late`], [`Self::pause_after_batches`])
-    /// that no batch has met yet.
+    /// ([`Self::break_next_batch`], [`Self::land_next_batch_late`], [`Self::pause_after_batches`],
+    /// [`Self::stall_next_batch`]) that no batch has met yet.
     pub fn disarm(&self) {
         self.life.break_next.store(0, Ordering::SeqCst);
         self.life.late_planned.store(0, Ordering::SeqCst);
         self.life.pause_planned.store(0, Ordering::SeqCst);
+        self.life.stall_planned.store(0, Ordering::SeqCst);
         *self.life.pause.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.life.stall.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self
             .life
             .land_late

@@ -8,9 +8,12 @@
 //!   dozen keys, each write with a value never written before.
 //! - **Faults**, drawn from the seed by a thread of their own: a compute node killed wherever its
 //!   threads are (a WRITE in flight lands a prefix of its packets), a compute node paused past
-//!   its lease, transient verb failures, a lost completion, the memory node's worker killed and
-//!   restarted on its pool, a client dropped and made again, a killed or fenced compute node
-//!   started again as a new member.
+//!   its lease (wherever it is, or at a named step of a write or split), transient verb
+//!   failures, a lost completion, a batch landing late, a batch stalled partway, the memory
+//!   node's worker killed, losing a completion (both restart it on its pool) or paused (the whole
+//!   process, between two batches, or at a named step of a retraining, recovery, box refill or
+//!   orphan sweep), a client dropped and made again, a store closed and opened again, a killed
+//!   or fenced compute node started again as a new member.
 //! - **End.** Once every client is done, the memory node must recover every member that died
 //!   (every lease entry free again), retrain what recovery queued, `verify` clean, conserve its
 //!   leaves (allocated = linked + freed + in boxes + free-listed) and hold no stale redo image;
@@ -82,6 +85,10 @@ pub struct Faults {
     pub client_restarts: u64,
     /// Compute nodes started again as a new member (after a kill or a fence).
     pub store_restarts: u64,
+    /// Compute nodes whose store was closed and opened again (every cached view dropped).
+    pub store_reopens: u64,
+    /// Batches a NIC stalled partway through (some verbs done, the rest waiting).
+    pub stalled_batches: u64,
 }
 
 impl Faults {
@@ -97,6 +104,8 @@ impl Faults {
             + self.worker_lost_completions
             + self.client_restarts
             + self.store_restarts
+            + self.store_reopens
+            + self.stalled_batches
     }
 }
 
@@ -118,6 +127,8 @@ struct World {
     recorder: Recorder,
     /// Each compute node's current process, and its group.
     compute: Vec<(Mutex<SimTransport>, Group)>,
+    /// Per compute node: set to make its clients stop and its store close and open again.
+    reopen: Vec<AtomicBool>,
     /// The memory node's current process, and its group.
     memory: (Mutex<SimTransport>, Group),
     clients_done: AtomicBool,
@@ -193,6 +204,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         compute: (0..compute_nodes)
             .map(|_| (Mutex::new(transport.process()), sim_scheduler::new_group()))
             .collect(),
+        reopen: (0..compute_nodes).map(|_| AtomicBool::new(false)).collect(),
         memory: (Mutex::new(transport.process()), sim_scheduler::new_group()),
         transport,
         recorder: Recorder::default(),
@@ -407,10 +419,12 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
     let mut rng = XorShift64::new(seed | 1);
     let mut left = vec![ops; clients];
     for incarnation in 0.. {
-        if left.iter().all(|&l| l == 0) || incarnation > 20 {
+        if left.iter().all(|&l| l == 0) || incarnation > 40 {
             return;
         }
-        if incarnation > 0 {
+        // Closed and opened again on its process, or (killed, fenced) started again as a new one.
+        let reopened = world.reopen[index].swap(false, Ordering::SeqCst);
+        if incarnation > 0 && !reopened {
             world.count(|f| f.store_restarts += 1);
             world.start_again(&world.compute[index].0);
         }
@@ -445,7 +459,7 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
                     c,
                     thread::Builder::new()
                         .name(name.clone())
-                        .spawn(move || run_client(&world, &store, &name, l, seed)),
+                        .spawn(move || run_client(&world, index, &store, &name, l, seed)),
                 )
             })
             .collect();
@@ -470,6 +484,7 @@ fn node_gone(e: &IndexError, process: &SimTransport) -> bool {
 /// was killed or fenced.
 fn run_client(
     world: &World,
+    node: usize,
     store: &Store<SimTransport>,
     name: &str,
     ops: usize,
@@ -484,6 +499,9 @@ fn run_client(
     // Values never written before: the client's seed in the high bits, a counter below.
     let first_value = (seed >> 40) << 20;
     for done in 0..ops {
+        if world.reopen[node].load(Ordering::SeqCst) {
+            return done;
+        }
         if rng.next_u64().is_multiple_of(40) {
             // Dropped and made again (a thread of the compute node restarting).
             drop(client);
@@ -550,7 +568,7 @@ fn inject_faults(world: &World, seed: u64) {
         let node = (rng.next_u64() % world.compute.len() as u64) as usize;
         let (process, group) = &world.compute[node];
         let process = process.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match rng.next_u64() % 14 {
+        match rng.next_u64() % 16 {
             0 | 1 if kills < 3 => {
                 kills += 1;
                 process.kill((rng.next_u64() % 4) as usize);
@@ -636,6 +654,25 @@ fn inject_faults(world: &World, seed: u64) {
                     Duration::from_micros(rng.next_u64() % 8000),
                 );
                 world.count(|f| f.worker_pauses += 1);
+            }
+            14 => {
+                // Its NIC carries out the first verbs of its next batch and stalls the rest for
+                // up to a lease: others see a prefix of the batch, which its fences must make
+                // safe (a split's shrink before its header bump, say).
+                let gate = sim_transport::Gate::new();
+                process.stall_next_batch(rng.next_u64() % 8, gate.clone());
+                let stall = Duration::from_micros(rng.next_u64() % LEASE.as_micros() as u64);
+                openers.push(thread::spawn(move || {
+                    thread::sleep(stall);
+                    gate.open();
+                }));
+                world.count(|f| f.stalled_batches += 1);
+            }
+            15 => {
+                // Closed and opened again: every view it cached is dropped, and the next ones
+                // come from the slot table as it is now (a retraining half done, say).
+                world.reopen[node].store(true, Ordering::SeqCst);
+                world.count(|f| f.store_reopens += 1);
             }
             _ if rng.next_u64().is_multiple_of(2) => {
                 // The verbs land up to two leases later: a fence in between finds them in
