@@ -96,11 +96,24 @@ impl Members {
         self.fenced.load(Ordering::Acquire)
     }
 
-    /// Retires a client's connection index after its operation reported that `lock` may remain
-    /// held: the renewer revokes the connection, recovers the lock, and frees the index. Whether
-    /// this store can (it joined the lock's memory node).
-    pub(crate) fn retire(&self, index: u64, ids: Vec<u64>, lock: MaybeHeld) -> bool {
-        if !matches!(self.nodes.get(lock.node), Some((_, Some(_)))) {
+    /// Retires a client's connection index after its operation, running in local epoch
+    /// `epoch`, lost a batch's completion (which may still execute) or reported that `lock` may
+    /// remain held: the renewer revokes the connection on every node, recovers the lock, and
+    /// frees the index; until every node has fenced it, no epoch past `epoch` is announced.
+    /// Whether this store can (it joined the lock's memory node, or with no lock, any node).
+    pub(crate) fn retire(
+        &self,
+        index: u64,
+        ids: Vec<u64>,
+        lock: Option<MaybeHeld>,
+        epoch: u64,
+    ) -> bool {
+        let joined = |node: usize| matches!(self.nodes.get(node), Some((_, Some(_))));
+        let can = match lock {
+            Some(lock) => joined(lock.node),
+            None => (0..self.nodes.len()).any(joined),
+        };
+        if !can {
             return false;
         }
         self.retired
@@ -110,7 +123,8 @@ impl Members {
                 index,
                 ids,
                 lock,
-                revoked: false,
+                epoch,
+                revoked: Vec::new(),
             });
         true
     }
@@ -138,7 +152,9 @@ impl Members {
                 continue;
             }
             let same: Vec<usize> = (at..retired.len())
-                .filter(|&o| retired[o].lock == retired[at].lock)
+                .filter(|&o| {
+                    o == at || (retired[o].lock.is_some() && retired[o].lock == retired[at].lock)
+                })
                 .collect();
             if !same.iter().all(|&o| ready[o]) {
                 continue;
@@ -279,11 +295,21 @@ impl Members {
         }
     }
 
-    /// Whether every running operation began in local epoch `epoch` or later.
+    /// Whether every running operation began in local epoch `epoch` or later — counting as
+    /// running every retired operation whose connection some memory node has not fenced yet (a
+    /// batch of it whose completion was lost may still land: a leaf it links, a record it
+    /// writes through; a review of the orphan sweep found the leaf freed under it). A client
+    /// retires before its operation leaves the active list, so one of the two always counts it.
     fn quiescent_since(&self, epoch: u64) -> bool {
         self.active
             .iter()
             .all(|a| a.0.load(Ordering::SeqCst) >= epoch)
+            && self
+                .retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .all(|r| r.is_revoked() || r.epoch >= epoch)
     }
 
     /// Stops renewing without leaving (a fault drill: the compute node looks dead to the memory

@@ -52,9 +52,24 @@ pub(crate) struct Retired {
     pub(crate) index: u64,
     /// The connection ids it had registered, per node (0: none).
     pub(crate) ids: Vec<u64>,
-    pub(crate) lock: MaybeHeld,
-    /// Whether the memory node of `lock` has fenced the connection (its word reads 0).
-    pub(crate) revoked: bool,
+    /// The lock its operation may have left held; `None`: a batch of it lost its completion
+    /// holding no lock, and only its fencing is awaited.
+    pub(crate) lock: Option<MaybeHeld>,
+    /// The local epoch the failed operation ran in. Until every memory node has fenced the
+    /// connection, a batch of it may still be executing there (a lost completion), so the
+    /// renewer announces no epoch past this one: the operation has not ended for the memory
+    /// nodes' reclamation and orphan sweep, whatever its caller was told.
+    pub(crate) epoch: u64,
+    /// Per node: whether the memory node has fenced the connection there (its word reads 0;
+    /// true where nothing was registered).
+    pub(crate) revoked: Vec<bool>,
+}
+
+impl Retired {
+    /// Whether every memory node has fenced the connection: nothing it posted lands any more.
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.revoked.iter().all(|&r| r)
+    }
 }
 
 /// How one attempt at a retired index ended.
@@ -66,23 +81,26 @@ pub(crate) enum Settled {
     NotYet,
 }
 
-/// Asks the memory node to fence `retired`'s connection on its lock's node, and checks whether
-/// it has: `true` once nothing posted through it can land any more.
+/// Asks every memory node the connection of `retired` is registered on to fence it, and checks
+/// whether each has: `true` once nothing posted through it can land anywhere any more. (A lost
+/// completion's batch may still be executing on any node the operation reached.)
 pub(crate) fn revoked<E: Endpoint>(
     ep: &mut E,
     members: &Members,
     retired: &mut Retired,
 ) -> Result<bool, IndexError> {
-    if retired.revoked {
-        return Ok(true);
+    retired.revoked.resize(members.nodes.len(), false);
+    for (node, (table, member)) in members.nodes.iter().enumerate() {
+        if retired.revoked[node] {
+            continue;
+        }
+        let id = retired.ids.get(node).copied().unwrap_or(0);
+        retired.revoked[node] = match member {
+            Some(member) if id != 0 => table.revoke(ep, *member, retired.index, id)?,
+            _ => true,
+        };
     }
-    let Some((table, Some(member))) = members.nodes.get(retired.lock.node) else {
-        retired.revoked = true;
-        return Ok(true);
-    };
-    let id = retired.ids.get(retired.lock.node).copied().unwrap_or(0);
-    retired.revoked = id == 0 || table.revoke(ep, *member, retired.index, id)?;
-    Ok(retired.revoked)
+    Ok(retired.is_revoked())
 }
 
 /// One attempt to settle `group` — every retired index that may hold the same lock, each
@@ -101,10 +119,10 @@ pub(crate) fn settle_group<E: Endpoint>(
     locks: &LockTable,
     group: &[&Retired],
 ) -> Result<Settled, IndexError> {
-    let Some(first) = group.first() else {
+    let Some(MaybeHeld { node, slot, leaf }) = group.first().and_then(|first| first.lock) else {
+        // Nothing held: fenced everywhere, the connection is done with.
         return Ok(Settled::Done);
     };
-    let MaybeHeld { node, slot, leaf } = first.lock;
     let Some((table, Some(member))) = members.nodes.get(node) else {
         return Ok(Settled::Done);
     };

@@ -155,3 +155,89 @@ fn a_spare_leaf_never_outlives_its_operation() {
     }
     assert!(found_a_spare, "some crash point leaves a spare");
 }
+
+/// A split whose structural batch loses its completion while the NIC still executes it: the
+/// operation fails (the lock may remain), but the batch — which links the leaf the split
+/// allocated — lands later. Until the memory node has fenced the connection, the compute node
+/// announces no later epoch, so the sweep cannot free that leaf under the late link. (A review
+/// found the leaf freed, handed to another client and linked twice when the operation's end was
+/// taken for its batches' end.)
+#[test]
+fn a_split_whose_batch_lands_late_keeps_its_leaf_until_fenced() {
+    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
+    let (transport, layout) =
+        integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
+    let mut worker = integration_tests::lease_watcher(&transport, LEASE);
+    let store = Store::open(
+        transport.clone(),
+        StoreConfig {
+            lease_renewal: Duration::from_millis(1),
+            ..StoreConfig::default()
+        },
+    )
+    .expect("open");
+    worker.check_members().expect("check");
+    let mut ep = transport.endpoint().expect("endpoint");
+    let mut client = store.client().expect("client");
+    let before = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
+    // The lock batch, the allocation batch, then the structural batch lands late.
+    let gate = Gate::new();
+    client.endpoint_mut().land_late(2, gate.clone());
+    let failed = client.insert(5, 5);
+    assert!(failed.is_err(), "the split's batch lost its completion");
+    let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
+    assert_eq!(
+        allocated,
+        before + 1,
+        "the split allocated by fetch-and-add"
+    );
+    let in_flight = allocated - 1;
+
+    worker.sweep_orphans().expect("first scan");
+    assert!(
+        worker.orphan_candidates().contains(&in_flight),
+        "named nowhere: only the epoch protects it"
+    );
+    // Renewals, epoch advances, refills (which fence the revoked connection: in flight): the
+    // compute node does not announce past the failed operation's epoch.
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_millis(2));
+        worker.check_members().expect("check");
+        worker.fill_boxes().expect("fill");
+        assert_eq!(
+            worker.sweep_orphans().expect("sweep"),
+            0,
+            "a leaf a late batch may still link was freed"
+        );
+    }
+    assert!(worker.orphan_scan_pending());
+
+    gate.open();
+    // Fenced once the batch has landed; the lock recovered, the leaf linked.
+    for _ in 0..2_000 {
+        std::thread::sleep(Duration::from_millis(1));
+        worker.check_members().expect("check");
+        worker.fill_boxes().expect("fill");
+        worker.sweep_orphans().expect("sweep");
+        if !worker.orphan_scan_pending() {
+            break;
+        }
+    }
+    assert!(
+        !worker.orphan_scan_pending(),
+        "the sweep finished once fenced"
+    );
+    assert!(
+        !worker.free_leaves().contains(&in_flight),
+        "linked by the late batch"
+    );
+    store.reconnect(&mut client).expect("reconnect");
+    assert_eq!(client.get(5), Ok(Some(5)), "the late split landed whole");
+    assert_eq!(client.insert(15, 15), Ok(true));
+    integration_tests::recovery::assert_no_leaf_leaked_but(
+        &worker,
+        &transport,
+        "after the late batch",
+        &[],
+    );
+}

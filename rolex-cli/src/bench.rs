@@ -956,3 +956,20 @@ fn execute<C: BenchClient>(
         }
     })
 }
+
+/// `rolex bench`: runs, prints the report, writes the JSON.
+pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
+    let report = bench::run(args)?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if report.inserts_missing.is_some_and(|m| m > 0) {
+        return Err(format!(
+            "{} inserted keys are missing",
+            report.inserts_missing.unwrap_or(0)
+        ));
+    }
+    Ok(())
+}

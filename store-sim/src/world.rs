@@ -647,11 +647,12 @@ fn inject_faults(world: &World, seed: u64) {
                     ("boxes", 2),
                     ("orphans", 2),
                 ][(rng.next_u64() % 6) as usize];
+                // Long enough for the clients to run a few operations each through the window.
                 sim_scheduler::pause_at_step(
                     world.memory.1,
                     prefix,
                     (rng.next_u64() % steps) as u32,
-                    Duration::from_micros(rng.next_u64() % 8000),
+                    Duration::from_micros(rng.next_u64() % 20_000),
                 );
                 world.count(|f| f.worker_pauses += 1);
             }

@@ -78,11 +78,14 @@ impl<E: Endpoint> Client<E> {
     /// once every operation that was running when it first looked has ended (ARCHITECTURE §7,
     /// "Orphaned leaves"), so one kept longer could be handed out twice. (A client dropped with
     /// spares in its memory leaked them: the seeded simulation found it.)
-    fn park_spare_leaves(&mut self) {
+    ///
+    /// Returns the error of a CAS whose completion was lost (it may still land: the caller
+    /// retires the client before the operation ends).
+    fn park_spare_leaves(&mut self) -> Option<IndexError> {
         let spares = std::mem::take(&mut self.spare_leaves);
         if self.retired {
             // Its endpoint is not used again: forgotten.
-            return;
+            return None;
         }
         for (node_id, leaf) in spares {
             let Some(node) = self.caches.nodes.iter().find(|n| n.info.id == node_id) else {
@@ -102,11 +105,18 @@ impl<E: Endpoint> Client<E> {
                         }
                         break;
                     }
-                    Err(_) => break,
+                    Err(e) => {
+                        let e = IndexError::from(e);
+                        if e.is_connection_lost() {
+                            return Some(e);
+                        }
+                        break;
+                    }
                     Ok(_) => {}
                 }
             }
         }
+        None
     }
 }
 
@@ -260,32 +270,42 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
-    /// Retires this client's connection index if `e` says a lock may remain (see
-    /// `crate::self_recovery`). A write calls it while it still holds the lock's local stripe,
-    /// so the store's recovery, which takes that stripe, always sees every index that may hold
-    /// the lock.
+    /// Retires this client's connection index if `e` says a lock may remain, or that a batch
+    /// lost its completion and may still be executing (see `crate::self_recovery`). A write
+    /// calls it while it still holds the lock's local stripe, so the store's recovery, which
+    /// takes that stripe, always sees every index that may hold the lock; every operation calls
+    /// it before it leaves the active list, so the renewer announces no later epoch until the
+    /// connection is fenced.
     pub(crate) fn retire_on(&mut self, e: &IndexError) {
-        let IndexError::LockMayRemain {
-            node, slot, leaf, ..
-        } = *e
-        else {
-            return;
-        };
         if self.retired {
             return;
         }
-        let position = self.caches.nodes.iter().position(|n| n.info.id == node);
-        if let Some(position) = position {
-            let lock = crate::self_recovery::MaybeHeld {
-                node: position,
-                slot,
-                leaf,
-            };
-            self.retired =
-                self.caches
-                    .members
-                    .retire(self.connection_index, self.registered.clone(), lock);
-        }
+        let lock = match *e {
+            IndexError::LockMayRemain {
+                node, slot, leaf, ..
+            } => {
+                let Some(position) = self.caches.nodes.iter().position(|n| n.info.id == node)
+                else {
+                    return;
+                };
+                Some(crate::self_recovery::MaybeHeld {
+                    node: position,
+                    slot,
+                    leaf,
+                })
+            }
+            IndexError::Transport(
+                rdma_transport::TransportError::Broken(_)
+                | rdma_transport::TransportError::Connection(_),
+            ) => None,
+            _ => return,
+        };
+        self.retired = self.caches.members.retire(
+            self.connection_index,
+            self.registered.clone(),
+            lock,
+            self.op_epoch,
+        );
     }
 
     /// `result`, having retired this client's index if it says a lock may remain
@@ -366,8 +386,9 @@ impl<E: Endpoint> Client<E> {
         }
         if self.retired {
             return Err(IndexError::Transport(rdma_transport::TransportError::Broken(
-                "an operation of this client may have left a leaf lock held (the store recovers \
-                 it): give the client a new endpoint with Store::reconnect"
+                "an operation of this client lost a completion or may have left a leaf lock held \
+                 (the store fences its connection and recovers the lock): give the client a new \
+                 endpoint with Store::reconnect"
                     .into(),
             )));
         }
@@ -377,8 +398,16 @@ impl<E: Endpoint> Client<E> {
         let running = Running(Arc::clone(&self.active));
         let before = self.ep.stats();
         let result = op(self);
-        if !self.spare_leaves.is_empty() {
-            self.park_spare_leaves();
+        if !self.spare_leaves.is_empty()
+            && let Some(lost) = self.park_spare_leaves()
+        {
+            self.retire_on(&lost);
+        }
+        // Retired before the operation leaves the active list: a batch whose completion was lost
+        // may still land, and the renewer must not announce a later epoch until it cannot.
+        // (Writes retire under their stripe; this is the net for every other path.)
+        if let Err(e) = &result {
+            self.retire_on(e);
         }
         drop(running);
         let used = self.ep.stats() - before;
@@ -386,12 +415,6 @@ impl<E: Endpoint> Client<E> {
         result.map_err(|e| match e {
             IndexError::Transport(rdma_transport::TransportError::Fenced(node)) => {
                 IndexError::Fenced { node }
-            }
-            IndexError::LockMayRemain { .. } => {
-                // Writes retire under their stripe (see `retire_on`); this is the net for any
-                // other path.
-                self.retire_on(&e);
-                e
             }
             e => e,
         })

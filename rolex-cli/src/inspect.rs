@@ -1,0 +1,98 @@
+//! `rolex inspect`: a pool file's superblock, regions, verify report, members and the locks
+//! held by compute nodes that are no longer members.
+
+use std::path::PathBuf;
+
+use leaf_store::{Layout, verify};
+use rdma_transport::Transport;
+
+use crate::pools;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct InspectArgs {
+    /// The pool file.
+    #[arg(long)]
+    attach: PathBuf,
+}
+
+pub(crate) fn run(args: &InspectArgs) -> Result<bool, String> {
+    let transport = pools::attach_files(std::slice::from_ref(&args.attach), false)?;
+    let node = pools::only_node(&transport);
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let layout =
+        Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.attach.display()))?;
+    let sb = layout.superblock();
+    println!("pool {} ({} bytes)", args.attach.display(), node.region_len);
+    println!(
+        "superblock: layout v{}, ε {}, δ {}, fill {}, {} leaves per slot, node {} of {}, keys [{}, {}]",
+        sb.version,
+        sb.epsilon,
+        sb.delta,
+        sb.fill,
+        sb.slot_leaves,
+        sb.node_id,
+        sb.node_count,
+        sb.key_lo,
+        sb.key_hi
+    );
+    println!(
+        "regions: slot table @{} (room for {} slots; {} at bulk load), ring @{} ({} entries), models @{} ({} bytes), leaves @{} ({} × {} bytes)",
+        sb.slot_table_offset,
+        sb.slot_capacity,
+        sb.slots,
+        sb.ring_offset,
+        sb.ring_capacity,
+        sb.model_region_offset,
+        sb.model_region_bytes,
+        sb.leaf_region_offset,
+        sb.leaf_capacity,
+        sb.leaf_bytes
+    );
+    println!(
+        "bulk load: {} keys, {} trained leaves, {} record bytes",
+        sb.keys_loaded, sb.trained_leaves, sb.record_bytes_loaded
+    );
+    let report = verify(&mut ep, node).map_err(|e| e.to_string())?;
+    println!("{report}");
+    let table = leaf_store::members::MemberTable::new(&layout);
+    let leases = table.read_leases(&mut ep).map_err(|e| e.to_string())?;
+    let mut alive = Vec::new();
+    let mut listed = Vec::new();
+    for (tag, lease) in leases.iter().enumerate().skip(1) {
+        use leaf_store::members::MemberState;
+        let state = match lease.state() {
+            MemberState::Free => continue,
+            MemberState::Alive => {
+                alive.push(tag as u8);
+                "alive"
+            }
+            MemberState::Dead => "dead, being recovered",
+        };
+        listed.push(format!(
+            "{tag} ({state}, incarnation {}, heartbeat {})",
+            lease.incarnation(),
+            lease.heartbeat()
+        ));
+    }
+    if listed.is_empty() {
+        println!("members: none");
+    } else {
+        println!("members: {}", listed.join(", "));
+    }
+    let orphaned: Vec<String> = report
+        .problems
+        .iter()
+        .filter_map(|p| match p {
+            leaf_store::Problem::LockHeld { slot, leaf, owner } if !alive.contains(owner) => {
+                Some(format!("slot {slot} leaf {leaf} (member {owner})"))
+            }
+            _ => None,
+        })
+        .collect();
+    if orphaned.is_empty() {
+        println!("locks held by non-members: none");
+    } else {
+        println!("locks held by non-members: {}", orphaned.join(", "));
+    }
+    Ok(report.is_clean() && orphaned.is_empty())
+}
