@@ -959,7 +959,7 @@ fn execute<C: BenchClient>(
 
 /// `rolex bench`: runs, prints the report, writes the JSON.
 pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
-    let report = bench::run(args)?;
+    let report = run(args)?;
     print!("{}", report.table());
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;

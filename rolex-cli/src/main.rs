@@ -1,10 +1,13 @@
-//! The `rolex` command: benchmarks, a shared memory node, and inspection.
+//! The `rolex` command: parses the command line and dispatches to one file per command.
 //!
-//! * `rolex bench` — a workload (YCSB A–F, insert-only, 50/50 writes) over an embedded memory node
-//!   (pool, bulk load, retrainer thread) or, with `--attach`, a pool file served by `rolex memnode`.
-//! * `rolex memnode --pool PATH --size SIZE` — creates and bulk-loads a shared pool file, runs the
+//! * `rolex bench` (`bench.rs`) — a workload (YCSB A–F, insert-only, 50/50 writes) over an
+//!   embedded memory node (pool, bulk load, retrainer thread) or, with `--attach`, a pool file
+//!   served by `rolex memnode`.
+//! * `rolex memnode` (`memnode.rs`) — creates and bulk-loads a shared pool file, runs the
 //!   retrainer, prints status until stopped; `--resume` serves an existing pool file again.
-//! * `rolex inspect --attach PATH` — superblock, model and leaf statistics, and the verify report.
+//! * `rolex inspect` (`inspect.rs`) — superblock, model and leaf statistics, the verify report.
+//! * `rolex suite` (`suite.rs`) — YCSB A–F, uniform and zipfian, as one table.
+//! * `rolex compare` (`compare.rs`) — ROLEX against the B+-tree baseline.
 //!
 //! Bad input gets one line on stderr and exit code 2.
 
