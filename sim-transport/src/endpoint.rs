@@ -1,7 +1,7 @@
 //! The simulator's `Endpoint`.
 
 use crate::sync::Arc;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::{Duration, Instant};
 
 use rdma_transport::{
@@ -96,6 +96,17 @@ impl Gate {
             state = wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         state.1 = false;
+    }
+}
+
+/// Takes a fault planned for the whole process (see [`crate::SimTransport::process`]): the
+/// first endpoint to see `planned` set clears it and takes the plan. The flag is read on every
+/// batch without taking the lock.
+fn take_planned<T>(planned: &AtomicU64, plan: &crate::sync::Mutex<Option<T>>) -> Option<T> {
+    if planned.load(Ordering::Relaxed) != 0 && planned.swap(0, Ordering::SeqCst) != 0 {
+        plan.lock().unwrap_or_else(|e| e.into_inner()).take()
+    } else {
+        None
     }
 }
 
@@ -565,16 +576,8 @@ fn xorshift(state: &mut u64) -> u64 {
 
 impl Endpoint for SimEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
-        if self.pause.is_none()
-            && self.life.pause_planned.load(Ordering::Relaxed) != 0
-            && self.life.pause_planned.swap(0, Ordering::SeqCst) != 0
-        {
-            self.pause = self
-                .life
-                .pause
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
+        if self.pause.is_none() {
+            self.pause = take_planned(&self.life.pause_planned, &self.life.pause);
         }
         if let Some(gate) = due(&mut self.pause) {
             gate.pass();
@@ -587,17 +590,9 @@ impl Endpoint for SimEndpoint {
         {
             self.break_after = Some(0);
         }
-        if self.land_late.is_none()
-            && self.life.late_planned.load(Ordering::Relaxed) != 0
-            && self.life.late_planned.swap(0, Ordering::SeqCst) != 0
-        {
-            let planned = self
-                .life
-                .land_late
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            self.land_late = planned.map(|gate| (0, gate));
+        if self.land_late.is_none() {
+            self.land_late =
+                take_planned(&self.life.late_planned, &self.life.land_late).map(|gate| (0, gate));
         }
         if let Some(gate) = due(&mut self.land_late) {
             self.broken = true;
@@ -683,16 +678,8 @@ impl SimEndpoint {
         if let Some(gate) = due(&mut self.pause_inside) {
             gate.pass();
         }
-        if self.stall.is_none()
-            && self.life.stall_planned.load(Ordering::Relaxed) != 0
-            && self.life.stall_planned.swap(0, Ordering::SeqCst) != 0
-        {
-            self.stall = self
-                .life
-                .stall
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
+        if self.stall.is_none() {
+            self.stall = take_planned(&self.life.stall_planned, &self.life.stall);
         }
         self.stats.batches += 1;
         let outcome = match self.shared.config.reordering {
