@@ -7,14 +7,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use index_core::{Store, StoreConfig};
+use leaf_store::Layout;
 use rdma_transport::{Endpoint, Transport};
-use sim_transport::{Gate, SimConfig};
+use sim_transport::{Gate, SimConfig, SimTransport};
 
 const LEASE: Duration = Duration::from_secs(5);
 
-/// Drives the memory node's lease checks and the sweep whose first scan waits until it has
-/// finished (at most about two seconds); the leaves it freed.
-fn finish_sweep(worker: &mut retrainer::Retrainer<sim_transport::SimEndpoint>, what: &str) -> u64 {
+type Worker = retrainer::Retrainer<sim_transport::SimEndpoint>;
+
+/// Sixteen keys in a tiny layout, the memory node's worker watching leases, and a store that
+/// joined and renews every millisecond: (transport, layout, worker, store).
+fn one_member() -> (SimTransport, Layout, Worker, Store<SimTransport>) {
+    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
+    let (transport, layout) =
+        integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
+    let mut worker = integration_tests::lease_watcher(&transport, LEASE);
+    let store = Store::open(
+        transport.clone(),
+        StoreConfig {
+            lease_renewal: Duration::from_millis(1),
+            ..StoreConfig::default()
+        },
+    )
+    .expect("open");
+    worker.check_members().expect("check");
+    (transport, layout, worker, store)
+}
+
+/// Drives the memory node's lease checks (and with `refill`, its box refills, which fence
+/// revoked connections) and the sweep whose first scan waits until it has finished (at most
+/// about two seconds); the leaves it freed.
+fn finish_sweep(worker: &mut Worker, what: &str, refill: bool) -> u64 {
     let mut freed = 0;
     for _ in 0..2_000 {
         if !worker.orphan_scan_pending() {
@@ -22,6 +45,9 @@ fn finish_sweep(worker: &mut retrainer::Retrainer<sim_transport::SimEndpoint>, w
         }
         std::thread::sleep(Duration::from_millis(1));
         worker.check_members().expect("check");
+        if refill {
+            worker.fill_boxes().expect("fill");
+        }
         freed += worker.sweep_orphans().expect("sweep");
     }
     assert!(!worker.orphan_scan_pending(), "{what}: the sweep finished");
@@ -30,21 +56,8 @@ fn finish_sweep(worker: &mut retrainer::Retrainer<sim_transport::SimEndpoint>, w
 
 #[test]
 fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() {
-    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
-    let (transport, layout) =
-        integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
-    let mut worker = integration_tests::lease_watcher(&transport, LEASE);
-    let store = Arc::new(
-        Store::open(
-            transport.clone(),
-            StoreConfig {
-                lease_renewal: Duration::from_millis(1),
-                ..StoreConfig::default()
-            },
-        )
-        .expect("open"),
-    );
-    worker.check_members().expect("check");
+    let (transport, layout, mut worker, store) = one_member();
+    let store = Arc::new(store);
 
     // Allocated and forgotten: a fetch-and-add whose completion was lost, say.
     let mut ep = transport.endpoint().expect("endpoint");
@@ -84,7 +97,7 @@ fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() 
 
     gate.open();
     assert_eq!(writer.join().expect("writer"), Ok(true));
-    let freed = finish_sweep(&mut worker, "the orphan");
+    let freed = finish_sweep(&mut worker, "the orphan", false);
     assert_eq!(freed, 1, "the orphan alone");
     assert!(worker.free_leaves().contains(&orphan));
     assert!(
@@ -107,22 +120,10 @@ fn a_leaf_nobody_holds_is_reclaimed_and_one_in_a_running_split_s_hands_is_not() 
 /// would link a leaf that is also on the free list.
 #[test]
 fn a_spare_leaf_never_outlives_its_operation() {
-    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
     let mut found_a_spare = false;
     for k in 0..12 {
         let what = format!("failed after verb {k}");
-        let (transport, layout) =
-            integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
-        let mut worker = integration_tests::lease_watcher(&transport, LEASE);
-        let store = Store::open(
-            transport.clone(),
-            StoreConfig {
-                lease_renewal: Duration::from_millis(1),
-                ..StoreConfig::default()
-            },
-        )
-        .expect("open");
-        worker.check_members().expect("check");
+        let (transport, layout, mut worker, store) = one_member();
         let mut ep = transport.endpoint().expect("endpoint");
         let mut client = store.client().expect("client");
         let before = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
@@ -146,7 +147,7 @@ fn a_spare_leaf_never_outlives_its_operation() {
             .contains(&leaf_store::members::leaf_word(spare));
         // A whole sweep: the parked spare is held, so nothing is reclaimed.
         worker.sweep_orphans().expect("first scan");
-        finish_sweep(&mut worker, &what);
+        finish_sweep(&mut worker, &what, false);
         assert_eq!(client.insert(5, 5), Ok(true), "{what}: the retry");
         // Kept in the client's memory, the spare was reclaimed by the sweep and then linked by
         // the retry: on the free list and in a chain at once.
@@ -164,19 +165,7 @@ fn a_spare_leaf_never_outlives_its_operation() {
 /// taken for its batches' end.)
 #[test]
 fn a_split_whose_batch_lands_late_keeps_its_leaf_until_fenced() {
-    let keys: Vec<u64> = (0..16).map(|k| k * 10).collect();
-    let (transport, layout) =
-        integration_tests::load(&keys, 64, &integration_tests::tiny(), SimConfig::default());
-    let mut worker = integration_tests::lease_watcher(&transport, LEASE);
-    let store = Store::open(
-        transport.clone(),
-        StoreConfig {
-            lease_renewal: Duration::from_millis(1),
-            ..StoreConfig::default()
-        },
-    )
-    .expect("open");
-    worker.check_members().expect("check");
+    let (transport, layout, mut worker, store) = one_member();
     let mut ep = transport.endpoint().expect("endpoint");
     let mut client = store.client().expect("client");
     let before = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
@@ -214,19 +203,7 @@ fn a_split_whose_batch_lands_late_keeps_its_leaf_until_fenced() {
 
     gate.open();
     // Fenced once the batch has landed; the lock recovered, the leaf linked.
-    for _ in 0..2_000 {
-        std::thread::sleep(Duration::from_millis(1));
-        worker.check_members().expect("check");
-        worker.fill_boxes().expect("fill");
-        worker.sweep_orphans().expect("sweep");
-        if !worker.orphan_scan_pending() {
-            break;
-        }
-    }
-    assert!(
-        !worker.orphan_scan_pending(),
-        "the sweep finished once fenced"
-    );
+    finish_sweep(&mut worker, "once fenced", true);
     assert!(
         !worker.free_leaves().contains(&in_flight),
         "linked by the late batch"
