@@ -121,10 +121,19 @@ impl Members {
             .unwrap_or_else(|e| e.into_inner())
             .push(Retired {
                 index,
-                ids,
                 lock,
                 epoch,
-                revoked: Vec::new(),
+                // Not yet fenced wherever a connection is registered: counted as running from
+                // this moment, not from the renewer's first revocation.
+                revoked: self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(node, (_, member))| {
+                        member.is_none() || ids.get(node).copied().unwrap_or(0) == 0
+                    })
+                    .collect(),
+                ids,
             });
         true
     }
@@ -638,6 +647,24 @@ mod tests {
     }
 
     /// A store whose renewer never runs by itself, over `nodes` memory nodes of tiny slots.
+    #[test]
+    fn a_retired_operation_counts_as_running_until_every_node_has_fenced_it() {
+        // The renewer never runs: nothing is revoked.
+        let store = quiet_store(2, Duration::from_secs(3600));
+        let client = store.client().expect("client");
+        let members = &store.caches().members;
+        let epoch = members.current_epoch();
+        assert!(members.quiescent_since(epoch + 1), "nothing runs");
+        let ids = client.registered_ids().to_vec();
+        assert!(ids.iter().all(|&id| id != 0), "registered on both nodes");
+        assert!(members.retire(client.connection_index(), ids, None, epoch));
+        assert!(
+            !members.quiescent_since(epoch + 1),
+            "a batch of the retired operation may still land: it runs until fenced"
+        );
+        assert!(members.quiescent_since(epoch), "in its own epoch");
+    }
+
     fn quiet_store(nodes: usize, renewal: Duration) -> Store<SimTransport> {
         let config = BulkLoadConfig {
             epsilon: 2,

@@ -89,9 +89,8 @@ pub(crate) fn revoked<E: Endpoint>(
     members: &Members,
     retired: &mut Retired,
 ) -> Result<bool, IndexError> {
-    retired.revoked.resize(members.nodes.len(), false);
     for (node, (table, member)) in members.nodes.iter().enumerate() {
-        if retired.revoked[node] {
+        if retired.revoked.get(node).copied().unwrap_or(true) {
             continue;
         }
         let id = retired.ids.get(node).copied().unwrap_or(0);
