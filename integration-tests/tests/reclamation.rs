@@ -127,3 +127,67 @@ fn a_paused_operation_s_record_is_never_reused_however_often_its_slot_is_retrain
             .is_clean()
     );
 }
+
+#[test]
+fn with_one_bit_generations_a_reused_address_is_never_taken_for_the_record_a_cache_held() {
+    // Generations wrap every second retraining, and a small model region reuses addresses: the
+    // record an idle store cached comes back at its address with its generation. The store's
+    // next operations must reload it from the slot table (its views are from an older epoch),
+    // not confirm it by address.
+    let keys: Vec<u64> = (0..40).map(|k| k * 10).collect();
+    let layout = leaf_store::BulkLoadConfig {
+        generation_bits: Some(1),
+        model_region_factor: 2,
+        ..tiny()
+    };
+    let (transport, _) = load(&keys, 400, &layout, SimConfig::default());
+    const SLOT: u64 = 2;
+    let mut worker = watcher(&transport);
+    let idle_store = Store::open(transport.clone(), config()).expect("open");
+    let mut idle = idle_store.client().expect("client");
+    let busy_store = Store::open(transport.clone(), config()).expect("open");
+    let mut busy = busy_store.client().expect("client");
+    let mut oracle: std::collections::BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+
+    let mut generations = Vec::new();
+    let mut lookalikes = 0;
+    let (mut cached, mut cached_header) = record_of(&transport, SLOT);
+    for (round, key) in (161..240).filter(|k| k % 10 != 0).take(40).enumerate() {
+        assert_eq!(busy.insert(key, round as u64), Ok(true));
+        oracle.insert(key, round as u64);
+        worker.retrain_slot(SLOT).expect("retrain");
+        settle(&mut worker, 2);
+        let (record, header) = record_of(&transport, SLOT);
+        generations.push(ModelHeader::from_raw(header).generation());
+        if record == cached
+            && ModelHeader::from_raw(header).generation()
+                == ModelHeader::from_raw(cached_header).generation()
+        {
+            // The idle store's view names this address and generation, from another record.
+            lookalikes += 1;
+            for (&k, &v) in oracle.range(150..250) {
+                assert_eq!(idle.get(k), Ok(Some(v)), "round {round}: key {k}");
+            }
+            assert_eq!(
+                idle.scan(150, 100).map(|s| s.len()),
+                Ok(oracle.range(150..).count().min(100))
+            );
+            (cached, cached_header) = (record, header);
+        }
+    }
+    assert!(
+        generations.iter().all(|&g| g <= 1)
+            && generations.windows(2).filter(|w| w[0] != w[1]).count() >= 30,
+        "generations do not wrap: {generations:?}"
+    );
+    assert!(
+        lookalikes > 0,
+        "no record came back at a cached address with its generation"
+    );
+    let mut ep = transport.endpoint().expect("endpoint");
+    assert!(
+        leaf_store::verify(&mut ep, transport.memory_nodes()[0])
+            .expect("verify")
+            .is_clean()
+    );
+}

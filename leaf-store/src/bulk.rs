@@ -43,6 +43,10 @@ pub struct BulkLoadConfig {
     pub key_lo: u64,
     /// Largest key this node serves (default `u64::MAX`).
     pub key_hi: u64,
+    /// Width of the record generations retraining hands out; `None` (default) gives the model
+    /// header's full 22 bits. Narrower widths exist to test that nothing depends on generations
+    /// being unique: they wrap after a few retrainings instead of after four million.
+    pub generation_bits: Option<u64>,
 }
 
 impl Default for BulkLoadConfig {
@@ -59,6 +63,7 @@ impl Default for BulkLoadConfig {
             node_count: 1,
             key_lo: 0,
             key_hi: u64::MAX,
+            generation_bits: None,
         }
     }
 }
@@ -128,6 +133,14 @@ impl BulkLoadConfig {
             return Err(LeafStoreError::InvalidConfig(
                 "node index, node count or key range inconsistent".into(),
             ));
+        }
+        if let Some(bits) = self.generation_bits
+            && !(1..=crate::ModelHeader::GENERATION_BITS).contains(&bits)
+        {
+            return Err(LeafStoreError::InvalidConfig(format!(
+                "generation_bits must be between 1 and {}, not {bits}",
+                crate::ModelHeader::GENERATION_BITS
+            )));
         }
         Ok(params)
     }
@@ -364,7 +377,8 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         record_bytes_loaded: record_bytes,
         members_offset,
         slot_capacity,
-        reserved: [0; 6],
+        generation_bits: config.generation_bits.unwrap_or(0),
+        reserved: [0; 5],
         checksum: 0,
     }
     .sealed();

@@ -46,6 +46,8 @@ impl ModelHeader {
     pub const CHANGE_ONE: u64 = 1 << CHANGES_SHIFT;
     /// Largest generation a header can carry (generations wrap past it).
     pub const MAX_GENERATION: u64 = GENERATION_MASK;
+    /// Bits of the generation field.
+    pub const GENERATION_BITS: u64 = GENERATION_MASK.count_ones() as u64;
 
     /// A fresh header of generation `generation` (wrapped to 22 bits): no SLT slot used, no
     /// change, neither locked nor retired.

@@ -16,7 +16,7 @@ pub const SUPERBLOCK_BYTES: u64 = 256;
 /// load and never changed afterwards. A compute node needs nothing else to attach.
 ///
 /// ```text
-/// word  0 magic "ROLEXPL1"       8 key_lo (first key served)   16 model_region_offset  24..30 reserved
+/// word  0 magic "ROLEXPL1"       8 key_lo (first key served)   16 model_region_offset  26..30 reserved
 ///       1 layout version         9 key_hi (last key served)    17 model_region_bytes   31 checksum
 ///       2 ε                     10 pool_bytes (laid out)       18 ring_offset
 ///       3 δ                     11 leaf_region_offset          19 ring_capacity
@@ -25,6 +25,7 @@ pub const SUPERBLOCK_BYTES: u64 = 256;
 ///       6 node_id               14 slot_table_offset           22 model records' bytes at bulk load
 ///       7 node_count            15 slots (at bulk load)        23 members_offset (v3)
 ///                                                              24 slot_capacity (v4)
+///                                                              25 generation_bits (0: 22)
 /// ```
 ///
 /// Regions, in address order: superblock, slot table (v4: a slot count word and a reserved word,
@@ -60,7 +61,10 @@ pub struct Superblock {
     pub record_bytes_loaded: u64,
     pub members_offset: u64,
     pub slot_capacity: u64,
-    pub reserved: [u64; 6],
+    /// Width of the record generations the memory node hands out; 0 (every pool before this word
+    /// was used) means the header's full 22 bits. Narrower only to test wrap-around.
+    pub generation_bits: u64,
+    pub reserved: [u64; 5],
     pub checksum: u64,
 }
 
@@ -106,6 +110,11 @@ impl Superblock {
         }
         learned_model::ModelParams::new(sb.epsilon, sb.delta)
             .map_err(|_| LeafStoreError::CorruptSuperblock("ε or δ out of range"))?;
+        if sb.generation_bits > crate::ModelHeader::GENERATION_BITS {
+            return Err(LeafStoreError::CorruptSuperblock(
+                "generation width beyond the header's",
+            ));
+        }
         if sb.fill == 0 || sb.fill > sb.delta || sb.slot_leaves == 0 {
             return Err(LeafStoreError::CorruptSuperblock(
                 "fill or slot size out of range",
@@ -208,6 +217,15 @@ impl Layout {
     /// The superblock.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The mask of the record generations this pool's memory node hands out: the header's full
+    /// width unless the pool was loaded with narrower ones (a test of their wrap-around).
+    pub fn generation_mask(&self) -> u64 {
+        match self.sb.generation_bits {
+            0 => crate::ModelHeader::MAX_GENERATION,
+            bits => (1 << bits) - 1,
+        }
     }
 
     /// Error bound ε.

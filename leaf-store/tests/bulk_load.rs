@@ -98,6 +98,22 @@ fn bad_input_is_an_error_and_writes_nothing() {
         ),
         (
             BulkLoadConfig {
+                generation_bits: Some(0),
+                ..Default::default()
+            },
+            good.clone(),
+            "generation_bits",
+        ),
+        (
+            BulkLoadConfig {
+                generation_bits: Some(23),
+                ..Default::default()
+            },
+            good.clone(),
+            "generation_bits",
+        ),
+        (
+            BulkLoadConfig {
                 slot_leaves: 0,
                 ..Default::default()
             },
@@ -202,6 +218,28 @@ fn attaching_to_something_else_is_a_clear_error() {
         Err(LeafStoreError::CorruptSuperblock(_))
     ));
     ep.write_word(at(16), epsilon).expect("write");
+    let layout = Layout::attach(&mut ep, node).expect("attach");
+    assert_eq!(
+        layout.generation_mask(),
+        leaf_store::ModelHeader::MAX_GENERATION
+    );
+    // Generations wider than the header's field (word 25, checksum resealed).
+    let mut sb = [0u8; 256];
+    ep.read(at(0), &mut sb).expect("read");
+    let mut bad = *layout.superblock();
+    bad.generation_bits = 23;
+    ep.write(at(0), &bad.sealed().to_bytes()).expect("write");
+    assert!(matches!(
+        Layout::attach(&mut ep, node),
+        Err(LeafStoreError::CorruptSuperblock(_))
+    ));
+    bad.generation_bits = 3;
+    ep.write(at(0), &bad.sealed().to_bytes()).expect("write");
+    assert_eq!(
+        Layout::attach(&mut ep, node).map(|l| l.generation_mask()),
+        Ok(7)
+    );
+    ep.write(at(0), &sb).expect("write");
     assert!(Layout::attach(&mut ep, node).is_ok());
     // A superblock claiming more memory than the node has.
     let small = SimTransport::anonymous(&[4096]).expect("pool");

@@ -182,8 +182,10 @@ impl<E: Endpoint> Client<E> {
         const MARGIN: usize = 8;
         let leaves = stale.leaves() as usize;
         let known = (stale.header.slot_use() as usize + 1 + MARGIN).min(SLT_SLOTS);
-        // Header and slot id: a record whose memory was reclaimed and reused by another record
-        // shows another slot or generation (generations are unique per memory node).
+        // Header and slot id: a record retired since the view was built, or (were the view not
+        // confirmed in this operation's epoch) reclaimed and reused, shows the retired flag,
+        // another slot or another generation. Generations wrap: the epoch, not this check, is
+        // what excludes reuse.
         let mut fixed = [0u8; 16];
         let mut tables = vec![0u8; 8 * (leaves + SLT_SLOTS)];
         let (first, rest) = tables.split_at_mut(8 * (leaves + known));

@@ -11,8 +11,11 @@ pub(super) enum Settled {
 }
 
 impl<E: Endpoint> Retrainer<E> {
-    /// A worker for the pool on `node`, reached through `ep`. Its generations start above every
-    /// record's, so a header word never repeats on this node (records' memory is reused).
+    /// A worker for the pool on `node`, reached through `ep`. Its generations go on from the
+    /// newest record's. They wrap (after 2^22 retrainings, or sooner in a pool loaded with
+    /// narrower ones), so a header word may repeat at a reused address: nothing relies on it
+    /// not repeating, since a record's memory is reused only once no operation that could have
+    /// read its address is still running (ARCHITECTURE §7, reclamation).
     ///
     /// One worker serves a pool at a time. If the previous one stopped in the middle of a
     /// retraining, this one finishes what the ring's in-flight word says was left: a record still
@@ -51,7 +54,7 @@ impl<E: Endpoint> Retrainer<E> {
             epoch,
             epoch_advanced: None,
             free: FreeSpace::default(),
-            generation: generation + 1,
+            generation: (generation + 1) & layout.generation_mask(),
             stats: RetrainStats::default(),
             recovery: Recovery::default(),
             stalled: None,
@@ -91,7 +94,7 @@ impl<E: Endpoint> Retrainer<E> {
             // A slot was published since `table` was read: its record is referenced.
             let table = read_slot_table(&mut self.ep, &self.layout)?;
             let fixed = record_prefixes(&mut self.ep, &table, RECORD_FIXED_BYTES as usize)?;
-            self.generation = self.generation.max(newest_generation(&fixed) + 1);
+            self.generation = (newest_generation(&fixed) + 1) & self.layout.generation_mask();
             self.recovery.unreferenced_bytes = self.retire_unreferenced(&table, &fixed)?;
         } else {
             self.recovery.unreferenced_bytes = self.retire_unreferenced(table, fixed)?;

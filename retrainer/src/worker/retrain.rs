@@ -477,7 +477,7 @@ impl<E: Endpoint> Retrainer<E> {
             LeafModel::train(self.params, &keys).map_err(|e| RetrainError::Train(e.to_string()))?;
         *train_time += started.elapsed();
         let generation = self.generation;
-        self.generation = (self.generation + 1) & ModelHeader::MAX_GENERATION;
+        self.generation = (self.generation + 1) & self.layout.generation_mask();
         Ok(ModelRecord {
             header: ModelHeader::new(generation),
             slot,
