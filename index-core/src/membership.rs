@@ -160,7 +160,11 @@ impl Members {
             if settled[at] {
                 continue;
             }
-            let same: Vec<usize> = (at..retired.len())
+            // Every index naming the lock, wherever it stands in the list: one earlier in it
+            // whose fence is still awaited (its batch in flight) holds the whole group back,
+            // or settling the rest would release the lock under that batch, whose writes then
+            // land on a chain repaired without them (the seeded simulation found it, seed 203).
+            let same: Vec<usize> = (0..retired.len())
                 .filter(|&o| {
                     o == at || (retired[o].lock.is_some() && retired[o].lock == retired[at].lock)
                 })

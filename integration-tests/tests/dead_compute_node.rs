@@ -572,3 +572,49 @@ fn a_lock_is_recovered_only_after_the_failed_batch_can_no_longer_land() {
     assert!(!p.store.is_fenced());
     retrain_and_verify(&mut worker, &p.transport, "landed late");
 }
+
+/// The same late batch, and then a sibling client of the same store whose update of the same
+/// leaf loses the completion of its lock batch (its CAS failed against the leftover lock, but it
+/// cannot know): two retired indexes name one lock, and the second is fenced at once. The lock
+/// must stay held until both are: settled on its own, the second released it under the first's
+/// batch, whose WRITEs then landed on a chain repaired without them (the seeded simulation found
+/// it as a split's shrink landing late and losing the keys it moved, seed 203).
+#[test]
+fn a_lock_two_retired_indexes_name_waits_for_both_fences() {
+    let scenario = SCENARIOS[1];
+    assert_eq!(scenario.name, "update");
+    let (mut p, mut worker) = prepare_with_a_filled_box(scenario, SimConfig::default());
+    let late = Gate::new();
+    p.client.endpoint_mut().land_late(1, late.clone());
+    let outcome = apply(&mut p.client, scenario.op);
+    assert!(
+        matches!(outcome, Err(IndexError::LockMayRemain { .. })),
+        "{outcome:?}"
+    );
+    assert!(late.wait_for_arrival(Duration::from_secs(5)));
+    let mut sibling = p.store.client().expect("client");
+    sibling.endpoint_mut().break_after(0);
+    let outcome = apply(&mut sibling, scenario.op);
+    assert!(
+        matches!(outcome, Err(IndexError::LockMayRemain { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(p.store.unrecovered_locks(), 2);
+    // The memory node fences the sibling's connection at once, the first one's not while its
+    // batch is in flight: the lock stays put.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(200) {
+        worker.fill_boxes().expect("fill");
+        worker.check_members().expect("check");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        target_entry(&p.transport).is_locked(),
+        "the lock was released while a batch of an index naming it could still land"
+    );
+    assert_eq!(p.store.unrecovered_locks(), 2);
+    late.open();
+    until_recovered(&mut worker, &p.store, &p.transport, "two indexes, one late");
+    assert_eq!(contents(&p.transport), p.after);
+    retrain_and_verify(&mut worker, &p.transport, "two indexes, one late");
+}
