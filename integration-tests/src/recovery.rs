@@ -18,7 +18,7 @@ use retrainer::Retrainer;
 use sim_transport::{SimConfig, SimEndpoint, SimTransport};
 
 use crate::write_scenarios::{
-    Prepared, TARGET_LEAF, TARGET_SLOT, apply, other_client, prepare_with, problems,
+    Prepared, TARGET_LEAF, TARGET_SLOT, apply, other_client, prepare_with,
 };
 
 /// The memory node's lease time in these tests: long enough that a live compute node's renewer,
@@ -140,8 +140,23 @@ pub fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
     (unlinking, boxed_and_linked)
 }
 
-/// Retrains what recovery queued (on the ring or in the worker), then checks `verify` and that
-/// no leaf leaked.
+/// The memory node `worker` serves.
+///
+/// # Panics
+/// If `transport` does not reach it.
+pub fn node_of(
+    worker: &Retrainer<SimEndpoint>,
+    transport: &SimTransport,
+) -> rdma_transport::MemoryNodeInfo {
+    *transport
+        .memory_nodes()
+        .iter()
+        .find(|n| n.id == worker.layout().node())
+        .expect("the worker's memory node")
+}
+
+/// Retrains what recovery queued (on the ring or in the worker), then checks `verify` (of the
+/// worker's memory node) and that no leaf leaked.
 pub fn retrain_and_verify(
     worker: &mut Retrainer<SimEndpoint>,
     transport: &SimTransport,
@@ -160,7 +175,11 @@ pub fn retrain_and_verify_but(
 ) {
     worker.poll().expect("poll");
     while worker.retrain_next().expect("retrain").is_some() {}
-    assert_eq!(problems(transport), [], "{what}");
+    let mut ep = transport.endpoint().expect("endpoint");
+    let problems = leaf_store::verify(&mut ep, node_of(worker, transport))
+        .expect("verify")
+        .problems;
+    assert_eq!(problems, [], "{what}");
     assert_no_leaf_leaked_but(worker, transport, what, lost);
     assert_no_stale_image(worker, transport, what);
 }
@@ -176,7 +195,7 @@ pub fn assert_no_stale_image(
 ) {
     use rdma_transport::Endpoint;
     let mut ep = transport.endpoint().expect("endpoint");
-    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+    let layout = leaf_store::Layout::attach(&mut ep, node_of(worker, transport)).expect("layout");
     let linked: std::collections::HashSet<u64> = current_records(&mut ep, &layout)
         .iter()
         .flat_map(chained_leaves)
@@ -228,8 +247,7 @@ pub fn assert_no_leaf_leaked_but(
 ) {
     use rdma_transport::Endpoint;
     let mut ep = transport.endpoint().expect("endpoint");
-    let node = transport.memory_nodes()[0];
-    let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
+    let layout = leaf_store::Layout::attach(&mut ep, node_of(worker, transport)).expect("layout");
     let allocated = ep.read_word(layout.alloc_num_addr()).expect("alloc_num");
     let mut owners: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
     for record in current_records(&mut ep, &layout) {

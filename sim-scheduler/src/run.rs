@@ -133,13 +133,29 @@ pub(crate) struct State {
     trace: u64,
 }
 
-/// A pause armed at a named step: of which group, at steps named how, after how many.
-#[derive(Debug)]
+/// What a thread meeting an armed step runs there, before its group stops.
+type StepAction = Box<dyn FnOnce() + Send>;
+
+/// A pause armed at a named step: of which group, at steps named how, after how many, and
+/// what the thread that meets it does first.
 struct StepPlan {
     group: usize,
     prefix: &'static str,
     skip: u32,
     pause: u64,
+    then: Option<StepAction>,
+}
+
+impl std::fmt::Debug for StepPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepPlan")
+            .field("group", &self.group)
+            .field("prefix", &self.prefix)
+            .field("skip", &self.skip)
+            .field("pause", &self.pause)
+            .field("then", &self.then.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug)]
@@ -665,6 +681,7 @@ pub fn pause(group: Group, d: Duration) {
 /// of the caller's group may stop the group. Outside a run, does nothing.
 pub fn step(name: &'static str) {
     if let Some(cur) = current() {
+        let mut then = None;
         {
             let mut state = lock(&cur.shared);
             let group = state.tasks[cur.id].group;
@@ -674,8 +691,9 @@ pub fn step(name: &'static str) {
                 .position(|p| p.group == group && name.starts_with(p.prefix))
             {
                 if state.step_plans[i].skip == 0 {
-                    let pause = state.step_plans.swap_remove(i).pause;
-                    let until = state.now.saturating_add(pause);
+                    let plan = state.step_plans.swap_remove(i);
+                    then = plan.then;
+                    let until = state.now.saturating_add(plan.pause);
                     if let Some(paused) = state.paused_until.get_mut(group) {
                         *paused = (*paused).max(until);
                     }
@@ -684,6 +702,9 @@ pub fn step(name: &'static str) {
                     state.step_plans[i].skip -= 1;
                 }
             }
+        }
+        if let Some(then) = then {
+            then();
         }
         point();
     }
@@ -694,25 +715,57 @@ pub fn step(name: &'static str) {
 /// `d` of virtual time from there. Replaces a plan of `group` not yet met. Outside a run, does
 /// nothing.
 pub fn pause_at_step(group: Group, prefix: &'static str, skip: u32, d: Duration) {
+    arm_step(group, prefix, skip, d, None);
+}
+
+/// [`pause_at_step`], where the thread that meets the step first runs `then` (its group already
+/// stopping: whatever `then` does to other processes happens inside the window the pause
+/// opens — a fault armed on the paused process's next batch, another process told to drop its
+/// caches). `then` may use the run's primitives. Outside a run, does nothing.
+pub fn pause_at_step_then(
+    group: Group,
+    prefix: &'static str,
+    skip: u32,
+    d: Duration,
+    then: impl FnOnce() + Send + 'static,
+) {
+    arm_step(group, prefix, skip, d, Some(Box::new(then)));
+}
+
+fn arm_step(group: Group, prefix: &'static str, skip: u32, d: Duration, then: Option<StepAction>) {
     if let Some(cur) = current() {
-        {
+        let replaced = {
             let mut state = lock(&cur.shared);
-            state.step_plans.retain(|p| p.group != group.0);
+            let replaced = take_plans(&mut state, group);
             state.step_plans.push(StepPlan {
                 group: group.0,
                 prefix,
                 skip,
                 pause: nanos(d),
+                then,
             });
-        }
+            replaced
+        };
+        // Dropped outside the lock: an action's captures may take sync points as they go.
+        drop(replaced);
         point();
     }
+}
+
+/// Removes `group`'s plans from the state (to be dropped once its lock is released).
+fn take_plans(state: &mut State, group: Group) -> Vec<StepPlan> {
+    let (taken, kept) = std::mem::take(&mut state.step_plans)
+        .into_iter()
+        .partition(|p| p.group == group.0);
+    state.step_plans = kept;
+    taken
 }
 
 /// Disarms a [`pause_at_step`] plan of `group` not yet met. Outside a run, does nothing.
 pub fn disarm_step_pause(group: Group) {
     if let Some(cur) = current() {
-        lock(&cur.shared).step_plans.retain(|p| p.group != group.0);
+        let taken = take_plans(&mut lock(&cur.shared), group);
+        drop(taken);
     }
 }
 

@@ -190,6 +190,56 @@ fn a_step_pause_stops_the_group_at_the_named_step_it_counts_to() {
 }
 
 #[test]
+fn a_step_action_runs_on_the_thread_that_meets_the_step_before_its_group_stops() {
+    for seed in 0..20 {
+        let report = run(config(seed, Strategy::Random), || {
+            let group = crate::new_group();
+            let seen = std::sync::Arc::new(AtomicU64::new(0));
+            let set = std::sync::Arc::clone(&seen);
+            crate::pause_at_step_then(group, "x:", 0, Duration::from_secs(10), move || {
+                // Another thread's view: the step's thread runs this, before it stops.
+                set.store(
+                    u64::from(crate::current_group() == group) + 1,
+                    Ordering::SeqCst,
+                );
+            });
+            let watcher = std::sync::Arc::clone(&seen);
+            let h = thread::spawn_in(group, "stepper", move || {
+                let start = Instant::now();
+                assert_eq!(watcher.load(Ordering::SeqCst), 0, "ran before the step");
+                crate::step("x: a");
+                start.elapsed()
+            })
+            .expect("spawn");
+            // Within the pause, the action has run on the stepping thread.
+            while seen.load(Ordering::SeqCst) == 0 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(
+                seen.load(Ordering::SeqCst),
+                2,
+                "ran on another group's thread"
+            );
+            let paused = h.join().expect("join");
+            assert!(paused >= Duration::from_secs(10), "not paused: {paused:?}");
+            // Replaced before it is met, a plan's action never runs.
+            let never = std::sync::Arc::new(AtomicU64::new(0));
+            let touch = std::sync::Arc::clone(&never);
+            crate::pause_at_step_then(group, "y", 0, Duration::ZERO, move || {
+                touch.store(1, Ordering::SeqCst);
+            });
+            crate::disarm_step_pause(group);
+            thread::spawn_in(group, "free", || crate::step("y"))
+                .expect("spawn")
+                .join()
+                .expect("join");
+            assert_eq!(never.load(Ordering::SeqCst), 0);
+        });
+        assert_eq!(report.outcome, Outcome::Finished, "seed {seed}");
+    }
+}
+
+#[test]
 fn a_panic_and_a_livelock_are_reported() {
     let report = run(config(1, Strategy::Random), || {
         let h = thread::spawn(|| panic!("boom"));

@@ -404,8 +404,13 @@ impl SimEndpoint {
     fn execute(&mut self, verb: &mut Verb<'_>, packets: usize) {
         let torn = self.shared.config.torn && !cfg!(loom);
         let rng = &mut self.rng;
+        // Others go first at a quarter of the word boundaries of a verb up to 8 words long (a
+        // leaf of the tiny layouts, a record's fixed part), and about twice in a longer one (a
+        // slot table, a lease table): every verb can be torn anywhere, and long READs of tables
+        // do not cost a thread switch every few words.
+        let one_in = (verb.len() as u64 / 16).max(4);
         let mut between_words = || {
-            if torn && xorshift(rng) & 3 == 0 {
+            if torn && xorshift(rng).is_multiple_of(one_in) {
                 crate::sync::thread::yield_now();
             }
         };

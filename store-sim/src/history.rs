@@ -52,6 +52,11 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// The history's clock now (for a fault log).
+    pub fn now(&self) -> u64 {
+        self.clock.load(Ordering::SeqCst)
+    }
+
     /// A call: its entry's index.
     pub fn call(&self, client: &str, op: Op) -> usize {
         let call = self.clock.fetch_add(1, Ordering::SeqCst);

@@ -37,6 +37,8 @@ pub struct SeedReport {
     pub outcome: Outcome,
     /// Sync points.
     pub steps: u64,
+    /// Sync points at which another thread went on (each an OS thread switch).
+    pub switches: u64,
     /// Virtual time.
     pub virtual_time: Duration,
     /// Wall-clock time.
@@ -79,6 +81,7 @@ pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
         seed,
         outcome: report.outcome,
         steps: report.steps,
+        switches: report.switches,
         virtual_time: report.virtual_time,
         wall: started.elapsed(),
         trace: report.trace,

@@ -1,11 +1,13 @@
 //! One seeded run of the whole store: its shape, its threads, its faults and its final checks.
 //!
-//! - **Memory node.** One simulated pool, bulk-loaded with a small layout (a few keys per leaf,
-//!   two leaves per slot, so inserts split leaves and deletes empty them), and its worker — a
-//!   retrainer that also watches leases, fences and recovers — on a thread of its own process.
+//! - **Memory nodes.** One or two simulated pools, range-partitioned and bulk-loaded with a small
+//!   layout (a few keys per leaf, two leaves per slot, so inserts split leaves and deletes empty
+//!   them; in half the runs generations of one or two bits, which wrap), each with its worker —
+//!   a retrainer that also watches leases, fences and recovers — on a process of its own.
 //! - **Compute nodes.** Two or three `Store`s, each on a process of its own (its own caches,
 //!   renewer and connections) with one or two client threads running random operations on a few
-//!   dozen keys, each write with a value never written before.
+//!   dozen keys (in a third of the runs on 16 hot keys of one or two slots), each write with a
+//!   value never written before.
 //! - **Faults**, drawn from the seed by a thread of their own: a compute node killed wherever its
 //!   threads are (a WRITE in flight lands a prefix of its packets), a compute node paused past
 //!   its lease (wherever it is, or at a named step of a write or split), transient verb
@@ -13,8 +15,10 @@
 //!   node's worker killed, losing a completion (both restart it on its pool) or paused (the whole
 //!   process, between two batches, or at a named step of a retraining, recovery, box refill or
 //!   orphan sweep), a client dropped and made again, a store closed and opened again, a killed
-//!   or fenced compute node started again as a new member.
-//! - **End.** Once every client is done, the memory node must recover every member that died
+//!   or fenced compute node started again as a new member. Some are tied to a named step: a
+//!   write's next batch made late or stalled once it holds a leaf lock or has claimed a split's
+//!   SLT slot, and a store reopened while the worker stops inside a retraining.
+//! - **End.** Once every client is done, each memory node must recover every member that died
 //!   (every lease entry free again), retrain what recovery queued, `verify` clean, conserve its
 //!   leaves (allocated = linked + freed + in boxes + free-listed) and hold no stale redo image;
 //!   the history, with a final read of every key appended, must be linearizable.
@@ -120,6 +124,8 @@ pub struct Summary {
     pub shape: String,
     /// The history (kept for a failing run's report).
     pub history: Vec<Entry>,
+    /// Each fault as it was injected, after the history's clock then (`[clock] what`).
+    pub fault_log: Vec<String>,
 }
 
 struct World {
@@ -129,14 +135,17 @@ struct World {
     compute: Vec<(Mutex<SimTransport>, Group)>,
     /// Per compute node: set to make its clients stop and its store close and open again.
     reopen: Vec<AtomicBool>,
-    /// The memory node's current process, and its group.
-    memory: (Mutex<SimTransport>, Group),
+    /// Each memory node's current process (its worker's), and its group.
+    memory: Vec<(Mutex<SimTransport>, Group)>,
     clients_done: AtomicBool,
     stop_worker: AtomicBool,
     faults: Mutex<Faults>,
+    fault_log: Mutex<Vec<String>>,
     ops: AtomicU64,
     /// How often the memory node tops leaf boxes up.
     box_fill_interval: Duration,
+    /// The keys clients pick from: `keys.0 + 10 * (0..keys.1)`, each also `+ 5` now and then.
+    keys: (u64, u64),
 }
 
 impl World {
@@ -144,9 +153,27 @@ impl World {
         f(&mut self.faults.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
+    /// Logs a fault (for a replay's report), at the history's clock now.
+    fn log(&self, what: String) {
+        let line = format!("[{}] {what}", self.recorder.now());
+        self.fault_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(line);
+    }
+
     /// Puts a new process in `slot` (a node started again after it was killed or fenced).
     fn start_again(&self, slot: &Mutex<SimTransport>) {
         *slot.lock().unwrap_or_else(|e| e.into_inner()) = self.transport.process();
+    }
+
+    /// Memory node `n`'s worker's current process.
+    fn worker_process(&self, n: usize) -> SimTransport {
+        self.memory[n]
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -158,8 +185,29 @@ fn layout_config(rng: &mut XorShift64) -> BulkLoadConfig {
         } else {
             24
         },
+        // Generations of one or two bits in half the runs: they wrap every second or fourth
+        // retraining, so a reused address holds a record with the generation its predecessor
+        // had there, and nothing may take the one for the other.
+        generation_bits: rng
+            .next_u64()
+            .is_multiple_of(2)
+            .then(|| 1 + rng.next_u64() % 2),
         ..integration_tests::tiny()
     }
+}
+
+/// `keys` (value = key) bulk-loaded over `nodes` simulated memory nodes, range-partitioned.
+fn load(keys: &[u64], nodes: usize, config: &BulkLoadConfig, sim: SimConfig) -> SimTransport {
+    let size =
+        leaf_store::required_pool_bytes(keys.len() as u64, config, 2048).next_multiple_of(4096);
+    let transport = SimTransport::anonymous_with(&vec![size; nodes], sim)
+        .unwrap_or_else(|e| sim_scheduler::fail(&format!("pool: {e}")));
+    if let Err(e) =
+        index_core::bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), config)
+    {
+        sim_scheduler::fail(&format!("bulk load: {e}"));
+    }
+    transport
 }
 
 /// The body of a run (its first thread): builds the world, runs it, checks it; a failed check
@@ -184,7 +232,14 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     };
     let keys: Vec<u64> = (0..24).map(|i| i * 10).collect();
     let config = layout_config(&mut rng);
-    let (transport, _layout) = integration_tests::load(&keys, 2048, &config, sim);
+    // Two memory nodes in a third of the runs: a compute node is a member of each, with a lease,
+    // an epoch and views to confirm on each, and each has a worker of its own.
+    let memory_nodes = if rng.next_u64().is_multiple_of(3) {
+        2
+    } else {
+        1
+    };
+    let transport = load(&keys, memory_nodes, &config, sim);
     let initial: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
     let compute_nodes = 2 + (rng.next_u64() % 2) as usize;
     let clients = 1 + (rng.next_u64() % 2) as usize;
@@ -195,9 +250,24 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     } else {
         Duration::from_micros(500)
     };
+    // Hot keys in a third of the runs: 16 keys of one or two slots instead of 60 keys of all of
+    // them, so that every retraining meets operations routed by the views it makes stale.
+    let key_space = if rng.next_u64().is_multiple_of(3) {
+        (100, 8)
+    } else {
+        (0, 30)
+    };
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients, torn {}, {:?}, packets of {} bytes, model region x{}, boxes filled every {box_fill_interval:?}",
-        sim.torn, sim.reordering, sim.packet_bytes, config.model_region_factor
+        "{compute_nodes} compute nodes x {clients} clients, {} keys, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
+        key_space.1 * 2,
+        if memory_nodes == 1 { "" } else { "s" },
+        sim.torn,
+        sim.reordering,
+        sim.packet_bytes,
+        config.model_region_factor,
+        config
+            .generation_bits
+            .unwrap_or(leaf_store::ModelHeader::GENERATION_BITS),
     );
     summary.lock().unwrap_or_else(|e| e.into_inner()).shape = shape;
     let world = Arc::new(World {
@@ -205,21 +275,29 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
             .map(|_| (Mutex::new(transport.process()), sim_scheduler::new_group()))
             .collect(),
         reopen: (0..compute_nodes).map(|_| AtomicBool::new(false)).collect(),
-        memory: (Mutex::new(transport.process()), sim_scheduler::new_group()),
+        memory: (0..memory_nodes)
+            .map(|_| (Mutex::new(transport.process()), sim_scheduler::new_group()))
+            .collect(),
         transport,
         recorder: Recorder::default(),
         clients_done: AtomicBool::new(false),
         stop_worker: AtomicBool::new(false),
         faults: Mutex::new(Faults::default()),
+        fault_log: Mutex::new(Vec::new()),
         ops: AtomicU64::new(0),
         box_fill_interval,
+        keys: key_space,
     });
 
-    let memory_node = {
-        let world = Arc::clone(&world);
-        thread::spawn_in(world.memory.1, "memory-node", move || memory_node(&world))
+    let workers: Vec<_> = (0..memory_nodes)
+        .map(|n| {
+            let world = Arc::clone(&world);
+            thread::spawn_in(world.memory[n].1, &format!("mn{n}"), move || {
+                memory_node(&world, n)
+            })
             .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
-    };
+        })
+        .collect();
     let drivers: Vec<_> = (0..compute_nodes)
         .map(|i| {
             let world = Arc::clone(&world);
@@ -249,48 +327,58 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     }
     // No verb failure or lost completion left armed for the checks below.
     world.transport.fail_next_verbs(0);
-    world
-        .memory
-        .0
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .disarm();
+    for n in 0..memory_nodes {
+        world.worker_process(n).disarm();
+    }
 
     // Every member that died must be recovered, every live one must have left.
     wait_for_free_members(&world.transport);
     world.stop_worker.store(true, Ordering::SeqCst);
-    let Ok(Some(mut worker)) = memory_node.join() else {
-        sim_scheduler::fail("the memory node's worker did not come back");
-    };
+    let mut last_workers = Vec::new();
+    for worker in workers {
+        let Ok(Some(worker)) = worker.join() else {
+            sim_scheduler::fail("a memory node's worker did not come back");
+        };
+        last_workers.push(worker);
+    }
     {
         let mut s = summary.lock().unwrap_or_else(|e| e.into_inner());
         s.ops = world.ops.load(Ordering::SeqCst);
         s.faults = *world.faults.lock().unwrap_or_else(|e| e.into_inner());
         s.history = world.recorder.entries();
+        s.fault_log =
+            std::mem::take(&mut *world.fault_log.lock().unwrap_or_else(|e| e.into_inner()));
     }
     // Whatever leaked in the run (lost completions, dead compute nodes' leaves in hand, killed
     // workers' free lists) is the orphan sweep's: finish the one under way, then one whole sweep
     // begun now, so no leaf is excused.
-    for round in 0..2 {
-        if round == 1
-            && let Err(e) = worker.sweep_orphans()
-        {
-            sim_scheduler::fail(&format!("orphan sweep: {e}"));
-        }
-        let mut waited = 0;
-        while worker.orphan_scan_pending() {
-            waited += 1;
-            if waited > 200 {
-                sim_scheduler::fail("an orphan sweep's epoch never ended");
-            }
-            thread::sleep(LEASE);
-            let step = worker.check_members().and_then(|_| worker.sweep_orphans());
-            if let Err(e) = step {
+    for worker in &mut last_workers {
+        for round in 0..2 {
+            if round == 1
+                && let Err(e) = worker.sweep_orphans()
+            {
                 sim_scheduler::fail(&format!("orphan sweep: {e}"));
             }
+            let mut waited = 0;
+            while worker.orphan_scan_pending() {
+                waited += 1;
+                if waited > 200 {
+                    sim_scheduler::fail("an orphan sweep's epoch never ended");
+                }
+                thread::sleep(LEASE);
+                let step = worker.check_members().and_then(|_| worker.sweep_orphans());
+                if let Err(e) = step {
+                    sim_scheduler::fail(&format!("orphan sweep: {e}"));
+                }
+            }
         }
+        let node = worker.layout().node();
+        integration_tests::recovery::retrain_and_verify(
+            worker,
+            &world.transport,
+            &format!("memory node {node}, at the end"),
+        );
     }
-    integration_tests::recovery::retrain_and_verify(&mut worker, &world.transport, "at the end");
 
     // The final contents, read by a new store, close the history.
     let contents = integration_tests::recovery::contents(&world.transport);
@@ -320,7 +408,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     }
 }
 
-/// Waits (virtual time) until every lease entry is free.
+/// Waits (virtual time) until every lease entry of every memory node is free.
 fn wait_for_free_members(transport: &SimTransport) {
     let process = transport.process();
     let started = sim_scheduler::time::Instant::now();
@@ -328,18 +416,21 @@ fn wait_for_free_members(transport: &SimTransport) {
         let mut ep = process
             .endpoint()
             .unwrap_or_else(|e| sim_scheduler::fail(&format!("endpoint: {e}")));
-        let node = transport.memory_nodes()[0];
-        let layout = leaf_store::Layout::attach(&mut ep, node)
-            .unwrap_or_else(|e| sim_scheduler::fail(&format!("attach: {e}")));
-        let leases = MemberTable::new(&layout)
-            .read_leases(&mut ep)
-            .unwrap_or_else(|e| sim_scheduler::fail(&format!("leases: {e}")));
-        let held: Vec<(usize, MemberState)> = leases
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.state() != MemberState::Free)
-            .map(|(i, l)| (i, l.state()))
-            .collect();
+        let mut held: Vec<(u16, usize, MemberState)> = Vec::new();
+        for &node in transport.memory_nodes() {
+            let layout = leaf_store::Layout::attach(&mut ep, node)
+                .unwrap_or_else(|e| sim_scheduler::fail(&format!("attach: {e}")));
+            let leases = MemberTable::new(&layout)
+                .read_leases(&mut ep)
+                .unwrap_or_else(|e| sim_scheduler::fail(&format!("leases: {e}")));
+            held.extend(
+                leases
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.state() != MemberState::Free)
+                    .map(|(i, l)| (node.id, i, l.state())),
+            );
+        }
         if held.is_empty() {
             return;
         }
@@ -352,18 +443,13 @@ fn wait_for_free_members(transport: &SimTransport) {
     }
 }
 
-/// The memory node: its worker retrains and watches leases until the end; killed, it is made
+/// Memory node `n`: its worker retrains and watches leases until the end; killed, it is made
 /// again on the pool. Returns the last worker.
-fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
-    let node = world.transport.memory_nodes()[0];
+fn memory_node(world: &World, n: usize) -> Option<Retrainer<SimEndpoint>> {
+    let node = world.transport.memory_nodes()[n];
     let mut attempts = 0;
     loop {
-        let process = world
-            .memory
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let process = world.worker_process(n);
         let made = process
             .endpoint()
             .map_err(retrainer::RetrainError::from)
@@ -387,7 +473,7 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
         let mut worker = match made {
             Ok(worker) => worker,
             Err(_) if process.is_killed() => {
-                world.start_again(&world.memory.0);
+                world.start_again(&world.memory[n].0);
                 continue;
             }
             Err(_) if attempts < 100 => {
@@ -409,7 +495,7 @@ fn memory_node(world: &World) -> Option<Retrainer<SimEndpoint>> {
         }
         // Killed, or its endpoint lost a completion: started again on its pool, as a new process
         // (its free list, and what its lost completions allocated, are the orphan sweep's).
-        world.start_again(&world.memory.0);
+        world.start_again(&world.memory[n].0);
     }
 }
 
@@ -511,7 +597,8 @@ fn run_client(
                 Err(_) => return done,
             };
         }
-        let key = (rng.next_u64() % 30) * 10
+        let key = world.keys.0
+            + (rng.next_u64() % world.keys.1) * 10
             + if rng.next_u64().is_multiple_of(4) {
                 5
             } else {
@@ -555,8 +642,30 @@ fn run_client(
     ops
 }
 
+/// What each draw of [`inject_faults`] does (some draws fall through to another, as logged).
+const FAULT_NAMES: [&str; 18] = [
+    "kill (at most 3 a run)",
+    "kill (at most 3 a run)",
+    "compute pause",
+    "compute pause",
+    "verb failures",
+    "verb failures",
+    "verb failures",
+    "lost completion",
+    "lost completion",
+    "worker kill",
+    "worker pause",
+    "late landing or worker lost completion",
+    "worker pause at a step",
+    "worker pause at a step",
+    "stalled batch",
+    "store reopen",
+    "late or stalled batch at a write's step",
+    "worker pause at a retraining step, a store reopened there",
+];
+
 /// Injects faults at random virtual times until the clients are done.
-fn inject_faults(world: &World, seed: u64) {
+fn inject_faults(world: &Arc<World>, seed: u64) {
     let mut rng = XorShift64::new(seed | 1);
     let mut kills = 0;
     let mut openers = Vec::new();
@@ -566,9 +675,15 @@ fn inject_faults(world: &World, seed: u64) {
             break;
         }
         let node = (rng.next_u64() % world.compute.len() as u64) as usize;
+        let memory_node = (rng.next_u64() % world.memory.len() as u64) as usize;
         let (process, group) = &world.compute[node];
         let process = process.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match rng.next_u64() % 16 {
+        let kind = rng.next_u64() % 18;
+        world.log(format!(
+            "{} (compute node {node}, memory node {memory_node})",
+            FAULT_NAMES[kind as usize]
+        ));
+        match kind {
             0 | 1 if kills < 3 => {
                 kills += 1;
                 process.kill((rng.next_u64() % 4) as usize);
@@ -605,28 +720,20 @@ fn inject_faults(world: &World, seed: u64) {
                 world.count(|f| f.lost_completions += 1);
             }
             9 => {
-                let worker = world
-                    .memory
-                    .0
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
+                let worker = world.worker_process(memory_node);
                 worker.kill((rng.next_u64() % 4) as usize);
                 world.count(|f| f.worker_restarts += 1);
             }
             10 => {
                 let pause = Duration::from_micros(rng.next_u64() % 8000);
                 if rng.next_u64().is_multiple_of(2) {
-                    sim_scheduler::pause(world.memory.1, pause);
+                    sim_scheduler::pause(world.memory[memory_node].1, pause);
                 } else {
                     // Stopped between two batches, a few from now: most likely inside a
                     // retraining, a recovery or a box refill, between two of its steps.
                     let gate = sim_transport::Gate::new();
                     world
-                        .memory
-                        .0
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
+                        .worker_process(memory_node)
                         .pause_after_batches(rng.next_u64() % 48, gate.clone());
                     openers.push(thread::spawn(move || {
                         thread::sleep(pause);
@@ -649,7 +756,7 @@ fn inject_faults(world: &World, seed: u64) {
                 ][(rng.next_u64() % 6) as usize];
                 // Long enough for the clients to run a few operations each through the window.
                 sim_scheduler::pause_at_step(
-                    world.memory.1,
+                    world.memory[memory_node].1,
                     prefix,
                     (rng.next_u64() % steps) as u32,
                     Duration::from_micros(rng.next_u64() % 20_000),
@@ -668,6 +775,78 @@ fn inject_faults(world: &World, seed: u64) {
                     gate.open();
                 }));
                 world.count(|f| f.stalled_batches += 1);
+            }
+            16 => {
+                // A write of this node, once it holds a leaf lock or its split has claimed an
+                // SLT slot, has its next batch — the one that links, unlocks or publishes — land
+                // up to three leases late, or stall partway for up to two, while the node stops
+                // (or not) past its lease: a fence, a recovery and orphan sweeps meet it there.
+                let prefix = if rng.next_u64().is_multiple_of(2) {
+                    "split"
+                } else {
+                    "write"
+                };
+                let late = rng.next_u64().is_multiple_of(2);
+                let verbs = rng.next_u64() % 6;
+                let lease = LEASE.as_micros() as u64;
+                let hold = Duration::from_micros(rng.next_u64() % (3 * lease));
+                let pause = Duration::from_micros(rng.next_u64() % (2 * lease));
+                let gate = sim_transport::Gate::new();
+                let (target, held, logged) = (process.clone(), gate.clone(), Arc::clone(world));
+                sim_scheduler::pause_at_step_then(
+                    *group,
+                    prefix,
+                    (rng.next_u64() % 3) as u32,
+                    pause,
+                    move || {
+                        logged.log(format!(
+                            "the write met its step: its next batch {} for {hold:?} after it arrives, the node paused {pause:?}",
+                            if late { "lands late".to_string() } else { format!("stalls after {verbs} verbs") }
+                        ));
+                        if late {
+                            target.land_next_batch_late(held);
+                        } else {
+                            target.stall_next_batch(verbs, held);
+                        }
+                    },
+                );
+                openers.push(thread::spawn(move || {
+                    // Held from the moment the batch reaches the gate (or given up with the
+                    // run: a step never met holds nothing).
+                    gate.wait_for_arrival(Duration::from_millis(100));
+                    thread::sleep(hold);
+                    gate.open();
+                }));
+                world.count(|f| {
+                    if late {
+                        f.late_landings += 1;
+                    } else {
+                        f.stalled_batches += 1;
+                    }
+                });
+            }
+            17 => {
+                // The worker stops inside a retraining, and a compute node's store is closed and
+                // opened again right there: its new views come from the slot table mid-way
+                // (a new record swapped in, the old one not yet retired, a split published but
+                // not redirected), while the other nodes' views predate the retraining.
+                let reopened = Arc::clone(world);
+                sim_scheduler::pause_at_step_then(
+                    world.memory[memory_node].1,
+                    "retrain",
+                    (rng.next_u64() % 9) as u32,
+                    Duration::from_micros(rng.next_u64() % 20_000),
+                    move || {
+                        reopened.log(format!(
+                            "the worker met its step: compute node {node} reopens"
+                        ));
+                        reopened.reopen[node].store(true, Ordering::SeqCst);
+                    },
+                );
+                world.count(|f| {
+                    f.worker_pauses += 1;
+                    f.store_reopens += 1;
+                });
             }
             15 => {
                 // Closed and opened again: every view it cached is dropped, and the next ones
@@ -688,12 +867,7 @@ fn inject_faults(world: &World, seed: u64) {
                 world.count(|f| f.late_landings += 1);
             }
             _ => {
-                let worker = world
-                    .memory
-                    .0
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
+                let worker = world.worker_process(memory_node);
                 worker.break_next_batch();
                 world.count(|f| f.worker_lost_completions += 1);
             }

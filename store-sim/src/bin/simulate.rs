@@ -5,6 +5,9 @@
 //! simulate [--from S] [--seeds N] [--ops N] [--no-faults]   run seeds S, S+1, ... (N of them)
 //! simulate --seed S [--ops N] [--no-faults] [--history]     replay one seed
 //! ```
+//!
+//! With `--history`, a replay prints the faults as they were injected (each with the history's
+//! clock then) and every operation.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -71,6 +74,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         let report = run_seed(seed, &options);
         print_one(&report);
         if args.iter().any(|a| a == "--history") {
+            for fault in &report.summary.fault_log {
+                println!("fault {fault}");
+            }
             for entry in &report.summary.history {
                 println!("{entry:?}");
             }
@@ -149,7 +155,7 @@ fn replay_flags(options: &Options) -> String {
 
 fn print_one(report: &SeedReport) {
     println!(
-        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  stopped at named steps: {:?}\n  {} sync points, {:?} virtual, {:?} wall, schedule digest {:016x}",
+        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  stopped at named steps: {:?}\n  {} sync points ({} switches), {:?} virtual, {:?} wall, schedule digest {:016x}",
         report.seed,
         report.outcome,
         report.summary.shape,
@@ -157,6 +163,7 @@ fn print_one(report: &SeedReport) {
         report.summary.faults,
         report.paused_at,
         report.steps,
+        report.switches,
         report.virtual_time,
         report.wall,
         report.trace
