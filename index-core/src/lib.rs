@@ -73,6 +73,7 @@ mod backoff;
 mod bootstrap;
 mod client;
 mod config;
+mod epoch;
 mod error;
 mod locks;
 mod membership;

@@ -174,7 +174,7 @@ where
         };
         let mut nodes = Vec::new();
         for (i, (&(info, layout), slots)) in layouts.iter().zip(cells).enumerate() {
-            let epoch = members.current_epoch();
+            let epoch = members.epochs.current();
             match open_node(&mut load_ep, info, layout, &config, slots, epoch) {
                 Ok(mut node) => {
                     node.tag = tags[i];

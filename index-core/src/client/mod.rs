@@ -48,7 +48,7 @@ pub struct Client<E: Endpoint> {
     /// The local epoch the running operation began in (see `crate::membership`).
     op_epoch: u64,
     /// Its entry in the store's list of running operations.
-    active: Arc<crate::membership::ActiveEpoch>,
+    active: Arc<crate::epoch::ActiveEpoch>,
     /// Set by a lock batch that found the lock held by this compute node (a lock a broken
     /// operation left): the write waits without holding the stripe.
     wait_unstriped: bool,
@@ -250,7 +250,7 @@ impl<E: Endpoint> Client<E> {
         registered: Vec<u64>,
     ) -> Self {
         let nodes = caches.nodes.len();
-        let active = caches.members.active_entry(connection_index);
+        let active = caches.members.epochs.active_entry(connection_index);
         Self {
             ep,
             caches,
@@ -263,7 +263,7 @@ impl<E: Endpoint> Client<E> {
             retired_stats: Stats::default(),
             connection_index,
             registered,
-            op_epoch: crate::membership::FIRST_EPOCH,
+            op_epoch: crate::epoch::FIRST_EPOCH,
             active,
             retired: false,
             wait_unstriped: false,
@@ -327,7 +327,7 @@ impl<E: Endpoint> Client<E> {
     pub(crate) fn replace_retired(&mut self, ep: E, index: u64, registered: Vec<u64>) {
         self.replace_endpoint(ep, registered);
         self.connection_index = index;
-        self.active = self.caches.members.active_entry(index);
+        self.active = self.caches.members.epochs.active_entry(index);
         self.boxes = vec![LeafBox::default(); self.caches.nodes.len()];
         self.retired = false;
     }
@@ -392,7 +392,7 @@ impl<E: Endpoint> Client<E> {
                     .into(),
             )));
         }
-        self.op_epoch = self.caches.members.enter(&self.active);
+        self.op_epoch = self.caches.members.epochs.enter(&self.active);
         // Left on every path, a panic included (a client stuck "running" would hold every
         // memory node's reclamation back).
         let running = Running(Arc::clone(&self.active));
@@ -453,7 +453,7 @@ impl<E: Endpoint> Client<E> {
 }
 
 /// An operation registered as running in its local epoch; leaves when dropped.
-struct Running(Arc<crate::membership::ActiveEpoch>);
+struct Running(Arc<crate::epoch::ActiveEpoch>);
 
 impl Drop for Running {
     fn drop(&mut self) {
