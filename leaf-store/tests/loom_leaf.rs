@@ -56,7 +56,8 @@ fn pool() -> (Arc<SimTransport>, Layout) {
         record_bytes_loaded: 0,
         members_offset: members,
         slot_capacity: 1,
-        reserved: [0; 6],
+        generation_bits: 0,
+        reserved: [0; 5],
         checksum: 0,
     }
     .sealed();
