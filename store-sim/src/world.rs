@@ -179,11 +179,12 @@ impl World {
 
 fn layout_config(rng: &mut XorShift64) -> BulkLoadConfig {
     BulkLoadConfig {
-        // A small model region now and then: records are reclaimed and their space reused.
-        model_region_factor: if rng.next_u64().is_multiple_of(3) {
-            6
-        } else {
-            24
+        // A small model region now and then (the smallest a layout allows, 2, or 6): records are
+        // reclaimed and their space reused.
+        model_region_factor: match rng.next_u64() % 6 {
+            0 => 2,
+            1 => 6,
+            _ => 24,
         },
         // Generations of one or two bits in half the runs: they wrap every second or fourth
         // retraining, so a reused address holds a record with the generation its predecessor
@@ -587,6 +588,11 @@ fn run_client(
     for done in 0..ops {
         if world.reopen[node].load(Ordering::SeqCst) {
             return done;
+        }
+        if rng.next_u64().is_multiple_of(6) {
+            // Idle for a while: this store's views age across retirement epochs while the
+            // others' writes retrain the slots they name (and records are reclaimed under them).
+            thread::sleep(Duration::from_micros(1000 + rng.next_u64() % 11_000));
         }
         if rng.next_u64().is_multiple_of(40) {
             // Dropped and made again (a thread of the compute node restarting).
