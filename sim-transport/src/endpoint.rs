@@ -742,7 +742,6 @@ mod tests {
             "got {result:?}"
         );
         assert_eq!(verbs[0].old_value(), Some(u64::MAX), "nothing is learnt");
-        drop(verbs);
         let check = t.endpoint().expect("endpoint").read_word(addr(0));
         assert_eq!(check, Ok(7), "the CAS executed");
     }
