@@ -42,7 +42,8 @@ pub struct BenchArgs {
     pub keys: u64,
     /// Operations in total (over all threads). Given on the command line, it wins over a
     /// workload file's `operationcount`.
-    #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration")]
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration",
+          value_parser = crate::checks::positive_count)]
     pub ops: u64,
     /// Whether `--keys` was given on the command line (set by `main`).
     #[arg(skip)]
@@ -57,10 +58,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub insert_ratio: Option<f64>,
     /// Run for this many seconds instead of a number of operations.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::checks::seconds)]
     pub duration: Option<f64>,
-    /// Compute threads (one client each).
-    #[arg(long, default_value_t = 2)]
+    /// Compute threads (one client each; at most 128).
+    #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     pub threads: u64,
     /// The workload.
     #[arg(long, value_enum, default_value_t = Workload::YcsbA)]
@@ -72,7 +73,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum)]
     pub request_dist: Option<RequestDist>,
     /// Zipfian exponent θ.
-    #[arg(long, default_value_t = 0.99)]
+    #[arg(long, default_value_t = 0.99, value_parser = crate::checks::positive)]
     pub theta: f64,
     /// Key set to bulk-load.
     #[arg(long, value_enum, default_value_t = KeyDist::Uniform)]
@@ -85,10 +86,10 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = keys::InsertOrder::Random)]
     pub insert_order: keys::InsertOrder,
     /// Model error bound ε.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::checks::epsilon)]
     pub epsilon: u64,
-    /// Key slots per leaf δ.
-    #[arg(long, default_value_t = 16)]
+    /// Key slots per leaf δ (at most 4096).
+    #[arg(long, default_value_t = 16, value_parser = crate::checks::delta)]
     pub delta: u64,
     /// Keys per bulk-loaded leaf.
     #[arg(long, default_value_t = 12)]
@@ -96,8 +97,8 @@ pub struct BenchArgs {
     /// Compute-side cache mode.
     #[arg(long, value_enum, default_value_t = CliCacheMode::Pivots)]
     pub cache_mode: CliCacheMode,
-    /// Memory nodes (embedded), range-partitioned.
-    #[arg(long, default_value_t = 1)]
+    /// Memory nodes (embedded), range-partitioned (at most 64).
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::memory_nodes)]
     pub memory_nodes: u64,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
@@ -130,19 +131,19 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quiet: bool,
     /// Cost model: round trip per batch, in µs.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = crate::checks::positive)]
     pub model_rtt_us: f64,
     /// Cost model: link bandwidth, Gb/s.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 100.0, value_parser = crate::checks::positive)]
     pub model_link_gbps: f64,
     /// Cost model: verbs per second one memory node's NIC serves.
-    #[arg(long, default_value_t = 50e6)]
+    #[arg(long, default_value_t = 50e6, value_parser = crate::checks::positive)]
     pub model_nic_verbs: f64,
     /// Cost model: bytes per second one memory node's NIC moves.
-    #[arg(long, default_value_t = 12.5e9)]
+    #[arg(long, default_value_t = 12.5e9, value_parser = crate::checks::positive)]
     pub model_nic_bytes: f64,
     /// Cost model: client threads to model (default: --threads).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::checks::positive_count)]
     pub model_clients: Option<u64>,
 }
 
@@ -198,8 +199,13 @@ fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
 
 /// Runs the benchmark and returns its report.
 pub fn run(args: &BenchArgs) -> Result<Report, String> {
-    if args.threads == 0 || args.memory_nodes == 0 {
-        return Err("--threads and --memory-nodes must be positive".into());
+    use crate::checks::{MAX_MEMORY_NODES, MAX_THREADS};
+    if !(1..=MAX_THREADS).contains(&args.threads)
+        || !(1..=MAX_MEMORY_NODES).contains(&args.memory_nodes)
+    {
+        return Err(format!(
+            "--threads must lie in 1..={MAX_THREADS} and --memory-nodes in 1..={MAX_MEMORY_NODES}"
+        ));
     }
     let mut mix: Mix = args.workload.mix();
     let (mut keys_wanted, mut ops) = (args.keys, args.ops);
@@ -959,11 +965,23 @@ fn execute<C: BenchClient>(
 
 /// `rolex bench`: runs, prints the report, writes the JSON.
 pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
-    let report = run(args)?;
-    print!("{}", report.table());
     if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::checks::output_file(path, "--json", true)?;
+    }
+    let report = run(args)?;
+    match &args.json {
+        // The JSON alone on standard output; the table goes to standard error.
+        Some(path) if crate::checks::is_stdout(path) => {
+            eprint!("{}", report.table());
+            let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            println!("{json}");
+        }
+        Some(path) => {
+            print!("{}", report.table());
+            let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        None => print!("{}", report.table()),
     }
     if report.inserts_missing.is_some_and(|m| m > 0) {
         return Err(format!(

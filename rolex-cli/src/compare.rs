@@ -18,13 +18,13 @@ use crate::workload::{self, RequestDist, Workload};
 #[derive(Debug, Clone, clap::Args)]
 pub struct CompareArgs {
     /// Keys bulk-loaded for each run (both indexes load the same keys).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     pub keys: u64,
     /// Operations per run.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     pub ops: u64,
-    /// Compute threads (measured runs).
-    #[arg(long, default_value_t = 2)]
+    /// Compute threads (measured runs; at most 128).
+    #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     pub threads: u64,
     /// Seed of the keys and operation streams (the same for both indexes).
     #[arg(long, default_value_t = 1)]
@@ -104,6 +104,10 @@ fn totals(report: &Report) -> (Stats, u64) {
 
 /// Runs the comparison, prints the table, writes the JSON and the plots.
 pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
+    if let Some(path) = &args.json {
+        crate::checks::output_file(path, "--json", false)?;
+    }
+    crate::checks::output_dir(&args.out, "--out")?;
     let profile = NetworkProfile {
         rtt_us: defaults.model_rtt_us,
         link_gbps: defaults.model_link_gbps,
@@ -220,7 +224,6 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
                 .map_or("n/a".into(), |b| format!("{b:.1}")),
         );
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     for (file, svg) in plots(&cases, &clients_sweep, args, &profile) {
         let path = args.out.join(file);
         std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -12,6 +12,7 @@
 //! Bad input gets one line on stderr and exit code 2.
 
 mod bench;
+mod checks;
 mod compare;
 mod index;
 mod inspect;
@@ -31,6 +32,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "rolex",
     version,
+    arg_required_else_help = true,
     about = "ROLEX: a learned, ordered key-value store for disaggregated memory"
 )]
 struct Cli {
@@ -54,10 +56,48 @@ enum Command {
     Compare(compare::CompareArgs),
 }
 
+/// The subcommand named on the command line, if any (for pointing at its help).
+fn subcommand() -> Option<String> {
+    use clap::CommandFactory;
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    std::env::args().skip(1).find(|a| names.contains(a))
+}
+
+/// Clap's message on one line: what is wrong, the arguments it names, its possible values and
+/// its tips, without the usage block; then where the help is.
+fn one_line(text: &str, subcommand: Option<String>) -> String {
+    let parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .map(|l| l.trim_start_matches("error: "))
+        .collect();
+    let message = if parts.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        parts.join("; ").replace(":;", ":")
+    };
+    let help = match subcommand {
+        Some(name) => format!("rolex {name} --help"),
+        None => "rolex --help".into(),
+    };
+    format!("{message} (see {help})")
+}
+
 fn main() -> ExitCode {
     use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 3 && args[1] == "help" && (args[2] == "--help" || args[2] == "-h") {
+        // `rolex help --help`: the help, as `rolex --help` gives it.
+        let _ = Cli::command().print_long_help();
+        return ExitCode::SUCCESS;
+    }
     let parsed = Cli::command()
-        .try_get_matches()
+        .try_get_matches_from(args)
         .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
     let cli = match parsed {
         Ok((mut cli, matches)) => {
@@ -81,15 +121,13 @@ fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `rolex` alone: what there is to run, on standard error (nothing ran).
+            eprint!("{}", Cli::command().render_help());
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            // One clear line, not clap's whole usage block.
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("rolex: {first} (see rolex --help)");
+            eprintln!("rolex: {}", one_line(&e.to_string(), subcommand()));
             return ExitCode::from(2);
         }
     };

@@ -42,16 +42,16 @@ pub(crate) struct MemnodeArgs {
     /// Bulk-load a SOSD key file instead (u64 count, then sorted u64 keys).
     #[arg(long)]
     load: Option<PathBuf>,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::checks::epsilon)]
     epsilon: u64,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::checks::delta)]
     delta: u64,
     #[arg(long, default_value_t = 12)]
     fill: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Stop after this many seconds (default: run until killed).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::checks::seconds)]
     duration: Option<f64>,
     /// Replace the pool file if it exists.
     #[arg(long)]

@@ -7,8 +7,44 @@ use leaf_store::Layout;
 use rdma_transport::{MemoryNodeInfo, Transport};
 use sim_transport::{Pool, SimConfig, SimTransport};
 
+/// Refuses a file that is not a ROLEX pool of this build's layout, from its first two words (the
+/// superblock's magic and layout version), before it is mapped.
+pub fn check_pool_file(path: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let shown = path.display();
+    let mut head = [0u8; 16];
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut read = 0;
+    while read < head.len() {
+        match file.read(&mut head[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) => return Err(format!("{shown}: {e}")),
+        }
+    }
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&head[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    if read < head.len() || word(0) != leaf_store::SUPERBLOCK_MAGIC {
+        return Err(format!(
+            "{shown}: not a ROLEX pool (it does not begin with the superblock's magic \"ROLEXPL1\")"
+        ));
+    }
+    if word(1) != leaf_store::LAYOUT_VERSION {
+        return Err(format!(
+            "{shown}: a ROLEX pool of layout version {}; this build reads version {}",
+            word(1),
+            leaf_store::LAYOUT_VERSION
+        ));
+    }
+    Ok(())
+}
+
 /// The memory-node id and node count a pool file's superblock names.
 pub fn node_of_file(path: &Path) -> Result<(u16, u64), String> {
+    check_pool_file(path)?;
     let pool = Pool::open_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let transport = SimTransport::new(vec![pool], SimConfig::default());
     let node = transport.memory_nodes()[0];

@@ -11,13 +11,13 @@ use crate::{bench, report, workload};
 #[derive(Debug, clap::Args)]
 pub(crate) struct SuiteArgs {
     /// Keys to bulk-load for each run.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = 10_000_000, value_parser = crate::checks::positive_count)]
     keys: u64,
     /// Operations per run.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     ops: u64,
-    /// Compute threads.
-    #[arg(long, default_value_t = 2)]
+    /// Compute threads (at most 128).
+    #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     threads: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -34,6 +34,9 @@ pub(crate) struct BenchDefaults {
 }
 
 pub(crate) fn run(args: &SuiteArgs) -> Result<(), String> {
+    if let Some(path) = &args.json {
+        crate::checks::output_file(path, "--json", false)?;
+    }
     use workload::{RequestDist, Workload};
     let workloads = Workload::YCSB;
     println!(

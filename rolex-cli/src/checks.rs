@@ -1,0 +1,178 @@
+//! Value parsers for the flags every command shares: each refuses, while the command line is
+//! parsed and before any work, what cannot run (an infinite duration, a thread count the store
+//! has no connections for, a cost model that divides by zero), naming the limit.
+//!
+//! The limits, and why:
+//! * `--threads`: 1 to [`MAX_THREADS`] — a compute node has that many connection indexes per
+//!   memory node (`leaf_store::members::CONNECTIONS_PER_MEMBER`), one per client.
+//! * `--memory-nodes`: 1 to [`MAX_MEMORY_NODES`] embedded memory nodes (each a pool, a retrainer
+//!   thread and its share of the keys; a harness on one machine gains nothing from more).
+//! * `--duration`: a positive, finite number of seconds, at most [`MAX_SECONDS`] (115 days).
+//! * `--delta`, `--epsilon`: what the learned models take (`learned_model::MAX_DELTA`,
+//!   `MAX_EPSILON`).
+//! * cost-model figures: positive and finite.
+
+use std::ops::RangeInclusive;
+
+/// Most client threads one bench process runs: one connection index each.
+pub const MAX_THREADS: u64 = leaf_store::members::CONNECTIONS_PER_MEMBER;
+
+/// Most embedded memory nodes.
+pub const MAX_MEMORY_NODES: u64 = 64;
+
+/// Longest `--duration`, in seconds.
+pub const MAX_SECONDS: f64 = 1e7;
+
+fn integer_in(s: &str, range: RangeInclusive<u64>, why: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    if range.contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n} is outside {}..={} ({why})",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+/// `--threads`.
+pub fn threads(s: &str) -> Result<u64, String> {
+    integer_in(
+        s,
+        1..=MAX_THREADS,
+        "a client thread takes one of a compute node's connection indexes",
+    )
+}
+
+/// `--memory-nodes`.
+pub fn memory_nodes(s: &str) -> Result<u64, String> {
+    integer_in(s, 1..=MAX_MEMORY_NODES, "embedded memory nodes")
+}
+
+/// `--delta`: key slots per leaf.
+pub fn delta(s: &str) -> Result<u64, String> {
+    integer_in(s, 1..=learned_model::MAX_DELTA, "key slots per leaf")
+}
+
+/// `--epsilon`: the models' error bound.
+pub fn epsilon(s: &str) -> Result<u64, String> {
+    integer_in(s, 1..=learned_model::MAX_EPSILON, "a model's error bound")
+}
+
+/// A count that must be positive (`--model-clients`, `--ops`, `--keys` of a suite).
+pub fn positive_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
+    }
+}
+
+fn finite_number(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if x.is_finite() {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not a finite number"))
+    }
+}
+
+/// `--duration` (seconds).
+pub fn seconds(s: &str) -> Result<f64, String> {
+    let x = finite_number(s)?;
+    if x > 0.0 && x <= MAX_SECONDS {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} is not a number of seconds above 0 and at most {MAX_SECONDS:e}"
+        ))
+    }
+}
+
+/// A cost-model figure: positive and finite.
+pub fn positive(s: &str) -> Result<f64, String> {
+    let x = finite_number(s)?;
+    if x > 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("{s} must be above 0"))
+    }
+}
+
+/// Whether `path` names standard output (`-`).
+pub fn is_stdout(path: &std::path::Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Checks, before any work, that a report can be written at `path`: its directory exists, and
+/// it is not itself a directory or a read-only file. `-` (standard output) is taken where
+/// `stdout_ok`; elsewhere the command's table is on standard output, and `-` is refused.
+pub fn output_file(path: &std::path::Path, flag: &str, stdout_ok: bool) -> Result<(), String> {
+    if is_stdout(path) {
+        return if stdout_ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{flag} -: standard output carries this command's table; name a file"
+            ))
+        };
+    }
+    let shown = path.display();
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "{flag} {shown}: directory {} does not exist",
+            dir.display()
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(format!("{flag} {shown}: is a directory")),
+        Ok(m) if m.permissions().readonly() => Err(format!("{flag} {shown}: is read-only")),
+        _ => Ok(()),
+    }
+}
+
+/// Makes the directory `path` for a command's output files before any work (an existing file
+/// there is refused).
+pub fn output_dir(path: &std::path::Path, flag: &str) -> Result<(), String> {
+    if path.exists() && !path.is_dir() {
+        return Err(format!(
+            "{flag} {}: exists and is not a directory",
+            path.display()
+        ));
+    }
+    std::fs::create_dir_all(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_cannot_run_is_refused_and_what_can_is_taken() {
+        for bad in ["inf", "1e30", "nan", "-1", "0", "x", "NaN"] {
+            assert!(seconds(bad).is_err(), "--duration {bad}");
+        }
+        assert_eq!(seconds("2.5"), Ok(2.5));
+        assert!(threads("0").is_err() && threads("100000").is_err());
+        assert_eq!(threads("128"), Ok(128));
+        assert!(memory_nodes("1000").is_err() && memory_nodes("0").is_err());
+        assert!(delta("1000000").is_err() && delta("0").is_err());
+        assert_eq!(delta("16"), Ok(16));
+        assert!(positive("0").is_err() && positive("nan").is_err() && positive("-2").is_err());
+        assert_eq!(positive("100"), Ok(100.0));
+        assert!(positive_count("0").is_err());
+        let message = threads("100000").unwrap_err();
+        assert!(message.contains("1..=128"), "{message}");
+    }
+}

@@ -1,0 +1,181 @@
+//! Input the harness refuses before any work — each with one line naming what is wrong (and,
+//! for clap's own errors, its hints and the subcommand's help) and exit code 2 — and the help a
+//! user gets from `rolex` alone.
+
+mod common;
+
+use std::process::Command;
+
+use common::{ROLEX, bad_input_line};
+
+/// Runs `args` and checks the one line contains every one of `needles`.
+fn refused(args: &[&str], needles: &[&str]) {
+    let line = bad_input_line(args);
+    for needle in needles {
+        assert!(line.contains(needle), "{args:?}: {line:?} lacks {needle:?}");
+    }
+}
+
+#[test]
+fn what_cannot_run_is_refused_with_its_limit() {
+    refused(
+        &["bench", "--keys", "1000", "--duration", "inf"],
+        &["--duration", "finite"],
+    );
+    refused(&["bench", "--duration", "1e30"], &["at most 1e7"]);
+    refused(&["bench", "--duration", "nan"], &["--duration"]);
+    refused(&["bench", "--duration", "0"], &["above 0"]);
+    refused(
+        &[
+            "memnode",
+            "--pool",
+            "/nonexistent/p",
+            "--size",
+            "1M",
+            "--duration",
+            "1e30",
+        ],
+        &["--duration"],
+    );
+    refused(&["bench", "--threads", "100000"], &["1..=128"]);
+    refused(&["bench", "--memory-nodes", "1000"], &["1..=64"]);
+    refused(&["bench", "--delta", "1000000"], &["1..=4096"]);
+    refused(&["bench", "--ops", "0"], &["--ops", "at least 1"]);
+    refused(&["bench", "--model-clients", "0"], &["--model-clients"]);
+    refused(&["bench", "--model-link-gbps", "0"], &["above 0"]);
+    refused(&["bench", "--model-rtt-us", "nan"], &["--model-rtt-us"]);
+    refused(&["suite", "--keys", "0"], &["--keys"]);
+    refused(&["compare", "--keys", "0"], &["--keys"]);
+    refused(&["compare", "--threads", "500"], &["1..=128"]);
+}
+
+#[test]
+fn output_paths_are_checked_before_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let missing_dir = dir.path().join("no-such-dir").join("x.json");
+    // Each would run for a long time (10^9 keys) before failing, were the path checked late.
+    let started = std::time::Instant::now();
+    refused(
+        &[
+            "bench",
+            "--keys",
+            "1000000000",
+            "--json",
+            missing_dir.to_str().expect("utf-8"),
+        ],
+        &["does not exist"],
+    );
+    refused(
+        &[
+            "bench",
+            "--keys",
+            "1000000000",
+            "--json",
+            dir.path().to_str().expect("utf-8"),
+        ],
+        &["is a directory"],
+    );
+    refused(
+        &[
+            "compare",
+            "--keys",
+            "1000000000",
+            "--out",
+            file.to_str().expect("utf-8"),
+        ],
+        &["not a directory"],
+    );
+    refused(
+        &["suite", "--keys", "1000000000", "--json", "-"],
+        &["standard output"],
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the checks ran after the work"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_pool_is_named_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let zeros = dir.path().join("zeros");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).expect("write");
+    let sosd = dir.path().join("keys.sosd");
+    let mut bytes = 3u64.to_le_bytes().to_vec();
+    for k in [1u64, 5, 9] {
+        bytes.extend(k.to_le_bytes());
+    }
+    std::fs::write(&sosd, bytes).expect("write");
+    let mut old = b"ROLEXPL1".to_vec();
+    old.extend(1u64.to_le_bytes());
+    old.resize(4096, 0);
+    let old_file = dir.path().join("old");
+    std::fs::write(&old_file, old).expect("write");
+    for file in [&zeros, &sosd] {
+        let path = file.to_str().expect("utf-8");
+        refused(&["inspect", "--attach", path], &["not a ROLEX pool"]);
+        refused(&["bench", "--attach", path], &["not a ROLEX pool"]);
+        refused(
+            &["memnode", "--resume", "--pool", path],
+            &["not a ROLEX pool"],
+        );
+    }
+    refused(
+        &["inspect", "--attach", old_file.to_str().expect("utf-8")],
+        &["layout version 1"],
+    );
+}
+
+#[test]
+fn clap_errors_keep_their_hints_and_name_the_subcommand_help() {
+    refused(
+        &["bench", "--workload", "ycsb-z"],
+        &["possible values", "ycsb-a", "rolex bench --help"],
+    );
+    refused(
+        &["bench", "--thread", "3"],
+        &["similar argument", "--threads"],
+    );
+    refused(&["memnode"], &["--pool", "--size", "rolex memnode --help"]);
+}
+
+#[test]
+fn rolex_alone_lists_the_commands_and_help_takes_help() {
+    let out = Command::new(ROLEX).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    for command in ["bench", "memnode", "inspect", "suite", "compare"] {
+        assert!(stderr.contains(command), "{stderr}");
+    }
+    let out = Command::new(ROLEX)
+        .args(["help", "--help"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Commands:"));
+}
+
+#[test]
+fn json_to_standard_output_is_the_json_alone() {
+    let out = Command::new(ROLEX)
+        .args([
+            "bench", "--keys", "2000", "--ops", "2000", "--quiet", "--json", "-",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("standard output is one JSON document");
+    assert!(json.get("ops").is_some(), "{json}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("RTT"),
+        "the table goes to standard error"
+    );
+    assert!(!std::path::Path::new("-").exists(), "no file named '-'");
+}
