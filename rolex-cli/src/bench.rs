@@ -53,6 +53,11 @@ pub struct BenchArgs {
     #[arg(skip)]
     #[serde(skip)]
     pub ops_given: bool,
+    /// Every flag given on the command line, by its id (set by `main`): a flag that does not
+    /// apply to the run is refused rather than ignored.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub typed: Vec<String>,
     /// Inserts as this share of the operations, the rest GETs (a point of a write-ratio sweep;
     /// overrides --workload).
     #[arg(long)]
@@ -197,9 +202,60 @@ fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
     bar
 }
 
+/// Refuses a flag typed on the command line that the run would not use.
+fn check_combinations(args: &BenchArgs) -> Result<(), String> {
+    let typed = |id: &str| args.typed.iter().any(|t| t == id);
+    let flag = |id: &str| format!("--{}", id.replace('_', "-"));
+    let refuse = |ids: &[&str], why: &str| -> Result<(), String> {
+        match ids.iter().find(|id| typed(id)) {
+            Some(id) => Err(format!("{} {why}", flag(id))),
+            None => Ok(()),
+        }
+    };
+    if args.keys_file.is_some() {
+        refuse(
+            &["keys", "key_dist"],
+            "does not apply with --keys-file (the file gives the keys)",
+        )?;
+    }
+    if !args.attach.is_empty() {
+        refuse(
+            &[
+                "keys",
+                "key_dist",
+                "keys_file",
+                "memory_nodes",
+                "epsilon",
+                "delta",
+                "fill",
+                "no_retrainer",
+            ],
+            "does not apply with --attach (the pool has its keys, layout and retrainer)",
+        )?;
+    }
+    match args.index {
+        IndexKind::Bplus => refuse(
+            &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
+            "is a ROLEX setting; --index bplus does not take it",
+        )?,
+        IndexKind::Rolex => refuse(
+            &["page_size", "cache_from_level"],
+            "is a B+-tree setting (give --index bplus)",
+        )?,
+    }
+    if args.transport != CliTransport::Verbs {
+        refuse(&["connect", "device"], "needs --transport verbs")?;
+    }
+    Ok(())
+}
+
 /// Runs the benchmark and returns its report.
 pub fn run(args: &BenchArgs) -> Result<Report, String> {
     use crate::checks::{MAX_MEMORY_NODES, MAX_THREADS};
+    check_combinations(args)?;
+    // What runs: the flags, with a workload file's settings where no flag was typed (the report's
+    // configuration is this).
+    let mut args = args.clone();
     if !(1..=MAX_THREADS).contains(&args.threads)
         || !(1..=MAX_MEMORY_NODES).contains(&args.memory_nodes)
     {
@@ -208,18 +264,26 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         ));
     }
     let mut mix: Mix = args.workload.mix();
-    let (mut keys_wanted, mut ops) = (args.keys, args.ops);
     if let Some(path) = &args.workload_file {
         let file = crate::workload::read_property_file(path)?;
         mix = file.mix;
         // Flags on the command line win (as YCSB's own -p overrides do).
+        let typed = |id: &str| args.typed.iter().any(|t| t == id);
         if !args.keys_given {
-            keys_wanted = file.record_count.unwrap_or(keys_wanted);
+            args.keys = file.record_count.unwrap_or(args.keys);
         }
         if !args.ops_given {
-            ops = file.operation_count.unwrap_or(ops);
+            args.ops = file.operation_count.unwrap_or(args.ops);
+        }
+        if !typed("theta") {
+            args.theta = file.theta.unwrap_or(args.theta);
+        }
+        if !typed("insert_order") {
+            args.insert_order = file.insert_order.unwrap_or(args.insert_order);
         }
     }
+    let args = &args;
+    let (keys_wanted, ops) = (args.keys, args.ops);
     if let Some(ratio) = args.insert_ratio {
         if !(0.0..=1.0).contains(&ratio) {
             return Err(format!("--insert-ratio {ratio} must lie in [0, 1]"));
@@ -876,6 +940,18 @@ fn run_workload<I: BenchIndex>(
             serde_json::to_value(&*mix).map_err(|e| e.to_string())?,
         );
         obj.insert("ops_run".into(), serde_json::json!(total_ops));
+        // The workload that ran, where a file or --insert-ratio replaced --workload's.
+        if let Some(path) = &args.workload_file {
+            obj.insert(
+                "workload".into(),
+                serde_json::json!(format!("file {}", path.display())),
+            );
+        } else if let Some(ratio) = args.insert_ratio {
+            obj.insert(
+                "workload".into(),
+                serde_json::json!(format!("insert-ratio {ratio}")),
+            );
+        }
     }
     // Leaves allocated (whole leaves, used or free-listed) plus model bytes in use, per key held.
     let pool_bytes_per_key = match structure.pool_bytes {

@@ -124,7 +124,8 @@ pub fn generate(dist: KeyDist, loaded: usize, extra: usize, seed: u64) -> KeySet
 }
 
 /// Reads a SOSD key file: a little-endian `u64` count, then that many sorted `u64` keys.
-/// Duplicates (SOSD files may hold them) are dropped. Any malformation is an error.
+/// Duplicates (SOSD files may hold them) are dropped, and a line on stderr says how many (a
+/// store holds each key once). Any malformation is an error.
 pub fn read_sosd(path: &Path) -> Result<Vec<u64>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let count_bytes: [u8; 8] = bytes
@@ -152,7 +153,16 @@ pub fn read_sosd(path: &Path) -> Result<Vec<u64>, String> {
     if !keys.is_sorted() {
         return Err(format!("{}: SOSD keys are not sorted", path.display()));
     }
+    let before = keys.len();
     keys.dedup();
+    if keys.len() < before {
+        eprintln!(
+            "rolex: {}: {} duplicate keys dropped ({} distinct loaded)",
+            path.display(),
+            before - keys.len(),
+            keys.len()
+        );
+    }
     if keys.is_empty() {
         return Err(format!("{}: the key file holds no keys", path.display()));
     }

@@ -109,6 +109,11 @@ fn main() -> ExitCode {
                     |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
                 args.keys_given = typed("keys");
                 args.ops_given = typed("ops");
+                args.typed = m
+                    .ids()
+                    .map(|id| id.as_str().to_string())
+                    .filter(|id| typed(id))
+                    .collect();
             }
             cli
         }

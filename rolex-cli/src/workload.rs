@@ -109,13 +109,18 @@ pub struct PropertyFile {
     pub record_count: Option<u64>,
     pub operation_count: Option<u64>,
     pub mix: Mix,
+    /// `zipfianconstant`: the zipfian θ.
+    pub theta: Option<f64>,
+    /// `insertorder`: `ordered` is [`crate::keys::InsertOrder::Append`], `hashed` is `Random`.
+    pub insert_order: Option<crate::keys::InsertOrder>,
 }
 
 /// Parses a YCSB workload property file (`key=value` lines, `#` comments): `recordcount`,
 /// `operationcount`, `readproportion`, `updateproportion`, `insertproportion`,
 /// `scanproportion`, `readmodifywriteproportion`, `requestdistribution`
-/// (uniform, zipfian, latest), `maxscanlength`. Unknown keys are ignored, as YCSB does;
-/// malformed values and proportions that do not sum to 1 are errors.
+/// (uniform, zipfian, latest), `maxscanlength`, `zipfianconstant`, `insertorder` (hashed,
+/// ordered) and `scanlengthdistribution` (uniform only: another is refused). Unknown keys are
+/// ignored, as YCSB does; malformed values and proportions that do not sum to 1 are errors.
 pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut mix = Mix {
@@ -128,6 +133,7 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
         request_dist: RequestDist::Zipfian,
     };
     let (mut records, mut operations) = (None, None);
+    let (mut theta, mut insert_order) = (None, None);
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -157,6 +163,31 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             "scanproportion" => mix.scan = number()?,
             "readmodifywriteproportion" => mix.read_modify_write = number()?,
             "maxscanlength" => mix.max_scan_length = count()?.max(1),
+            "zipfianconstant" => {
+                let t = number()?;
+                if !(t.is_finite() && t > 0.0) {
+                    return Err(format!("{}: zipfianconstant must be above 0", where_()));
+                }
+                theta = Some(t);
+            }
+            "insertorder" => {
+                insert_order = Some(match value {
+                    "hashed" => crate::keys::InsertOrder::Random,
+                    "ordered" => crate::keys::InsertOrder::Append,
+                    other => {
+                        return Err(format!(
+                            "{}: unknown insertorder {other:?} (hashed or ordered)",
+                            where_()
+                        ));
+                    }
+                })
+            }
+            "scanlengthdistribution" if value != "uniform" => {
+                return Err(format!(
+                    "{}: scanlengthdistribution {value:?} is not supported (scan lengths are uniform in 1..=maxscanlength)",
+                    where_()
+                ));
+            }
             "requestdistribution" => {
                 mix.request_dist = match value {
                     "uniform" => RequestDist::Uniform,
@@ -192,6 +223,8 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
         record_count: records,
         operation_count: operations,
         mix,
+        theta,
+        insert_order,
     })
 }
 

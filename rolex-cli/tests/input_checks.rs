@@ -179,3 +179,89 @@ fn json_to_standard_output_is_the_json_alone() {
     );
     assert!(!std::path::Path::new("-").exists(), "no file named '-'");
 }
+
+#[test]
+fn a_flag_the_run_would_ignore_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sosd = dir.path().join("keys.sosd");
+    let mut bytes = 3u64.to_le_bytes().to_vec();
+    for k in [1u64, 5, 9] {
+        bytes.extend(k.to_le_bytes());
+    }
+    std::fs::write(&sosd, bytes).expect("write");
+    let sosd = sosd.to_str().expect("utf-8");
+    let pool = dir.path().join("pool");
+    let pool = pool.to_str().expect("utf-8");
+    refused(
+        &["bench", "--keys-file", sosd, "--keys", "5"],
+        &["--keys ", "--keys-file"],
+    );
+    refused(
+        &["bench", "--keys-file", sosd, "--key-dist", "normal"],
+        &["--key-dist"],
+    );
+    for flag in [
+        ["--keys", "5"],
+        ["--memory-nodes", "2"],
+        ["--key-dist", "normal"],
+        ["--delta", "8"],
+    ] {
+        refused(
+            &["bench", "--attach", pool, flag[0], flag[1]],
+            &[flag[0], "--attach"],
+        );
+    }
+    refused(
+        &["bench", "--index", "bplus", "--delta", "8"],
+        &["ROLEX setting"],
+    );
+    refused(&["bench", "--page-size", "512"], &["B+-tree setting"]);
+    refused(
+        &["bench", "--connect", "127.0.0.1:9"],
+        &["--transport verbs"],
+    );
+}
+
+#[test]
+fn a_workload_files_settings_are_honoured_or_refused_and_the_report_says_what_ran() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("w");
+    std::fs::write(
+        &file,
+        "recordcount=2000\noperationcount=1500\nreadproportion=0.5\ninsertproportion=0.5\n\
+         zipfianconstant=0.5\ninsertorder=ordered\nscanlengthdistribution=uniform\n",
+    )
+    .expect("write");
+    let report = dir.path().join("r.json");
+    let out = Command::new(ROLEX)
+        .args(["bench", "--quiet", "--workload-file"])
+        .arg(&file)
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    let config = &r["config"];
+    assert_eq!(config["keys"], 2000, "{config}");
+    assert_eq!(config["ops"], 1500, "{config}");
+    assert_eq!(config["theta"], 0.5, "{config}");
+    assert_eq!(config["insert_order"], "append", "{config}");
+    assert!(
+        config["workload"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("file ")),
+        "{config}"
+    );
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "readproportion=1\nscanlengthdistribution=zipfian\n").expect("write");
+    refused(
+        &["bench", "--workload-file", bad.to_str().expect("utf-8")],
+        &["scanlengthdistribution"],
+    );
+}
