@@ -43,6 +43,9 @@ pub(crate) struct Caches {
     pub(crate) members: Arc<Members>,
     /// The lease renewer, stopped and joined when the last client and the store are gone.
     renewer: Mutex<Option<JoinHandle<()>>>,
+    /// Leaves allocated for a split that could not use them and that no leaf box could take
+    /// back (see [`Store::leaves_forgotten`]).
+    pub(crate) leaves_forgotten: crate::sync::atomic::AtomicU64,
 }
 
 impl Drop for Caches {
@@ -198,6 +201,7 @@ where
                 locks,
                 members,
                 renewer: Mutex::new(renewer),
+                leaves_forgotten: crate::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -237,6 +241,16 @@ where
     /// once the lease lapses).
     pub fn unrecovered_locks(&self) -> usize {
         self.caches.members.retired_count()
+    }
+
+    /// Leaves this compute node's clients allocated for splits that could not use them and then
+    /// could not park in a leaf box (the box full, an error, the client retired): nobody holds
+    /// them, and a memory node's orphan sweep frees them. Nothing else leaks a leaf while no
+    /// fault strikes: the seeded simulation checks that its sweeps free exactly these.
+    pub fn leaves_forgotten(&self) -> u64 {
+        self.caches
+            .leaves_forgotten
+            .load(crate::sync::atomic::Ordering::Relaxed)
     }
 
     /// This compute node's member tag on each memory node, in key order (0: not joined).

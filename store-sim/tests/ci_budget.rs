@@ -3,19 +3,20 @@
 //! scans, `verify`, leaf conservation and stale redo images. Longer runs:
 //! `cargo run --release -p store-sim --bin simulate -- --seeds 100000` (progress every 10 s).
 
+use std::io::Write;
 use std::time::Instant;
 
 use store_sim::{Options, run_seed};
 
-/// Seeds the CI runs (at about 15 schedules per second in a release build on 2 cores; a test
-/// build is slower).
+/// Seeds the CI runs (at about 5.6 schedules per second in a release build on this 2-core
+/// machine; the test build, a little optimised, takes about three minutes more).
 const CI_SEEDS: u64 = 1000;
 
 /// Seeds that find a bug when it is restored (docs/ARCHITECTURE.md §11, "Mutations"), kept as
-/// regression cases; those past `CI_SEEDS` run too. Under today's faults: recovery going on while
-/// a fenced batch is in flight (360, 1004, 1068, 1191); leaves longer than a packet written in
-/// place without their redo leaf (131, 1121, 1148).
-const REGRESSIONS: &[u64] = &[131, 360, 1004, 1068, 1121, 1148, 1191];
+/// regression cases; those past `CI_SEEDS` run too (below it, every seed of the table runs
+/// anyway). Under today's faults: leaves longer than a packet written in place without their
+/// redo leaf (1067, 1188); recovery going on while a fenced batch is in flight (1067, 1073).
+const REGRESSIONS: &[u64] = &[1067, 1073, 1188];
 
 #[test]
 fn the_ci_budget_of_seeds_passes_every_check() {
@@ -38,7 +39,10 @@ fn the_ci_budget_of_seeds_passes_every_check() {
         faults += report.summary.faults.total();
         steps += report.steps;
     }
-    println!(
+    // Written to the process's stderr directly: the test harness captures `println!` of a
+    // passing test, and this line is the run's account.
+    let _ = writeln!(
+        std::io::stderr(),
         "store-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked in {:.1} s",
         started.elapsed().as_secs_f64()
     );

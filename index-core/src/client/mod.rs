@@ -83,18 +83,28 @@ impl<E: Endpoint> Client<E> {
     /// retires the client before the operation ends).
     fn park_spare_leaves(&mut self) -> Option<IndexError> {
         let spares = std::mem::take(&mut self.spare_leaves);
+        let forgotten = |client: &Self, n: usize| {
+            client
+                .caches
+                .leaves_forgotten
+                .fetch_add(n as u64, crate::sync::atomic::Ordering::Relaxed);
+        };
         if self.retired {
             // Its endpoint is not used again: forgotten.
+            forgotten(self, spares.len());
             return None;
         }
-        for (node_id, leaf) in spares {
+        for (at_spare, &(node_id, leaf)) in spares.iter().enumerate() {
             let Some(node) = self.caches.nodes.iter().find(|n| n.info.id == node_id) else {
+                forgotten(self, 1);
                 continue;
             };
             if node.tag == 0 {
+                forgotten(self, 1);
                 continue;
             }
             let word = leaf_store::members::leaf_word(leaf);
+            let mut parked = false;
             for slot in 0..leaf_store::members::LEAF_BOX {
                 let at = node.members.box_addr(node.tag, self.connection_index, slot);
                 match self.ep.cas(at, 0, word) {
@@ -103,17 +113,24 @@ impl<E: Endpoint> Client<E> {
                         if let Some(local) = lbox.slots.get_mut(slot as usize) {
                             *local = word;
                         }
+                        parked = true;
                         break;
                     }
                     Err(e) => {
                         let e = IndexError::from(e);
                         if e.is_connection_lost() {
+                            // This one (its CAS may yet land: then it is in the box, and the
+                            // count is one too high) and the rest.
+                            forgotten(self, spares.len() - at_spare);
                             return Some(e);
                         }
                         break;
                     }
                     Ok(_) => {}
                 }
+            }
+            if !parked {
+                forgotten(self, 1);
             }
         }
         None
