@@ -106,6 +106,18 @@ pub enum Phase {
     WriteRecords,
 }
 
+impl Phase {
+    /// What the phase does, in words for a progress line.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Phase::Sort => "sorting keys",
+            Phase::Train => "training models",
+            Phase::WriteLeaves => "writing leaves",
+            Phase::WriteRecords => "writing models",
+        }
+    }
+}
+
 impl BulkLoadConfig {
     fn check(&self) -> Result<ModelParams, LeafStoreError> {
         let params = ModelParams::new(self.epsilon, self.delta)?;

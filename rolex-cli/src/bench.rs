@@ -193,9 +193,18 @@ fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
         (false, Some(n)) => ProgressBar::new(n),
         (false, None) => ProgressBar::new_spinner(),
     };
+    // The rate in whole units a second (indicatif's own `per_sec` shows four decimals).
     let style = ProgressStyle::with_template(
-        "{spinner} {msg:<12} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec})",
+        "{spinner} {msg:<12} [{elapsed_precise}] {wide_bar} {pos}/{len} ({rate})",
     )
+    .map(|style| {
+        style.with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        )
+    })
     .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_message(what.to_string());
@@ -386,7 +395,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
             set.loaded.iter().map(|&k| (k, k)).collect(),
             &load,
             |node, phase, done, total| {
-                load_bar.set_message(format!("node {node}: {phase:?}"));
+                load_bar.set_message(format!("memory node {node}: {}", phase.describe()));
                 load_bar.set_length(total.max(1));
                 load_bar.set_position(done);
             },

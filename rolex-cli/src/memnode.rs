@@ -261,6 +261,7 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
     mut worker: Retrainer<E>,
     end: Option<Instant>,
 ) -> Result<(), String> {
+    let started = Instant::now();
     loop {
         let next_status = Instant::now() + Duration::from_secs(1);
         // The worker stops only when its transport is gone; problems with single slots are
@@ -269,7 +270,8 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
             .run(|| Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e))
             .map_err(|e| format!("retrainer stopped, its connection to the pool is gone: {e}"))?;
         let mut line = format!(
-            "status: {} retrains ({} slot splits), {} pending, {} records reclaimed, {} orphaned leaves reclaimed",
+            "status at {:.0} s: {} retrains ({} slot splits), {} pending, {} records reclaimed, {} orphaned leaves reclaimed",
+            started.elapsed().as_secs_f64(),
             stats.retrains,
             stats.splits,
             worker.pending(),
