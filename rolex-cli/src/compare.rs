@@ -128,10 +128,21 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    println!(
-        "| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | modeled ratio, 64 clients | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |"
+    // Printed as it grows, and written to `table.md` beside the plots at the end.
+    let mut table = format!(
+        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}`\n\n",
+        args.keys, args.ops, args.threads, args.seed, args.page_size
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut emit = |line: String| {
+        println!("{line}");
+        table.push_str(&line);
+        table.push('\n');
+    };
+    emit("| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | modeled ratio, 64 clients | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |".into());
+    emit(
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            .into(),
+    );
     let started = std::time::Instant::now();
     let mut cases = Vec::new();
     for (i, (name, workload, ratio, dist)) in plan.iter().enumerate() {
@@ -183,7 +194,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             bytes_per_op: bytes(&rolex) / bytes(&bplus).max(1e-9),
             rtts_per_op: rtts(&rolex) / rtts(&bplus).max(1e-9),
         };
-        println!(
+        emit(format!(
             "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
             workload::name(*dist),
             rolex.throughput_ops_s,
@@ -196,7 +207,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             ratios.bytes_per_op,
             rtts(&rolex),
             rtts(&bplus)
-        );
+        ));
         std::io::stdout().flush().map_err(|e| e.to_string())?;
         cases.push(Case {
             name: name.clone(),
@@ -212,7 +223,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         .iter()
         .find(|c| c.name == "ycsb-c" && c.dist == "zipfian")
     {
-        println!(
+        emit(format!(
             "\ncompute-side cache: ROLEX {:.2} bytes per key, B+-tree {:.2}; memory-node bytes per key: ROLEX {}, B+-tree {}",
             c.rolex.cache_bytes_per_key,
             c.bplus.cache_bytes_per_key,
@@ -222,14 +233,16 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             c.bplus
                 .pool_bytes_per_key
                 .map_or("n/a".into(), |b| format!("{b:.1}")),
-        );
+        ));
     }
+    let table_path = args.out.join("table.md");
+    std::fs::write(&table_path, &table).map_err(|e| format!("{}: {e}", table_path.display()))?;
     for (file, svg) in plots(&cases, &clients_sweep, args, &profile) {
         let path = args.out.join(file);
         std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     println!(
-        "plots: {} (throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, bytes_per_op.svg, rtts_per_op.svg); {} runs in {:.0} s",
+        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, bytes_per_op.svg, rtts_per_op.svg); {} runs in {:.0} s",
         args.out.display(),
         2 * cases.len(),
         started.elapsed().as_secs_f64()

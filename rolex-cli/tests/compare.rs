@@ -171,6 +171,15 @@ fn compare_writes_a_table_json_and_plots() {
         let text = std::fs::read_to_string(out.join(svg)).expect("plot");
         assert!(text.starts_with("<svg") && text.contains("ROLEX") && text.contains("B+-tree"));
     }
+    // The table as printed, in table.md beside the plots, under the command that made it.
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md");
+    assert!(
+        table.starts_with("`rolex compare --keys 5000 --ops 3000"),
+        "{table}"
+    );
+    for line in stdout.lines().filter(|l| l.starts_with("| ")) {
+        assert!(table.contains(line), "{line} missing from table.md");
+    }
 }
 
 #[test]
