@@ -819,15 +819,23 @@ fn run_workload<I: BenchIndex>(
         )
     };
     let mut samples = vec![sample()];
+    // The last sample taken while every thread still ran: the phases are measured up to it, so a
+    // thread that finished its share early does not show as a slowdown.
+    let mut all_ran_until = None;
     while handles.iter().any(|h| !h.is_finished()) {
         bar.set_position(done.load(Ordering::Relaxed));
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
+        let finished_one = handles.iter().any(|h| h.is_finished());
         samples.push(sample());
+        if finished_one && all_ran_until.is_none() {
+            all_ran_until = Some(samples.len() - 1);
+        }
     }
     samples.push(sample());
+    let window = &samples[..=all_ran_until.unwrap_or(samples.len() - 1)];
     let phases = crate::report::Phases {
-        first_tenth: phase(&samples, 0.0, 0.1),
-        last_tenth: phase(&samples, 0.9, 1.0),
+        first_tenth: phase(window, 0.0, 0.1),
+        last_tenth: phase(window, 0.9, 1.0),
     };
     let mut results = Vec::new();
     for h in handles {

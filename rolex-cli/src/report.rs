@@ -157,15 +157,17 @@ pub struct Report {
     /// null for the B+-tree baseline).
     pub open_seconds: Option<f64>,
     pub inserts_missing: Option<u64>,
-    /// Throughput and retraining in the first and the last tenth of the operations (how the
-    /// store holds up as the data grows).
+    /// Throughput and retraining in the first and the last tenth of the operations done while
+    /// every thread ran (how the store holds up as the data grows).
     pub phases: Phases,
     /// The embedded pools' leaf bytes allocated plus model bytes in use, per key at the end.
     pub pool_bytes_per_key: Option<f64>,
     pub modeled: Modeled,
 }
 
-/// See [`Report::phases`].
+/// See [`Report::phases`]: the first and the last tenth of the operations done while every
+/// thread ran (until the first finished its share), each `null` when the run was too short to
+/// sample it (samples every 5 ms).
 #[derive(Debug, Clone, Serialize)]
 pub struct Phases {
     pub first_tenth: Option<Phase>,
@@ -187,6 +189,34 @@ impl Report {
     /// The human-readable table.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        // What ran, from the configuration the report carries.
+        let c = &self.config;
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => "-".into(),
+            other => other.to_string(),
+        };
+        let dist = text(&c["mix"]["request_dist"]);
+        let keys_from = match &c["keys_file"] {
+            serde_json::Value::String(path) => format!("from {path}"),
+            _ if c["attach"].as_array().is_some_and(|a| !a.is_empty()) => {
+                "of the attached pool".into()
+            }
+            _ => format!("{} distribution", text(&c["key_dist"])),
+        };
+        out.push_str(&format!(
+            "workload {}, {} requests{}, {} keys loaded ({keys_from}), {} operations on {} threads\n",
+            text(&c["workload"]),
+            dist,
+            if dist == "zipfian" {
+                format!(" (θ {})", text(&c["theta"]))
+            } else {
+                String::new()
+            },
+            text(&c["keys_loaded"]),
+            text(&c["ops_run"]),
+            text(&c["threads"]),
+        ));
         out.push_str(&format!(
             "measured on the simulator ({}): {:.0} ops/s over {}; cache {} bytes ({:.3} per key); {} {}, {} leaves ({} synonym){}\n",
             self.index,
@@ -210,13 +240,17 @@ impl Report {
                 duration(open)
             ));
         }
+        // The B+-tree's lock-table verbs, a part of its verbs/op (ROLEX locks in the leaf
+        // table's entries, which its verbs/op already counts).
+        let locks = self.index == "bplus";
+        let lock_column = |s: String| if locks { s } else { String::new() };
         out.push_str(&format!(
-            "{:<8} {:>10} {:>8} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>12}\n",
+            "{:<8} {:>10} {:>8} {:>9}{} {:>10} {:>9} {:>9} {:>9} {:>12}\n",
             "op",
             "count",
             "rtt/op",
             "verbs/op",
-            "lock/op",
+            lock_column(format!(" {:>8}", "lock/op")),
             "bytes/op",
             "p50 µs",
             "p99 µs",
@@ -225,12 +259,12 @@ impl Report {
         ));
         for (name, op) in &self.ops {
             out.push_str(&format!(
-                "{:<8} {:>10} {:>8.3} {:>9.2} {:>8.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>12.2}\n",
+                "{:<8} {:>10} {:>8.3} {:>9.2}{} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>12.2}\n",
                 name,
                 op.count,
                 op.rtts_per_op,
                 op.verbs_per_op,
-                op.lock_verbs_per_op,
+                lock_column(format!(" {:>8.2}", op.lock_verbs_per_op)),
                 op.bytes_per_op,
                 op.latency_us.p50,
                 op.latency_us.p99,
@@ -251,9 +285,14 @@ impl Report {
             self.modeled.throughput_ops_s,
             self.modeled.clients
         ));
+        if locks {
+            out.push_str(
+                "lock/op: of verbs/op, those on the B+-tree's lock table (Sherman keeps it in NIC memory)\n",
+            );
+        }
         if let Some(r) = &self.retrainer {
             out.push_str(&format!(
-                "retrainer: {} retrainings ({} slot splits: {} slots of {}), backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: leaves {}/{} ({} free-listed, {} handed out again or fresh through leaf boxes), model region {}/{} KiB\n",
+                "retrainer: {} retrainings ({} slot splits; {} slots in use, room for {}), backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: {} of {} leaves allocated ({} on the retrainer's free list, {} given to compute nodes through their leaf boxes), model region {}/{} KiB used\n",
                 r.retrains,
                 r.slot_splits,
                 r.slots,
@@ -270,13 +309,18 @@ impl Report {
                 r.model_region_bytes / 1024
             ));
         }
+        if self.phases.first_tenth.is_none() || self.phases.last_tenth.is_none() {
+            out.push_str(
+                "phases: too short a run to measure its first and last tenth apart (sampled every 5 ms)\n",
+            );
+        }
         if let (Some(first), Some(last), None) = (
             &self.phases.first_tenth,
             &self.phases.last_tenth,
             &self.retrainer,
         ) {
             out.push_str(&format!(
-                "first tenth: {:.0} ops/s; last tenth: {:.0} ops/s\n",
+                "while every thread ran, first tenth of its operations: {:.0} ops/s; last tenth: {:.0} ops/s\n",
                 first.ops_per_s, last.ops_per_s
             ));
         }
@@ -290,7 +334,7 @@ impl Report {
                     .map_or_else(|| "-".to_string(), |u| format!("{u:.0}"))
             };
             out.push_str(&format!(
-                "first tenth: {:.0} ops/s, {:.0} retrainings/s, {} µs each; last tenth: {:.0} ops/s, {:.0} retrainings/s, {} µs each\n",
+                "while every thread ran, first tenth of its operations: {:.0} ops/s, {:.0} retrainings/s, {} µs each; last tenth: {:.0} ops/s, {:.0} retrainings/s, {} µs each\n",
                 first.ops_per_s,
                 first.retrainings_per_s,
                 us(first),

@@ -76,3 +76,46 @@ fn an_unknown_insert_order_is_one_line_of_bad_input() {
     let line = bad_input_line(&["bench", "--insert-order", "sideways"]);
     assert!(line.contains("sideways"), "{line}");
 }
+
+/// The text report says what ran (workload, request distribution and θ, where the keys came
+/// from), shows the lock-table column only for the B+-tree (with what it means), and measures
+/// its phases while every thread ran, or says the run was too short.
+#[test]
+fn the_text_report_says_what_ran_and_what_its_columns_mean() {
+    let text = |args: &[&str]| {
+        let out = Command::new(ROLEX)
+            .args(["bench", "--quiet", "--keys", "20000"])
+            .args(args)
+            .output()
+            .expect("run rolex");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let rolex = text(&["--ops", "20000", "--workload", "ycsb-b"]);
+    assert!(
+        rolex.starts_with("workload ycsb-b, zipfian requests (θ 0.99), 20000 keys loaded (uniform distribution), 20000 operations on 2 threads"),
+        "{rolex}"
+    );
+    assert!(!rolex.contains("lock/op"), "{rolex}");
+    assert!(
+        rolex.contains("while every thread ran, first tenth") || rolex.contains("too short a run"),
+        "{rolex}"
+    );
+    let bplus = text(&[
+        "--ops",
+        "2000",
+        "--index",
+        "bplus",
+        "--request-dist",
+        "uniform",
+    ]);
+    assert!(
+        bplus.starts_with("workload ycsb-a, uniform requests, "),
+        "{bplus}"
+    );
+    assert!(bplus.contains("lock/op: of verbs/op"), "{bplus}");
+}
