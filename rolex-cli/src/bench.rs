@@ -979,6 +979,9 @@ fn run_workload<I: BenchIndex>(
         }),
     };
     Ok(Report {
+        schema_version: crate::report::SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        timestamp: crate::report::utc_now(),
         index: args.index.name(),
         config,
         wall_seconds: wall,

@@ -132,6 +132,12 @@ impl RetrainerSummary {
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// [`SCHEMA_VERSION`]: raised when a field changes meaning or goes away.
+    pub schema_version: u32,
+    /// The `rolex` that wrote it.
+    pub tool_version: &'static str,
+    /// When the run ended, UTC, RFC 3339.
+    pub timestamp: String,
     /// `rolex` or `bplus`.
     pub index: &'static str,
     pub config: serde_json::Value,
@@ -163,6 +169,38 @@ pub struct Report {
     /// The embedded pools' leaf bytes allocated plus model bytes in use, per key at the end.
     pub pool_bytes_per_key: Option<f64>,
     pub modeled: Modeled,
+}
+
+/// The version of the report's JSON layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The time now, UTC, as RFC 3339 (`2026-11-24T20:22:15Z`).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    rfc3339(secs)
+}
+
+/// `secs` since the Unix epoch as RFC 3339, UTC (days to a civil date after H. Hinnant).
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rest = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
 }
 
 /// See [`Report::phases`]: the first and the last tenth of the operations done while every
@@ -375,4 +413,14 @@ pub fn weighted(report: &Report, f: impl Fn(&OpReport) -> f64) -> f64 {
         .map(|o| f(o) * o.count as f64)
         .sum::<f64>()
         / ops.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::rfc3339(1_795_551_735), "2026-11-24T20:22:15Z");
+    }
 }
