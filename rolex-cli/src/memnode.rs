@@ -262,12 +262,22 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
     end: Option<Instant>,
 ) -> Result<(), String> {
     let started = Instant::now();
+    // SIGTERM or SIGINT: finish the step under way, print a last line, exit 0 (the pool file
+    // stays, consistent, for `--resume`).
+    let signalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&signalled))
+            .map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
+    }
+    let stop = || signalled.load(std::sync::atomic::Ordering::Relaxed);
     loop {
         let next_status = Instant::now() + Duration::from_secs(1);
         // The worker stops only when its transport is gone; problems with single slots are
         // reported here and the slots tried again.
         let stats = worker
-            .run(|| Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e))
+            .run(|| {
+                Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e) || stop()
+            })
             .map_err(|e| format!("retrainer stopped, its connection to the pool is gone: {e}"))?;
         let mut line = format!(
             "status at {:.0} s: {} retrains ({} slot splits), {} pending, {} records reclaimed, {} orphaned leaves reclaimed",
@@ -322,8 +332,14 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
             }
         }
         println!("{line}");
+        if stop() {
+            println!(
+                "stopped by a signal after {:.0} s; the pool file stays, to be served again with --resume",
+                started.elapsed().as_secs_f64()
+            );
+        }
         std::io::stdout().flush().map_err(|e| e.to_string())?;
-        if end.is_some_and(|e| Instant::now() >= e) {
+        if stop() || end.is_some_and(|e| Instant::now() >= e) {
             return Ok(());
         }
     }

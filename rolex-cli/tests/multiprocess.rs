@@ -481,3 +481,37 @@ fn a_compute_process_killed_while_inserting_blocks_nobody() {
         "{text}"
     );
 }
+
+/// SIGTERM (as `kill` and service managers send) stops a memnode cleanly: a last line saying so,
+/// exit code 0, and a pool that resumes with every key.
+#[test]
+fn a_memnode_stops_on_sigterm_with_a_last_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    let mut child = Command::new(ROLEX)
+        .args(["memnode", "--pool"])
+        .arg(&pool)
+        .args(["--size", "32M", "--keys", "5000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().expect("a line").expect("read");
+    assert!(ready.starts_with("ready:"), "{ready}");
+    let status = lines.next().expect("a status line").expect("read");
+    assert!(status.starts_with("status at "), "{status}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map(|l| l.expect("read")).collect();
+    let exit = child.wait().expect("wait");
+    assert!(exit.success(), "exit {exit:?}, output {rest:?}");
+    assert!(
+        rest.last()
+            .is_some_and(|l| l.starts_with("stopped by a signal after")),
+        "{rest:?}"
+    );
+    assert_pool_holds(&pool, 5000);
+}
