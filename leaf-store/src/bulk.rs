@@ -47,6 +47,29 @@ pub struct BulkLoadConfig {
     /// header's full 22 bits. Narrower widths exist to test that nothing depends on generations
     /// being unique: they wrap after a few retrainings instead of after four million.
     pub generation_bits: Option<u64>,
+    /// A value region, for a pool whose values are byte strings (see [`crate::value`] and
+    /// [`bulk_load_values`]); `None` (default): values are `u64` words in the leaves.
+    pub values: Option<ValueConfig>,
+}
+
+/// The value region of a pool with byte values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueConfig {
+    /// The region's length in bytes (the pool ends with it).
+    pub bytes: u64,
+    /// Bytes per chunk (default [`crate::value::DEFAULT_CHUNK_BYTES`]); values longer than a
+    /// chunk's largest block are refused ([`crate::value::ValueRegion::max_value_len`]).
+    pub chunk_bytes: u64,
+}
+
+impl ValueConfig {
+    /// A region of `bytes` bytes with the default chunk size.
+    pub fn with_bytes(bytes: u64) -> Self {
+        Self {
+            bytes,
+            chunk_bytes: crate::value::DEFAULT_CHUNK_BYTES,
+        }
+    }
 }
 
 impl Default for BulkLoadConfig {
@@ -64,6 +87,7 @@ impl Default for BulkLoadConfig {
             key_lo: 0,
             key_hi: u64::MAX,
             generation_bits: None,
+            values: None,
         }
     }
 }
@@ -146,6 +170,9 @@ impl BulkLoadConfig {
                 "node index, node count or key range inconsistent".into(),
             ));
         }
+        if let Some(values) = self.values {
+            crate::value::ValueRegion::new(0, 0, values.bytes, values.chunk_bytes)?;
+        }
         if let Some(bits) = self.generation_bits
             && !(1..=crate::ModelHeader::GENERATION_BITS).contains(&bits)
         {
@@ -214,6 +241,7 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare_leaves: u64
         + 16
         + 8
         + capacity.saturating_mul(leaf_bytes(config.delta))
+        + config.values.map_or(0, |v| v.bytes + 8)
 }
 
 /// [`bulk_load_with_progress`] without progress reports.
@@ -239,9 +267,57 @@ pub fn bulk_load<E: Endpoint>(
 pub fn bulk_load_with_progress<E: Endpoint>(
     ep: &mut E,
     node: MemoryNodeInfo,
+    pairs: Vec<(u64, u64)>,
+    config: &BulkLoadConfig,
+    progress: impl FnMut(Phase, u64, u64),
+) -> Result<BulkLoadReport, LeafStoreError> {
+    if config.values.is_some() {
+        return Err(LeafStoreError::InvalidConfig(
+            "a pool with a value region is loaded with byte values (bulk_load_values)".into(),
+        ));
+    }
+    load(ep, node, pairs, config, progress, None)
+}
+
+/// Builds a pool with byte values on memory node `node`: like [`bulk_load_with_progress`], with
+/// every value written to a block of the value region (`config.values`, required) and the
+/// leaves holding [`crate::value::ValueRef`]s. Values longer than the region stores, or more than
+/// it holds, are refused before anything is written.
+pub fn bulk_load_values<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
+    mut pairs: Vec<(u64, Vec<u8>)>,
+    config: &BulkLoadConfig,
+    progress: impl FnMut(Phase, u64, u64),
+) -> Result<BulkLoadReport, LeafStoreError> {
+    let Some(values) = config.values else {
+        return Err(LeafStoreError::InvalidConfig(
+            "byte values need a value region (BulkLoadConfig::values)".into(),
+        ));
+    };
+    if !pairs.is_sorted_by_key(|p| p.0) {
+        pairs.sort_unstable_by_key(|p| p.0);
+    }
+    // Geometry relative to the region's start: references do not depend on where it lies.
+    let region = crate::value::ValueRegion::new(node.id, 0, values.bytes, values.chunk_bytes)?;
+    let plan = crate::value_load::plan(&region, &pairs)?;
+    let words = pairs
+        .iter()
+        .zip(&plan.refs)
+        .map(|(p, r)| (p.0, r.raw()))
+        .collect();
+    load(ep, node, words, config, progress, Some((&pairs, &plan)))
+}
+
+type ValueInput<'a> = Option<(&'a [(u64, Vec<u8>)], &'a crate::value_load::Plan)>;
+
+fn load<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
     mut pairs: Vec<(u64, u64)>,
     config: &BulkLoadConfig,
     mut progress: impl FnMut(Phase, u64, u64),
+    values: ValueInput<'_>,
 ) -> Result<BulkLoadReport, LeafStoreError> {
     let params = config.check()?;
     let started = Instant::now();
@@ -274,6 +350,7 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     let train_time = started.elapsed();
 
     // Lay the regions out and check the pool is large enough, still before writing anything.
+    let value_bytes = config.values.map_or(0, |v| v.bytes);
     let trained_leaves = keys.len().div_ceil(fill) as u64;
     let record_sizes: Vec<u64> = models
         .iter()
@@ -311,7 +388,10 @@ pub fn bulk_load_with_progress<E: Endpoint>(
                 .saturating_add(crate::members::MEMBERS_BYTES)
                 .saturating_add(loaded_models)
                 .saturating_add(16 + 8);
-            let room = node.region_len.saturating_sub(fixed);
+            let room = node
+                .region_len
+                .saturating_sub(fixed)
+                .saturating_sub(value_bytes + 8);
             room.saturating_add(per_grown_leaf.saturating_mul(trained_leaves))
                 / (leaf_size + per_grown_leaf)
         })
@@ -349,9 +429,15 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         .saturating_add(per_grown_leaf.saturating_mul(leaf_capacity.saturating_sub(trained_leaves)))
         .next_multiple_of(8);
     let leaf_region_offset = model_region_offset.saturating_add(model_region_bytes);
-    let needed = leaf_region_offset
+    let leaf_end = leaf_region_offset
         .saturating_add(16)
         .saturating_add(leaf_capacity.max(trained_leaves).saturating_mul(leaf_size));
+    let value_region_offset = if value_bytes > 0 {
+        leaf_end.next_multiple_of(8)
+    } else {
+        0
+    };
+    let needed = leaf_end.max(value_region_offset.saturating_add(value_bytes));
     if leaf_capacity < trained_leaves || needed > node.region_len {
         return Err(LeafStoreError::PoolTooSmall {
             needed: needed.max(leaf_region_offset + 16 + trained_leaves * leaf_size),
@@ -390,7 +476,10 @@ pub fn bulk_load_with_progress<E: Endpoint>(
         members_offset,
         slot_capacity,
         generation_bits: config.generation_bits.unwrap_or(0),
-        reserved: [0; 5],
+        value_region_offset,
+        value_region_bytes: value_bytes,
+        value_chunk_bytes: config.values.map_or(0, |v| v.chunk_bytes),
+        reserved: [0; 2],
         checksum: 0,
     }
     .sealed();
@@ -458,6 +547,9 @@ pub fn bulk_load_with_progress<E: Endpoint>(
     let mut leaf_header = trained_leaves.to_le_bytes().to_vec();
     leaf_header.extend_from_slice(&leaf_capacity.to_le_bytes());
     ep.write(layout.alloc_num_addr(), &leaf_header)?;
+    if let (Some((values, plan)), Some(region)) = (values, layout.values()) {
+        crate::value_load::write(ep, &region, values, plan)?;
+    }
     ep.write(layout.at(0), &sb.to_bytes())?;
     progress(Phase::WriteRecords, slots, slots);
     let write_time = started.elapsed();

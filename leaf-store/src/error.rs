@@ -73,6 +73,20 @@ pub enum LeafStoreError {
         /// Slots per leaf.
         delta: u64,
     },
+    /// A byte value longer than the pool stores.
+    #[error("a value of {len} bytes is longer than this pool stores ({limit} bytes at most)")]
+    ValueTooLarge {
+        /// The value's length.
+        len: u64,
+        /// The longest value the pool's value region stores.
+        limit: u64,
+    },
+    /// Every chunk of the value region is owned and full.
+    #[error("value region exhausted: every chunk is in use ({chunks} chunks)")]
+    ValuesExhausted {
+        /// Chunks the region holds.
+        chunks: u64,
+    },
     /// A model record that cannot be decoded.
     #[error("corrupt model record of slot {slot}: {reason}")]
     CorruptRecord {

@@ -8,7 +8,7 @@ use crate::{LeafStoreError, leaf_bytes};
 /// `"ROLEXPL1"`: the first word of every pool.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
 /// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 4;
+pub const LAYOUT_VERSION: u64 = 5;
 /// Size of the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 256;
 
@@ -26,12 +26,17 @@ pub const SUPERBLOCK_BYTES: u64 = 256;
 ///       7 node_count            15 slots (at bulk load)        23 members_offset (v3)
 ///                                                              24 slot_capacity (v4)
 ///                                                              25 generation_bits (0: 22)
+///                                                              26 value_region_offset (v5)
+///                                                              27 value_region_bytes (v5; 0:
+///                                                                 values are u64 words)
+///                                                              28 value_chunk_bytes (v5)
 /// ```
 ///
 /// Regions, in address order: superblock, slot table (v4: a slot count word and a reserved word,
 /// then `slot_capacity` × 16 bytes: record address, first key; retraining splits slots and
 /// publishes new ones at the end, see [`Layout::slot_count_addr`]), retraining ring, membership table ([`crate::members`], v3), model region (`[next_free][end]` then records), leaf region
-/// (`[alloc_num][capacity]` then `leaf_capacity` leaves). `checksum` is XXH3-64 of words 0..31.
+/// (`[alloc_num][capacity]` then `leaf_capacity` leaves), and in a pool with byte values the value
+/// region ([`crate::value`], v5). `checksum` is XXH3-64 of words 0..31.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable, PartialEq, Eq)]
 #[allow(missing_docs)]
@@ -64,7 +69,13 @@ pub struct Superblock {
     /// Width of the record generations the memory node hands out; 0 (every pool before this word
     /// was used) means the header's full 22 bits. Narrower only to test wrap-around.
     pub generation_bits: u64,
-    pub reserved: [u64; 5],
+    /// Where the value region starts (v5; see [`crate::value`]).
+    pub value_region_offset: u64,
+    /// The value region's length; 0: the pool stores `u64` values in its leaves.
+    pub value_region_bytes: u64,
+    /// Bytes per value chunk.
+    pub value_chunk_bytes: u64,
+    pub reserved: [u64; 2],
     pub checksum: u64,
 }
 
@@ -159,6 +170,20 @@ impl Superblock {
                 .checked_add(sb.model_region_bytes)
                 .is_some_and(|e| e <= sb.leaf_region_offset)
             && leaf_end.is_some_and(|e| e <= sb.pool_bytes)
+            && (sb.value_region_bytes == 0
+                || (leaf_end.is_some_and(|e| e <= sb.value_region_offset)
+                    && sb
+                        .value_region_offset
+                        .checked_add(sb.value_region_bytes)
+                        .is_some_and(|e| e <= sb.pool_bytes)
+                    && sb.value_region_offset % 8 == 0
+                    && crate::value::ValueRegion::new(
+                        0,
+                        sb.value_region_offset,
+                        sb.value_region_bytes,
+                        sb.value_chunk_bytes,
+                    )
+                    .is_ok()))
             && sb.pool_bytes <= region_len
             && [
                 sb.slot_table_offset,
@@ -296,6 +321,21 @@ impl Layout {
     /// The model region's `[next_free][end]` header.
     pub fn model_region_addr(&self) -> RemoteAddr {
         self.at(self.sb.model_region_offset)
+    }
+
+    /// The value region, in a pool that stores byte values (`None`: values are `u64` words in
+    /// the leaves).
+    pub fn values(&self) -> Option<crate::value::ValueRegion> {
+        if self.sb.value_region_bytes == 0 {
+            return None;
+        }
+        crate::value::ValueRegion::new(
+            self.node,
+            self.sb.value_region_offset,
+            self.sb.value_region_bytes,
+            self.sb.value_chunk_bytes,
+        )
+        .ok()
     }
 
     /// The retraining ring's first word.

@@ -57,13 +57,17 @@ pub mod redo;
 pub mod repair;
 mod ring;
 mod sync;
+pub mod value;
+mod value_load;
 mod verify;
+mod verify_values;
 mod walk;
 
 pub use alloc::{alloc_leaf, alloc_leaf_verb, check_allocation};
 pub use bulk::{
-    BulkLoadConfig, BulkLoadReport, MODEL_BYTES_PER_GROWN_LEAF, Phase, bulk_load,
-    bulk_load_with_progress, grown_leaf_model_bytes, required_pool_bytes, slot_capacity_for,
+    BulkLoadConfig, BulkLoadReport, MODEL_BYTES_PER_GROWN_LEAF, Phase, ValueConfig, bulk_load,
+    bulk_load_values, bulk_load_with_progress, grown_leaf_model_bytes, required_pool_bytes,
+    slot_capacity_for,
 };
 pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_OWNER};
 pub use error::LeafStoreError;
@@ -74,6 +78,7 @@ pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
 pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout};
 pub use ring::{RingEntry, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
+pub use verify_values::ValueSpace;
 pub use walk::{
     TORN_READ_RETRIES, read_all_entries, read_leaf, read_record, read_slot_table, walk_chain,
 };

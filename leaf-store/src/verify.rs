@@ -81,6 +81,16 @@ pub enum Problem {
     },
     /// The retraining ring is inconsistent.
     Ring(String),
+    /// A key's value reference names no valid block of the value region.
+    Value {
+        /// The key.
+        key: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A block marked in use that no leaf names (leaked), or the value region's header or chunk
+    /// table is inconsistent.
+    ValueRegion(String),
 }
 
 impl fmt::Display for Problem {
@@ -118,6 +128,8 @@ impl fmt::Display for Problem {
                 )
             }
             Problem::Ring(s) => write!(f, "ring: {s}"),
+            Problem::Value { key, reason } => write!(f, "value of key {key}: {reason}"),
+            Problem::ValueRegion(s) => write!(f, "value region: {s}"),
         }
     }
 }
@@ -143,6 +155,8 @@ pub struct VerifyReport {
     pub longest_chain: u64,
     /// Leaves holding no key.
     pub empty_leaves: u64,
+    /// What the value region holds, in a pool with byte values.
+    pub values: Option<crate::verify_values::ValueSpace>,
 }
 
 impl VerifyReport {
@@ -166,6 +180,9 @@ impl fmt::Display for VerifyReport {
             self.allocated_leaves,
             self.leaf_capacity
         )?;
+        if let Some(v) = &self.values {
+            writeln!(f, "{v}")?;
+        }
         if self.is_clean() {
             write!(f, "verify: clean")
         } else {
@@ -185,7 +202,8 @@ impl fmt::Display for VerifyReport {
 /// superblock, `alloc_num` within capacity, slot table order, every record's checksum and header,
 /// every leaf's checksum, chains sorted and acyclic, every key inside the range its trained leaf
 /// owns (`docs/ARCHITECTURE.md` §5, "Leaf ranges and ownership"), no leaf reachable twice or
-/// unallocated, no lock held, no orphaned SLT slot, and the ring's bounds. Meant for a quiescent
+/// unallocated, no lock held, no orphaned SLT slot, the ring's bounds, and in a pool with byte
+/// values every value's block and every block in use (see [`crate::value`]). Meant for a quiescent
 /// pool (locks held by live writers are reported).
 ///
 /// Returns `Err` only when the pool cannot be walked at all (transport failure, no valid
@@ -234,6 +252,8 @@ pub fn verify<E: Endpoint>(
         problems.push(Problem::Table("two slots share a first key".into()));
     }
 
+    let mut refs: Vec<(u64, u64)> = Vec::new();
+    let collect_values = layout.values().is_some();
     let mut seen = vec![0u64; usize::try_from(alloc_num.min(capacity).div_ceil(64)).unwrap_or(0)];
     for (rank, &slot) in order.iter().enumerate() {
         let (record_addr, first_key) = table[slot];
@@ -347,6 +367,9 @@ pub fn verify<E: Endpoint>(
                 if contents.is_empty() {
                     report.empty_leaves += 1;
                 }
+                if collect_values {
+                    refs.extend_from_slice(contents.entries());
+                }
                 for &(key, _) in contents.entries() {
                     if previous.is_some_and(|p| p >= key) {
                         sorted = false;
@@ -396,6 +419,10 @@ pub fn verify<E: Endpoint>(
              retrainer repairs it)",
             rdma_transport::RemoteAddr::unpack(in_flight)
         )));
+    }
+    if let Some(region) = layout.values() {
+        let space = crate::verify_values::check(ep, &region, &refs, &mut report.problems)?;
+        report.values = Some(space);
     }
     Ok(report)
 }

@@ -57,7 +57,10 @@ fn pool() -> (Arc<SimTransport>, Layout) {
         members_offset: members,
         slot_capacity: 1,
         generation_bits: 0,
-        reserved: [0; 5],
+        value_region_offset: 0,
+        value_region_bytes: 0,
+        value_chunk_bytes: 0,
+        reserved: [0; 2],
         checksum: 0,
     }
     .sealed();
