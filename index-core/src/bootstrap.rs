@@ -1,7 +1,10 @@
 //! Memory-node bootstrap: bulk load over one or more range-partitioned memory nodes (DESIGN §8).
 
-use leaf_store::{BulkLoadConfig, BulkLoadReport, LeafStoreError, Phase, bulk_load_with_progress};
-use rdma_transport::Transport;
+use leaf_store::{
+    BulkLoadConfig, BulkLoadReport, LeafStoreError, Phase, bulk_load_values,
+    bulk_load_with_progress,
+};
+use rdma_transport::{MemoryNodeInfo, Transport};
 
 use crate::IndexError;
 
@@ -20,9 +23,50 @@ pub fn bootstrap<T: Transport>(
 /// [`bootstrap`], calling `progress(node index, phase, done, total)` as each node's load advances.
 pub fn bootstrap_with_progress<T: Transport>(
     transport: &T,
-    mut pairs: Vec<(u64, u64)>,
+    pairs: Vec<(u64, u64)>,
+    config: &BulkLoadConfig,
+    progress: impl FnMut(usize, Phase, u64, u64),
+) -> Result<Vec<BulkLoadReport>, IndexError> {
+    load_all(
+        transport,
+        pairs,
+        config,
+        progress,
+        |ep, node, pairs, config, p| bulk_load_with_progress(ep, node, pairs, config, p),
+    )
+}
+
+/// [`bootstrap_with_progress`] for a store with byte values: `config.values` gives every memory
+/// node a value region of that size (see `leaf_store::value`).
+pub fn bootstrap_values<T: Transport>(
+    transport: &T,
+    pairs: Vec<(u64, Vec<u8>)>,
+    config: &BulkLoadConfig,
+    progress: impl FnMut(usize, Phase, u64, u64),
+) -> Result<Vec<BulkLoadReport>, IndexError> {
+    load_all(
+        transport,
+        pairs,
+        config,
+        progress,
+        |ep, node, pairs, config, p| bulk_load_values(ep, node, pairs, config, p),
+    )
+}
+
+type Loader<E, V> = fn(
+    &mut E,
+    MemoryNodeInfo,
+    Vec<(u64, V)>,
+    &BulkLoadConfig,
+    &mut dyn FnMut(Phase, u64, u64),
+) -> Result<BulkLoadReport, LeafStoreError>;
+
+fn load_all<T: Transport, V: Clone>(
+    transport: &T,
+    mut pairs: Vec<(u64, V)>,
     config: &BulkLoadConfig,
     mut progress: impl FnMut(usize, Phase, u64, u64),
+    load: Loader<T::Endpoint, V>,
 ) -> Result<Vec<BulkLoadReport>, IndexError> {
     let nodes = transport.memory_nodes().to_vec();
     if nodes.is_empty() {
@@ -51,12 +95,12 @@ pub fn bootstrap_with_progress<T: Transport>(
     let mut ep = transport.endpoint()?;
     let mut reports = Vec::new();
     for (i, (range, node_config)) in parts.into_iter().enumerate() {
-        reports.push(bulk_load_with_progress(
+        reports.push(load(
             &mut ep,
             nodes[i],
             pairs[range].to_vec(),
             &node_config,
-            |phase, done, total| progress(i, phase, done, total),
+            &mut |phase, done, total| progress(i, phase, done, total),
         )?);
     }
     Ok(reports)

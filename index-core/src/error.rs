@@ -87,6 +87,35 @@ pub enum IndexError {
     /// Reads kept failing validation (torn leaves or a changing record) past the retry budget.
     #[error("gave up after {0} attempts: data kept changing or failing its checksum")]
     TooManyRetries(u32),
+    /// A byte value longer than the memory node stores.
+    #[error(
+        "a value of {len} bytes is longer than memory node {node} stores ({limit} bytes at most)"
+    )]
+    ValueTooLarge {
+        /// The memory node.
+        node: u16,
+        /// The value's length.
+        len: u64,
+        /// The longest value its value region stores.
+        limit: u64,
+    },
+    /// Every chunk of the memory node's value region is owned by a compute node and full.
+    #[error("value region of memory node {node} exhausted: all {chunks} chunks are in use")]
+    ValuesExhausted {
+        /// The memory node.
+        node: u16,
+        /// Chunks its value region holds.
+        chunks: u64,
+    },
+    /// A `u64` operation on a pool with byte values, or a byte-value operation on a pool with
+    /// `u64` values.
+    #[error("memory node {node} stores {stores} values; use the {stores} operations")]
+    WrongValueKind {
+        /// The memory node.
+        node: u16,
+        /// What its pool stores: "byte" or "u64".
+        stores: &'static str,
+    },
     /// The store is configured in a way it cannot serve.
     #[error("configuration: {0}")]
     Config(String),

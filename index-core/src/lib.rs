@@ -81,9 +81,10 @@ mod self_recovery;
 mod stats;
 mod store;
 mod sync;
+mod values;
 mod view;
 
-pub use bootstrap::{bootstrap, bootstrap_with_progress, partition};
+pub use bootstrap::{bootstrap, bootstrap_values, bootstrap_with_progress, partition};
 pub use client::Client;
 #[cfg(loom)]
 pub use config::SplitOrder;

@@ -29,6 +29,8 @@ pub(crate) struct NodeCache {
     pub(crate) members: leaf_store::members::MemberTable,
     /// Its index in [`Caches::nodes`].
     pub(crate) position: usize,
+    /// Its value region's allocator, in a pool with byte values.
+    pub(crate) values: Option<Arc<crate::values::NodeValues>>,
 }
 
 /// Everything the clients of one compute node share.
@@ -142,6 +144,10 @@ where
         let plain: Vec<Layout> = layouts.iter().map(|&(_, l)| l).collect();
         let joined = membership::join_all(&mut ep, &plain, config.join_members)?;
         let tags: Vec<u8> = joined.iter().map(|(_, m)| m.map_or(0, |m| m.tag)).collect();
+        let incarnations: Vec<u64> = joined
+            .iter()
+            .map(|(_, m)| m.map_or(0, |m| m.lease.incarnation()))
+            .collect();
         let cells: Vec<Arc<SlotCells>> = plain
             .iter()
             .map(|layout| {
@@ -182,6 +188,14 @@ where
                 Ok(mut node) => {
                     node.tag = tags[i];
                     node.position = i;
+                    node.values = layout.values().map(|region| {
+                        Arc::new(crate::values::NodeValues::new(
+                            region,
+                            tags[i],
+                            incarnations[i],
+                            node.members.epoch_addr(),
+                        ))
+                    });
                     nodes.push(node);
                 }
                 Err(e) => {
@@ -241,6 +255,17 @@ where
     /// once the lease lapses).
     pub fn unrecovered_locks(&self) -> usize {
         self.caches.members.retired_count()
+    }
+
+    /// Value blocks whose write failed in its last batch (the block may be named by a leaf or
+    /// not): this compute node never hands them out again (ARCHITECTURE §12).
+    pub fn values_forgotten(&self) -> u64 {
+        self.caches
+            .nodes
+            .iter()
+            .filter_map(|n| n.values.as_ref())
+            .map(|v| v.forgotten())
+            .sum()
     }
 
     /// Leaves this compute node's clients allocated for splits that could not use them and then
@@ -373,5 +398,6 @@ fn open_node<E: Endpoint>(
         tag: 0,
         members: leaf_store::members::MemberTable::new(&layout),
         position: 0,
+        values: None,
     })
 }

@@ -81,12 +81,6 @@ pub enum LeafStoreError {
         /// The longest value the pool's value region stores.
         limit: u64,
     },
-    /// Every chunk of the value region is owned and full.
-    #[error("value region exhausted: every chunk is in use ({chunks} chunks)")]
-    ValuesExhausted {
-        /// Chunks the region holds.
-        chunks: u64,
-    },
     /// A model record that cannot be decoded.
     #[error("corrupt model record of slot {slot}: {reason}")]
     CorruptRecord {

@@ -176,7 +176,7 @@ impl Superblock {
                         .value_region_offset
                         .checked_add(sb.value_region_bytes)
                         .is_some_and(|e| e <= sb.pool_bytes)
-                    && sb.value_region_offset % 8 == 0
+                    && sb.value_region_offset.is_multiple_of(8)
                     && crate::value::ValueRegion::new(
                         0,
                         sb.value_region_offset,

@@ -109,8 +109,8 @@ impl ValueRef {
     /// The reference to a block at byte `offset` of the value region (8-aligned) holding `len`
     /// bytes. `None` if either does not fit its field.
     pub fn new(offset: u64, len: u64) -> Option<Self> {
-        (offset % 8 == 0 && offset / 8 <= BLOCK_MASK && len <= LEN_MASK)
-            .then_some(Self(len << LEN_SHIFT | offset / 8))
+        (offset.is_multiple_of(8) && offset / 8 <= BLOCK_MASK && len <= LEN_MASK)
+            .then_some(Self((len << LEN_SHIFT) | (offset / 8)))
     }
 
     /// The word as a leaf stores it.
@@ -227,7 +227,10 @@ impl ValueRegion {
         bytes: u64,
         chunk_bytes: u64,
     ) -> Result<Self, LeafStoreError> {
-        if chunk_bytes < MIN_CHUNK_BYTES || chunk_bytes % 8 != 0 || offset % 8 != 0 {
+        if chunk_bytes < MIN_CHUNK_BYTES
+            || !chunk_bytes.is_multiple_of(8)
+            || !offset.is_multiple_of(8)
+        {
             return Err(LeafStoreError::InvalidConfig(format!(
                 "a value chunk must be a multiple of 8 bytes of at least {MIN_CHUNK_BYTES}, not {chunk_bytes}"
             )));
@@ -249,6 +252,11 @@ impl ValueRegion {
             chunk_bytes,
             chunks,
         })
+    }
+
+    /// The memory node.
+    pub fn node(&self) -> u16 {
+        self.node
     }
 
     /// Its first byte on the memory node.
@@ -502,13 +510,13 @@ mod tests {
         let region = ValueRegion::new(0, 4096, 1 << 20, 16 * 1024).unwrap();
         assert!(region.chunk_offset(region.chunks()) <= region.bytes());
         assert!(region.chunk_offset(0) >= VALUE_HEADER_BYTES + 8 * region.chunks());
-        for class in 0..CLASSES {
+        for (class, &size) in CLASS_BYTES.iter().enumerate() {
             let n = region.blocks_per_chunk(class);
             if n == 0 {
-                assert!(CLASS_BYTES[class] + 8 > region.chunk_bytes());
+                assert!(size + 8 > region.chunk_bytes());
                 continue;
             }
-            let end = region.block_offset(0, class, n - 1) + CLASS_BYTES[class];
+            let end = region.block_offset(0, class, n - 1) + size;
             assert!(end <= region.chunk_offset(1), "class {class}");
             assert_eq!(
                 region.locate(region.block_offset(0, class, n - 1), |_| Some(class)),

@@ -83,7 +83,7 @@ fn verify_finds_a_damaged_block_a_free_named_block_and_a_leaked_one() {
     // A flipped byte in key 0's block (a length above 0: the checksum covers the value).
     let (damaged_key, word) = *entries
         .iter()
-        .find(|e| ValueRef::from_raw(e.1).len() > 0)
+        .find(|e| !ValueRef::from_raw(e.1).is_empty())
         .unwrap();
     let r = ValueRef::from_raw(word);
     let at = region.block_addr(r);

@@ -9,6 +9,7 @@ mod read;
 mod redo;
 mod release;
 mod split;
+mod value;
 mod write;
 
 use std::sync::Arc;
@@ -56,6 +57,10 @@ pub struct Client<E: Endpoint> {
     /// (the store recovers the lock; see `crate::self_recovery`) and the endpoint is not used
     /// again until [`crate::Store::reconnect`] gives the client a new one.
     retired: bool,
+    /// The value side of the running write, in a pool with byte values.
+    value_io: value::ValueIo,
+    /// Value blocks read again because their key, length or checksum did not match.
+    value_retries: u64,
 }
 
 impl<E: Endpoint> Drop for Client<E> {
@@ -283,6 +288,8 @@ impl<E: Endpoint> Client<E> {
             op_epoch: crate::epoch::FIRST_EPOCH,
             active,
             retired: false,
+            value_io: value::ValueIo::default(),
+            value_retries: 0,
             wait_unstriped: false,
         }
     }
@@ -376,6 +383,12 @@ impl<E: Endpoint> Client<E> {
         &mut self.ep
     }
 
+    /// Value blocks this client read again through their leaf because the block's key, length
+    /// or checksum did not match the reference (ARCHITECTURE §12).
+    pub fn value_retries(&self) -> u64 {
+        self.value_retries
+    }
+
     /// Times this client found a slot directory stale (a key past its record's last key: the
     /// slot had been split) and read the slot table again.
     pub fn directory_reloads(&self) -> u64 {
@@ -439,32 +452,38 @@ impl<E: Endpoint> Client<E> {
 
     /// The value of `key`, if present. One round trip with a fresh cache.
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
+        self.check_u64_pool(key)?;
         self.counted(OpKind::Get, |c| c.get_inner(key))
     }
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        self.check_u64_pool(key)?;
         self.counted(OpKind::Insert, |c| c.write(key, Change::Insert(value)))
     }
 
     /// Sets the value of a present `key`; `Ok(false)` if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        self.check_u64_pool(key)?;
         self.counted(OpKind::Update, |c| c.write(key, Change::Update(value)))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        self.check_u64_pool(key)?;
         self.counted(OpKind::Upsert, |c| c.write(key, Change::Upsert(value)))
     }
 
-    /// Deletes `key`; `Ok(false)` if absent.
+    /// Deletes `key`, whatever its kind of value; `Ok(false)` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
+        self.value_io = value::ValueIo::default();
         self.counted(OpKind::Delete, |c| c.write(key, Change::Delete))
     }
 
     /// Up to `n` entries with keys ≥ `start`, in key order, without duplicates; continues across
     /// model slots and memory nodes.
     pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, IndexError> {
+        self.check_u64_pool(start)?;
         self.counted(OpKind::Scan, |c| c.scan_inner(start, n))
     }
 }

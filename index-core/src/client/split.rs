@@ -51,14 +51,18 @@ impl<E: Endpoint> Client<E> {
             }
         };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
+        let value = std::mem::take(&mut self.value_io);
+        let carries = value.carries_block();
         let link_at = lt_change.is_some().then(|| {
             writes
                 .iter()
                 .map(|&(_, _, in_place)| if in_place && redo.is_some() { 3 } else { 1 })
                 .sum::<usize>()
+                + if carries { 2 } else { 0 }
         });
         let build = |unlock: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();
+            value.prefix(&mut verbs);
             for (at, bytes, in_place) in &writes {
                 let redo = redo.filter(|_| *in_place);
                 leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
@@ -80,12 +84,17 @@ impl<E: Endpoint> Client<E> {
             if let Some((at, word)) = clear_word {
                 verbs.push(Verb::cas(at, word, 0).fenced());
             }
+            value.suffix(&mut verbs);
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lt_final, None).fenced());
             }
             verbs
         };
-        let released = self.run_ending_batch(lock, build, !hand_over, link_at)?;
+        let ran = self.run_ending_batch(lock, build, !hand_over, link_at);
+        self.value_io = value;
+        self.value_io.sent |= carries;
+        self.value_io.linked |= carries && ran.is_ok();
+        let released = ran?;
         locked.lt_now = lt_final;
         locked.header =
             ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::CHANGE_ONE));

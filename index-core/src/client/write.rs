@@ -114,6 +114,8 @@ impl<E: Endpoint> Client<E> {
             };
             crate::sync::step("write: locked");
             let outcome = apply(&locked.chain, key, change, node.layout.delta());
+            let old = locked.chain.iter().find_map(|(_, leaf)| leaf.get(key));
+            self.arm_value(node, !matches!(outcome, Outcome::Unchanged(_)), old);
             let committed = self.commit(node, locked, outcome, stripe, &mut held_slot);
             match self.retiring(committed)? {
                 Committed::Done(result) => return Ok(result),
@@ -415,17 +417,25 @@ impl<E: Endpoint> Client<E> {
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
+        let value = std::mem::take(&mut self.value_io);
         let build = |unlock: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();
+            value.prefix(&mut verbs);
             for (at, bytes) in &writes {
                 leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
             }
+            value.suffix(&mut verbs);
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }
             verbs
         };
-        let released = self.run_ending_batch(lock, build, !hand_over, None)?;
+        let carries = value.carries_block();
+        let ran = self.run_ending_batch(lock, build, !hand_over, None);
+        self.value_io = value;
+        self.value_io.sent |= carries;
+        self.value_io.linked |= carries && ran.is_ok();
+        let released = ran?;
         if !released {
             *held_slot = Some(locked.hand_over());
         }

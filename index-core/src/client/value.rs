@@ -1,0 +1,280 @@
+//! Byte values (ARCHITECTURE §12): the same leaf-lock protocol, with each leaf entry naming a
+//! block of the memory node's value region.
+//!
+//! A PUT allocates a block locally ([`crate::values`]), then runs the ordinary write: the batch
+//! that ends it WRITEs the block and its state byte *first* and the leaves after them (WRITEs land
+//! in order, so no leaf names a block before the block is whole), and WRITEs the replaced block's
+//! state byte free *after* the leaves (so the block is free only once no leaf names it). Still two
+//! round trips. The block goes in the ending batch rather than the lock batch: only under the lock
+//! is it known whether the change happens at all (an INSERT of a present key writes nothing), and
+//! a write handed a lock by a sibling thread has no lock batch.
+//!
+//! A GET reads the leaf as for a `u64` value, then the block (two round trips), and checks the
+//! block's key, length and checksum against the reference; a mismatch (a block freed and used
+//! again under a reader that outlived the retirement epochs) is read again through the leaf.
+
+use std::sync::Arc;
+
+use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef, check_block, class_for, encode_block};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::IndexError;
+use crate::stats::OpKind;
+use crate::store::NodeCache;
+use crate::values::{Block, NodeValues};
+
+use super::release::Verbs;
+use super::{Change, Client, retry_pause};
+
+/// The value side of the write a client is running.
+#[derive(Debug, Default)]
+pub(super) struct ValueIo {
+    /// The new block: its address, its bytes, its state byte.
+    new: Option<(RemoteAddr, Vec<u8>, RemoteAddr)>,
+    /// The state byte of the block the change stops naming.
+    free: Option<RemoteAddr>,
+    /// Whether the change being committed changes the key's entry (else nothing is written).
+    armed: bool,
+    /// Whether an ending batch carrying the new block was run (it may have landed).
+    pub(super) sent: bool,
+    /// Whether one completed.
+    pub(super) linked: bool,
+}
+
+const USED: [u8; 1] = [STATE_USED];
+const FREE: [u8; 1] = [STATE_FREE];
+
+impl ValueIo {
+    /// The verbs that go before the leaves: the block, then its state byte. Returns how many.
+    pub(super) fn prefix<'a>(&'a self, verbs: &mut Verbs<'a>) -> usize {
+        match &self.new {
+            Some((at, bytes, state)) if self.armed => {
+                verbs.push(Verb::write(*at, bytes));
+                verbs.push(Verb::write(*state, &USED));
+                2
+            }
+            _ => 0,
+        }
+    }
+
+    /// The verb that goes after the leaves, before the unlock: the replaced block freed.
+    pub(super) fn suffix<'a>(&'a self, verbs: &mut Verbs<'a>) {
+        if let Some(state) = self.free.filter(|_| self.armed) {
+            verbs.push(Verb::write(state, &FREE));
+        }
+    }
+
+    /// Whether an ending batch built now carries the new block.
+    pub(super) fn carries_block(&self) -> bool {
+        self.armed && self.new.is_some()
+    }
+}
+
+/// The state byte of the block `raw` (a leaf's value word) names, on `node`.
+fn state_of(node: &NodeCache, raw: u64) -> Option<RemoteAddr> {
+    let values = node.values.as_ref()?;
+    let value = ValueRef::from_raw(raw);
+    let class = class_for(value.len())?;
+    let (chunk, _, index) = values.region.locate(value.offset(), |_| Some(class))?;
+    Some(values.region.state_addr(chunk, index))
+}
+
+impl<E: Endpoint> Client<E> {
+    /// Arms the value side of a commit: `changes` says whether the outcome changes the key's
+    /// entry, `old` is the value word it replaces or deletes.
+    pub(super) fn arm_value(&mut self, node: &NodeCache, changes: bool, old: Option<u64>) {
+        if node.values.is_none() {
+            return;
+        }
+        self.value_io.armed = changes;
+        self.value_io.free = old.filter(|_| changes).and_then(|raw| state_of(node, raw));
+    }
+
+    /// The node serving `key`, which must store byte values.
+    fn value_node(&self, key: u64) -> Result<(usize, Arc<NodeValues>), IndexError> {
+        let at = self.caches.node_of(key);
+        let node = &self.caches.nodes[at];
+        match &node.values {
+            Some(values) => Ok((at, Arc::clone(values))),
+            None => Err(IndexError::WrongValueKind {
+                node: node.info.id,
+                stores: "u64",
+            }),
+        }
+    }
+
+    /// Refuses a `u64` operation on a pool with byte values.
+    pub(super) fn check_u64_pool(&self, key: u64) -> Result<(), IndexError> {
+        let node = &self.caches.nodes[self.caches.node_of(key)];
+        match node.values {
+            Some(_) => Err(IndexError::WrongValueKind {
+                node: node.info.id,
+                stores: "byte",
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The bytes of `key`'s value, if present. Two round trips with a fresh cache.
+    pub fn get_value(&mut self, key: u64) -> Result<Option<Vec<u8>>, IndexError> {
+        let mut out = Vec::new();
+        Ok(self.get_value_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Reads `key`'s value into `out` (cleared first, its allocation reused); `Ok(false)` if
+    /// the key is absent.
+    pub fn get_value_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
+        self.counted(OpKind::Get, |c| c.get_value_inner(key, out))
+    }
+
+    fn get_value_inner(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
+        let (_, values) = self.value_node(key)?;
+        for _ in 0..self.caches.config.max_attempts {
+            let Some(raw) = self.get_inner(key)? else {
+                out.clear();
+                return Ok(false);
+            };
+            let value = ValueRef::from_raw(raw);
+            out.clear();
+            out.resize(value.read_bytes() as usize, 0);
+            self.ep.read(values.region.block_addr(value), out)?;
+            match check_block(out, key, value) {
+                Ok(_) => {
+                    out.drain(..leaf_store::value::BLOCK_HEADER_BYTES as usize);
+                    out.truncate(value.len() as usize);
+                    return Ok(true);
+                }
+                Err(_) => {
+                    self.value_retries += 1;
+                    retry_pause();
+                }
+            }
+        }
+        Err(IndexError::TooManyRetries(self.caches.config.max_attempts))
+    }
+
+    /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
+    pub fn insert_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
+        self.counted(OpKind::Insert, |c| {
+            c.write_value(key, Some(value), Change::Insert)
+        })
+    }
+
+    /// Sets the value of a present `key`; `Ok(false)` if absent.
+    pub fn update_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
+        self.counted(OpKind::Update, |c| {
+            c.write_value(key, Some(value), Change::Update)
+        })
+    }
+
+    /// Inserts or updates `key`; `Ok(true)` if it was inserted.
+    pub fn put_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
+        self.counted(OpKind::Upsert, |c| {
+            c.write_value(key, Some(value), Change::Upsert)
+        })
+    }
+
+    /// Up to `n` keys ≥ `start` with their values, in key order (as [`Client::scan`]).
+    pub fn scan_values(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
+        self.counted(OpKind::Scan, |c| c.scan_values_inner(start, n))
+    }
+
+    fn scan_values_inner(
+        &mut self,
+        start: u64,
+        n: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
+        self.value_node(start)?;
+        let rows = self.scan_inner(start, n)?;
+        let caches = Arc::clone(&self.caches);
+        let mut blocks: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|&(_, raw)| vec![0u8; ValueRef::from_raw(raw).read_bytes() as usize])
+            .collect();
+        {
+            let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(rows.len());
+            for (&(key, raw), buf) in rows.iter().zip(blocks.iter_mut()) {
+                let node = &caches.nodes[caches.node_of(key)];
+                let Some(values) = &node.values else {
+                    return Err(IndexError::WrongValueKind {
+                        node: node.info.id,
+                        stores: "u64",
+                    });
+                };
+                verbs.push(Verb::read(
+                    values.region.block_addr(ValueRef::from_raw(raw)),
+                    buf,
+                ));
+            }
+            self.ep.batches(&mut verbs)?;
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for ((key, raw), mut block) in rows.into_iter().zip(blocks) {
+            let value = ValueRef::from_raw(raw);
+            if check_block(&block, key, value).is_ok() {
+                block.drain(..leaf_store::value::BLOCK_HEADER_BYTES as usize);
+                block.truncate(value.len() as usize);
+                out.push((key, block));
+                continue;
+            }
+            // Freed and used again under this scan: the key's value now, if it is still there.
+            self.value_retries += 1;
+            let mut now = Vec::new();
+            if self.get_value_inner(key, &mut now)? {
+                out.push((key, now));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A write of a byte value (`None`: a delete through the byte path is [`Client::delete`]).
+    fn write_value(
+        &mut self,
+        key: u64,
+        value: Option<&[u8]>,
+        change: fn(u64) -> Change,
+    ) -> Result<bool, IndexError> {
+        let (at, values) = self.value_node(key)?;
+        let bytes = value.unwrap_or_default();
+        let len = bytes.len() as u64;
+        let class = values
+            .region
+            .class_for(len)
+            .map_err(|_| IndexError::ValueTooLarge {
+                node: self.caches.nodes[at].info.id,
+                len,
+                limit: values.region.max_value_len(),
+            })?;
+        let block = values.alloc(&mut self.ep, class)?;
+        let Some(reference) = values.reference(block, len) else {
+            values.unused(block);
+            return Err(IndexError::ValueTooLarge {
+                node: self.caches.nodes[at].info.id,
+                len,
+                limit: values.region.max_value_len(),
+            });
+        };
+        self.value_io = ValueIo {
+            new: Some((
+                values.region.block_addr(reference),
+                encode_block(key, bytes, reference.offset()),
+                values.state_addr(block),
+            )),
+            ..ValueIo::default()
+        };
+        let result = self.write(key, change(reference.raw()));
+        let io = std::mem::take(&mut self.value_io);
+        self.settle_block(&values, block, &io, result.is_ok());
+        result
+    }
+
+    fn settle_block(&self, values: &NodeValues, block: Block, io: &ValueIo, ok: bool) {
+        if ok && io.linked {
+            values.linked(block);
+        } else if io.sent {
+            values.forget(block);
+        } else {
+            values.unused(block);
+        }
+    }
+}

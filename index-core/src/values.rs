@@ -1,0 +1,468 @@
+//! A compute node's allocator of value blocks on one memory node (ARCHITECTURE §12).
+//!
+//! **Invariant.** A block this compute node hands out is free: never handed out before (a chunk
+//! claimed fresh), or seen free in its chunk's state bytes while the retirement epoch word showed
+//! `s`, by a READ issued when no operation of this compute node had it in flight, and the
+//! memory node's reuse horizon has since passed `s`. Blocks are carved only from chunks this
+//! compute node owns (it claimed them by CAS on the chunk table), so no other compute node hands
+//! out the same block.
+//!
+//! **Why the horizon.** A block is freed (its state byte written free) after the leaf WRITE that
+//! dropped its reference, in the same batch. A reader that read the reference before that began
+//! its operation before the free, so before this compute node's READ that saw the free and
+//! before the epoch word moved past `s`; every member announces an epoch above `s` only once
+//! every operation it was running when it saw the word move has ended (`crate::epoch`), and
+//! the memory node's horizon is the smallest epoch every member announced.
+//!
+//! **Why "not in flight".** A block handed to an operation is written (state byte in use, then
+//! the leaf naming it) in the operation's last batch. A state READ issued while that batch may
+//! still land could see the block free although a leaf is about to name it; so the blocks a
+//! scan may conclude about are chosen before its READ, among blocks no running operation holds.
+//! A block whose last batch failed is never concluded about (its batch may land late): it stays
+//! out of this allocator for good (counted, [`NodeValues::forgotten`]).
+
+use std::collections::VecDeque;
+
+use leaf_store::value::{CLASSES, ChunkWord, STATE_USED, ValueRef, ValueRegion};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::IndexError;
+use crate::sync::MembershipMutex as Mutex;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::time::{Duration, Instant};
+
+/// How many owned chunks of a class one scan READs at most.
+const SCAN_CHUNKS: usize = 8;
+/// How soon a class is scanned again after a scan that found nothing ready.
+const RESCAN_AFTER: Duration = Duration::from_millis(1);
+
+/// A block of the value region: chunk, size class, index in the chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub(crate) chunk: u64,
+    pub(crate) class: usize,
+    pub(crate) index: u64,
+}
+
+/// What this compute node knows of a block of a chunk it owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Free and usable (ready, or never handed out in a fresh chunk).
+    Free,
+    /// Waiting in limbo for the horizon.
+    Limbo,
+    /// Handed to a running operation.
+    InFlight,
+    /// Named by a leaf, as far as this compute node knows.
+    Used,
+    /// Its last batch failed: never concluded about again.
+    Forgotten,
+}
+
+#[derive(Debug)]
+struct OwnedChunk {
+    chunk: u64,
+    /// Blocks never handed out since the chunk was claimed fresh start here.
+    fresh_from: u64,
+    held: Vec<Held>,
+}
+
+#[derive(Debug, Default)]
+struct ClassSpace {
+    chunks: Vec<OwnedChunk>,
+    ready: Vec<u64>,
+    /// The next owned chunk a scan starts at.
+    cursor: usize,
+    scanned_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    classes: Vec<ClassSpace>,
+    /// Blocks seen free, with the epoch word read after they were seen.
+    limbo: VecDeque<(u64, Block)>,
+    horizon: u64,
+    /// Unowned chunks the chunk table showed, by class (`None`: never carved), when last read.
+    unowned: Vec<(u64, Option<usize>)>,
+    table_read: bool,
+    fresh_exhausted: bool,
+}
+
+/// One memory node's value region as this compute node allocates in it.
+#[derive(Debug)]
+pub(crate) struct NodeValues {
+    pub(crate) region: ValueRegion,
+    owner: ChunkWord,
+    tag: u8,
+    epoch_addr: RemoteAddr,
+    inner: Mutex<Inner>,
+    forgotten: AtomicU64,
+}
+
+impl NodeValues {
+    /// The allocator of member `tag` (incarnation `incarnation`) in `region`; `epoch_addr` is the
+    /// memory node's retirement epoch word.
+    pub(crate) fn new(
+        region: ValueRegion,
+        tag: u8,
+        incarnation: u64,
+        epoch_addr: RemoteAddr,
+    ) -> Self {
+        Self {
+            region,
+            owner: ChunkWord::new(tag, incarnation as u32, None),
+            tag,
+            epoch_addr,
+            inner: Mutex::new(Inner {
+                classes: (0..CLASSES).map(|_| ClassSpace::default()).collect(),
+                limbo: VecDeque::new(),
+                horizon: 0,
+                unowned: Vec::new(),
+                table_read: false,
+                fresh_exhausted: false,
+            }),
+            forgotten: AtomicU64::new(0),
+        }
+    }
+
+    /// Blocks whose last batch failed, left to the memory node.
+    pub(crate) fn forgotten(&self) -> u64 {
+        self.forgotten.load(Ordering::Relaxed)
+    }
+
+    fn mine(&self, class: usize) -> ChunkWord {
+        ChunkWord::new(self.owner.tag(), self.owner.incarnation(), Some(class))
+    }
+
+    /// The reference a block holding `len` bytes has.
+    pub(crate) fn reference(&self, block: Block, len: u64) -> Option<ValueRef> {
+        ValueRef::new(
+            self.region
+                .block_offset(block.chunk, block.class, block.index),
+            len,
+        )
+    }
+
+    /// The block a reference names, if it lies in a chunk this allocator owns (so its class is
+    /// known locally); else `None`.
+    pub(crate) fn state_addr(&self, block: Block) -> RemoteAddr {
+        self.region.state_addr(block.chunk, block.index)
+    }
+
+    /// A free block of size class `class` for a running operation.
+    pub(crate) fn alloc<E: Endpoint>(&self, ep: &mut E, class: usize) -> Result<Block, IndexError> {
+        if self.tag == 0 {
+            return Err(IndexError::Config(
+                "byte values need a store that joined its memory nodes (join_members)".into(),
+            ));
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut scanned, mut adopted) = (false, false);
+        for _ in 0..8 {
+            inner.promote();
+            if let Some(block) = inner.take_ready(class).or_else(|| inner.take_fresh(class)) {
+                return Ok(block);
+            }
+            let due = inner.classes[class]
+                .scanned_at
+                .is_none_or(|at| at.elapsed() >= RESCAN_AFTER);
+            if !scanned && (due || !inner.limbo.is_empty()) {
+                scanned = true;
+                self.scan(ep, &mut inner, class)?;
+                continue;
+            }
+            if !adopted {
+                // One chunk another compute node left (or bulk load filled) per chunk needed:
+                // its free blocks wait in limbo for later allocations.
+                adopted = true;
+                if self.adopt(ep, &mut inner, class)? {
+                    continue;
+                }
+            }
+            if !self.claim_blank(ep, &mut inner, class)? {
+                break;
+            }
+        }
+        Err(IndexError::ValuesExhausted {
+            node: self.region.node(),
+            chunks: self.region.chunks(),
+        })
+    }
+
+    /// The operation holding `block` ended with a leaf naming it.
+    pub(crate) fn linked(&self, block: Block) {
+        self.set(block, Held::Used);
+    }
+
+    /// The operation holding `block` ended without writing it: free again at once.
+    pub(crate) fn unused(&self, block: Block) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.set(block, Held::Free) {
+            inner.classes[block.class]
+                .ready
+                .push(block.chunk << 32 | block.index);
+        }
+    }
+
+    /// The operation holding `block` failed in its last batch: the block may be named or not.
+    pub(crate) fn forget(&self, block: Block) {
+        self.set(block, Held::Forgotten);
+        self.forgotten.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn set(&self, block: Block, held: Held) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.set(block, held);
+    }
+
+    /// READs the state bytes of up to [`SCAN_CHUNKS`] owned chunks of `class`, then the epoch
+    /// word and the horizon: blocks believed used that show free go to limbo, stamped with the
+    /// epoch; asks the memory node to advance the epoch while limbo is not empty.
+    fn scan<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        inner: &mut Inner,
+        class: usize,
+    ) -> Result<(), IndexError> {
+        let space = &mut inner.classes[class];
+        space.scanned_at = Some(Instant::now());
+        let n = space.chunks.len();
+        let picked: Vec<usize> = (0..n.min(SCAN_CHUNKS))
+            .map(|i| (space.cursor + i) % n)
+            .collect();
+        space.cursor = if n == 0 {
+            0
+        } else {
+            (space.cursor + picked.len()) % n
+        };
+        // Decided before the READ: only blocks no running operation holds.
+        let candidates: Vec<Vec<bool>> = picked
+            .iter()
+            .map(|&i| {
+                space.chunks[i]
+                    .held
+                    .iter()
+                    .map(|&h| h == Held::Used)
+                    .collect()
+            })
+            .collect();
+        let per_chunk = self.region.state_bytes(class) as usize;
+        let mut states = vec![0u8; per_chunk * picked.len()];
+        let mut words = [0u8; 16];
+        let (epoch_buf, horizon_buf) = words.split_at_mut(8);
+        {
+            let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(picked.len() + 3);
+            for (&i, buf) in picked.iter().zip(states.chunks_exact_mut(per_chunk)) {
+                verbs.push(Verb::read(
+                    self.region.states_addr(space.chunks[i].chunk),
+                    buf,
+                ));
+            }
+            verbs.push(Verb::read(self.epoch_addr, epoch_buf));
+            verbs.push(Verb::read(self.region.horizon_addr(), horizon_buf));
+            ep.batches(&mut verbs)?;
+        }
+        let epoch = leaf_store::le_word(&words, 0);
+        inner.horizon = inner.horizon.max(leaf_store::le_word(&words, 1));
+        for (k, &i) in picked.iter().enumerate() {
+            let chunk = &mut inner.classes[class].chunks[i];
+            let seen = &states[k * per_chunk..(k + 1) * per_chunk];
+            for (index, held) in chunk.held.iter_mut().enumerate() {
+                if candidates[k][index] && *held == Held::Used && seen[index] != STATE_USED {
+                    *held = Held::Limbo;
+                    inner.limbo.push_back((
+                        epoch,
+                        Block {
+                            chunk: chunk.chunk,
+                            class,
+                            index: index as u64,
+                        },
+                    ));
+                }
+            }
+        }
+        inner.promote();
+        if !inner.limbo.is_empty() {
+            // A request, not a promise: the memory node advances the epoch and clears it.
+            ep.write_word(self.region.wanted_addr(), 1)?;
+        }
+        Ok(())
+    }
+
+    /// Takes an unowned chunk carved for `class` (left by a compute node that went, or filled
+    /// by bulk load) and scans it: blocks in use stay, free ones go to limbo. False if the chunk
+    /// table (as last read) shows none.
+    fn adopt<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        inner: &mut Inner,
+        class: usize,
+    ) -> Result<bool, IndexError> {
+        if !inner.table_read {
+            self.read_table(ep, inner)?;
+        }
+        while let Some(at) = inner.unowned.iter().position(|&(_, c)| c == Some(class)) {
+            let (chunk, _) = inner.unowned.swap_remove(at);
+            let expected = ChunkWord::new(0, 0, Some(class));
+            let old = ep.cas(
+                self.region.chunk_word_addr(chunk),
+                expected.raw(),
+                self.mine(class).raw(),
+            )?;
+            if old != expected.raw() {
+                continue;
+            }
+            // Every block counts as named until a scan sees it free.
+            let blocks = self.region.blocks_per_chunk(class) as usize;
+            let space = &mut inner.classes[class];
+            space.chunks.push(OwnedChunk {
+                chunk,
+                fresh_from: blocks as u64,
+                held: vec![Held::Used; blocks],
+            });
+            space.cursor = space.chunks.len() - 1;
+            self.scan(ep, inner, class)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Claims a chunk nothing was ever carved from — one the chunk table shows unowned and
+    /// uncarved, else a fresh one (FAA on the fresh counter) — for `class`. False if none is
+    /// left.
+    fn claim_blank<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        inner: &mut Inner,
+        class: usize,
+    ) -> Result<bool, IndexError> {
+        loop {
+            let chunk = match inner.unowned.iter().position(|&(_, c)| c.is_none()) {
+                Some(at) => inner.unowned.swap_remove(at).0,
+                None if inner.fresh_exhausted => {
+                    // Chunks may have been left since (a compute node went): read again once.
+                    if inner.table_read {
+                        inner.table_read = false;
+                        self.read_table(ep, inner)?;
+                        if inner
+                            .unowned
+                            .iter()
+                            .any(|&(_, c)| c.is_none() || c == Some(class))
+                        {
+                            return Ok(true);
+                        }
+                    }
+                    return Ok(false);
+                }
+                None => {
+                    let chunk = ep.faa(self.region.fresh_addr(), 1)?;
+                    if chunk >= self.region.chunks() {
+                        inner.fresh_exhausted = true;
+                        continue;
+                    }
+                    chunk
+                }
+            };
+            let old = ep.cas(
+                self.region.chunk_word_addr(chunk),
+                0,
+                self.mine(class).raw(),
+            )?;
+            if old != 0 {
+                continue;
+            }
+            // Never carved: nothing in it was ever named, but its state bytes may be stale.
+            let blocks = self.region.blocks_per_chunk(class) as usize;
+            ep.write(
+                self.region.states_addr(chunk),
+                &vec![0u8; blocks.next_multiple_of(8)],
+            )?;
+            inner.classes[class].chunks.push(OwnedChunk {
+                chunk,
+                fresh_from: 0,
+                held: vec![Held::Free; blocks],
+            });
+            return Ok(true);
+        }
+    }
+
+    fn read_table<E: Endpoint>(&self, ep: &mut E, inner: &mut Inner) -> Result<(), IndexError> {
+        let fresh = ep
+            .read_word(self.region.fresh_addr())?
+            .min(self.region.chunks());
+        let mut table = vec![0u8; 8 * fresh as usize];
+        if fresh > 0 {
+            ep.read(self.region.table_addr(), &mut table)?;
+        }
+        inner.unowned = (0..fresh)
+            .filter_map(|chunk| {
+                let word = ChunkWord::from_raw(leaf_store::le_word(&table, chunk as usize));
+                (word.tag() == 0).then_some((chunk, word.class()))
+            })
+            .collect();
+        inner.table_read = true;
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn take_ready(&mut self, class: usize) -> Option<Block> {
+        let packed = self.classes[class].ready.pop()?;
+        let block = Block {
+            chunk: packed >> 32,
+            class,
+            index: packed & 0xffff_ffff,
+        };
+        self.set(block, Held::InFlight);
+        Some(block)
+    }
+
+    fn take_fresh(&mut self, class: usize) -> Option<Block> {
+        let space = &mut self.classes[class];
+        let chunk = space
+            .chunks
+            .iter_mut()
+            .find(|c| (c.fresh_from as usize) < c.held.len())?;
+        let index = chunk.fresh_from;
+        chunk.fresh_from += 1;
+        chunk.held[index as usize] = Held::InFlight;
+        Some(Block {
+            chunk: chunk.chunk,
+            class,
+            index,
+        })
+    }
+
+    /// Moves limbo blocks the horizon has passed to their class's ready list.
+    fn promote(&mut self) {
+        while let Some(&(stamp, block)) = self.limbo.front() {
+            if stamp >= self.horizon {
+                break;
+            }
+            self.limbo.pop_front();
+            if self.set(block, Held::Free) {
+                self.classes[block.class]
+                    .ready
+                    .push(block.chunk << 32 | block.index);
+            }
+        }
+    }
+
+    /// Sets what is known of `block`; false if it is in no owned chunk.
+    fn set(&mut self, block: Block, held: Held) -> bool {
+        let Some(chunk) = self.classes[block.class]
+            .chunks
+            .iter_mut()
+            .find(|c| c.chunk == block.chunk)
+        else {
+            return false;
+        };
+        match chunk.held.get_mut(block.index as usize) {
+            Some(h) => {
+                *h = held;
+                true
+            }
+            None => false,
+        }
+    }
+}
