@@ -268,6 +268,17 @@ where
             .sum()
     }
 
+    /// Value blocks this compute node handed out again after they were freed (seen free in its
+    /// chunks and past the memory node's reuse horizon).
+    pub fn value_blocks_reused(&self) -> u64 {
+        self.caches
+            .nodes
+            .iter()
+            .filter_map(|n| n.values.as_ref())
+            .map(|v| v.reused())
+            .sum()
+    }
+
     /// Leaves this compute node's clients allocated for splits that could not use them and then
     /// could not park in a leaf box (the box full, an error, the client retired): nobody holds
     /// them, and a memory node's orphan sweep frees them. Nothing else leaks a leaf while no

@@ -33,6 +33,8 @@ use crate::sync::time::{Duration, Instant};
 
 /// How many owned chunks of a class one scan READs at most.
 const SCAN_CHUNKS: usize = 8;
+/// How many chunks left by others one allocation that needs a chunk takes at most.
+const ADOPT_CHUNKS: usize = 8;
 /// How soon a class is scanned again after a scan that found nothing ready.
 const RESCAN_AFTER: Duration = Duration::from_millis(1);
 
@@ -70,7 +72,10 @@ struct OwnedChunk {
 #[derive(Debug, Default)]
 struct ClassSpace {
     chunks: Vec<OwnedChunk>,
+    /// Blocks freed and past the horizon (packed chunk << 32 | index).
     ready: Vec<u64>,
+    /// Blocks handed out and given back unwritten.
+    returned: Vec<u64>,
     /// The next owned chunk a scan starts at.
     cursor: usize,
     scanned_at: Option<Instant>,
@@ -97,6 +102,7 @@ pub(crate) struct NodeValues {
     epoch_addr: RemoteAddr,
     inner: Mutex<Inner>,
     forgotten: AtomicU64,
+    reused: AtomicU64,
 }
 
 impl NodeValues {
@@ -122,12 +128,18 @@ impl NodeValues {
                 fresh_exhausted: false,
             }),
             forgotten: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
         }
     }
 
     /// Blocks whose last batch failed, left to the memory node.
     pub(crate) fn forgotten(&self) -> u64 {
         self.forgotten.load(Ordering::Relaxed)
+    }
+
+    /// Blocks handed out again after they were freed.
+    pub(crate) fn reused(&self) -> u64 {
+        self.reused.load(Ordering::Relaxed)
     }
 
     fn mine(&self, class: usize) -> ChunkWord {
@@ -160,7 +172,14 @@ impl NodeValues {
         let (mut scanned, mut adopted) = (false, false);
         for _ in 0..8 {
             inner.promote();
-            if let Some(block) = inner.take_ready(class).or_else(|| inner.take_fresh(class)) {
+            if let Some(block) = inner.take_returned(class) {
+                return Ok(block);
+            }
+            if let Some(block) = inner.take_ready(class) {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+                return Ok(block);
+            }
+            if let Some(block) = inner.take_fresh(class) {
                 return Ok(block);
             }
             let due = inner.classes[class]
@@ -172,10 +191,17 @@ impl NodeValues {
                 continue;
             }
             if !adopted {
-                // One chunk another compute node left (or bulk load filled) per chunk needed:
-                // its free blocks wait in limbo for later allocations.
+                // Chunks other compute nodes left (or bulk load filled), a few per chunk needed:
+                // their free blocks wait in limbo for later allocations.
                 adopted = true;
-                if self.adopt(ep, &mut inner, class)? {
+                let mut any = false;
+                for _ in 0..ADOPT_CHUNKS {
+                    if !self.adopt(ep, &mut inner, class)? {
+                        break;
+                    }
+                    any = true;
+                }
+                if any {
                     continue;
                 }
             }
@@ -406,8 +432,17 @@ impl NodeValues {
 }
 
 impl Inner {
+    fn take_returned(&mut self, class: usize) -> Option<Block> {
+        let packed = self.classes[class].returned.pop()?;
+        self.in_flight(class, packed)
+    }
+
     fn take_ready(&mut self, class: usize) -> Option<Block> {
         let packed = self.classes[class].ready.pop()?;
+        self.in_flight(class, packed)
+    }
+
+    fn in_flight(&mut self, class: usize, packed: u64) -> Option<Block> {
         let block = Block {
             chunk: packed >> 32,
             class,

@@ -24,6 +24,9 @@
 //!                           checked against the slot table after the epoch word showed this
 //!                           value (see `Retrainer::reclaim`); word 0: the retrainer's last
 //!                           put-off (`retrainer::problem`)
+//!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: each client's value free word (v5) —
+//!                           the value block (`crate::value::ValueRef`) its write is replacing,
+//!                           set before the leaf WRITE and cleared after the block's free
 //!
 //! lease word:
 //!  63  62 61                              32 31                                     0
@@ -82,9 +85,12 @@ const CONNECTION_WORDS: u64 = CONNECTIONS_PER_MEMBER;
 const BOX_WORDS: u64 = CONNECTIONS_PER_MEMBER * LEAF_BOX;
 /// Words of one member's unlink words.
 const UNLINK_WORDS: u64 = CONNECTIONS_PER_MEMBER;
+/// Words of one member's value free words.
+const FREE_WORDS: u64 = CONNECTIONS_PER_MEMBER;
 /// Bytes of the membership region.
-pub const MEMBERS_BYTES: u64 =
-    8 * (2 * LEASE_WORDS + (MEMBER_TAGS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS));
+pub const MEMBERS_BYTES: u64 = 8
+    * (2 * LEASE_WORDS
+        + (MEMBER_TAGS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS + FREE_WORDS));
 
 const STATE_SHIFT: u32 = 62;
 const INCARNATION_SHIFT: u32 = 32;
@@ -332,6 +338,24 @@ impl MemberTable {
         self.layout.at(self.layout.superblock().members_offset
             + 8 * (LEASE_WORDS + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS))
             + 8 * (tag * UNLINK_WORDS + index))
+    }
+
+    /// Address of client `index`'s value free word of member `tag` (see the module diagram).
+    pub fn free_word_addr(&self, tag: u8, index: u64) -> RemoteAddr {
+        let tag = u64::from(tag.max(1)) - 1;
+        self.layout.at(self.layout.superblock().members_offset
+            + 8 * (2 * LEASE_WORDS
+                + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
+            + 8 * (tag * FREE_WORDS + index))
+    }
+
+    /// Every value free word of `tag`, by client index (0 = none), with one READ.
+    pub fn read_free_words<E: Endpoint>(
+        &self,
+        ep: &mut E,
+        tag: u8,
+    ) -> Result<Vec<u64>, LeafStoreError> {
+        read_words(ep, self.free_word_addr(tag, 0), FREE_WORDS)
     }
 
     /// Every unlink word of `tag`, by client index (0 = none), with one READ.

@@ -58,7 +58,7 @@ impl<E: Endpoint> Client<E> {
                 .iter()
                 .map(|&(_, _, in_place)| if in_place && redo.is_some() { 3 } else { 1 })
                 .sum::<usize>()
-                + if carries { 2 } else { 0 }
+                + value.prefix_len()
         });
         let build = |unlock: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();

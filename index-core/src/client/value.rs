@@ -33,6 +33,9 @@ pub(super) struct ValueIo {
     new: Option<(RemoteAddr, Vec<u8>, RemoteAddr)>,
     /// The state byte of the block the change stops naming.
     free: Option<RemoteAddr>,
+    /// This client's value free word and what it holds during the batch: the reference being
+    /// replaced (so recovery can finish the free if this compute node dies).
+    free_word: Option<(RemoteAddr, [u8; 8])>,
     /// Whether the change being committed changes the key's entry (else nothing is written).
     armed: bool,
     /// Whether an ending batch carrying the new block was run (it may have landed).
@@ -43,25 +46,47 @@ pub(super) struct ValueIo {
 
 const USED: [u8; 1] = [STATE_USED];
 const FREE: [u8; 1] = [STATE_FREE];
+const CLEAR: [u8; 8] = [0; 8];
 
 impl ValueIo {
-    /// The verbs that go before the leaves: the block, then its state byte. Returns how many.
+    /// The verbs that go before the leaves: the free word naming the block being replaced, the
+    /// new block, then its state byte. Returns how many.
     pub(super) fn prefix<'a>(&'a self, verbs: &mut Verbs<'a>) -> usize {
-        match &self.new {
-            Some((at, bytes, state)) if self.armed => {
-                verbs.push(Verb::write(*at, bytes));
-                verbs.push(Verb::write(*state, &USED));
-                2
-            }
-            _ => 0,
+        if !self.armed {
+            return 0;
+        }
+        let mut n = 0;
+        if let (Some(_), Some((word, old))) = (self.free, &self.free_word) {
+            verbs.push(Verb::write(*word, old));
+            n += 1;
+        }
+        if let Some((at, bytes, state)) = &self.new {
+            verbs.push(Verb::write(*at, bytes));
+            verbs.push(Verb::write(*state, &USED));
+            n += 2;
+        }
+        n
+    }
+
+    /// The verbs that go after the leaves, before the unlock: the replaced block freed, then the
+    /// free word cleared.
+    pub(super) fn suffix<'a>(&'a self, verbs: &mut Verbs<'a>) {
+        let Some(state) = self.free.filter(|_| self.armed) else {
+            return;
+        };
+        verbs.push(Verb::write(state, &FREE));
+        if let Some((word, _)) = &self.free_word {
+            verbs.push(Verb::write(*word, &CLEAR));
         }
     }
 
-    /// The verb that goes after the leaves, before the unlock: the replaced block freed.
-    pub(super) fn suffix<'a>(&'a self, verbs: &mut Verbs<'a>) {
-        if let Some(state) = self.free.filter(|_| self.armed) {
-            verbs.push(Verb::write(state, &FREE));
+    /// How many verbs [`Self::prefix`] puts before the leaves.
+    pub(super) fn prefix_len(&self) -> usize {
+        if !self.armed {
+            return 0;
         }
+        usize::from(self.free.is_some() && self.free_word.is_some())
+            + 2 * usize::from(self.new.is_some())
     }
 
     /// Whether an ending batch built now carries the new block.
@@ -88,6 +113,13 @@ impl<E: Endpoint> Client<E> {
         }
         self.value_io.armed = changes;
         self.value_io.free = old.filter(|_| changes).and_then(|raw| state_of(node, raw));
+        self.value_io.free_word = match (old, node.tag) {
+            (Some(raw), tag) if tag != 0 && changes => Some((
+                node.members.free_word_addr(tag, self.connection_index),
+                raw.to_le_bytes(),
+            )),
+            _ => None,
+        };
     }
 
     /// The node serving `key`, which must store byte values.

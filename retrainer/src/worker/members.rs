@@ -334,6 +334,10 @@ impl<E: Endpoint> Retrainer<E> {
                 .min()
                 .unwrap_or(self.epoch),
         );
+        if let Some(oldest) = watch.oldest {
+            self.publish_horizon(oldest)?;
+        }
+        self.release_departed_chunks(&leases)?;
         self.advance_epoch_if_due()?;
         Ok(recovered)
     }
@@ -342,12 +346,17 @@ impl<E: Endpoint> Retrainer<E> {
     /// current one waits, or an orphan sweep's first scan taken in it: members can announce they
     /// are past an epoch only once it is over.
     fn advance_epoch_if_due(&mut self) -> Result<(), RetrainError> {
-        let waiting = self.retired.back().is_some_and(|r| r.stamp >= self.epoch)
-            || self.orphan_scan_waits_on(self.epoch);
         let due = self
             .epoch_advanced
             .is_none_or(|at| at.elapsed() >= EPOCH_EVERY);
-        if waiting && due {
+        if !due {
+            return Ok(());
+        }
+        let wanted = self.reuse_wanted()?;
+        let waiting = self.retired.back().is_some_and(|r| r.stamp >= self.epoch)
+            || self.orphan_scan_waits_on(self.epoch)
+            || wanted;
+        if waiting {
             // Stamp with the new epoch from now on even if the WRITE's completion is lost (it
             // may have landed: members could then announce it); a stamp above the word only
             // delays reclamation, one below it would free too early.
@@ -355,6 +364,9 @@ impl<E: Endpoint> Retrainer<E> {
             self.epoch_advanced = Some(Instant::now());
             let table = MemberTable::new(&self.layout);
             self.ep.write_word(table.epoch_addr(), self.epoch)?;
+            if wanted {
+                self.clear_reuse_wanted()?;
+            }
         }
         Ok(())
     }
@@ -496,6 +508,9 @@ impl<E: Endpoint> Retrainer<E> {
             }
             done.unlinks_completed += freed.len() as u64;
             step("recover: unlink words settled");
+        }
+        if self.settle_value_frees(&watch.table, tag)? > 0 {
+            step("recover: value frees settled");
         }
         let released = self.release_held(held)?;
         step("recover: locks released");

@@ -12,6 +12,7 @@ mod recover;
 mod retrain;
 mod roll_forward;
 mod space;
+mod values;
 
 pub use members::MemberStats;
 pub use roll_forward::RollForward;
@@ -365,6 +366,8 @@ pub struct Retrainer<E: Endpoint> {
     orphan_scan: Option<orphans::OrphanScan>,
     /// When the last orphan sweep began.
     last_orphan_sweep: Option<Instant>,
+    /// The value region's horizon and departed owners' chunks.
+    values: values::ValueWatch,
 }
 
 /// Model-region space no slot references any more, waiting to be reused.

@@ -69,6 +69,7 @@ impl<E: Endpoint> Retrainer<E> {
             published_problem: None,
             orphan_scan: None,
             last_orphan_sweep: None,
+            values: values::ValueWatch::default(),
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)
