@@ -191,3 +191,291 @@ fn chunks_of_a_store_that_closed_go_back_and_another_store_reuses_their_free_blo
     );
     assert!(store.value_blocks_reused() > 0);
 }
+
+#[test]
+fn a_reader_outside_the_epochs_that_finds_its_block_reused_reads_again_through_the_leaf() {
+    // A store that did not join its memory node announces no epoch: nothing waits for its
+    // operations, and a block it is about to READ may be freed and reused under it. The block's
+    // key, length and checksum tell it so, and it reads again through the leaf.
+    let transport = loaded(40, SimConfig::default());
+    let mut worker = watcher(&transport);
+    let outsider = Store::open(
+        transport.clone(),
+        StoreConfig {
+            join_members: false,
+            ..config()
+        },
+    )
+    .expect("open");
+    let mut reader = outsider.client().expect("client");
+    let busy_store = Store::open(transport.clone(), config()).expect("open");
+    let mut writer = busy_store.client().expect("client");
+    assert_eq!(reader.get_value(170), Ok(Some(value(170, 0))));
+    let gate = Gate::new();
+    reader.endpoint_mut().pause_after(1, gate.clone());
+    let get = std::thread::spawn(move || {
+        let got = reader.get_value(170);
+        (got, reader.value_retries())
+    });
+    assert!(gate.wait_for_arrival(Duration::from_secs(5)));
+    // Every key rewritten many times: key 170's old block is freed and taken by another value.
+    for round in 1..=60 {
+        for k in 0..40 {
+            writer
+                .update_value(k * 10, &value(k * 10, round))
+                .expect("update");
+        }
+        settle(&mut worker, 1);
+    }
+    assert!(busy_store.value_blocks_reused() > 0);
+    gate.open();
+    let (got, retries) = get.join().expect("reader");
+    assert_eq!(
+        got,
+        Ok(Some(value(170, 60))),
+        "a foreign or torn value was returned"
+    );
+    assert!(
+        retries > 0,
+        "the block was not reused under the reader (the test proves nothing)"
+    );
+    space(&transport);
+}
+
+/// The version a value of `key` carries, if its bytes are a value of `key` and whole.
+fn version_of(key: u64, bytes: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let rest = text.strip_prefix(&format!("key {key} version "))?;
+    let (version, tail) = rest.split_once(';')?;
+    let version: u64 = version.parse().ok()?;
+    (bytes == stress_value(key, version).as_slice() && tail.bytes().all(|b| b == b'.'))
+        .then_some(version)
+}
+
+/// Lengths vary with the version, so blocks of several size classes are freed and reused.
+fn stress_value(key: u64, version: u64) -> Vec<u8> {
+    let mut v = format!("key {key} version {version};").into_bytes();
+    v.resize(30 + ((key * 7 + version * 13) % 300) as usize, b'.');
+    v
+}
+
+#[test]
+fn torn_stress_readers_on_other_stores_see_whole_current_values_while_blocks_are_reused() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const KEYS: u64 = 64;
+    const ROUNDS: u64 = 600;
+    const WRITERS: u64 = 4;
+    let load = load_config();
+    let size = required_pool_bytes(KEYS, &load, 4_000).next_multiple_of(4096);
+    let transport = SimTransport::anonymous_with(&[size], SimConfig::harsh()).expect("pool");
+    let pairs = (0..KEYS)
+        .map(|k| (k * 10, stress_value(k * 10, 0)))
+        .collect();
+    bootstrap_values(&transport, pairs, &load, |_, _, _, _| {}).expect("load");
+    let node = transport.memory_nodes()[0];
+    let cfg = StoreConfig {
+        retrain_threshold: 4,
+        ..config()
+    };
+    let writers = Store::open(transport.clone(), cfg.clone()).expect("open");
+    let readers = Store::open(transport.clone(), cfg).expect("open");
+    // What each key's last completed write was (a reader must never see older).
+    let done_version: Arc<Vec<AtomicU64>> =
+        Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (transport, stop) = (transport.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut worker = Retrainer::new(
+                transport.endpoint().expect("endpoint"),
+                node,
+                retrainer::RetrainConfig {
+                    idle_sweep_threshold: 2,
+                    sweep_interval: Duration::from_millis(2),
+                    ..retrainer::RetrainConfig::default()
+                },
+            )
+            .expect("worker");
+            worker.watch_members(
+                Duration::from_secs(30),
+                Box::new(transport.fence(node.id).expect("fence")),
+            );
+            worker.run(|| stop.load(Ordering::Acquire)).expect("worker")
+        })
+    };
+    // Four writers on one store, each with a quarter of the keys.
+    let mut threads = Vec::new();
+    for t in 0..WRITERS {
+        let mut client = writers.client().expect("client");
+        let done_version = Arc::clone(&done_version);
+        threads.push(std::thread::spawn(move || {
+            for round in 1..=ROUNDS {
+                for k in (t..KEYS).step_by(WRITERS as usize) {
+                    let key = k * 10;
+                    let v = stress_value(key, round);
+                    let changed = if round % 5 == 0 {
+                        client
+                            .put_value(key, &v)
+                            .expect("put")
+                            .then_some(())
+                            .is_none()
+                    } else {
+                        client.update_value(key, &v).expect("update")
+                    };
+                    assert!(changed, "key {key} round {round}");
+                    done_version[k as usize].store(round, Ordering::Release);
+                    if round % 10 == 0 {
+                        // Keys beside it (never read by the checkers) split its leaves, and the
+                        // retrainer moves all of them to new records.
+                        let extra = key + 1 + (round / 10) % 9;
+                        client
+                            .put_value(extra, &stress_value(extra, round))
+                            .expect("extra");
+                    }
+                }
+            }
+            client.value_retries()
+        }));
+    }
+    let mut checkers = Vec::new();
+    for r in 0..2u64 {
+        let mut client = readers.client().expect("client");
+        let done_version = Arc::clone(&done_version);
+        let stop = Arc::clone(&stop);
+        checkers.push(std::thread::spawn(move || {
+            let mut seen = vec![0u64; KEYS as usize];
+            let mut reads = 0u64;
+            let mut i = r;
+            while !stop.load(Ordering::Acquire) {
+                i = i
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let i = i >> 20;
+                let k = i % KEYS;
+                let key = k * 10;
+                if i % 7 == 0 {
+                    // A scan: every value whole, the checked keys in order and none older than
+                    // before the scan began.
+                    let floor: Vec<u64> = (0..KEYS)
+                        .map(|j| done_version[j as usize].load(Ordering::Acquire))
+                        .collect();
+                    let rows = client.scan_values(key, 24).expect("scan");
+                    let mut next = k;
+                    for (got, bytes) in &rows {
+                        let version = version_of(*got, bytes)
+                            .unwrap_or_else(|| panic!("torn or foreign value of {got}: {bytes:?}"));
+                        if got % 10 != 0 {
+                            continue;
+                        }
+                        assert_eq!(*got, next * 10, "scan skipped a key");
+                        let j = next as usize;
+                        assert!(
+                            version >= floor[j],
+                            "key {got}: version {version} < {}",
+                            floor[j]
+                        );
+                        next += 1;
+                    }
+                } else {
+                    let floor = done_version[k as usize]
+                        .load(Ordering::Acquire)
+                        .max(seen[k as usize]);
+                    let bytes = client.get_value(key).expect("get").expect("present");
+                    let version = version_of(key, &bytes)
+                        .unwrap_or_else(|| panic!("torn or foreign value of {key}: {bytes:?}"));
+                    assert!(
+                        version >= floor,
+                        "key {key}: version {version} after {floor}"
+                    );
+                    seen[k as usize] = version;
+                }
+                reads += 1;
+            }
+            (reads, client.value_retries())
+        }));
+    }
+    let mut writer_retries = 0;
+    for t in threads {
+        writer_retries += t.join().expect("writer");
+    }
+    stop.store(true, Ordering::Release);
+    let mut reads = 0;
+    for c in checkers {
+        let (n, retries) = c.join().expect("reader");
+        reads += n;
+        // Inside the epochs a block is never reused under a reader.
+        assert_eq!(retries, 0, "a reader met a reused block");
+    }
+    assert_eq!(writer_retries, 0);
+    let stats = worker.join().expect("worker");
+    assert!(reads > 1_000, "readers did {reads} reads");
+    assert!(
+        writers.value_blocks_reused() > 1_000,
+        "reused {}",
+        writers.value_blocks_reused()
+    );
+    assert!(stats.retrains > 0, "no retraining ran");
+    let mut c = readers.client().expect("client");
+    for k in 0..KEYS {
+        assert_eq!(c.get_value(k * 10), Ok(Some(stress_value(k * 10, ROUNDS))));
+    }
+    drop((c, writers, readers));
+    space(&transport);
+}
+
+#[test]
+fn a_block_handed_to_a_paused_write_is_not_taken_for_free_by_its_own_store() {
+    // Client B of a store takes a block for its write and stops before its first batch (the
+    // block's state byte still says free); client A of the same store meanwhile writes so much
+    // that its allocator scans the chunk, waits out the horizon and reuses what it found free.
+    // B's block must not be among what it found free: B writes it once it resumes, and two keys
+    // would share one block.
+    let transport = loaded(40, SimConfig::default());
+    let mut worker = watcher(&transport);
+    let store = Store::open(transport.clone(), config()).expect("open");
+    let mut a = store.client().expect("client");
+    let mut b = store.client().expect("client");
+    // A claims a chunk first, so B's block comes from it without a verb (a thread stopped inside
+    // the allocator would hold its lock).
+    a.update_value(0, &value(0, 0)).expect("update");
+    let gate = Gate::new();
+    b.endpoint_mut().pause_after(0, gate.clone());
+    // B's key is in the last leaf (390 and up), which A leaves alone: B holds that leaf's lock
+    // stripe while it is stopped.
+    let paused = std::thread::spawn(move || {
+        let done = b.put_value(395, &value(395, 1));
+        (done, b)
+    });
+    assert!(gate.wait_for_arrival(Duration::from_secs(5)));
+    for round in 1..=60 {
+        for k in 0..39 {
+            a.update_value(k * 10, &value(k * 10, round))
+                .expect("update");
+        }
+        settle(&mut worker, 1);
+    }
+    gate.open();
+    let (done, _b) = paused.join().expect("writer");
+    assert_eq!(done, Ok(true));
+    // B's operation held the store's epoch back; now reuse goes on.
+    for round in 61..=120 {
+        for k in 0..39 {
+            a.update_value(k * 10, &value(k * 10, round))
+                .expect("update");
+        }
+        settle(&mut worker, 1);
+    }
+    assert!(store.value_blocks_reused() > 0);
+    for k in 0..39 {
+        assert_eq!(
+            a.get_value(k * 10),
+            Ok(Some(value(k * 10, 120))),
+            "key {}",
+            k * 10
+        );
+    }
+    assert_eq!(a.get_value(395), Ok(Some(value(395, 1))));
+    space(&transport);
+}
