@@ -68,6 +68,38 @@
 //! retrainer.join().expect("no panic")?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Example: byte values
+//!
+//! A pool bulk-loaded with a value region stores values of up to 64 KiB: each leaf entry holds an
+//! 8-byte reference to a block of the memory node's value region (`docs/ARCHITECTURE.md` §12). A
+//! GET takes two round trips, a PUT still two.
+//!
+//! ```
+//! # #[cfg(loom)] fn main() {} // the simulator's loom build runs only inside loom models
+//! # #[cfg(not(loom))] fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use index_core::{Store, StoreConfig, bootstrap_values};
+//! use leaf_store::{BulkLoadConfig, ValueConfig, required_pool_bytes};
+//! use sim_transport::SimTransport;
+//!
+//! let load = BulkLoadConfig {
+//!     values: Some(ValueConfig::with_bytes(16 << 20)), // a 16 MiB value region
+//!     ..BulkLoadConfig::default()
+//! };
+//! let records: Vec<(u64, Vec<u8>)> =
+//!     (0..1_000u64).map(|k| (k, format!("record {k}").into_bytes())).collect();
+//! let size = required_pool_bytes(records.len() as u64, &load, 1_000).next_multiple_of(8);
+//! let memory_node = SimTransport::anonymous(&[size])?;
+//! bootstrap_values(&memory_node, records, &load, |_, _, _, _| {})?;
+//! let store = Store::open(memory_node, StoreConfig::default())?;
+//! let mut client = store.client()?;
+//! client.put_value(5_000, b"a new record, of any length")?;
+//! assert_eq!(client.get_value(7)?, Some(b"record 7".to_vec()));
+//! let rows = client.scan_values(998, 3)?;
+//! assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [998, 999, 5_000]);
+//! assert!(client.get(7).is_err()); // a u64 operation on a pool of byte values
+//! # Ok(()) }
+//! ```
 
 mod backoff;
 mod bootstrap;

@@ -54,6 +54,10 @@ pub struct Options {
     pub ops_per_client: usize,
     /// Whether faults are injected.
     pub faults: bool,
+    /// Whether the pools store byte values (every operation then goes through the value
+    /// blocks: `get_value`, `put_value`, `scan_values`, ...), each value's bytes naming its key and
+    /// the number the history records.
+    pub byte_values: bool,
 }
 
 impl Default for Options {
@@ -61,9 +65,45 @@ impl Default for Options {
         Self {
             ops_per_client: 25,
             faults: true,
+            byte_values: false,
         }
     }
 }
+
+/// The bytes the simulation stores for value `v` of `key` in a pool with byte values: both
+/// numbers, then 0 to 299 bytes that depend on them (so lengths, and size classes, vary).
+pub fn value_bytes(key: u64, v: u64) -> Vec<u8> {
+    let mix = (key ^ v.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let len = (mix >> 40) % 300;
+    let mut out = Vec::with_capacity(16 + len as usize);
+    out.extend_from_slice(&key.to_le_bytes());
+    out.extend_from_slice(&v.to_le_bytes());
+    out.extend((0..len).map(|i| (mix >> (i % 7 * 8)) as u8 ^ i as u8));
+    out
+}
+
+/// The number a value of `key` read back stands for; a torn or foreign value ends the run.
+fn value_number(key: u64, bytes: &[u8]) -> u64 {
+    let v = bytes
+        .get(8..16)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        .unwrap_or(u64::MAX);
+    if bytes.get(..8) != Some(&key.to_le_bytes()[..]) || value_bytes(key, v) != bytes {
+        sim_scheduler::fail(&format!(
+            "key {key} read a torn or foreign value of {} bytes: {:?}",
+            bytes.len(),
+            &bytes[..bytes.len().min(32)]
+        ));
+    }
+    v
+}
+
+/// The value region of a pool with byte values: small chunks, so that chunks are claimed,
+/// left, adopted and given back all the time.
+const VALUES: leaf_store::ValueConfig = leaf_store::ValueConfig {
+    bytes: 1 << 20,
+    chunk_bytes: 2048,
+};
 
 /// Faults injected in a run, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -152,6 +192,8 @@ struct World {
     leak_free: AtomicBool,
     /// The sum of every store's `leaves_forgotten`, added as each closes.
     forgotten: AtomicU64,
+    /// Whether the pools store byte values.
+    byte_values: bool,
 }
 
 impl World {
@@ -203,18 +245,40 @@ fn layout_config(rng: &mut XorShift64) -> BulkLoadConfig {
     }
 }
 
-/// `keys` (value = key) bulk-loaded over `nodes` simulated memory nodes, range-partitioned.
+/// `keys` (value = key) bulk-loaded over `nodes` simulated memory nodes, range-partitioned
+/// (with byte values if `config` has a value region).
 fn load(keys: &[u64], nodes: usize, config: &BulkLoadConfig, sim: SimConfig) -> SimTransport {
     let size =
         leaf_store::required_pool_bytes(keys.len() as u64, config, 2048).next_multiple_of(4096);
     let transport = SimTransport::anonymous_with(&vec![size; nodes], sim)
         .unwrap_or_else(|e| sim_scheduler::fail(&format!("pool: {e}")));
-    if let Err(e) =
+    let loaded = if config.values.is_some() {
+        let pairs = keys.iter().map(|&k| (k, value_bytes(k, k))).collect();
+        index_core::bootstrap_values(&transport, pairs, config, |_, _, _, _| {}).map(|_| ())
+    } else {
         index_core::bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), config)
-    {
+            .map(|_| ())
+    };
+    if let Err(e) = loaded {
         sim_scheduler::fail(&format!("bulk load: {e}"));
     }
     transport
+}
+
+/// Every key and value number a new store reads (a full scan).
+fn contents(transport: &SimTransport, byte_values: bool) -> BTreeMap<u64, u64> {
+    if !byte_values {
+        return integration_tests::recovery::contents(transport);
+    }
+    let mut reader =
+        integration_tests::write_scenarios::other_client(transport, Duration::from_secs(10));
+    match reader.scan_values(0, usize::MAX) {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|(k, bytes)| (k, value_number(k, &bytes)))
+            .collect(),
+        Err(e) => sim_scheduler::fail(&format!("final scan: {e}")),
+    }
 }
 
 /// The body of a run (its first thread): builds the world, runs it, checks it; a failed check
@@ -238,7 +302,10 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         ..SimConfig::default()
     };
     let keys: Vec<u64> = (0..24).map(|i| i * 10).collect();
-    let config = layout_config(&mut rng);
+    let config = BulkLoadConfig {
+        values: options.byte_values.then_some(VALUES),
+        ..layout_config(&mut rng)
+    };
     // Two memory nodes in a third of the runs: a compute node is a member of each, with a lease,
     // an epoch and views to confirm on each, and each has a worker of its own.
     let memory_nodes = if rng.next_u64().is_multiple_of(3) {
@@ -265,8 +332,13 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         (0, 30)
     };
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients, {} keys, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
+        "{compute_nodes} compute nodes x {clients} clients, {} keys{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
         key_space.1 * 2,
+        if options.byte_values {
+            " with byte values"
+        } else {
+            ""
+        },
         if memory_nodes == 1 { "" } else { "s" },
         sim.torn,
         sim.reordering,
@@ -296,6 +368,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         keys: key_space,
         leak_free: AtomicBool::new(!options.faults),
         forgotten: AtomicU64::new(0),
+        byte_values: options.byte_values,
     });
 
     let workers: Vec<_> = (0..memory_nodes)
@@ -384,6 +457,11 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         }
         reclaimed += worker.stats().orphans_reclaimed;
         let node = worker.layout().node();
+        // Every member is gone: the value chunks they held go back, with their unnamed blocks
+        // freed, before `verify` looks for leaked ones.
+        if let Err(e) = worker.check_members() {
+            sim_scheduler::fail(&format!("check: {e}"));
+        }
         integration_tests::recovery::retrain_and_verify(
             worker,
             &world.transport,
@@ -401,7 +479,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     }
 
     // The final contents, read by a new store, close the history.
-    let contents = integration_tests::recovery::contents(&world.transport);
+    let contents = contents(&world.transport, world.byte_values);
     let mut history = world.recorder.entries();
     let mut clock = history.iter().filter_map(|e| e.ret).max().unwrap_or(0) + 1;
     let mut keys: Vec<u64> = initial.keys().copied().collect();
@@ -643,13 +721,38 @@ fn run_client(
         };
         let at = world.recorder.call(name, op);
         let answered = |r: Result<bool, IndexError>| r.map(|d| Returned::Kv(KvResult::Done(d)));
-        let result = match op {
-            Op::Kv(key, KvOp::Get) => client.get(key).map(|v| Returned::Kv(KvResult::Value(v))),
-            Op::Kv(key, KvOp::Insert(v)) => answered(client.insert(key, v)),
-            Op::Kv(key, KvOp::Update(v)) => answered(client.update(key, v)),
-            Op::Kv(key, KvOp::Upsert(v)) => answered(client.upsert(key, v)),
-            Op::Kv(key, KvOp::Delete) => answered(client.delete(key)),
-            Op::Scan(start, n) => client.scan(start, n).map(Returned::Scan),
+        let result = if world.byte_values {
+            match op {
+                Op::Kv(key, KvOp::Get) => client
+                    .get_value(key)
+                    .map(|v| Returned::Kv(KvResult::Value(v.map(|b| value_number(key, &b))))),
+                Op::Kv(key, KvOp::Insert(v)) => {
+                    answered(client.insert_value(key, &value_bytes(key, v)))
+                }
+                Op::Kv(key, KvOp::Update(v)) => {
+                    answered(client.update_value(key, &value_bytes(key, v)))
+                }
+                Op::Kv(key, KvOp::Upsert(v)) => {
+                    answered(client.put_value(key, &value_bytes(key, v)))
+                }
+                Op::Kv(key, KvOp::Delete) => answered(client.delete(key)),
+                Op::Scan(start, n) => client.scan_values(start, n).map(|rows| {
+                    Returned::Scan(
+                        rows.into_iter()
+                            .map(|(k, b)| (k, value_number(k, &b)))
+                            .collect(),
+                    )
+                }),
+            }
+        } else {
+            match op {
+                Op::Kv(key, KvOp::Get) => client.get(key).map(|v| Returned::Kv(KvResult::Value(v))),
+                Op::Kv(key, KvOp::Insert(v)) => answered(client.insert(key, v)),
+                Op::Kv(key, KvOp::Update(v)) => answered(client.update(key, v)),
+                Op::Kv(key, KvOp::Upsert(v)) => answered(client.upsert(key, v)),
+                Op::Kv(key, KvOp::Delete) => answered(client.delete(key)),
+                Op::Scan(start, n) => client.scan(start, n).map(Returned::Scan),
+            }
         };
         world.ops.fetch_add(1, Ordering::SeqCst);
         match result {

@@ -50,6 +50,37 @@ fn the_ci_budget_of_seeds_passes_every_check() {
     );
 }
 
+/// Seeds the CI runs with byte values (every operation through value blocks: allocation in
+/// chunks, reuse past the horizon, chunks left and adopted, free words settled by recovery).
+const CI_VALUE_SEEDS: u64 = 200;
+
+#[test]
+fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
+    let started = Instant::now();
+    let options = Options {
+        byte_values: true,
+        ..Options::default()
+    };
+    let (mut ops, mut faults, mut runs) = (0, 0, 0);
+    for seed in 0..CI_VALUE_SEEDS {
+        let report = run_seed(seed, &options);
+        assert!(
+            report.passed(),
+            "seed {seed}: {:?}\n{}\nreplay: cargo run --release -p store-sim --bin simulate -- --seed {seed} --values",
+            report.outcome,
+            report.summary.shape
+        );
+        runs += 1;
+        ops += report.summary.ops;
+        faults += report.summary.faults.total();
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "store-sim, byte values: {runs} schedules, {ops} operations, {faults} faults checked in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 fn a_seed_replays_the_same_schedule() {
     let options = Options::default();

@@ -2,8 +2,10 @@
 //! prints the command that replays it.
 //!
 //! ```text
-//! simulate [--from S] [--seeds N] [--ops N] [--no-faults]   run seeds S, S+1, ... (N of them)
-//! simulate --seed S [--ops N] [--no-faults] [--history]     replay one seed
+//! simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values]   run seeds S, S+1, ... (N of them)
+//! simulate --seed S [--ops N] [--no-faults] [--values] [--history]     replay one seed
+//!
+//! With `--values`, the pools store byte values and every operation goes through value blocks.
 //! ```
 //!
 //! With `--history`, a replay prints the faults as they were injected (each with the history's
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--keep-going] | --seed S [--ops N] [--no-faults] [--history]";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--history]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +39,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "--ops",
         "--seed",
         "--no-faults",
+        "--values",
         "--history",
         "--keep-going",
         "--help",
@@ -49,7 +52,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         i += if matches!(
             a.as_str(),
-            "--no-faults" | "--history" | "--keep-going" | "--help"
+            "--no-faults" | "--values" | "--history" | "--keep-going" | "--help"
         ) {
             1
         } else {
@@ -67,6 +70,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let options = Options {
         ops_per_client: ops as usize,
         faults: !args.iter().any(|a| a == "--no-faults"),
+        byte_values: args.iter().any(|a| a == "--values"),
     };
     let flags = replay_flags(&options);
     if args.iter().any(|a| a == "--seed") {
@@ -146,6 +150,9 @@ fn replay_flags(options: &Options) -> String {
     let mut flags = String::new();
     if options.ops_per_client != Options::default().ops_per_client {
         flags.push_str(&format!(" --ops {}", options.ops_per_client));
+    }
+    if options.byte_values {
+        flags.push_str(" --values");
     }
     if !options.faults {
         flags.push_str(" --no-faults");
