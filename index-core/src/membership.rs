@@ -261,7 +261,18 @@ impl Members {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
-                .all(|r| r.is_revoked() || r.epoch >= epoch)
+                .all(|r| (r.is_revoked() && !self.settles_values(r)) || r.epoch >= epoch)
+    }
+
+    /// Whether `r` may have left a value free word (it may hold a lock on a memory node with byte
+    /// values): then it counts as running until settled, not only until fenced — the block the
+    /// word names must not be reused before the word is settled (`crate::self_recovery`).
+    fn settles_values(&self, r: &Retired) -> bool {
+        r.lock.is_some_and(|lock| {
+            self.nodes
+                .get(lock.node)
+                .is_some_and(|(table, _)| table.layout().values().is_some())
+        })
     }
 
     /// Stops renewing without leaving (a fault drill: the compute node looks dead to the memory

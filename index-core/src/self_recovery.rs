@@ -21,6 +21,11 @@
 //!    unlink took out of the chain without marking it, the unlink word cleared, every box slot
 //!    naming a leaf the chain links cleared (a split cut after its link, before its box clear),
 //!    then the unlock — each fenced behind the bump, each idempotent, the unlock last.
+//!    In a pool with byte values, the value free words of the retired indexes (the block each
+//!    write was replacing) are settled after the repair and before the unlock, the chain final:
+//!    a block no entry names any more is freed, then the words are cleared. Until a retired
+//!    index is settled, its operation counts as running (`Members::quiescent_since`): the block
+//!    cannot have been reused meanwhile, so "no entry names it" means what it says.
 //! 4. The slot is queued for retraining (an SLT slot a cut-short split claimed but never linked
 //!    is dropped by it), and the index is unregistered and freed.
 //!
@@ -219,8 +224,47 @@ pub(crate) fn settle_group<E: Endpoint>(
             .map(|&(at, word)| Verb::cas(at, word, 0).fenced()),
     );
     let lt_addr = offset(record_addr, record.layout().lt_entry(leaf));
-    verbs.push(Verb::cas(lt_addr, entry.raw(), entry.unlocked().raw()).fenced());
-    ep.batches(&mut verbs)?;
+    let unlock = Verb::cas(lt_addr, entry.raw(), entry.unlocked().raw()).fenced();
+    // Byte values: a value free word one of them left names the block its write was replacing.
+    // Settled under the lock, once the chain is final: the block is freed if no entry names it
+    // any more, then the word cleared (before the index is freed, and — the retired operation
+    // counting as running until then — before the block can be reused).
+    let free_words: Vec<(RemoteAddr, u64)> = match layout.values() {
+        Some(_) => {
+            let mut words = Vec::new();
+            for retired in group {
+                let at = table.free_word_addr(member.tag, retired.index);
+                let word = ep.read_word(at)?;
+                if word != 0 {
+                    words.push((at, word));
+                }
+            }
+            words
+        }
+        None => Vec::new(),
+    };
+    if free_words.is_empty() {
+        verbs.push(unlock);
+        ep.batches(&mut verbs)?;
+    } else {
+        ep.batches(&mut verbs)?;
+        drop(verbs);
+        let repaired = read_record(ep, layout, slot, record_addr)?;
+        let named: Vec<u64> = leaf_store::walk_chain(ep, layout, &repaired, leaf as usize)?
+            .iter()
+            .flat_map(|(_, l)| l.entries().iter().map(|&(_, v)| v))
+            .collect();
+        let free = [leaf_store::value::STATE_FREE];
+        let states: Vec<RemoteAddr> = free_words
+            .iter()
+            .filter(|&&(_, word)| !named.contains(&word))
+            .filter_map(|&(_, word)| crate::values::state_of_ref(layout, word))
+            .collect();
+        let mut settle: Vec<Verb<'_>> = states.iter().map(|&at| Verb::write(at, &free)).collect();
+        settle.extend(free_words.iter().map(|&(at, _)| Verb::write(at, &zero)));
+        settle.push(unlock);
+        ep.batches(&mut settle)?;
+    }
     drop(parked);
     let _ = retrainer::queue::enqueue(ep, layout, slot);
     Ok(Settled::Done)

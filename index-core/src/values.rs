@@ -38,6 +38,16 @@ const ADOPT_CHUNKS: usize = 8;
 /// How soon a class is scanned again after a scan that found nothing ready.
 const RESCAN_AFTER: Duration = Duration::from_millis(1);
 
+/// The state byte of the block a leaf's value word `raw` names on the pool of `layout`, if it
+/// names a block of its value region.
+pub(crate) fn state_of_ref(layout: &leaf_store::Layout, raw: u64) -> Option<RemoteAddr> {
+    let region = layout.values()?;
+    let value = ValueRef::from_raw(raw);
+    let class = leaf_store::value::class_for(value.len())?;
+    let (chunk, _, index) = region.locate(value.offset(), |_| Some(class))?;
+    Some(region.state_addr(chunk, index))
+}
+
 /// A block of the value region: chunk, size class, index in the chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Block {

@@ -233,3 +233,53 @@ fn a_crash_at_any_verb_of_a_value_write_shows_nothing_torn_and_recovery_leaks_no
         }
     }
 }
+
+#[test]
+fn a_crash_at_any_verb_of_a_value_write_is_settled_by_the_live_store_itself() {
+    // The client's endpoint dies, its store lives on: the store revokes the connection, repairs
+    // the lock it may have left, and settles the client's value free word (the block its write
+    // was replacing) before the index is used again. Once the store closes, nothing is leaked.
+    for s in SCENARIOS {
+        let total = verbs_of(s);
+        for k in 0..total {
+            let what = format!("{}: crash at verb {k} of {total}", s.name);
+            let mut p = prepare(s);
+            let mut worker = integration_tests::lease_watcher(&p.transport, LEASE);
+            worker.check_members().expect("first look");
+            p.client.endpoint_mut().crash_after(k);
+            let _ = apply(&mut p.client, s.op);
+            for _ in 0..2_000 {
+                if p.store.unrecovered_locks() == 0 {
+                    break;
+                }
+                worker.fill_boxes().expect("fence revoked connections");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            assert_eq!(p.store.unrecovered_locks(), 0, "{what}: never settled");
+            let mut ep = p.transport.endpoint().expect("endpoint");
+            let layout =
+                leaf_store::Layout::attach(&mut ep, p.transport.memory_nodes()[0]).expect("layout");
+            let table = leaf_store::members::MemberTable::new(&layout);
+            for tag in p.store.member_tags() {
+                let words = table.read_free_words(&mut ep, tag).expect("free words");
+                assert!(
+                    words.iter().all(|&w| w == 0),
+                    "{what}: a free word left set"
+                );
+            }
+            let now = contents(&p.transport);
+            assert!(
+                now == p.before || now == p.after,
+                "{what}: neither before nor after"
+            );
+            drop(p.client);
+            drop(p.store);
+            for _ in 0..3 {
+                worker.check_members().expect("check");
+            }
+            worker.poll().expect("poll");
+            while worker.retrain_next().expect("retrain").is_some() {}
+            assert_clean(&p.transport, &what);
+        }
+    }
+}

@@ -80,7 +80,8 @@ pub use ring::{RingEntry, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
 pub use verify_values::ValueSpace;
 pub use walk::{
-    TORN_READ_RETRIES, read_all_entries, read_leaf, read_record, read_slot_table, walk_chain,
+    TORN_READ_RETRIES, read_all_entries, read_all_entries_live, read_leaf, read_record,
+    read_slot_table, walk_chain,
 };
 
 /// Word `i` (8 bytes, little-endian, as every multi-byte value in remote memory) of bytes read

@@ -159,3 +159,42 @@ pub fn read_all_entries<E: Endpoint>(
     }
     Ok(out)
 }
+
+/// Every `(key, value)` entry of the pool, read while compute nodes may be writing it: exact for
+/// every key present throughout. Each slot's record and chains are read between two READs of
+/// the record's header word, and read again if the word changed — a split moves keys to its new
+/// leaf, links it, bumps the header, and only then shrinks the old leaf, so a walk that saw the
+/// shrink without the link saw the header move. (The slot table and the records must not change
+/// meanwhile: the memory node's worker, which alone retrains, calls this.)
+pub fn read_all_entries_live<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+) -> Result<Vec<(u64, u64)>, LeafStoreError> {
+    let mut out = Vec::new();
+    for (slot, (record_addr, _)) in read_slot_table(ep, layout)?.into_iter().enumerate() {
+        let mut attempts = 0;
+        loop {
+            let before = ep.read_word(record_addr)?;
+            let record = read_record(ep, layout, slot as u64, record_addr)?;
+            let mut entries = Vec::new();
+            for leaf in 0..record.lt.len() {
+                for (_, contents) in walk_chain(ep, layout, &record, leaf)? {
+                    entries.extend_from_slice(contents.entries());
+                }
+            }
+            if ep.read_word(record_addr)? == before {
+                out.extend(entries);
+                break;
+            }
+            attempts += 1;
+            if attempts > 10_000 {
+                return Err(LeafStoreError::CorruptRecord {
+                    slot: slot as u64,
+                    reason: "its header kept changing during a walk".into(),
+                });
+            }
+            crate::sync::thread::yield_now();
+        }
+    }
+    Ok(out)
+}

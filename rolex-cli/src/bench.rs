@@ -74,6 +74,12 @@ pub struct BenchArgs {
     /// A YCSB workload property file (overrides --workload, and --keys/--ops where it sets them).
     #[arg(long)]
     pub workload_file: Option<PathBuf>,
+    /// Store byte values of this many bytes (`N`, or `MIN-MAX` uniform; at most 65536) instead
+    /// of 8-byte integers: each leaf entry then names a block of the memory node's value region,
+    /// and a GET reads the leaf and the block. A workload file's fieldcount x fieldlength sets
+    /// it too. Embedded ROLEX memory nodes only (for now).
+    #[arg(long, value_parser = crate::checks::value_size)]
+    pub value_size: Option<crate::checks::ValueSize>,
     /// Request distribution (default: the workload's own: zipfian, or latest for YCSB D).
     #[arg(long, value_enum)]
     pub request_dist: Option<RequestDist>,
@@ -290,6 +296,26 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         if !typed("insert_order") {
             args.insert_order = file.insert_order.unwrap_or(args.insert_order);
         }
+        if !typed("value_size")
+            && let Some(bytes) = file.record_bytes
+        {
+            args.value_size = Some(crate::checks::ValueSize {
+                min: bytes,
+                max: bytes,
+            });
+        }
+    }
+    if args.value_size.is_some() {
+        if args.index == IndexKind::Bplus {
+            return Err(
+                "--value-size: the B+-tree baseline stores 8-byte values only (for now)".into(),
+            );
+        }
+        if !args.attach.is_empty() || args.transport == CliTransport::Verbs {
+            return Err(
+                "--value-size: byte values run on embedded memory nodes only (for now)".into(),
+            );
+        }
     }
     let args = &args;
     let (keys_wanted, ops) = (args.keys, args.ops);
@@ -373,13 +399,16 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
             return run_bplus(args, ops, &mix, set, expected_inserts);
         }
         bar.set_message("bulk load");
+        let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
         let load = BulkLoadConfig {
             epsilon: args.epsilon,
             delta: args.delta,
             fill: args.fill,
+            values: args.value_size.map(|size| {
+                crate::index::value_region(size, per_node + expected_inserts / args.memory_nodes)
+            }),
             ..BulkLoadConfig::default()
         };
-        let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
         let spare =
             (expected_inserts / args.memory_nodes).saturating_mul(2) / args.fill.max(1) + 1024;
         let size = required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4;
@@ -390,16 +419,28 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         .map_err(|e| e.to_string())?;
         bar.finish_and_clear();
         let load_bar = progress(args.quiet, Some(1), "bulk load");
-        index_core::bootstrap_with_progress(
-            &transport,
-            set.loaded.iter().map(|&k| (k, k)).collect(),
-            &load,
-            |node, phase, done, total| {
-                load_bar.set_message(format!("memory node {node}: {}", phase.describe()));
-                load_bar.set_length(total.max(1));
-                load_bar.set_position(done);
-            },
-        )
+        let show = |node: usize, phase: leaf_store::Phase, done: u64, total: u64| {
+            load_bar.set_message(format!("memory node {node}: {}", phase.describe()));
+            load_bar.set_length(total.max(1));
+            load_bar.set_position(done);
+        };
+        match args.value_size {
+            Some(size) => index_core::bootstrap_values(
+                &transport,
+                set.loaded
+                    .iter()
+                    .map(|&k| (k, crate::index::value_bytes(size, k, k)))
+                    .collect(),
+                &load,
+                show,
+            ),
+            None => index_core::bootstrap_with_progress(
+                &transport,
+                set.loaded.iter().map(|&k| (k, k)).collect(),
+                &load,
+                show,
+            ),
+        }
         .map_err(|e| e.to_string())?;
         load_bar.finish_and_clear();
         bar.finish_and_clear();
@@ -450,17 +491,33 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     let opening = std::time::Instant::now();
     let store = open_rolex(args, transport)?;
     let open_seconds = opening.elapsed().as_secs_f64();
-    let mut report = run_workload(
-        args,
-        ops,
-        &mix,
-        store,
-        loaded,
-        to_insert,
-        retrainers,
-        &stop_retrainers,
-        &retrain_progress,
-    )?;
+    let mut report = match args.value_size {
+        Some(size) => {
+            let store = Arc::new(crate::index::ValueStore::new(store, size));
+            run_workload(
+                args,
+                ops,
+                &mix,
+                store,
+                loaded,
+                to_insert,
+                retrainers,
+                &stop_retrainers,
+                &retrain_progress,
+            )?
+        }
+        None => run_workload(
+            args,
+            ops,
+            &mix,
+            store,
+            loaded,
+            to_insert,
+            retrainers,
+            &stop_retrainers,
+            &retrain_progress,
+        )?,
+    };
     report.open_seconds = Some(open_seconds);
     Ok(report)
 }

@@ -14,6 +14,48 @@
 
 use std::ops::RangeInclusive;
 
+/// The size of the byte values a bench run stores: every value `min` bytes, or uniform in
+/// `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ValueSize {
+    /// Shortest value.
+    pub min: u64,
+    /// Longest value.
+    pub max: u64,
+}
+
+impl std::fmt::Display for ValueSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.min == self.max {
+            write!(f, "{} bytes", self.min)
+        } else {
+            write!(f, "{}-{} bytes (uniform)", self.min, self.max)
+        }
+    }
+}
+
+/// `--value-size`: `N` bytes, or `MIN-MAX` (uniform), each at most 64 KiB.
+pub fn value_size(s: &str) -> Result<ValueSize, String> {
+    let limit = leaf_store::value::MAX_VALUE_LEN;
+    let why = "a value is at most 64 KiB";
+    let (min, max) = match s.split_once('-') {
+        Some((a, b)) => (
+            integer_in(a, 0..=limit, why)?,
+            integer_in(b, 0..=limit, why)?,
+        ),
+        None => {
+            let n = integer_in(s, 0..=limit, why)?;
+            (n, n)
+        }
+    };
+    if min > max {
+        return Err(format!(
+            "'{s}': the shortest value is longer than the longest"
+        ));
+    }
+    Ok(ValueSize { min, max })
+}
+
 /// Most client threads one bench process runs: one connection index each.
 pub const MAX_THREADS: u64 = leaf_store::members::CONNECTIONS_PER_MEMBER;
 

@@ -76,6 +76,8 @@ pub struct Structure {
     /// Memory-node bytes the index occupies (B+-tree: pages and lock table; ROLEX's comes from
     /// its retrainer).
     pub pool_bytes: Option<u64>,
+    /// With byte values: what the value regions hold (`leaf_store::ValueSpace`, summed).
+    pub values: Option<leaf_store::ValueSpace>,
 }
 
 /// A compute node's handle on an index, shared by its bench threads.
@@ -164,8 +166,149 @@ where
             s.keys += report.keys;
             s.models += report.slots;
             s.clean &= report.is_clean();
+            if let Some(v) = report.values {
+                let sum = s.values.get_or_insert_with(leaf_store::ValueSpace::default);
+                sum.chunks += v.chunks;
+                sum.chunks_claimed += v.chunks_claimed;
+                sum.chunks_owned += v.chunks_owned;
+                sum.blocks += v.blocks;
+                sum.live_bytes += v.live_bytes;
+                sum.block_bytes += v.block_bytes;
+                sum.claimed_bytes += v.claimed_bytes;
+            }
         }
         Ok(s)
+    }
+}
+
+/// The value region a memory node needs for `keys` values of `size` (bulk-loaded and inserted):
+/// twice their blocks (freed blocks wait a few epochs before reuse, and each compute node keeps
+/// a partly used chunk per size class), plus 64 chunks.
+pub fn value_region(size: crate::checks::ValueSize, keys: u64) -> leaf_store::ValueConfig {
+    let chunk = leaf_store::value::DEFAULT_CHUNK_BYTES;
+    let block = leaf_store::value::class_for(size.max)
+        .map_or(size.max + 64, |c| leaf_store::value::CLASS_BYTES[c]);
+    leaf_store::ValueConfig {
+        bytes: keys
+            .saturating_mul(block + 1)
+            .saturating_mul(2)
+            .saturating_add(64 * chunk)
+            .next_multiple_of(8),
+        chunk_bytes: chunk,
+    }
+}
+
+/// The bytes the bench stores as value `v` of `key`: a length in `size` drawn from both, filled
+/// with `v`'s bytes.
+pub fn value_bytes(size: crate::checks::ValueSize, key: u64, v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    fill_value(size, key, v, &mut out);
+    out
+}
+
+fn fill_value(size: crate::checks::ValueSize, key: u64, v: u64, out: &mut Vec<u8>) {
+    let span = size.max - size.min + 1;
+    let len = size.min + (key ^ v.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) % span;
+    out.clear();
+    out.extend(v.to_le_bytes().iter().cycle().take(len as usize));
+}
+
+/// ROLEX storing byte values: each operation moves a value of the run's size.
+pub struct ValueStore<T: Transport> {
+    store: std::sync::Arc<index_core::Store<T>>,
+    size: crate::checks::ValueSize,
+}
+
+impl<T: Transport> ValueStore<T> {
+    /// `store` (whose pools hold byte values), with values of `size`.
+    pub fn new(
+        store: std::sync::Arc<index_core::Store<T>>,
+        size: crate::checks::ValueSize,
+    ) -> Self {
+        Self { store, size }
+    }
+}
+
+/// A bench thread's client of a [`ValueStore`].
+pub struct ValueClient<E: rdma_transport::Endpoint> {
+    client: index_core::Client<E>,
+    size: crate::checks::ValueSize,
+    buf: Vec<u8>,
+}
+
+impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
+    /// The value's first eight bytes as a number (what the bench wrote), if present.
+    fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
+        let found = self
+            .client
+            .get_value_into(key, &mut self.buf)
+            .map_err(rolex_failed)?;
+        Ok(found.then(|| {
+            let mut word = [0u8; 8];
+            let n = self.buf.len().min(8);
+            word[..n].copy_from_slice(&self.buf[..n]);
+            u64::from_le_bytes(word)
+        }))
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
+        fill_value(self.size, key, value, &mut self.buf);
+        self.client
+            .insert_value(key, &self.buf)
+            .map_err(rolex_failed)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
+        fill_value(self.size, key, value, &mut self.buf);
+        self.client
+            .update_value(key, &self.buf)
+            .map_err(rolex_failed)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, Failed> {
+        self.client.delete(key).map_err(rolex_failed)
+    }
+    fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed> {
+        self.client
+            .scan_values(start, n)
+            .map(|v| v.len())
+            .map_err(rolex_failed)
+    }
+    fn net_stats(&self) -> Stats {
+        self.client.net_stats()
+    }
+    fn lock_verbs(&self) -> u64 {
+        0
+    }
+}
+
+impl<T: Transport + 'static> BenchIndex for ValueStore<T>
+where
+    T::Endpoint: 'static,
+{
+    type Client = ValueClient<T::Endpoint>;
+
+    fn client(&self) -> Result<Self::Client, String> {
+        Ok(ValueClient {
+            client: self.store.client().map_err(|e| e.to_string())?,
+            size: self.size,
+            buf: Vec::new(),
+        })
+    }
+
+    fn reconnect(&self, client: &mut Self::Client) -> Result<(), String> {
+        self.store
+            .reconnect(&mut client.client)
+            .map_err(|e| e.to_string())
+    }
+
+    fn cache_bytes(&self) -> u64 {
+        self.store.cache_bytes()
+    }
+
+    fn memory_nodes(&self) -> u64 {
+        BenchIndex::memory_nodes(&*self.store)
+    }
+
+    fn structure(&self) -> Result<Structure, String> {
+        BenchIndex::structure(&*self.store)
     }
 }
 

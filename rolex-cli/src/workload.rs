@@ -113,13 +113,17 @@ pub struct PropertyFile {
     pub theta: Option<f64>,
     /// `insertorder`: `ordered` is [`crate::keys::InsertOrder::Append`], `hashed` is `Random`.
     pub insert_order: Option<crate::keys::InsertOrder>,
+    /// `fieldcount` × `fieldlength` (YCSB's defaults, 10 and 100, for the one not given), when the
+    /// file gives either: the record size, stored as a byte value.
+    pub record_bytes: Option<u64>,
 }
 
 /// Parses a YCSB workload property file (`key=value` lines, `#` comments): `recordcount`,
 /// `operationcount`, `readproportion`, `updateproportion`, `insertproportion`,
 /// `scanproportion`, `readmodifywriteproportion`, `requestdistribution`
 /// (uniform, zipfian, latest), `maxscanlength`, `zipfianconstant`, `insertorder` (hashed,
-/// ordered) and `scanlengthdistribution` (uniform only: another is refused). Unknown keys are
+/// ordered), `scanlengthdistribution` (uniform only: another is refused), and `fieldcount` and
+/// `fieldlength` (their product is the record size, stored as a byte value). Unknown keys are
 /// ignored, as YCSB does; malformed values and proportions that do not sum to 1 are errors.
 pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -134,6 +138,7 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
     };
     let (mut records, mut operations) = (None, None);
     let (mut theta, mut insert_order) = (None, None);
+    let (mut field_count, mut field_length) = (None, None);
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -163,6 +168,8 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             "scanproportion" => mix.scan = number()?,
             "readmodifywriteproportion" => mix.read_modify_write = number()?,
             "maxscanlength" => mix.max_scan_length = count()?.max(1),
+            "fieldcount" => field_count = Some(count()?),
+            "fieldlength" => field_length = Some(count()?),
             "zipfianconstant" => {
                 let t = number()?;
                 if !(t.is_finite() && t > 0.0) {
@@ -219,12 +226,27 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             path.display()
         ));
     }
+    let record_bytes = match (field_count, field_length) {
+        (None, None) => None,
+        (count, length) => {
+            let bytes = count.unwrap_or(10).saturating_mul(length.unwrap_or(100));
+            if bytes > leaf_store::value::MAX_VALUE_LEN {
+                return Err(format!(
+                    "{}: fieldcount x fieldlength is {bytes} bytes; a record is at most {} (64 KiB)",
+                    path.display(),
+                    leaf_store::value::MAX_VALUE_LEN
+                ));
+            }
+            Some(bytes)
+        }
+    };
     Ok(PropertyFile {
         record_count: records,
         operation_count: operations,
         mix,
         theta,
         insert_order,
+        record_bytes,
     })
 }
 

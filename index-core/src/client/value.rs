@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef, check_block, class_for, encode_block};
+use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef, check_block, encode_block};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
@@ -95,15 +95,6 @@ impl ValueIo {
     }
 }
 
-/// The state byte of the block `raw` (a leaf's value word) names, on `node`.
-fn state_of(node: &NodeCache, raw: u64) -> Option<RemoteAddr> {
-    let values = node.values.as_ref()?;
-    let value = ValueRef::from_raw(raw);
-    let class = class_for(value.len())?;
-    let (chunk, _, index) = values.region.locate(value.offset(), |_| Some(class))?;
-    Some(values.region.state_addr(chunk, index))
-}
-
 impl<E: Endpoint> Client<E> {
     /// Arms the value side of a commit: `changes` says whether the outcome changes the key's
     /// entry, `old` is the value word it replaces or deletes.
@@ -112,7 +103,9 @@ impl<E: Endpoint> Client<E> {
             return;
         }
         self.value_io.armed = changes;
-        self.value_io.free = old.filter(|_| changes).and_then(|raw| state_of(node, raw));
+        self.value_io.free = old
+            .filter(|_| changes)
+            .and_then(|raw| crate::values::state_of_ref(&node.layout, raw));
         self.value_io.free_word = match (old, node.tag) {
             (Some(raw), tag) if tag != 0 && changes => Some((
                 node.members.free_word_addr(tag, self.connection_index),

@@ -80,7 +80,7 @@ impl<E: Endpoint> Retrainer<E> {
             return Ok(0);
         }
         // The key a word names is under the dead member's lock: its chain is final.
-        let named: HashSet<u64> = leaf_store::read_all_entries(&mut self.ep, &self.layout)?
+        let named: HashSet<u64> = leaf_store::read_all_entries_live(&mut self.ep, &self.layout)?
             .into_iter()
             .map(|(_, raw)| ValueRef::from_raw(raw).offset())
             .collect();
@@ -152,10 +152,10 @@ impl<E: Endpoint> Retrainer<E> {
             self.values.leases = words;
             return Ok(0);
         }
-        // Every block a leaf names now. Nobody allocates in these chunks any more (their owners
-        // are fenced or gone), and an entry a split moves is in its old leaf or its new one when
-        // the walk gets there, so a named block is seen.
-        let named: HashSet<u64> = leaf_store::read_all_entries(&mut self.ep, &self.layout)?
+        // Every block a leaf names now (a walk that sees a key a split is moving: it repeats a
+        // slot whose header moved). Nobody allocates in these chunks any more: their owners are
+        // fenced or gone.
+        let named: HashSet<u64> = leaf_store::read_all_entries_live(&mut self.ep, &self.layout)?
             .into_iter()
             .map(|(_, raw)| ValueRef::from_raw(raw).offset())
             .collect();
