@@ -189,6 +189,8 @@ struct ThreadResult {
     owned: Vec<u64>,
     /// Fresh endpoints this thread needed after its endpoint broke.
     reconnects: u64,
+    /// Value bytes its operations moved (byte values only).
+    value_bytes: u64,
     /// When its last operation finished.
     finished: Instant,
 }
@@ -788,6 +790,7 @@ fn run_workload<I: BenchIndex>(
                     inserted_count: 0,
                     owned: Vec::new(),
                     reconnects: 0,
+                    value_bytes: 0,
                     finished: Instant::now(),
                 };
                 if churn {
@@ -857,6 +860,7 @@ fn run_workload<I: BenchIndex>(
                 }
                 done.fetch_add(i % 1024, Ordering::Relaxed);
                 result.finished = Instant::now();
+                result.value_bytes = client.value_bytes();
                 Ok(result)
             })
         })
@@ -1059,6 +1063,17 @@ fn run_workload<I: BenchIndex>(
         inserts_missing,
         phases,
         pool_bytes_per_key,
+        values: structure
+            .values
+            .as_ref()
+            .map(|v| crate::report::ValuesReport {
+                live_bytes: v.live_bytes,
+                blocks: v.blocks,
+                block_bytes: v.block_bytes,
+                allocated_bytes: v.claimed_bytes,
+                value_bytes_per_op: results.iter().map(|r| r.value_bytes).sum::<u64>() as f64
+                    / total_ops.max(1) as f64,
+            }),
         modeled: Modeled {
             profile: Profile {
                 rtt_us: profile.rtt_us,

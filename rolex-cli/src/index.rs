@@ -58,6 +58,10 @@ pub trait BenchClient: Send + 'static {
     fn net_stats(&self) -> Stats;
     /// Verbs on a lock table (counted within `net_stats` too); 0 for an index without one.
     fn lock_verbs(&self) -> u64;
+    /// Value bytes this client's operations read or wrote (0 for 8-byte values).
+    fn value_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// What a verify walk over every memory node found.
@@ -234,6 +238,7 @@ pub struct ValueClient<E: rdma_transport::Endpoint> {
     client: index_core::Client<E>,
     size: crate::checks::ValueSize,
     buf: Vec<u8>,
+    moved: u64,
 }
 
 impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
@@ -243,6 +248,7 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
             .client
             .get_value_into(key, &mut self.buf)
             .map_err(rolex_failed)?;
+        self.moved += self.buf.len() as u64;
         Ok(found.then(|| {
             let mut word = [0u8; 8];
             let n = self.buf.len().min(8);
@@ -252,12 +258,14 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
     }
     fn insert(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
         fill_value(self.size, key, value, &mut self.buf);
+        self.moved += self.buf.len() as u64;
         self.client
             .insert_value(key, &self.buf)
             .map_err(rolex_failed)
     }
     fn update(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
         fill_value(self.size, key, value, &mut self.buf);
+        self.moved += self.buf.len() as u64;
         self.client
             .update_value(key, &self.buf)
             .map_err(rolex_failed)
@@ -266,16 +274,18 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
         self.client.delete(key).map_err(rolex_failed)
     }
     fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed> {
-        self.client
-            .scan_values(start, n)
-            .map(|v| v.len())
-            .map_err(rolex_failed)
+        let rows = self.client.scan_values(start, n).map_err(rolex_failed)?;
+        self.moved += rows.iter().map(|r| r.1.len() as u64).sum::<u64>();
+        Ok(rows.len())
     }
     fn net_stats(&self) -> Stats {
         self.client.net_stats()
     }
     fn lock_verbs(&self) -> u64 {
         0
+    }
+    fn value_bytes(&self) -> u64 {
+        self.moved
     }
 }
 
@@ -290,6 +300,7 @@ where
             client: self.store.client().map_err(|e| e.to_string())?,
             size: self.size,
             buf: Vec::new(),
+            moved: 0,
         })
     }
 

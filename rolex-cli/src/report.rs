@@ -168,7 +168,24 @@ pub struct Report {
     pub phases: Phases,
     /// The embedded pools' leaf bytes allocated plus model bytes in use, per key at the end.
     pub pool_bytes_per_key: Option<f64>,
+    /// With byte values (`--value-size`): what the memory nodes' value regions hold at the end.
+    pub values: Option<ValuesReport>,
     pub modeled: Modeled,
+}
+
+/// The value regions at the end of a run with byte values.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ValuesReport {
+    /// Bytes of the values stored.
+    pub live_bytes: u64,
+    /// Blocks in use (one per key).
+    pub blocks: u64,
+    /// Bytes of those blocks (24 bytes of key, length and checksum each, and size-class rounding).
+    pub block_bytes: u64,
+    /// Bytes of the chunks compute nodes claimed (what the values occupy, free blocks included).
+    pub allocated_bytes: u64,
+    /// Value bytes the operations moved (read or written), per operation.
+    pub value_bytes_per_op: f64,
 }
 
 /// The version of the report's JSON layout.
@@ -383,6 +400,17 @@ impl Report {
         }
         if let Some(bytes) = self.pool_bytes_per_key {
             out.push_str(&format!("pool: {bytes:.1} bytes per key at the end\n"));
+        }
+        if let Some(v) = &self.values {
+            out.push_str(&format!(
+                "values: {:.1} value bytes moved per operation; at the end {} live bytes in {} blocks ({} bytes), {} bytes of chunks allocated ({:.2}x the live bytes)\n",
+                v.value_bytes_per_op,
+                v.live_bytes,
+                v.blocks,
+                v.block_bytes,
+                v.allocated_bytes,
+                v.allocated_bytes as f64 / v.live_bytes.max(1) as f64
+            ));
         }
         out.push_str(if self.verify_clean {
             "verify: clean\n"
