@@ -1,0 +1,291 @@
+//! The compute node's side: [`Tree`] (what its threads share: root words, the cache of internal
+//! pages, the local lock table) and [`Client`] (one per thread: the operations).
+//!
+//! Read path: descend from the cached root through cached internal pages to the leaf's number,
+//! READ the leaf, move right along siblings while the key lies at or past a page's high fence
+//! (a split the cache has not seen). Write path: take the leaf's lock (local stripe, then a CAS
+//! of the remote lock word with the leaf's READ fenced behind it in the same batch), change the
+//! leaf, and WRITE the change with the unlock in one batch. Splits write the new right page, then
+//! the shrunk left page, then unlock, and insert the separator into the parent the same way, up
+//! to a new root installed by CAS of the root word.
+
+mod read;
+mod scan;
+mod split;
+mod write;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, MutexGuard, RwLock};
+use std::time::Duration;
+
+use rdma_transport::{Endpoint, Stats, Transport};
+
+use crate::TreeError;
+use crate::layout::Layout;
+use crate::locks::{Held, LocalLocks};
+use crate::page::Page;
+
+/// How a compute node uses the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeConfig {
+    /// How long a writer waits for a lock before giving up (default 2 s).
+    pub wait_limit: Duration,
+    /// Attempts before an operation gives up (torn pages, trees changing under it; default
+    /// 10,000).
+    pub max_attempts: u32,
+    /// The lowest level of internal pages the compute node caches (default 1: every internal
+    /// page, the parents of leaves included, as Sherman does; 2 leaves the leaves' parents out,
+    /// so a GET reads two pages; `u8::MAX` caches nothing).
+    pub cache_from_level: u8,
+    /// Stripes of the local lock table (default 4,096).
+    pub local_lock_stripes: usize,
+    /// Loom builds only: whether a reader moves right past a page's high fence (always, outside
+    /// loom builds; loom models switch it off to show a split needs it).
+    #[cfg(loom)]
+    pub move_right: bool,
+}
+
+impl Default for TreeConfig {
+    fn default() -> Self {
+        Self {
+            wait_limit: Duration::from_secs(2),
+            max_attempts: 10_000,
+            cache_from_level: 1,
+            local_lock_stripes: 4096,
+            #[cfg(loom)]
+            move_right: true,
+        }
+    }
+}
+
+/// One memory node's tree as a compute node caches it.
+#[derive(Debug)]
+struct NodeTree {
+    layout: Layout,
+    /// The root word as last read.
+    root: AtomicU64,
+    /// Internal pages by number, as last read or written here.
+    cache: RwLock<HashMap<u64, Arc<Page>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: TreeConfig,
+    /// Memory nodes in key order.
+    nodes: Vec<NodeTree>,
+    /// First key of each node.
+    partition: Vec<u64>,
+    locks: LocalLocks,
+    /// This compute node's lock tag (never 0).
+    tag: u64,
+}
+
+impl Shared {
+    fn node_of(&self, key: u64) -> usize {
+        self.partition
+            .partition_point(|&lo| lo <= key)
+            .saturating_sub(1)
+    }
+}
+
+/// A compute node's handle on the B+-tree: shared by its [`Client`]s (one per thread).
+#[derive(Debug)]
+pub struct Tree<T: Transport> {
+    transport: T,
+    shared: Arc<Shared>,
+}
+
+/// Lock tags handed out in this process (each `Tree` is a compute node).
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
+impl<T: Transport> Tree<T> {
+    /// Attaches to every memory node of `transport` (each holding a bulk-loaded tree; their key
+    /// ranges must tile the key space) and reads the root words.
+    pub fn open(transport: T, config: TreeConfig) -> Result<Self, TreeError> {
+        let mut ep = transport.endpoint()?;
+        let mut nodes = Vec::new();
+        for &info in transport.memory_nodes() {
+            let layout = Layout::attach(&mut ep, info)?;
+            let root = ep.read_word(layout.root_addr())?;
+            nodes.push(NodeTree {
+                layout,
+                root: AtomicU64::new(root),
+                cache: RwLock::new(HashMap::new()),
+            });
+        }
+        nodes.sort_by_key(|n| n.layout.key_lo);
+        let tiles = nodes.first().is_some_and(|n| n.layout.key_lo == 0)
+            && nodes.last().is_some_and(|n| n.layout.key_hi == u64::MAX)
+            && nodes
+                .windows(2)
+                .all(|w| w[0].layout.key_hi.checked_add(1) == Some(w[1].layout.key_lo));
+        if !tiles {
+            return Err(TreeError::Config(
+                "the memory nodes' key ranges do not tile the key space".into(),
+            ));
+        }
+        let tag = (u64::from(std::process::id()) << 24) | NEXT_TAG.fetch_add(1, Ordering::Relaxed);
+        Ok(Self {
+            transport,
+            shared: Arc::new(Shared {
+                partition: nodes.iter().map(|n| n.layout.key_lo).collect(),
+                nodes,
+                locks: LocalLocks::new(config.local_lock_stripes),
+                config,
+                tag: tag.max(1),
+            }),
+        })
+    }
+
+    /// A client for one thread (its own endpoint).
+    pub fn client(&self) -> Result<Client<T::Endpoint>, TreeError> {
+        Ok(Client {
+            ep: self.transport.endpoint()?,
+            shared: Arc::clone(&self.shared),
+            stats: ClientStats::default(),
+            last_parent: None,
+        })
+    }
+
+    /// Bytes of internal pages cached now.
+    pub fn cache_bytes(&self) -> u64 {
+        self.shared
+            .nodes
+            .iter()
+            .map(|n| {
+                let cache = n.cache.read().unwrap_or_else(|e| e.into_inner());
+                cache.len() as u64 * n.layout.page_size
+            })
+            .sum()
+    }
+
+    /// The layouts of the memory nodes, in key order.
+    pub fn layouts(&self) -> Vec<Layout> {
+        self.shared.nodes.iter().map(|n| n.layout).collect()
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+}
+
+/// A client's counters beyond its endpoint's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Verbs on the lock table (CAS attempts and unlock WRITEs): Sherman keeps the table in the
+    /// NIC's on-chip memory, where these are cheaper; here they are counted apart so the report
+    /// can show it.
+    pub lock_verbs: u64,
+    /// Locks taken from a local thread instead of the remote table.
+    pub handovers: u64,
+    /// Internal pages READ because the cache missed.
+    pub cache_misses: u64,
+    /// Moves to a right sibling (a split the cache had not seen).
+    pub moves_right: u64,
+    /// Pages read again because their checksum failed (a write was landing).
+    pub torn_reads: u64,
+}
+
+/// The change a write makes.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Insert(u64),
+    Update(u64),
+    Upsert(u64),
+    Delete,
+}
+
+/// A leaf or internal page read under its lock: the decoded page and its raw bytes (a write
+/// patches the bytes, so words no entry uses keep what the memory node holds).
+struct Locked<'s> {
+    node: usize,
+    page_no: u64,
+    word: u64,
+    page: Page,
+    bytes: Vec<u8>,
+    guard: MutexGuard<'s, Option<Held>>,
+    handovers: u32,
+}
+
+/// One thread's handle on the tree.
+#[derive(Debug)]
+pub struct Client<E: Endpoint> {
+    ep: E,
+    shared: Arc<Shared>,
+    stats: ClientStats,
+    /// The internal page the last `locate` came through (scans predict the next leaves from it,
+    /// cached or not).
+    last_parent: Option<Arc<Page>>,
+}
+
+impl<E: Endpoint> Client<E> {
+    /// The value of `key`, if present. One READ when the leaf's parent is cached.
+    pub fn get(&mut self, key: u64) -> Result<Option<u64>, TreeError> {
+        let shared = Arc::clone(&self.shared);
+        let n = shared.node_of(key);
+        for _ in 0..shared.config.max_attempts {
+            let (leaf_no, parent) = self.locate(n, key, 0)?;
+            match self.leaf_for(n, leaf_no, parent, key)? {
+                Some(page) => return Ok(page.find(key).map(|e| e.1)),
+                None => continue,
+            }
+        }
+        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// Inserts `key`; `Ok(false)` (and no change) if present.
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
+        self.write(key, Change::Insert(value))
+    }
+
+    /// Sets a present `key`'s value; `Ok(false)` if absent.
+    pub fn update(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
+        self.write(key, Change::Update(value))
+    }
+
+    /// Inserts or updates `key`; `Ok(true)` if it was inserted.
+    pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
+        self.write(key, Change::Upsert(value))
+    }
+
+    /// Deletes `key`; `Ok(false)` if absent.
+    pub fn delete(&mut self, key: u64) -> Result<bool, TreeError> {
+        self.write(key, Change::Delete)
+    }
+
+    /// Counters beyond the endpoint's.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// The endpoint's counters.
+    pub fn net_stats(&self) -> Stats {
+        self.ep.stats()
+    }
+
+    /// The endpoint (fault injection in tests).
+    pub fn endpoint_mut(&mut self) -> &mut E {
+        &mut self.ep
+    }
+}
+
+/// Backoff between attempts: spin, then yield, then sleep a little.
+pub(super) fn pause(attempt: u32) {
+    #[cfg(loom)]
+    {
+        let _ = attempt;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    if attempt >= 12 {
+        std::thread::sleep(Duration::from_micros(20));
+    } else if attempt < 6 {
+        for _ in 0..(1u32 << attempt) {
+            std::hint::spin_loop();
+        }
+    } else {
+        std::thread::yield_now();
+    }
+}

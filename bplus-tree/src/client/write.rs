@@ -1,0 +1,289 @@
+//! Writing one entry: the leaf's lock (a local stripe, then a CAS of the remote lock word with
+//! the leaf's READ fenced behind it), the changed entry and the unlock in one batch, and a held
+//! lock handed to a waiting local thread.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdma_transport::{Endpoint, Verb};
+
+use super::{Change, Client, Locked, Shared, pause};
+use crate::TreeError;
+use crate::layout::Layout;
+use crate::locks::{Held, MAX_HANDOVERS};
+use crate::page::{HEADER_WORDS, Page, page_checksum};
+
+impl<E: Endpoint> Client<E> {
+    pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, TreeError> {
+        let shared = Arc::clone(&self.shared);
+        let node = shared.node_of(key);
+        for _ in 0..shared.config.max_attempts {
+            let (leaf_no, parent) = self.locate(node, key, 0)?;
+            let Some(mut locked) = self.lock_covering(&shared, node, leaf_no, parent, key)? else {
+                continue;
+            };
+            let page = &locked.page;
+            let found = page.find(key);
+            let result = match (change, found) {
+                (Change::Insert(_), Some(_))
+                | (Change::Update(_), None)
+                | (Change::Delete, None) => {
+                    self.release(locked, &[])?;
+                    return Ok(false);
+                }
+                (Change::Update(v) | Change::Upsert(v), Some((slot, _))) => {
+                    set_entry(&mut locked, slot, Some((key, v)));
+                    self.commit_entry(locked, slot)?;
+                    return Ok(matches!(change, Change::Update(_)));
+                }
+                (Change::Delete, Some((slot, _))) => {
+                    set_entry(&mut locked, slot, None);
+                    self.commit_entry(locked, slot)?;
+                    return Ok(true);
+                }
+                (Change::Insert(v) | Change::Upsert(v), None) => match page.free_slot() {
+                    Some(slot) => {
+                        set_entry(&mut locked, slot, Some((key, v)));
+                        self.commit_entry(locked, slot)?;
+                        true
+                    }
+                    None => {
+                        self.split_leaf(&shared, locked, key, v)?;
+                        true
+                    }
+                },
+            };
+            return Ok(result);
+        }
+        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// Locks the page at or right of `page_no` that covers `key` (moving right under the lock
+    /// protocol); `None` if the cache led somewhere wrong (locate again).
+    pub(super) fn lock_covering<'s>(
+        &mut self,
+        shared: &'s Shared,
+        node: usize,
+        mut page_no: u64,
+        parent: Option<u64>,
+        key: u64,
+    ) -> Result<Option<Locked<'s>>, TreeError> {
+        for _ in 0..shared.config.max_attempts {
+            let locked = self.lock(shared, node, page_no)?;
+            if locked.page.low > key {
+                self.release(locked, &[])?;
+                if let Some(p) = parent {
+                    self.forget(node, p);
+                }
+                self.refresh_root(node)?;
+                return Ok(None);
+            }
+            if locked.page.past_high(key) {
+                let sibling = locked.page.sibling;
+                self.release(locked, &[])?;
+                self.stats.moves_right += 1;
+                // The parent that led here predates a split: read it again next time.
+                if let Some(p) = parent {
+                    self.forget(node, p);
+                }
+                if sibling == 0 {
+                    return Err(TreeError::Corrupt(format!(
+                        "page {page_no} ends below {key} with no sibling"
+                    )));
+                }
+                page_no = sibling;
+                continue;
+            }
+            return Ok(Some(locked));
+        }
+        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// Takes page `page_no`'s lock and reads the page under it: the local stripe first; then, if
+    /// no local thread left the remote lock to this one, a CAS of the lock word with the page's
+    /// READ fenced behind it (one round trip per attempt).
+    pub(super) fn lock<'s>(
+        &mut self,
+        shared: &'s Shared,
+        node: usize,
+        page_no: u64,
+    ) -> Result<Locked<'s>, TreeError> {
+        let layout = shared.nodes[node].layout;
+        let word = layout.lock_of(page_no);
+        let stripe = shared.locks.stripe(layout.node(), word);
+        let mut guard = stripe.enter();
+        let mut handovers = 0;
+        let mut have = false;
+        if let Some(held) = guard.take() {
+            if held.node == layout.node() && held.word == word {
+                have = true;
+                handovers = held.handovers + 1;
+                self.stats.handovers += 1;
+            } else {
+                // A lock left for another word of this stripe: release it first, on its node.
+                self.stats.lock_verbs += 1;
+                let other = shared
+                    .nodes
+                    .iter()
+                    .find(|n| n.layout.node() == held.node)
+                    .map(|n| n.layout.lock_addr(held.word));
+                if let Some(at) = other
+                    && let Err(e) = self.ep.write_word(at, 0)
+                {
+                    // Still held: leave it recorded for whoever comes next.
+                    *guard = Some(held);
+                    return Err(e.into());
+                }
+            }
+        }
+        let size = layout.page_size as usize;
+        let mut bytes = vec![0u8; size];
+        if have {
+            if let Err(e) = self.ep.read(layout.page_addr(page_no), &mut bytes) {
+                self.abandon(layout, word);
+                return Err(e.into());
+            }
+        } else {
+            let deadline = Instant::now() + shared.config.wait_limit;
+            let mut attempt = 0;
+            loop {
+                let mut verbs = [
+                    Verb::cas(layout.lock_addr(word), 0, shared.tag),
+                    Verb::read(layout.page_addr(page_no), &mut bytes).fenced(),
+                ];
+                self.stats.lock_verbs += 1;
+                if let Err(e) = self.ep.batch(&mut verbs) {
+                    // The CAS may have executed before the failure: a word holding this compute
+                    // node's tag is this thread's (it holds the word's stripe).
+                    if self.ep.read_word(layout.lock_addr(word)) == Ok(shared.tag) {
+                        self.abandon(layout, word);
+                    }
+                    return Err(e.into());
+                }
+                if verbs[0].cas_succeeded() == Some(true) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(TreeError::LockTimeout {
+                        node: layout.node(),
+                        page: page_no,
+                    });
+                }
+                pause(attempt);
+                attempt += 1;
+            }
+        }
+        let Some(page) = Page::decode(page_no, &bytes) else {
+            // Nothing writes a page without its lock: a page that fails its checksum under the
+            // lock is damage, not a race.
+            self.ep.write_word(layout.lock_addr(word), 0)?;
+            self.stats.lock_verbs += 1;
+            return Err(TreeError::Corrupt(format!(
+                "page {page_no} of memory node {} fails its checksum under its lock",
+                layout.node()
+            )));
+        };
+        Ok(Locked {
+            node,
+            page_no,
+            word,
+            page,
+            bytes,
+            guard,
+            handovers,
+        })
+    }
+
+    /// Ends a locked write: `writes` (fenced in order), then the unlock in the same batch — or,
+    /// if a local thread waits for this lock and it has not been handed over too often, no
+    /// unlock: the lock is left to that thread.
+    pub(super) fn release(
+        &mut self,
+        mut locked: Locked<'_>,
+        writes: &[(u64, &[u8])],
+    ) -> Result<(), TreeError> {
+        let layout = self.shared.nodes[locked.node].layout;
+        let stripe = self.shared.locks.stripe(layout.node(), locked.word);
+        let hand_over = stripe.contended() && locked.handovers < MAX_HANDOVERS;
+        let zero = [0u8; 8];
+        let mut verbs: Vec<Verb<'_>> = writes
+            .iter()
+            .map(|&(offset, data)| {
+                Verb::write(
+                    layout
+                        .page_addr(locked.page_no)
+                        .checked_add(offset)
+                        .unwrap_or_default(),
+                    data,
+                )
+            })
+            .collect();
+        if !hand_over {
+            verbs.push(Verb::write(layout.lock_addr(locked.word), &zero));
+            self.stats.lock_verbs += 1;
+        }
+        // Every verb of the batch can be repeated (the same bytes; the unlock), so a batch that
+        // failed part-way is run again rather than leaving a page half written under its lock.
+        let mut result = self.ep.batch(&mut verbs);
+        for _ in 0..2 {
+            if result.is_ok() {
+                break;
+            }
+            result = self.ep.batch(&mut verbs);
+        }
+        drop(verbs);
+        if result.is_err() {
+            // Still failing: whatever of the batch ran, the lock must not stay held (a lost
+            // completion breaks the endpoint for good, so a retry above never repeats a batch
+            // that had run whole). Released while the stripe is still this thread's.
+            self.abandon(layout, locked.word);
+        }
+        if hand_over && result.is_ok() {
+            *locked.guard = Some(Held {
+                node: layout.node(),
+                word: locked.word,
+                handovers: locked.handovers,
+            });
+        }
+        result.map_err(Into::into)
+    }
+
+    /// Writes leaf entry `slot` and the page's checksum and bitmap, and unlocks.
+    pub(super) fn commit_entry(
+        &mut self,
+        locked: Locked<'_>,
+        slot: usize,
+    ) -> Result<(), TreeError> {
+        let at = 8 * (HEADER_WORDS + 2 * slot);
+        let head = locked.bytes[..16].to_vec();
+        let entry = locked.bytes[at..at + 16].to_vec();
+        self.release(locked, &[(at as u64, &entry), (0, &head)])
+    }
+
+    /// Best-effort release of lock word `word` after an error (the error is what the caller
+    /// reports; if this WRITE fails too, the word stays held and writers of its pages time out).
+    pub(super) fn abandon(&mut self, layout: Layout, word: u64) {
+        self.stats.lock_verbs += 1;
+        let _ = self.ep.write_word(layout.lock_addr(word), 0);
+    }
+}
+
+/// Sets leaf entry `slot` in the locked page and patches its raw bytes (entry, bitmap,
+/// checksum).
+pub(super) fn set_entry(locked: &mut Locked<'_>, slot: usize, entry: Option<(u64, u64)>) {
+    locked.page.slots[slot] = entry;
+    let bytes = &mut locked.bytes;
+    let mut bitmap = u64::from_le_bytes(bytes[8..16].try_into().unwrap_or_default());
+    match entry {
+        Some((k, v)) => {
+            bitmap |= 1 << slot;
+            let at = 8 * (HEADER_WORDS + 2 * slot);
+            bytes[at..at + 8].copy_from_slice(&k.to_le_bytes());
+            bytes[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+        }
+        None => bitmap &= !(1 << slot),
+    }
+    bytes[8..16].copy_from_slice(&bitmap.to_le_bytes());
+    let sum = page_checksum(locked.page_no, &bytes[8..]);
+    bytes[..8].copy_from_slice(&sum.to_le_bytes());
+}
