@@ -1,6 +1,8 @@
 //! Bulk load: leaves filled in key order, internal levels above them, the root word last but one
-//! and the superblock last.
+//! and the superblock last. With byte values, the value blocks first, packed into chunks.
 
+use leaf_store::ValueConfig;
+use leaf_store::value::{CLASS_BYTES, CLASSES, ValueRef, class_for, encode_block};
 use rdma_transport::{Endpoint, MemoryNodeInfo};
 
 use crate::TreeError;
@@ -20,6 +22,9 @@ pub struct BulkLoadConfig {
     pub key_lo: u64,
     /// Last key it serves (default `u64::MAX`).
     pub key_hi: u64,
+    /// A value region: the pool stores byte values ([`bulk_load_values`]); `None` (the default)
+    /// stores 8-byte values.
+    pub values: Option<ValueConfig>,
 }
 
 impl Default for BulkLoadConfig {
@@ -30,6 +35,7 @@ impl Default for BulkLoadConfig {
             lock_words: 1 << 16,
             key_lo: 0,
             key_hi: u64::MAX,
+            values: None,
         }
     }
 }
@@ -51,7 +57,9 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare: u64) -> u6
     let leaves = keys.div_ceil(fill) + 2 * spare.div_ceil(capacity) + 2;
     // Internal pages: at most one per half-full page of children, over every level.
     let pages = 2 * leaves + 16;
-    192 + 8 * config.lock_words + config.page_size * (pages + 2)
+    192 + 8 * config.lock_words
+        + config.page_size * (pages + 2)
+        + config.values.map_or(0, |v| v.bytes)
 }
 
 /// Builds a B+-tree on memory node `node` from `(key, value)` pairs (sorted here if they are
@@ -60,8 +68,123 @@ pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare: u64) -> u6
 pub fn bulk_load<E: Endpoint>(
     ep: &mut E,
     node: MemoryNodeInfo,
+    pairs: Vec<(u64, u64)>,
+    config: &BulkLoadConfig,
+) -> Result<Layout, TreeError> {
+    if config.values.is_some() {
+        return Err(TreeError::Config(
+            "a pool with a value region is loaded with byte values (bulk_load_values)".into(),
+        ));
+    }
+    load(ep, node, pairs, config, |_, _| Ok(()))
+}
+
+/// Builds a B+-tree storing byte values on memory node `node` from `(key, value)` pairs:
+/// `config.values` must name the value region. Each value goes to a block of its size class,
+/// packed into chunks in key order; the leaves hold [`ValueRef`]s. Values longer than
+/// [`Layout::max_value_len`] are refused before the first WRITE.
+pub fn bulk_load_values<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
+    mut pairs: Vec<(u64, Vec<u8>)>,
+    config: &BulkLoadConfig,
+) -> Result<Layout, TreeError> {
+    let Some(values) = config.values else {
+        return Err(TreeError::Config(
+            "byte values need a value region (BulkLoadConfig::values)".into(),
+        ));
+    };
+    let plan = Layout::plan(
+        node,
+        config.page_size,
+        config.lock_words,
+        config.key_lo,
+        config.key_hi,
+        Some(values),
+    )?;
+    pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let max = plan.max_value_len();
+    // Place every block: each size class fills its own chunks, taken in order.
+    let mut chunks_used = 0u64;
+    let mut open: [Option<(u64, u64)>; CLASSES] = [None; CLASSES];
+    let mut placed = Vec::with_capacity(pairs.len());
+    for (key, value) in &pairs {
+        let len = value.len() as u64;
+        let too_large = TreeError::ValueTooLarge {
+            node: node.id,
+            len,
+            limit: max,
+        };
+        let class = class_for(len)
+            .filter(|_| len <= max)
+            .ok_or_else(|| too_large.clone())?;
+        let size = CLASS_BYTES[class];
+        let at = match open[class] {
+            Some((next, end)) if next + size <= end => next,
+            _ => {
+                if chunks_used >= plan.value_chunks() {
+                    return Err(TreeError::ValuesExhausted {
+                        node: node.id,
+                        chunks: plan.value_chunks(),
+                    });
+                }
+                let start = chunks_used * plan.value_chunk_bytes;
+                chunks_used += 1;
+                start
+            }
+        };
+        open[class] = Some((
+            at + size,
+            (at / plan.value_chunk_bytes + 1) * plan.value_chunk_bytes,
+        ));
+        let reference = ValueRef::new(at, len).ok_or(too_large)?;
+        placed.push((*key, reference.raw()));
+    }
+    let blocks: Vec<(u64, u64)> = placed.clone();
+    load(ep, node, placed, config, move |ep, layout| {
+        // Blocks in region order, written a MiB at a time.
+        let mut order: Vec<usize> = (0..blocks.len()).collect();
+        order.sort_unstable_by_key(|&i| ValueRef::from_raw(blocks[i].1).offset());
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut start = 0u64;
+        for i in order {
+            let (key, raw) = blocks[i];
+            let reference = ValueRef::from_raw(raw);
+            let offset = reference.offset();
+            let end = start + buffer.len() as u64;
+            if offset >= end && offset - end <= 1 << 16 {
+                // A block's class is longer than its bytes: zeros between neighbours.
+                buffer.resize((offset - start) as usize, 0);
+            } else {
+                if !buffer.is_empty() {
+                    ep.write(layout.value_addr(start), &buffer)?;
+                }
+                buffer.clear();
+                start = offset;
+            }
+            buffer.extend_from_slice(&encode_block(key, &pairs[i].1, offset));
+            if buffer.len() >= 1 << 20 {
+                ep.write(layout.value_addr(start), &buffer)?;
+                start += buffer.len() as u64;
+                buffer.clear();
+            }
+        }
+        if !buffer.is_empty() {
+            ep.write(layout.value_addr(start), &buffer)?;
+        }
+        ep.write_word(layout.value_chunk_word_addr(), chunks_used)?;
+        Ok(())
+    })
+}
+
+/// The load itself; `before_pages` writes what the leaves will name (value blocks) once the
+/// superblock is invalid and before any page.
+fn load<E: Endpoint>(
+    ep: &mut E,
+    node: MemoryNodeInfo,
     mut pairs: Vec<(u64, u64)>,
     config: &BulkLoadConfig,
+    before_pages: impl FnOnce(&mut E, &Layout) -> Result<(), TreeError>,
 ) -> Result<Layout, TreeError> {
     let mut layout = Layout::plan(
         node,
@@ -69,6 +192,7 @@ pub fn bulk_load<E: Endpoint>(
         config.lock_words,
         config.key_lo,
         config.key_hi,
+        config.values,
     )?;
     pairs.sort_unstable_by_key(|p| p.0);
     if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
@@ -148,6 +272,8 @@ pub fn bulk_load<E: Endpoint>(
     layout.keys_loaded = pairs.len() as u64;
 
     ep.write(layout.superblock_addr(), &[0u8; 8])?;
+    ep.write_word(layout.value_chunk_word_addr(), 0)?;
+    before_pages(ep, &layout)?;
     let mut buffer = Vec::new();
     let mut start = 1u64;
     for (i, page) in pages.iter().enumerate() {

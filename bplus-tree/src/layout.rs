@@ -1,5 +1,10 @@
-//! The pool of one memory node: superblock, root and allocation words, lock table, pages.
+//! The pool of one memory node: superblock, root and allocation words, lock table, pages, and
+//! (in a pool with byte values) the value region.
 
+use leaf_store::ValueConfig;
+use leaf_store::value::{
+    BLOCK_HEADER_BYTES, CLASS_BYTES, MAX_VALUE_LEN, MIN_CHUNK_BYTES, ValueRef,
+};
 use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr};
 
 use crate::TreeError;
@@ -7,7 +12,7 @@ use crate::TreeError;
 /// `"BPTREE01"`: the first word of every B+-tree pool.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BPTREE01");
 /// The layout version this build writes and reads.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// Bytes of the superblock (and of the mutable words after it).
 const HEADER_BYTES: u64 = 128;
 
@@ -15,12 +20,17 @@ const HEADER_BYTES: u64 = 128;
 ///
 /// ```text
 /// offset   0  superblock, 16 words: magic, version, page size, page capacity, lock words,
-///             lock table offset, pages offset, key_lo, key_hi, keys loaded, reserved…,
-///             XXH3 checksum of words 0..15
+///             lock table offset, pages offset, key_lo, key_hi, keys loaded, value region
+///             offset, value region bytes, value chunk bytes (the last three 0 without byte
+///             values), reserved…, XXH3 checksum of words 0..15
 /// offset 128  root word: level << 56 | page number (CASed when a root splits)
 /// offset 136  allocation word: pages handed out (FAA)
+/// offset 144  value chunk word: chunks of the value region handed out (FAA)
 /// lock table  `lock_words` words: 0 free, else the holder's tag
 /// pages       `page_capacity` pages of `page_size` bytes; page 0 is never used (0 = no page)
+/// values      (byte values only) chunks of `value_chunk_bytes`, each carved into blocks of one
+///             size class by the compute node that took it; a block is `leaf_store`'s: key,
+///             length, checksum, value (see `crate::value`)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -39,6 +49,12 @@ pub struct Layout {
     pub key_hi: u64,
     /// Keys bulk-loaded.
     pub keys_loaded: u64,
+    /// The value region's first byte (0: the pool stores 8-byte values).
+    pub value_offset: u64,
+    /// The value region's length in bytes.
+    pub value_bytes: u64,
+    /// Bytes per value chunk.
+    pub value_chunk_bytes: u64,
 }
 
 /// Bits of the root word below the level.
@@ -59,13 +75,15 @@ pub fn unpack_root(word: u64) -> (u8, u64) {
 
 impl Layout {
     /// The layout for a region of `region_len` bytes with pages of `page_size` bytes and a lock
-    /// table of `lock_words` words, serving `[key_lo, key_hi]`.
+    /// table of `lock_words` words, serving `[key_lo, key_hi]`; with `values`, the pool ends
+    /// with a value region of that size and chunk size.
     pub fn plan(
         node: MemoryNodeInfo,
         page_size: u64,
         lock_words: u64,
         key_lo: u64,
         key_hi: u64,
+        values: Option<ValueConfig>,
     ) -> Result<Self, TreeError> {
         if !(128..=65536).contains(&page_size) || !page_size.is_multiple_of(64) {
             return Err(TreeError::Config(format!(
@@ -79,13 +97,31 @@ impl Layout {
         }
         let lock_table_offset = HEADER_BYTES + 64;
         let pages_offset = (lock_table_offset + 8 * lock_words).next_multiple_of(page_size);
-        let page_capacity = node.region_len.saturating_sub(pages_offset) / page_size;
+        let (value_bytes, value_chunk_bytes) = match values {
+            None => (0, 0),
+            Some(v) => {
+                if v.chunk_bytes < MIN_CHUNK_BYTES
+                    || !v.chunk_bytes.is_multiple_of(8)
+                    || v.bytes < v.chunk_bytes
+                {
+                    return Err(TreeError::Config(format!(
+                        "value chunks of {} bytes in a region of {} bytes: chunks must be a \
+                         multiple of 8 of at least {MIN_CHUNK_BYTES} bytes, and the region hold one",
+                        v.chunk_bytes, v.bytes
+                    )));
+                }
+                (v.bytes - v.bytes % v.chunk_bytes, v.chunk_bytes)
+            }
+        };
+        let pages_end = node.region_len.saturating_sub(value_bytes) & !63;
+        let page_capacity = pages_end.saturating_sub(pages_offset) / page_size;
         if page_capacity < 2 {
             return Err(TreeError::PoolTooSmall {
-                needed: pages_offset + 2 * page_size,
+                needed: pages_offset + 2 * page_size + value_bytes,
                 available: node.region_len,
             });
         }
+        let value_offset = if value_bytes == 0 { 0 } else { pages_end };
         Ok(Self {
             node: node.id,
             page_size,
@@ -96,6 +132,9 @@ impl Layout {
             key_lo,
             key_hi,
             keys_loaded: 0,
+            value_offset,
+            value_bytes,
+            value_chunk_bytes,
         })
     }
 
@@ -112,6 +151,9 @@ impl Layout {
         words[7] = self.key_lo;
         words[8] = self.key_hi;
         words[9] = self.keys_loaded;
+        words[10] = self.value_offset;
+        words[11] = self.value_bytes;
+        words[12] = self.value_chunk_bytes;
         words[15] = checksum(&words[..15]);
         words
     }
@@ -136,10 +178,14 @@ impl Layout {
                 node.id, words[0]
             )));
         }
-        if words[1] != VERSION || words[15] != checksum(&words[..15]) {
-            return Err(TreeError::Corrupt(
-                "superblock version or checksum wrong".into(),
-            ));
+        if words[1] != VERSION {
+            return Err(TreeError::Corrupt(format!(
+                "memory node {} holds a B+-tree pool of layout version {}; this build reads {VERSION}",
+                node.id, words[1]
+            )));
+        }
+        if words[15] != checksum(&words[..15]) {
+            return Err(TreeError::Corrupt("superblock checksum wrong".into()));
         }
         let layout = Self {
             node: node.id,
@@ -151,6 +197,9 @@ impl Layout {
             key_lo: words[7],
             key_hi: words[8],
             keys_loaded: words[9],
+            value_offset: words[10],
+            value_bytes: words[11],
+            value_chunk_bytes: words[12],
         };
         let end = layout
             .page_capacity
@@ -160,6 +209,14 @@ impl Layout {
             || layout.lock_words == 0
             || layout.lock_table_offset + 8 * layout.lock_words > layout.pages_offset
             || end.is_none_or(|e| e > node.region_len)
+            || (layout.value_bytes > 0
+                && (end.is_none_or(|e| e > layout.value_offset)
+                    || layout.value_chunk_bytes < MIN_CHUNK_BYTES
+                    || !layout.value_bytes.is_multiple_of(layout.value_chunk_bytes)
+                    || layout
+                        .value_offset
+                        .checked_add(layout.value_bytes)
+                        .is_none_or(|e| e > node.region_len)))
         {
             return Err(TreeError::Corrupt("regions exceed the memory node".into()));
         }
@@ -179,6 +236,43 @@ impl Layout {
     /// The page-allocation word.
     pub fn alloc_addr(&self) -> RemoteAddr {
         at(self.node, HEADER_BYTES + 8)
+    }
+
+    /// Whether the pool stores byte values (leaf entries hold [`ValueRef`]s).
+    pub fn has_values(&self) -> bool {
+        self.value_bytes > 0
+    }
+
+    /// The value chunk word: chunks handed out (FAA).
+    pub fn value_chunk_word_addr(&self) -> RemoteAddr {
+        at(self.node, HEADER_BYTES + 16)
+    }
+
+    /// Chunks the value region holds.
+    pub fn value_chunks(&self) -> u64 {
+        self.value_bytes
+            .checked_div(self.value_chunk_bytes)
+            .unwrap_or(0)
+    }
+
+    /// The longest value the pool stores: its largest size class that fits a chunk, at most
+    /// [`MAX_VALUE_LEN`] (0 without byte values).
+    pub fn max_value_len(&self) -> u64 {
+        CLASS_BYTES
+            .iter()
+            .rev()
+            .find(|&&b| b <= self.value_chunk_bytes)
+            .map_or(0, |&b| (b - BLOCK_HEADER_BYTES).min(MAX_VALUE_LEN))
+    }
+
+    /// The byte at `offset` of the value region.
+    pub fn value_addr(&self, offset: u64) -> RemoteAddr {
+        at(self.node, self.value_offset + offset.min(self.value_bytes))
+    }
+
+    /// The block a [`ValueRef`] names.
+    pub fn block_addr(&self, value: ValueRef) -> RemoteAddr {
+        self.value_addr(value.offset())
     }
 
     /// Lock word `index` (taken modulo the table).

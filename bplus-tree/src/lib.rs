@@ -15,6 +15,12 @@
 //! - **A compute-side cache** of internal pages ([`Tree::cache_bytes`]): a GET whose leaf's
 //!   parent is cached is one READ of one page.
 //! - **Splits** up to a new root (CAS of the root word); pages are never merged or freed.
+//! - **Byte values** (a pool bulk-loaded with [`bulk_load_values`]) as ROLEX stores them: a leaf
+//!   entry holds an 8-byte reference to a block (key, length, checksum, value) in the pool's
+//!   value region; the block travels in the batch that takes the lock, so a write still takes two
+//!   round trips and a GET two (the leaf, the block). Compute nodes carve blocks from chunks
+//!   taken with one FAA; a freed block is used again after [`REUSE_GRACE`] (a time, where ROLEX
+//!   has retirement epochs: see `Client::get_value`).
 //!
 //! Every operation is linearizable with respect to completed writes; scans never skip a key
 //! present throughout them.
@@ -24,13 +30,16 @@ mod client;
 mod layout;
 mod locks;
 mod page;
+mod value;
 mod verify;
 
-pub use bulk::{BulkLoadConfig, bulk_load, required_pool_bytes};
+pub use bulk::{BulkLoadConfig, bulk_load, bulk_load_values, required_pool_bytes};
 pub use client::{Client, ClientStats, Tree, TreeConfig};
 pub use layout::{Layout, MAGIC, VERSION, root_word, unpack_root};
+pub use leaf_store::ValueConfig;
 pub use locks::MAX_HANDOVERS;
 pub use page::{HEADER_WORDS, Page, page_checksum};
+pub use value::REUSE_GRACE;
 pub use verify::{VerifyReport, verify};
 
 use rdma_transport::TransportError;
@@ -74,6 +83,35 @@ pub enum TreeError {
         node: u16,
         /// The page.
         page: u64,
+    },
+    /// A byte value longer than the memory node stores.
+    #[error(
+        "a value of {len} bytes is longer than memory node {node} stores ({limit} bytes at most)"
+    )]
+    ValueTooLarge {
+        /// The memory node.
+        node: u16,
+        /// The value's length.
+        len: u64,
+        /// The longest value its value region stores.
+        limit: u64,
+    },
+    /// Every chunk of the memory node's value region is handed out and full.
+    #[error("value region of memory node {node} exhausted: all {chunks} chunks are in use")]
+    ValuesExhausted {
+        /// The memory node.
+        node: u16,
+        /// Chunks its value region holds.
+        chunks: u64,
+    },
+    /// A `u64` operation on a pool with byte values, or a byte-value operation on a pool with
+    /// `u64` values.
+    #[error("memory node {node} stores {stores} values; use the {stores} operations")]
+    WrongValueKind {
+        /// The memory node.
+        node: u16,
+        /// What its pool stores: "byte" or "u64".
+        stores: &'static str,
     },
     /// A page kept failing its checksum, or the tree kept changing under the operation.
     #[error("gave up after {0} attempts: pages kept changing or failing their checksum")]

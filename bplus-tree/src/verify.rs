@@ -4,6 +4,8 @@ use std::fmt;
 
 use rdma_transport::{Endpoint, MemoryNodeInfo};
 
+use leaf_store::value::{CLASS_BYTES, ValueRef, check_block, class_for};
+
 use crate::TreeError;
 use crate::layout::{Layout, unpack_root};
 use crate::page::Page;
@@ -19,6 +21,9 @@ pub struct VerifyReport {
     pub allocated_pages: u64,
     /// Every broken invariant, described.
     pub problems: Vec<String>,
+    /// With byte values: what the value region holds (every chunk handed out counts as owned:
+    /// the baseline gives none back).
+    pub values: Option<leaf_store::ValueSpace>,
 }
 
 impl VerifyReport {
@@ -35,6 +40,9 @@ impl fmt::Display for VerifyReport {
             "{} keys; pages per level (leaves first) {:?}; {} pages allocated",
             self.keys, self.pages_per_level, self.allocated_pages
         )?;
+        if let Some(v) = &self.values {
+            writeln!(f, "{v}")?;
+        }
         if self.is_clean() {
             write!(f, "verify: clean")
         } else {
@@ -52,7 +60,9 @@ impl fmt::Display for VerifyReport {
 /// other without gap or overlap and end open; keys inside their leaf's fences and unique;
 /// separators sorted inside their page's fences; every page of a level below the root referenced
 /// by exactly one parent, whose separator is the child's low fence; the root word's level; no
-/// page beyond the allocation word; no lock held.
+/// page beyond the allocation word; no lock held. With byte values: every leaf entry's block
+/// lies in a chunk handed out, holds its key, length and a checksum that holds, and no two
+/// entries name one block.
 pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyReport, TreeError> {
     let layout = Layout::attach(ep, node)?;
     let mut report = VerifyReport::default();
@@ -79,6 +89,7 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
     let mut leftmost = root;
     let mut expected: Option<Vec<(u64, u64)>> = None;
     let mut per_level = Vec::new();
+    let mut refs: Vec<(u64, u64)> = Vec::new();
     for level in (0..=root_level).rev() {
         let mut seen: Vec<(u64, u64)> = Vec::new();
         let mut children: Vec<(u64, u64)> = Vec::new();
@@ -114,6 +125,9 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
             first = false;
             seen.push((no, page.low));
             if page.is_leaf() {
+                if layout.has_values() {
+                    refs.extend(page.entries());
+                }
                 let mut keys: Vec<u64> = page.entries().map(|e| e.0).collect();
                 report.keys += keys.len() as u64;
                 if let Some(&k) = keys.iter().find(|&&k| !page.covers(k)) {
@@ -193,5 +207,64 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
     if held > 0 {
         problems.push(format!("{held} lock word(s) held"));
     }
+    if layout.has_values() {
+        report.values = Some(check_values(ep, &layout, &refs, problems)?);
+    }
     Ok(report)
+}
+
+/// Checks the blocks `refs` (every leaf entry) name, and what the value region holds.
+fn check_values<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    refs: &[(u64, u64)],
+    problems: &mut Vec<String>,
+) -> Result<leaf_store::ValueSpace, TreeError> {
+    let handed_out = ep.read_word(layout.value_chunk_word_addr())?;
+    if handed_out > layout.value_chunks() {
+        problems.push(format!(
+            "value chunk word {handed_out} past the region's {} chunks",
+            layout.value_chunks()
+        ));
+    }
+    let claimed = handed_out.min(layout.value_chunks());
+    let mut space = leaf_store::ValueSpace {
+        chunks: layout.value_chunks(),
+        chunks_claimed: claimed,
+        chunks_owned: claimed,
+        claimed_bytes: claimed * layout.value_chunk_bytes,
+        ..leaf_store::ValueSpace::default()
+    };
+    let mut offsets: Vec<u64> = Vec::with_capacity(refs.len());
+    let mut buf = Vec::new();
+    for &(key, raw) in refs {
+        let value = ValueRef::from_raw(raw);
+        let Some(class) = class_for(value.len()) else {
+            problems.push(format!("key {key}: a value of {} bytes", value.len()));
+            continue;
+        };
+        let (offset, size) = (value.offset(), CLASS_BYTES[class]);
+        let chunk = offset / layout.value_chunk_bytes.max(1);
+        if chunk >= claimed || offset + size > (chunk + 1) * layout.value_chunk_bytes {
+            problems.push(format!(
+                "key {key}: its block at +{offset} lies outside the chunks handed out"
+            ));
+            continue;
+        }
+        buf.clear();
+        buf.resize(value.read_bytes() as usize, 0);
+        ep.read(layout.block_addr(value), &mut buf)?;
+        if let Err(why) = check_block(&buf, key, value) {
+            problems.push(format!("key {key}: its block at +{offset}: {why:?}"));
+        }
+        offsets.push(offset);
+        space.blocks += 1;
+        space.live_bytes += value.len();
+        space.block_bytes += size;
+    }
+    offsets.sort_unstable();
+    if let Some(w) = offsets.windows(2).find(|w| w[0] == w[1]) {
+        problems.push(format!("two keys name the block at +{}", w[0]));
+    }
+    Ok(space)
 }

@@ -12,11 +12,12 @@
 mod read;
 mod scan;
 mod split;
+mod value;
 mod write;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use rdma_transport::{Endpoint, Stats, Transport};
@@ -25,6 +26,7 @@ use crate::TreeError;
 use crate::layout::Layout;
 use crate::locks::{Held, LocalLocks};
 use crate::page::Page;
+use crate::value::NodeValues;
 
 /// How a compute node uses the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +79,8 @@ struct Shared {
     /// First key of each node.
     partition: Vec<u64>,
     locks: LocalLocks,
+    /// Per memory node (in key order), with byte values: this compute node's value blocks.
+    values: Vec<Option<Mutex<NodeValues>>>,
     /// This compute node's lock tag (never 0).
     tag: u64,
 }
@@ -130,6 +134,10 @@ impl<T: Transport> Tree<T> {
             transport,
             shared: Arc::new(Shared {
                 partition: nodes.iter().map(|n| n.layout.key_lo).collect(),
+                values: nodes
+                    .iter()
+                    .map(|n| n.layout.has_values().then(|| Mutex::new(NodeValues::new())))
+                    .collect(),
                 nodes,
                 locks: LocalLocks::new(config.local_lock_stripes),
                 config,
@@ -186,6 +194,9 @@ pub struct ClientStats {
     pub moves_right: u64,
     /// Pages read again because their checksum failed (a write was landing).
     pub torn_reads: u64,
+    /// Value blocks read again through their leaf: the block held another key or failed its
+    /// checksum (used again while this client was paused).
+    pub value_retries: u64,
 }
 
 /// The change a write makes.
@@ -196,6 +207,20 @@ enum Change {
     Upsert(u64),
     Delete,
 }
+
+/// What a write did.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    /// What the operation returns (inserted, updated, deleted).
+    done: bool,
+    /// Whether the leaf now names the write's value.
+    linked: bool,
+    /// The value word the write replaced or deleted.
+    old: Option<u64>,
+}
+
+/// A value block to WRITE before the leaf entry that names it: its address and bytes.
+type PendingBlock = (rdma_transport::RemoteAddr, Vec<u8>);
 
 /// A leaf or internal page read under its lock: the decoded page and its raw bytes (a write
 /// patches the bytes, so words no entry uses keep what the memory node holds).
@@ -223,6 +248,7 @@ pub struct Client<E: Endpoint> {
 impl<E: Endpoint> Client<E> {
     /// The value of `key`, if present. One READ when the leaf's parent is cached.
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, TreeError> {
+        self.expect_values(key, false)?;
         let shared = Arc::clone(&self.shared);
         let n = shared.node_of(key);
         for _ in 0..shared.config.max_attempts {
@@ -237,22 +263,54 @@ impl<E: Endpoint> Client<E> {
 
     /// Inserts `key`; `Ok(false)` (and no change) if present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
-        self.write(key, Change::Insert(value))
+        self.expect_values(key, false)?;
+        Ok(self.write(key, Change::Insert(value), &mut None)?.done)
     }
 
     /// Sets a present `key`'s value; `Ok(false)` if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
-        self.write(key, Change::Update(value))
+        self.expect_values(key, false)?;
+        Ok(self.write(key, Change::Update(value), &mut None)?.done)
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
-        self.write(key, Change::Upsert(value))
+        self.expect_values(key, false)?;
+        Ok(self.write(key, Change::Upsert(value), &mut None)?.done)
     }
 
-    /// Deletes `key`; `Ok(false)` if absent.
+    /// Deletes `key` (with byte values, its block is freed); `Ok(false)` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, TreeError> {
-        self.write(key, Change::Delete)
+        let outcome = self.write(key, Change::Delete, &mut None)?;
+        if let Some(old) = outcome.old {
+            self.release_value(key, old);
+        }
+        Ok(outcome.done)
+    }
+
+    /// Up to `n` entries with keys ≥ `start`, in key order; continues across memory nodes.
+    ///
+    /// Rounds of one batch: locate the leaf holding `from` through the cache (no verb when the
+    /// parent is cached), READ it together with the leaves the cached parent lists after it (as
+    /// many as the rest of the scan needs), and take them in order while each starts where the
+    /// previous one ended; the next round starts where the last page taken ended. A leaf the
+    /// cache placed wrongly (a split it has not seen) is found by moving right instead.
+    pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, TreeError> {
+        self.expect_values(start, false)?;
+        self.scan_entries(start, n)
+    }
+
+    /// `Err(WrongValueKind)` unless the pool serving `key` stores byte values (`bytes`) or
+    /// 8-byte values (`!bytes`).
+    fn expect_values(&self, key: u64, bytes: bool) -> Result<(), TreeError> {
+        let layout = self.shared.nodes[self.shared.node_of(key)].layout;
+        if layout.has_values() == bytes {
+            return Ok(());
+        }
+        Err(TreeError::WrongValueKind {
+            node: layout.node(),
+            stores: if bytes { "u64" } else { "byte" },
+        })
     }
 
     /// Counters beyond the endpoint's.

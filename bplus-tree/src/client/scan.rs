@@ -9,14 +9,12 @@ use crate::TreeError;
 use crate::page::Page;
 
 impl<E: Endpoint> Client<E> {
-    /// Up to `n` entries with keys ≥ `start`, in key order; continues across memory nodes.
-    ///
-    /// Rounds of one batch: locate the leaf holding `from` through the cache (no verb when the
-    /// parent is cached), READ it together with the leaves the cached parent lists after it (as
-    /// many as the rest of the scan needs), and take them in order while each starts where the
-    /// previous one ended; the next round starts where the last page taken ended. A leaf the
-    /// cache placed wrongly (a split it has not seen) is found by moving right instead.
-    pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, TreeError> {
+    /// The scan itself, whatever the pool's values (see [`Client::scan`]).
+    pub(super) fn scan_entries(
+        &mut self,
+        start: u64,
+        n: usize,
+    ) -> Result<Vec<(u64, u64)>, TreeError> {
         let shared = Arc::clone(&self.shared);
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut from = start;

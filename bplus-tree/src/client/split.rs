@@ -177,7 +177,9 @@ impl<E: Endpoint> Client<E> {
                 continue;
             }
             let (page_no, parent) = self.locate(node, key, level)?;
-            let Some(mut locked) = self.lock_covering(shared, node, page_no, parent, key)? else {
+            let Some(mut locked) =
+                self.lock_covering(shared, node, page_no, parent, key, &mut None)?
+            else {
                 continue;
             };
             let mut seps: Vec<(u64, u64)> = locked.page.entries().collect();

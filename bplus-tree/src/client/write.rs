@@ -7,53 +7,79 @@ use std::time::Instant;
 
 use rdma_transport::{Endpoint, Verb};
 
-use super::{Change, Client, Locked, Shared, pause};
+use super::{Change, Client, Locked, Outcome, PendingBlock, Shared, pause};
 use crate::TreeError;
 use crate::layout::Layout;
 use crate::locks::{Held, MAX_HANDOVERS};
 use crate::page::{HEADER_WORDS, Page, page_checksum};
 
 impl<E: Endpoint> Client<E> {
-    pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, TreeError> {
+    /// Applies `change` to `key`'s leaf entry. `block` (byte values) is WRITten in the batch
+    /// that takes the lock, and so lands before the entry that names it; it is `None` once
+    /// WRITten.
+    pub(super) fn write(
+        &mut self,
+        key: u64,
+        change: Change,
+        block: &mut Option<PendingBlock>,
+    ) -> Result<Outcome, TreeError> {
         let shared = Arc::clone(&self.shared);
         let node = shared.node_of(key);
         for _ in 0..shared.config.max_attempts {
             let (leaf_no, parent) = self.locate(node, key, 0)?;
-            let Some(mut locked) = self.lock_covering(&shared, node, leaf_no, parent, key)? else {
+            let Some(mut locked) =
+                self.lock_covering(&shared, node, leaf_no, parent, key, block)?
+            else {
                 continue;
             };
             let page = &locked.page;
             let found = page.find(key);
-            let result = match (change, found) {
+            let unchanged = Outcome {
+                done: false,
+                linked: false,
+                old: None,
+            };
+            let outcome = match (change, found) {
                 (Change::Insert(_), Some(_))
                 | (Change::Update(_), None)
                 | (Change::Delete, None) => {
                     self.release(locked, &[])?;
-                    return Ok(false);
+                    unchanged
                 }
-                (Change::Update(v) | Change::Upsert(v), Some((slot, _))) => {
+                (Change::Update(v) | Change::Upsert(v), Some((slot, old))) => {
                     set_entry(&mut locked, slot, Some((key, v)));
                     self.commit_entry(locked, slot)?;
-                    return Ok(matches!(change, Change::Update(_)));
+                    Outcome {
+                        done: matches!(change, Change::Update(_)),
+                        linked: true,
+                        old: Some(old),
+                    }
                 }
-                (Change::Delete, Some((slot, _))) => {
+                (Change::Delete, Some((slot, old))) => {
                     set_entry(&mut locked, slot, None);
                     self.commit_entry(locked, slot)?;
-                    return Ok(true);
+                    Outcome {
+                        done: true,
+                        linked: false,
+                        old: Some(old),
+                    }
                 }
-                (Change::Insert(v) | Change::Upsert(v), None) => match page.free_slot() {
-                    Some(slot) => {
-                        set_entry(&mut locked, slot, Some((key, v)));
-                        self.commit_entry(locked, slot)?;
-                        true
+                (Change::Insert(v) | Change::Upsert(v), None) => {
+                    match page.free_slot() {
+                        Some(slot) => {
+                            set_entry(&mut locked, slot, Some((key, v)));
+                            self.commit_entry(locked, slot)?;
+                        }
+                        None => self.split_leaf(&shared, locked, key, v)?,
                     }
-                    None => {
-                        self.split_leaf(&shared, locked, key, v)?;
-                        true
+                    Outcome {
+                        done: true,
+                        linked: true,
+                        old: None,
                     }
-                },
+                }
             };
-            return Ok(result);
+            return Ok(outcome);
         }
         Err(TreeError::TooManyRetries(shared.config.max_attempts))
     }
@@ -67,9 +93,10 @@ impl<E: Endpoint> Client<E> {
         mut page_no: u64,
         parent: Option<u64>,
         key: u64,
+        block: &mut Option<PendingBlock>,
     ) -> Result<Option<Locked<'s>>, TreeError> {
         for _ in 0..shared.config.max_attempts {
-            let locked = self.lock(shared, node, page_no)?;
+            let locked = self.lock(shared, node, page_no, block)?;
             if locked.page.low > key {
                 self.release(locked, &[])?;
                 if let Some(p) = parent {
@@ -107,6 +134,7 @@ impl<E: Endpoint> Client<E> {
         shared: &'s Shared,
         node: usize,
         page_no: u64,
+        block: &mut Option<PendingBlock>,
     ) -> Result<Locked<'s>, TreeError> {
         let layout = shared.nodes[node].layout;
         let word = layout.lock_of(page_no);
@@ -138,21 +166,39 @@ impl<E: Endpoint> Client<E> {
         }
         let size = layout.page_size as usize;
         let mut bytes = vec![0u8; size];
+        // A value block the entry will name travels in the first batch that reaches the memory
+        // node (it is this client's alone until a leaf names it).
         if have {
-            if let Err(e) = self.ep.read(layout.page_addr(page_no), &mut bytes) {
+            let result = {
+                let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(2);
+                if let Some((at, data)) = block.as_ref() {
+                    verbs.push(Verb::write(*at, data));
+                }
+                verbs.push(Verb::read(layout.page_addr(page_no), &mut bytes));
+                self.ep.batch(&mut verbs)
+            };
+            if let Err(e) = result {
                 self.abandon(layout, word);
                 return Err(e.into());
             }
+            *block = None;
         } else {
             let deadline = Instant::now() + shared.config.wait_limit;
             let mut attempt = 0;
             loop {
-                let mut verbs = [
-                    Verb::cas(layout.lock_addr(word), 0, shared.tag),
-                    Verb::read(layout.page_addr(page_no), &mut bytes).fenced(),
-                ];
+                let (result, taken) = {
+                    let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(3);
+                    if let Some((at, data)) = block.as_ref() {
+                        verbs.push(Verb::write(*at, data));
+                    }
+                    let cas = verbs.len();
+                    verbs.push(Verb::cas(layout.lock_addr(word), 0, shared.tag));
+                    verbs.push(Verb::read(layout.page_addr(page_no), &mut bytes).fenced());
+                    let result = self.ep.batch(&mut verbs);
+                    (result, verbs[cas].cas_succeeded() == Some(true))
+                };
                 self.stats.lock_verbs += 1;
-                if let Err(e) = self.ep.batch(&mut verbs) {
+                if let Err(e) = result {
                     // The CAS may have executed before the failure: a word holding this compute
                     // node's tag is this thread's (it holds the word's stripe).
                     if self.ep.read_word(layout.lock_addr(word)) == Ok(shared.tag) {
@@ -160,7 +206,8 @@ impl<E: Endpoint> Client<E> {
                     }
                     return Err(e.into());
                 }
-                if verbs[0].cas_succeeded() == Some(true) {
+                *block = None;
+                if taken {
                     break;
                 }
                 if Instant::now() >= deadline {
