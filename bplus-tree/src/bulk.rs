@@ -102,7 +102,7 @@ pub fn bulk_load_values<E: Endpoint>(
         config.key_hi,
         Some(values),
     )?;
-    pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    pairs.sort_unstable_by_key(|p| p.0);
     let max = plan.max_value_len();
     // Place every block: each size class fills its own chunks, taken in order.
     let mut chunks_used = 0u64;

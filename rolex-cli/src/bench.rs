@@ -307,17 +307,10 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
             });
         }
     }
-    if args.value_size.is_some() {
-        if args.index == IndexKind::Bplus {
-            return Err(
-                "--value-size: the B+-tree baseline stores 8-byte values only (for now)".into(),
-            );
-        }
-        if !args.attach.is_empty() || args.transport == CliTransport::Verbs {
-            return Err(
-                "--value-size: byte values run on embedded memory nodes only (for now)".into(),
-            );
-        }
+    if args.value_size.is_some()
+        && (!args.attach.is_empty() || args.transport == CliTransport::Verbs)
+    {
+        return Err("--value-size: byte values run on embedded memory nodes only (for now)".into());
     }
     let args = &args;
     let (keys_wanted, ops) = (args.keys, args.ops);
@@ -556,16 +549,21 @@ fn run_bplus(
     set: keys::KeySet,
     expected_inserts: u64,
 ) -> Result<Report, String> {
-    let config = bplus_tree::BulkLoadConfig {
-        page_size: args.page_size,
-        ..bplus_tree::BulkLoadConfig::default()
-    };
     let nodes = args.memory_nodes;
     let mut sorted = set.loaded.clone();
     sorted.sort_unstable();
     if (sorted.len() as u64) < nodes {
         return Err("more memory nodes than loaded keys".into());
     }
+    let per_node_guess = (sorted.len() as u64).div_ceil(nodes);
+    let config = bplus_tree::BulkLoadConfig {
+        page_size: args.page_size,
+        // As ROLEX's: every node has room for every insert.
+        values: args
+            .value_size
+            .map(|size| crate::index::value_region(size, per_node_guess + expected_inserts)),
+        ..bplus_tree::BulkLoadConfig::default()
+    };
     // The same shares and key ranges as ROLEX's bootstrap. Each node has room for every insert:
     // they need not spread evenly (appends all go to the last node). Untouched room costs
     // nothing on the simulator's anonymous pools.
@@ -584,12 +582,23 @@ fn run_bplus(
             key_hi: share.key_hi,
             ..config.clone()
         };
-        bplus_tree::bulk_load(
-            &mut ep,
-            node,
-            sorted[range].iter().map(|&k| (k, k)).collect(),
-            &node_config,
-        )
+        match args.value_size {
+            Some(size) => bplus_tree::bulk_load_values(
+                &mut ep,
+                node,
+                sorted[range]
+                    .iter()
+                    .map(|&k| (k, crate::index::value_bytes(size, k, k)))
+                    .collect(),
+                &node_config,
+            ),
+            None => bplus_tree::bulk_load(
+                &mut ep,
+                node,
+                sorted[range].iter().map(|&k| (k, k)).collect(),
+                &node_config,
+            ),
+        }
         .map_err(|e| e.to_string())?;
         load_bar.inc(1);
     }
@@ -602,17 +611,31 @@ fn run_bplus(
         },
     )
     .map_err(|e| e.to_string())?;
-    run_workload(
-        args,
-        ops,
-        mix,
-        Arc::new(tree),
-        set.loaded,
-        set.to_insert,
-        Vec::new(),
-        &AtomicBool::new(false),
-        &[],
-    )
+    let tree = Arc::new(tree);
+    match args.value_size {
+        Some(size) => run_workload(
+            args,
+            ops,
+            mix,
+            Arc::new(crate::index::ValueStore::new(tree, size)),
+            set.loaded,
+            set.to_insert,
+            Vec::new(),
+            &AtomicBool::new(false),
+            &[],
+        ),
+        None => run_workload(
+            args,
+            ops,
+            mix,
+            tree,
+            set.loaded,
+            set.to_insert,
+            Vec::new(),
+            &AtomicBool::new(false),
+            &[],
+        ),
+    }
 }
 
 /// An embedded retrainer's counters, published as it runs.

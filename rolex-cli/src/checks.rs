@@ -24,6 +24,17 @@ pub struct ValueSize {
     pub max: u64,
 }
 
+impl ValueSize {
+    /// As `--value-size` takes it.
+    pub fn flag(&self) -> String {
+        if self.min == self.max {
+            self.min.to_string()
+        } else {
+            format!("{}-{}", self.min, self.max)
+        }
+    }
+}
+
 impl std::fmt::Display for ValueSize {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.min == self.max {

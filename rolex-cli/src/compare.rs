@@ -38,6 +38,10 @@ pub struct CompareArgs {
     /// B+-tree page size in bytes (Sherman's: 1 KiB).
     #[arg(long, default_value_t = 1024)]
     pub page_size: u64,
+    /// Both indexes store byte values of this many bytes (`N`, or `MIN-MAX` uniform; at most
+    /// 65536) in value blocks, instead of 8-byte values.
+    #[arg(long, value_parser = crate::checks::value_size)]
+    pub value_size: Option<crate::checks::ValueSize>,
     /// Hide progress.
     #[arg(long)]
     pub quiet: bool,
@@ -74,6 +78,8 @@ struct Comparison {
     keys: u64,
     ops: u64,
     threads: u64,
+    /// Byte values' length bounds (absent: 8-byte values).
+    value_size: Option<crate::checks::ValueSize>,
     cases: Vec<Case>,
     /// Modeled throughput of YCSB A and C (zipfian) for 1–64 modeled clients.
     clients_sweep: Vec<ClientPoint>,
@@ -130,8 +136,14 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
     }
     // Printed as it grows, and written to `table.md` beside the plots at the end.
     let mut table = format!(
-        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}`\n\n",
-        args.keys, args.ops, args.threads, args.seed, args.page_size
+        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}`\n\n",
+        args.keys,
+        args.ops,
+        args.threads,
+        args.seed,
+        args.page_size,
+        args.value_size
+            .map_or(String::new(), |v| format!(" --value-size {}", v.flag()))
     );
     let mut emit = |line: String| {
         println!("{line}");
@@ -164,6 +176,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             run.ops = args.ops;
             run.threads = args.threads;
             run.seed = args.seed;
+            run.value_size = args.value_size;
             if let Some(w) = workload {
                 run.workload = *w;
             }
@@ -252,6 +265,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             keys: args.keys,
             ops: args.ops,
             threads: args.threads,
+            value_size: args.value_size,
             cases,
             clients_sweep,
         })
@@ -294,7 +308,13 @@ fn plots(
     args: &CompareArgs,
     profile: &NetworkProfile,
 ) -> Vec<(&'static str, String)> {
-    let subtitle = format!("{} keys, {} operations per run", args.keys, args.ops);
+    let subtitle = format!(
+        "{} keys, {} operations per run{}",
+        args.keys,
+        args.ops,
+        args.value_size
+            .map_or(String::new(), |v| format!(", values of {v}"))
+    );
     let by_ratio = |clients: u64| {
         let mut series = Vec::new();
         for dist in ["uniform", "zipfian"] {

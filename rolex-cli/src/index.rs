@@ -171,14 +171,7 @@ where
             s.models += report.slots;
             s.clean &= report.is_clean();
             if let Some(v) = report.values {
-                let sum = s.values.get_or_insert_with(leaf_store::ValueSpace::default);
-                sum.chunks += v.chunks;
-                sum.chunks_claimed += v.chunks_claimed;
-                sum.chunks_owned += v.chunks_owned;
-                sum.blocks += v.blocks;
-                sum.live_bytes += v.live_bytes;
-                sum.block_bytes += v.block_bytes;
-                sum.claimed_bytes += v.claimed_bytes;
+                add_values(&mut s.values, v);
             }
         }
         Ok(s)
@@ -217,37 +210,81 @@ fn fill_value(size: crate::checks::ValueSize, key: u64, v: u64, out: &mut Vec<u8
     out.extend(v.to_le_bytes().iter().cycle().take(len as usize));
 }
 
-/// ROLEX storing byte values: each operation moves a value of the run's size.
-pub struct ValueStore<T: Transport> {
-    store: std::sync::Arc<index_core::Store<T>>,
+/// A client of an index storing byte values, as the bench drives it.
+pub trait ByteClient: Send + 'static {
+    /// Reads `key`'s value into `out`; false if absent.
+    fn get_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, Failed>;
+    /// Inserts `key`; false if present.
+    fn insert(&mut self, key: u64, value: &[u8]) -> Result<bool, Failed>;
+    /// Updates `key`; false if absent.
+    fn update(&mut self, key: u64, value: &[u8]) -> Result<bool, Failed>;
+    /// Deletes `key`; false if absent.
+    fn delete(&mut self, key: u64) -> Result<bool, Failed>;
+    /// Up to `n` keys from `start` with their values.
+    fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, Failed>;
+}
+
+impl<E: rdma_transport::Endpoint + 'static> ByteClient for index_core::Client<E> {
+    fn get_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, Failed> {
+        self.get_value_into(key, out).map_err(rolex_failed)
+    }
+    fn insert(&mut self, key: u64, value: &[u8]) -> Result<bool, Failed> {
+        self.insert_value(key, value).map_err(rolex_failed)
+    }
+    fn update(&mut self, key: u64, value: &[u8]) -> Result<bool, Failed> {
+        self.update_value(key, value).map_err(rolex_failed)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, Failed> {
+        index_core::Client::delete(self, key).map_err(rolex_failed)
+    }
+    fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, Failed> {
+        self.scan_values(start, n).map_err(rolex_failed)
+    }
+}
+
+impl<E: rdma_transport::Endpoint + 'static> ByteClient for bplus_tree::Client<E> {
+    fn get_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, Failed> {
+        self.get_value_into(key, out).map_err(tree_failed)
+    }
+    fn insert(&mut self, key: u64, value: &[u8]) -> Result<bool, Failed> {
+        self.insert_value(key, value).map_err(tree_failed)
+    }
+    fn update(&mut self, key: u64, value: &[u8]) -> Result<bool, Failed> {
+        self.update_value(key, value).map_err(tree_failed)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, Failed> {
+        bplus_tree::Client::delete(self, key).map_err(tree_failed)
+    }
+    fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, Failed> {
+        self.scan_values(start, n).map_err(tree_failed)
+    }
+}
+
+/// An index storing byte values: each operation moves a value of the run's size.
+pub struct ValueStore<I> {
+    index: std::sync::Arc<I>,
     size: crate::checks::ValueSize,
 }
 
-impl<T: Transport> ValueStore<T> {
-    /// `store` (whose pools hold byte values), with values of `size`.
-    pub fn new(
-        store: std::sync::Arc<index_core::Store<T>>,
-        size: crate::checks::ValueSize,
-    ) -> Self {
-        Self { store, size }
+impl<I> ValueStore<I> {
+    /// `index` (whose pools hold byte values), with values of `size`.
+    pub fn new(index: std::sync::Arc<I>, size: crate::checks::ValueSize) -> Self {
+        Self { index, size }
     }
 }
 
 /// A bench thread's client of a [`ValueStore`].
-pub struct ValueClient<E: rdma_transport::Endpoint> {
-    client: index_core::Client<E>,
+pub struct ValueClient<C> {
+    client: C,
     size: crate::checks::ValueSize,
     buf: Vec<u8>,
     moved: u64,
 }
 
-impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
+impl<C: BenchClient + ByteClient> BenchClient for ValueClient<C> {
     /// The value's first eight bytes as a number (what the bench wrote), if present.
     fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
-        let found = self
-            .client
-            .get_value_into(key, &mut self.buf)
-            .map_err(rolex_failed)?;
+        let found = self.client.get_into(key, &mut self.buf)?;
         self.moved += self.buf.len() as u64;
         Ok(found.then(|| {
             let mut word = [0u8; 8];
@@ -259,22 +296,18 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
     fn insert(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
         fill_value(self.size, key, value, &mut self.buf);
         self.moved += self.buf.len() as u64;
-        self.client
-            .insert_value(key, &self.buf)
-            .map_err(rolex_failed)
+        ByteClient::insert(&mut self.client, key, &self.buf)
     }
     fn update(&mut self, key: u64, value: u64) -> Result<bool, Failed> {
         fill_value(self.size, key, value, &mut self.buf);
         self.moved += self.buf.len() as u64;
-        self.client
-            .update_value(key, &self.buf)
-            .map_err(rolex_failed)
+        ByteClient::update(&mut self.client, key, &self.buf)
     }
     fn delete(&mut self, key: u64) -> Result<bool, Failed> {
-        self.client.delete(key).map_err(rolex_failed)
+        ByteClient::delete(&mut self.client, key)
     }
     fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed> {
-        let rows = self.client.scan_values(start, n).map_err(rolex_failed)?;
+        let rows = ByteClient::scan(&mut self.client, start, n)?;
         self.moved += rows.iter().map(|r| r.1.len() as u64).sum::<u64>();
         Ok(rows.len())
     }
@@ -282,22 +315,22 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for ValueClient<E> {
         self.client.net_stats()
     }
     fn lock_verbs(&self) -> u64 {
-        0
+        self.client.lock_verbs()
     }
     fn value_bytes(&self) -> u64 {
         self.moved
     }
 }
 
-impl<T: Transport + 'static> BenchIndex for ValueStore<T>
+impl<I: BenchIndex> BenchIndex for ValueStore<I>
 where
-    T::Endpoint: 'static,
+    I::Client: ByteClient,
 {
-    type Client = ValueClient<T::Endpoint>;
+    type Client = ValueClient<I::Client>;
 
     fn client(&self) -> Result<Self::Client, String> {
         Ok(ValueClient {
-            client: self.store.client().map_err(|e| e.to_string())?,
+            client: self.index.client()?,
             size: self.size,
             buf: Vec::new(),
             moved: 0,
@@ -305,22 +338,32 @@ where
     }
 
     fn reconnect(&self, client: &mut Self::Client) -> Result<(), String> {
-        self.store
-            .reconnect(&mut client.client)
-            .map_err(|e| e.to_string())
+        self.index.reconnect(&mut client.client)
     }
 
     fn cache_bytes(&self) -> u64 {
-        self.store.cache_bytes()
+        self.index.cache_bytes()
     }
 
     fn memory_nodes(&self) -> u64 {
-        BenchIndex::memory_nodes(&*self.store)
+        self.index.memory_nodes()
     }
 
     fn structure(&self) -> Result<Structure, String> {
-        BenchIndex::structure(&*self.store)
+        self.index.structure()
     }
+}
+
+/// Adds one memory node's value space to `sum`.
+fn add_values(sum: &mut Option<leaf_store::ValueSpace>, v: leaf_store::ValueSpace) {
+    let sum = sum.get_or_insert_with(leaf_store::ValueSpace::default);
+    sum.chunks += v.chunks;
+    sum.chunks_claimed += v.chunks_claimed;
+    sum.chunks_owned += v.chunks_owned;
+    sum.blocks += v.blocks;
+    sum.live_bytes += v.live_bytes;
+    sum.block_bytes += v.block_bytes;
+    sum.claimed_bytes += v.claimed_bytes;
 }
 
 fn tree_failed(e: bplus_tree::TreeError) -> Failed {
@@ -396,6 +439,9 @@ where
             s.models += report.pages_per_level.iter().skip(1).sum::<u64>();
             s.keys += report.keys;
             s.clean &= report.is_clean();
+            if let Some(v) = report.values {
+                add_values(&mut s.values, v);
+            }
             s.pool_bytes = s
                 .pool_bytes
                 .map(|b| b + report.allocated_pages * layout.page_size + 8 * layout.lock_words);

@@ -109,7 +109,14 @@ fn what_byte_values_cannot_do_is_refused_in_one_line() {
     );
     assert!(bad_input_line(&["bench", "--value-size", "abc"]).contains("--value-size"));
     assert!(
-        bad_input_line(&["bench", "--value-size", "100", "--index", "bplus"]).contains("B+-tree")
+        bad_input_line(&[
+            "bench",
+            "--value-size",
+            "100",
+            "--attach",
+            "/nonexistent.pool"
+        ])
+        .contains("embedded")
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("w");
@@ -122,4 +129,82 @@ fn what_byte_values_cannot_do_is_refused_in_one_line() {
         bad_input_line(&["bench", "--workload-file", file.to_str().expect("utf-8")])
             .contains("64 KiB")
     );
+}
+
+#[test]
+fn the_baseline_stores_byte_values_the_same_way() {
+    let (report, _) = bench(&[
+        "--index",
+        "bplus",
+        "--keys",
+        "20000",
+        "--ops",
+        "40000",
+        "--value-size",
+        "100",
+    ]);
+    let read = &report["ops"]["read"];
+    let rtt = read["rtts_per_op"].as_f64().expect("rtt");
+    assert!(
+        (1.99..2.05).contains(&rtt),
+        "a GET of a value: {rtt} round trips"
+    );
+    // A page and a block of 100 value bytes.
+    let bytes = read["bytes_per_op"].as_f64().expect("bytes");
+    assert!(
+        bytes > 1024.0 + 100.0 && bytes < 1024.0 + 100.0 + 32.0 + 8.0,
+        "{bytes}"
+    );
+    let update = report["ops"]["update"]["rtts_per_op"]
+        .as_f64()
+        .expect("rtt");
+    assert!(update < 2.05, "an update of a value: {update} round trips");
+    let values = &report["values"];
+    assert_eq!(values["blocks"], 20_000);
+    assert_eq!(values["live_bytes"], 20_000 * 100);
+    assert_eq!(report["verify_clean"], true);
+}
+
+#[test]
+fn compare_takes_a_value_size_for_both_indexes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("plots");
+    let json = dir.path().join("compare.json");
+    let status = Command::new(ROLEX)
+        .args([
+            "compare",
+            "--keys",
+            "3000",
+            "--ops",
+            "2000",
+            "--quiet",
+            "--value-size",
+            "200",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run rolex");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    assert_eq!(r["value_size"]["max"], 200);
+    for case in r["cases"].as_array().expect("cases") {
+        for index in ["rolex", "bplus"] {
+            let values = &case[index]["values"];
+            assert!(
+                values["live_bytes"].as_u64().expect("live") >= 200 * 1000,
+                "{index} in {}: {values}",
+                case["name"]
+            );
+        }
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table");
+    assert!(table.contains("--value-size 200`"), "{table}");
 }
