@@ -1,18 +1,21 @@
 //! The store used as an application would: a memory-node process and a compute process sharing a
-//! pool file, a directory of a few thousand names, looked up and listed by prefix.
+//! pool file, a directory of a few thousand people — a record per name, stored as a CSV line
+//! (`name,id,city,since`) — looked up, changed and listed by prefix.
 //!
 //! ```sh
 //! cargo run --release -p index-core --example names
 //! ```
 //!
 //! With no arguments it runs the whole demonstration: it starts itself as a memory-node process
-//! (`names memnode POOL`: creates the pool file, bulk-loads 4,096 names, prints `ready`, runs
+//! (`names memnode POOL`: creates the pool file, bulk-loads 4,096 records, prints `ready`, runs
 //! the retrainer until its standard input closes), then as a compute process (`names compute POOL`:
-//! attaches to the pool file, registers 576 more, looks names up, lists them by prefix), and
-//! finally shuts the memory node down cleanly and removes the pool file.
+//! attaches to the pool file, registers 576 more people, reads records back, moves one person to
+//! another city, lists records by prefix), and finally shuts the memory node down cleanly and
+//! removes the pool file.
 //!
 //! Names of up to 8 bytes become `u64` keys big-endian, zero-padded on the right, so key order is
-//! name order and every name starting with a prefix lies in one key range.
+//! name order and every name starting with a prefix lies in one key range. The records are byte
+//! values: the pool has a value region, and each leaf entry names the block holding its record.
 
 #[cfg(loom)]
 fn main() {}
@@ -33,10 +36,10 @@ mod demo {
     use std::process::{Command, Stdio};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
-    use index_core::{Client, Store, StoreConfig, bootstrap};
-    use leaf_store::{BulkLoadConfig, required_pool_bytes};
+    use index_core::{Client, Store, StoreConfig, bootstrap_values};
+    use leaf_store::{BulkLoadConfig, ValueConfig, required_pool_bytes};
     use rdma_transport::Transport;
     use retrainer::{RetrainConfig, Retrainer};
     use sim_transport::{Pool, SimConfig, SimEndpoint, SimTransport};
@@ -44,6 +47,12 @@ mod demo {
     type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
     const SYLLABLES: [&str; 8] = ["ka", "lo", "mi", "ra", "to", "ne", "su", "vi"];
+    const CITIES: [&str; 5] = ["Lisbon", "Osaka", "Quito", "Tromsø", "Windhoek"];
+
+    /// Person `id`'s record: a CSV line.
+    fn record(name: &str, id: u64, city: &str) -> Vec<u8> {
+        format!("{name},{id},{city},{}", 1990 + id % 35).into_bytes()
+    }
 
     /// The key of a name of 1 to 8 bytes: its bytes big-endian, zero-padded on the right.
     pub fn key_of(name: &str) -> Option<u64> {
@@ -54,13 +63,6 @@ mod demo {
         let mut word = [0u8; 8];
         word[..bytes.len()].copy_from_slice(bytes);
         Some(u64::from_be_bytes(word))
-    }
-
-    /// The name a key was made from.
-    pub fn name_of(key: u64) -> String {
-        let bytes = key.to_be_bytes();
-        let len = bytes.iter().position(|&b| b == 0).unwrap_or(8);
-        String::from_utf8_lossy(&bytes[..len]).into_owned()
     }
 
     /// The keys of every name that starts with `prefix` (itself a name of at most 8 bytes).
@@ -147,19 +149,28 @@ mod demo {
     /// The memory node: creates and loads the pool file, then retrains until stdin closes.
     fn memnode(path: &Path) -> Result<()> {
         let loaded = names(4); // 4,096 names of four syllables
-        let config = BulkLoadConfig::default();
+        let config = BulkLoadConfig {
+            // 4 MiB of value blocks: records of a few dozen bytes, and room to change them.
+            values: Some(ValueConfig::with_bytes(4 << 20)),
+            ..BulkLoadConfig::default()
+        };
         let size = required_pool_bytes(loaded.len() as u64, &config, 4096).next_multiple_of(4096);
         let transport =
             SimTransport::new(vec![Pool::create_file(path, size)?], SimConfig::default());
-        let mut pairs: Vec<(u64, u64)> = Vec::new();
+        let mut pairs: Vec<(u64, Vec<u8>)> = Vec::new();
         for (id, name) in loaded.iter().enumerate() {
-            pairs.push((key_of(name).ok_or("bad name")?, id as u64));
+            let city = CITIES[id % CITIES.len()];
+            pairs.push((key_of(name).ok_or("bad name")?, record(name, id as u64, city)));
         }
-        bootstrap(&transport, pairs, &config)?;
+        bootstrap_values(&transport, pairs, &config, |_, _, _, _| {})?;
         let node = transport.memory_nodes()[0];
         let mut worker = Retrainer::new(transport.endpoint()?, node, RetrainConfig::default())?;
+        // Watching the compute nodes' leases lets their freed value blocks be used again once no
+        // reader can hold them (and recovers a compute process that dies).
+        let fence = transport.fence(node.id).ok_or("the memory node has no pool")?;
+        worker.watch_members(Duration::from_secs(2), Box::new(fence));
         println!(
-            "ready: {} holds {} names ({} bytes)",
+            "ready: {} holds {} records ({} bytes)",
             path.display(),
             loaded.len(),
             size
@@ -193,34 +204,49 @@ mod demo {
         let mut client = store.client()?;
         let started = Instant::now();
 
-        // Register every name of two and three syllables (576 more, ids after the loaded ones).
+        // Register every person of a two- and three-syllable name (576 more, ids after the
+        // loaded ones).
         let mut registered = 0;
         for (i, name) in names(2).iter().chain(&names(3)).enumerate() {
             let key = key_of(name).ok_or("bad name")?;
-            if client.insert(key, 4096 + i as u64)? {
+            let id = 4096 + i as u64;
+            if client.insert_value(key, &record(name, id, CITIES[i % CITIES.len()]))? {
                 registered += 1;
             }
         }
-        println!("[compute] registered {registered} names");
+        println!("[compute] registered {registered} people");
 
         for name in ["kalomi", "vivivivi", "sutone", "rarararara"] {
             match key_of(name) {
-                Some(key) => match client.get(key)? {
-                    Some(id) => println!("[compute] {name:>8} -> id {id}"),
+                Some(key) => match client.get_value(key)? {
+                    Some(row) => println!("[compute] {name:>8} -> {}", String::from_utf8(row)?),
                     None => println!("[compute] {name:>8} -> not registered"),
                 },
                 None => println!("[compute] {name:>8} -> not a name (longer than 8 bytes)"),
             }
         }
 
+        // Someone moves: the record is rewritten in a new block, the old one freed.
+        let key = key_of("kalomi").ok_or("bad name")?;
+        let row = client.get_value(key)?.ok_or("kalomi is registered")?;
+        let moved = String::from_utf8(row)?.replace("Lisbon", "Reykjavík");
+        client.update_value(key, moved.as_bytes())?;
+        let back = String::from_utf8(client.get_value(key)?.ok_or("kalomi is registered")?)?;
+        if back != moved {
+            return Err(format!("kalomi's record reads back as {back:?}, not {moved:?}").into());
+        }
+        println!("[compute]   kalomi moved -> {back}");
+
         client.delete(key_of("kakaka").ok_or("bad name")?)?;
         for prefix in ["kaka", "vimi", "tosune"] {
             let listed = list(&mut client, prefix, 100)?;
-            println!(
-                "[compute] {} names start with {prefix:?}: {}",
-                listed.len(),
-                listed.join(" ")
-            );
+            println!("[compute] {} people's names start with {prefix:?}:", listed.len());
+            for row in listed.iter().take(4) {
+                println!("[compute]     {row}");
+            }
+            if listed.len() > 4 {
+                println!("[compute]     … and {} more", listed.len() - 4);
+            }
         }
         println!(
             "[compute] {} round trips in {:.1} ms; {} bytes of cached models",
@@ -231,18 +257,18 @@ mod demo {
         Ok(())
     }
 
-    /// Every name starting with `prefix`, in order, at most `limit`: scans of the prefix's key
-    /// range, a page at a time.
+    /// The records of every name starting with `prefix`, in order, at most `limit`: scans of
+    /// the prefix's key range, a page at a time.
     fn list(client: &mut Client<SimEndpoint>, prefix: &str, limit: usize) -> Result<Vec<String>> {
         let (mut from, high) = prefix_range(prefix).ok_or("a prefix is a name of 1 to 8 bytes")?;
         let mut out = Vec::new();
         while out.len() < limit {
-            let page = client.scan(from, 16)?;
-            for &(key, _) in &page {
-                if key > high || out.len() == limit {
+            let page = client.scan_values(from, 16)?;
+            for (key, row) in &page {
+                if *key > high || out.len() == limit {
                     return Ok(out);
                 }
-                out.push(name_of(key));
+                out.push(String::from_utf8_lossy(row).into_owned());
             }
             match page.last() {
                 Some(&(last, _)) if page.len() == 16 && last < u64::MAX => from = last + 1,
