@@ -160,14 +160,19 @@ mod demo {
         let mut pairs: Vec<(u64, Vec<u8>)> = Vec::new();
         for (id, name) in loaded.iter().enumerate() {
             let city = CITIES[id % CITIES.len()];
-            pairs.push((key_of(name).ok_or("bad name")?, record(name, id as u64, city)));
+            pairs.push((
+                key_of(name).ok_or("bad name")?,
+                record(name, id as u64, city),
+            ));
         }
         bootstrap_values(&transport, pairs, &config, |_, _, _, _| {})?;
         let node = transport.memory_nodes()[0];
         let mut worker = Retrainer::new(transport.endpoint()?, node, RetrainConfig::default())?;
         // Watching the compute nodes' leases lets their freed value blocks be used again once no
         // reader can hold them (and recovers a compute process that dies).
-        let fence = transport.fence(node.id).ok_or("the memory node has no pool")?;
+        let fence = transport
+            .fence(node.id)
+            .ok_or("the memory node has no pool")?;
         worker.watch_members(Duration::from_secs(2), Box::new(fence));
         println!(
             "ready: {} holds {} records ({} bytes)",
@@ -240,7 +245,10 @@ mod demo {
         client.delete(key_of("kakaka").ok_or("bad name")?)?;
         for prefix in ["kaka", "vimi", "tosune"] {
             let listed = list(&mut client, prefix, 100)?;
-            println!("[compute] {} people's names start with {prefix:?}:", listed.len());
+            println!(
+                "[compute] {} people's names start with {prefix:?}:",
+                listed.len()
+            );
             for row in listed.iter().take(4) {
                 println!("[compute]     {row}");
             }

@@ -229,3 +229,38 @@ mod tests {
         assert!(message.contains("1..=128"), "{message}");
     }
 }
+
+/// `--warmup`: operations run before the measured ones and left out of every figure.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Warmup {
+    /// This many operations (over all threads).
+    Ops(u64),
+    /// This many seconds.
+    Seconds(f64),
+}
+
+/// `--warmup`: a count of operations (`100000`) or seconds (`2s`, `0.5s`).
+pub fn warmup(s: &str) -> Result<Warmup, String> {
+    match s.strip_suffix('s') {
+        Some(secs) => seconds(secs).map(Warmup::Seconds),
+        None => positive_count(s).map(Warmup::Ops).map_err(|_| {
+            format!("{s:?} is neither a count of operations (100000) nor seconds (2s)")
+        }),
+    }
+}
+
+/// The most runs `--runs` repeats.
+pub const MAX_RUNS: u64 = 100;
+
+/// `--runs`: 1 to [`MAX_RUNS`].
+pub fn runs(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of runs"))?;
+    if (1..=MAX_RUNS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("{n} runs: give 1 to {MAX_RUNS}"))
+    }
+}

@@ -11,6 +11,7 @@ use sim_transport::cost_model::NetworkProfile;
 use crate::bench::{self, BenchArgs};
 use crate::index::IndexKind;
 use crate::report::{Report, weighted};
+use crate::spread::Spread;
 use crate::svg::{self, Series};
 use crate::workload::{self, RequestDist, Workload};
 
@@ -42,6 +43,10 @@ pub struct CompareArgs {
     /// 65536) in value blocks, instead of 8-byte values.
     #[arg(long, value_parser = crate::checks::value_size)]
     pub value_size: Option<crate::checks::ValueSize>,
+    /// Run every case this many times per index (run i uses seed + i) and report ratios and
+    /// throughput as mean ± standard deviation, with error bars in the plots (at most 100).
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::runs)]
+    pub runs: u64,
     /// Hide progress.
     #[arg(long)]
     pub quiet: bool,
@@ -54,9 +59,38 @@ struct Case {
     dist: String,
     /// Insert share, for the write-ratio sweep.
     insert_ratio: Option<f64>,
+    /// The first run of each index.
     rolex: Report,
     bplus: Report,
+    /// Runs 2 to N with `--runs N` (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    repeats: Vec<Pair>,
+    /// Means over the runs.
     ratios: Ratios,
+    /// With `--runs N > 1`: the spread over the runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spread: Option<CaseSpread>,
+}
+
+/// One more run of both indexes.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Pair {
+    rolex: Report,
+    bplus: Report,
+}
+
+/// A case's figures over its runs.
+#[derive(Debug, Clone, serde::Serialize)]
+struct CaseSpread {
+    rolex_throughput_ops_s: Spread,
+    bplus_throughput_ops_s: Spread,
+    measured_throughput_ratio: Spread,
+    modeled_throughput_ratio: Spread,
+    modeled_throughput_64_clients_ratio: Spread,
+    rolex_modeled_64_clients_ops_s: Spread,
+    bplus_modeled_64_clients_ops_s: Spread,
+    rolex_modeled_2_clients_ops_s: Spread,
+    bplus_modeled_2_clients_ops_s: Spread,
 }
 
 /// ROLEX's figure over the baseline's (> 1: ROLEX ahead, for throughput; < 1: ROLEX moves
@@ -78,6 +112,7 @@ struct Comparison {
     keys: u64,
     ops: u64,
     threads: u64,
+    runs: u64,
     /// Byte values' length bounds (absent: 8-byte values).
     value_size: Option<crate::checks::ValueSize>,
     cases: Vec<Case>,
@@ -136,12 +171,17 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
     }
     // Printed as it grows, and written to `table.md` beside the plots at the end.
     let mut table = format!(
-        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}`\n\n",
+        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}{}`\n\n",
         args.keys,
         args.ops,
         args.threads,
         args.seed,
         args.page_size,
+        if args.runs > 1 {
+            format!(" --runs {}", args.runs)
+        } else {
+            String::new()
+        },
         args.value_size
             .map_or(String::new(), |v| format!(" --value-size {}", v.flag()))
     );
@@ -167,54 +207,96 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
                 started.elapsed().as_secs_f64()
             );
         }
-        let mut reports = Vec::new();
-        for index in [IndexKind::Rolex, IndexKind::Bplus] {
-            let mut run = defaults.clone();
-            run.index = index;
-            run.page_size = args.page_size;
-            run.keys = args.keys;
-            run.ops = args.ops;
-            run.threads = args.threads;
-            run.seed = args.seed;
-            run.value_size = args.value_size;
-            if let Some(w) = workload {
-                run.workload = *w;
+        let mut pairs: Vec<Pair> = Vec::new();
+        for r in 0..args.runs {
+            let mut reports = Vec::new();
+            for index in [IndexKind::Rolex, IndexKind::Bplus] {
+                let mut run = defaults.clone();
+                run.index = index;
+                run.page_size = args.page_size;
+                run.keys = args.keys;
+                run.ops = args.ops;
+                run.threads = args.threads;
+                run.seed = args.seed.wrapping_add(r);
+                run.value_size = args.value_size;
+                if let Some(w) = workload {
+                    run.workload = *w;
+                }
+                run.insert_ratio = *ratio;
+                run.request_dist = Some(*dist);
+                run.quiet = true;
+                let report = bench::run(&run)?;
+                if !report.verify_clean {
+                    return Err(format!(
+                        "{name} ({}): verify found problems after the {} run",
+                        workload::name(*dist),
+                        index.name()
+                    ));
+                }
+                reports.push(report);
             }
-            run.insert_ratio = *ratio;
-            run.request_dist = Some(*dist);
-            run.quiet = true;
-            let report = bench::run(&run)?;
-            if !report.verify_clean {
-                return Err(format!(
-                    "{name} ({}): verify found problems after the {} run",
-                    workload::name(*dist),
-                    index.name()
-                ));
-            }
-            reports.push(report);
+            let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
+                return Err("a run produced no report".into());
+            };
+            pairs.push(Pair { rolex, bplus });
         }
-        let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
-            return Err("a run produced no report".into());
-        };
         let bytes = |r: &Report| weighted(r, |o| o.bytes_per_op);
         let rtts = |r: &Report| weighted(r, |o| o.rtts_per_op);
+        let over = |f: &dyn Fn(&Pair) -> f64| -> Spread {
+            Spread::of(&pairs.iter().map(f).collect::<Vec<_>>()).unwrap_or(Spread {
+                mean: 0.0,
+                sd: 0.0,
+                min: 0.0,
+                max: 0.0,
+                n: 0,
+            })
+        };
+        let spread = CaseSpread {
+            rolex_throughput_ops_s: over(&|p| p.rolex.throughput_ops_s),
+            bplus_throughput_ops_s: over(&|p| p.bplus.throughput_ops_s),
+            measured_throughput_ratio: over(&|p| {
+                p.rolex.throughput_ops_s / p.bplus.throughput_ops_s.max(1e-9)
+            }),
+            modeled_throughput_ratio: over(&|p| {
+                p.rolex.modeled.throughput_ops_s / p.bplus.modeled.throughput_ops_s.max(1e-9)
+            }),
+            modeled_throughput_64_clients_ratio: over(&|p| {
+                modeled_at(&p.rolex, 64, &profile) / modeled_at(&p.bplus, 64, &profile).max(1e-9)
+            }),
+            rolex_modeled_64_clients_ops_s: over(&|p| modeled_at(&p.rolex, 64, &profile)),
+            bplus_modeled_64_clients_ops_s: over(&|p| modeled_at(&p.bplus, 64, &profile)),
+            rolex_modeled_2_clients_ops_s: over(&|p| modeled_at(&p.rolex, 2, &profile)),
+            bplus_modeled_2_clients_ops_s: over(&|p| modeled_at(&p.bplus, 2, &profile)),
+        };
         let ratios = Ratios {
-            measured_throughput: rolex.throughput_ops_s / bplus.throughput_ops_s.max(1e-9),
-            modeled_throughput: rolex.modeled.throughput_ops_s
-                / bplus.modeled.throughput_ops_s.max(1e-9),
-            modeled_throughput_64_clients: modeled_at(&rolex, 64, &profile)
-                / modeled_at(&bplus, 64, &profile).max(1e-9),
-            bytes_per_op: bytes(&rolex) / bytes(&bplus).max(1e-9),
-            rtts_per_op: rtts(&rolex) / rtts(&bplus).max(1e-9),
+            measured_throughput: spread.measured_throughput_ratio.mean,
+            modeled_throughput: spread.modeled_throughput_ratio.mean,
+            modeled_throughput_64_clients: spread.modeled_throughput_64_clients_ratio.mean,
+            bytes_per_op: over(&|p| bytes(&p.rolex) / bytes(&p.bplus).max(1e-9)).mean,
+            rtts_per_op: over(&|p| rtts(&p.rolex) / rtts(&p.bplus).max(1e-9)).mean,
+        };
+        let mut pairs = pairs.into_iter();
+        let Some(first) = pairs.next() else {
+            return Err("a case ran no run".into());
+        };
+        let repeats: Vec<Pair> = pairs.collect();
+        let (rolex, bplus) = (first.rolex, first.bplus);
+        // With several runs, a figure that varies is shown as mean ± standard deviation.
+        let shown = |s: &Spread, decimals: usize| {
+            if args.runs > 1 {
+                s.short(decimals)
+            } else {
+                format!("{:.d$}", s.mean, d = decimals)
+            }
         };
         emit(format!(
-            "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
             workload::name(*dist),
-            rolex.throughput_ops_s,
-            bplus.throughput_ops_s,
-            ratios.measured_throughput,
-            ratios.modeled_throughput,
-            ratios.modeled_throughput_64_clients,
+            shown(&spread.rolex_throughput_ops_s, 0),
+            shown(&spread.bplus_throughput_ops_s, 0),
+            shown(&spread.measured_throughput_ratio, 2),
+            shown(&spread.modeled_throughput_ratio, 2),
+            shown(&spread.modeled_throughput_64_clients_ratio, 2),
             bytes(&rolex),
             bytes(&bplus),
             ratios.bytes_per_op,
@@ -228,7 +310,9 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             insert_ratio: *ratio,
             rolex,
             bplus,
+            repeats,
             ratios,
+            spread: (args.runs > 1).then_some(spread),
         });
     }
     let clients_sweep = clients_sweep(&cases, &profile);
@@ -255,9 +339,9 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     println!(
-        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, bytes_per_op.svg, rtts_per_op.svg); {} runs in {:.0} s",
+        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, measured_throughput.svg, bytes_per_op.svg, rtts_per_op.svg, latency_cdf.svg); {} runs in {:.0} s",
         args.out.display(),
-        2 * cases.len(),
+        2 * cases.len() as u64 * args.runs,
         started.elapsed().as_secs_f64()
     );
     if let Some(path) = &args.json {
@@ -265,6 +349,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             keys: args.keys,
             ops: args.ops,
             threads: args.threads,
+            runs: args.runs,
             value_size: args.value_size,
             cases,
             clients_sweep,
@@ -308,8 +393,13 @@ fn plots(
     args: &CompareArgs,
     profile: &NetworkProfile,
 ) -> Vec<(&'static str, String)> {
+    let runs = if args.runs > 1 {
+        format!("; mean of {} runs, bars ±1 standard deviation", args.runs)
+    } else {
+        String::new()
+    };
     let subtitle = format!(
-        "{} keys, {} operations per run{}",
+        "{} keys, {} operations per run{}{runs}",
         args.keys,
         args.ops,
         args.value_size
@@ -318,20 +408,38 @@ fn plots(
     let by_ratio = |clients: u64| {
         let mut series = Vec::new();
         for dist in ["uniform", "zipfian"] {
-            for (index, pick) in [
-                ("ROLEX", (|c: &Case| &c.rolex) as fn(&Case) -> &Report),
-                ("B+-tree", |c: &Case| &c.bplus),
-            ] {
+            for index in ["ROLEX", "B+-tree"] {
+                let figure = |c: &Case| -> (f64, f64) {
+                    match (&c.spread, index, clients) {
+                        (Some(s), "ROLEX", 64) => (
+                            s.rolex_modeled_64_clients_ops_s.mean,
+                            s.rolex_modeled_64_clients_ops_s.sd,
+                        ),
+                        (Some(s), _, 64) => (
+                            s.bplus_modeled_64_clients_ops_s.mean,
+                            s.bplus_modeled_64_clients_ops_s.sd,
+                        ),
+                        (Some(s), "ROLEX", _) => (
+                            s.rolex_modeled_2_clients_ops_s.mean,
+                            s.rolex_modeled_2_clients_ops_s.sd,
+                        ),
+                        (Some(s), _, _) => (
+                            s.bplus_modeled_2_clients_ops_s.mean,
+                            s.bplus_modeled_2_clients_ops_s.sd,
+                        ),
+                        (None, "ROLEX", _) => (modeled_at(&c.rolex, clients, profile), 0.0),
+                        (None, _, _) => (modeled_at(&c.bplus, clients, profile), 0.0),
+                    }
+                };
+                let picked: Vec<(f64, (f64, f64))> = cases
+                    .iter()
+                    .filter(|c| c.dist == dist)
+                    .filter_map(|c| c.insert_ratio.map(|r| (100.0 * r, figure(c))))
+                    .collect();
                 series.push(Series {
                     name: format!("{index}, {dist}"),
-                    points: cases
-                        .iter()
-                        .filter(|c| c.dist == dist)
-                        .filter_map(|c| {
-                            c.insert_ratio
-                                .map(|r| (100.0 * r, modeled_at(pick(c), clients, profile)))
-                        })
-                        .collect(),
+                    points: picked.iter().map(|&(x, (y, _))| (x, y)).collect(),
+                    err: picked.iter().map(|&(_, (_, e))| e).collect(),
                     dashed: index != "ROLEX",
                 });
             }
@@ -358,17 +466,41 @@ fn plots(
                     })
                     .collect(),
                 dashed: index != "ROLEX",
+                err: Vec::new(),
             });
         }
     }
-    // Per operation type: GET and INSERT from the 50% sweep point, UPDATE from YCSB A, SCAN from
-    // YCSB E (zipfian).
+    // Measured throughput of the zipfian cases, with their spread.
+    let measured: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
+    let measured_categories: Vec<String> = measured
+        .iter()
+        .map(|c| {
+            c.name
+                .replace("ycsb-", "YCSB ")
+                .replace("inserts ", "ins. ")
+        })
+        .collect();
+    let measured_values = |rolex: bool| -> (Vec<f64>, Vec<f64>) {
+        measured
+            .iter()
+            .map(|c| match (&c.spread, rolex) {
+                (Some(s), true) => (s.rolex_throughput_ops_s.mean, s.rolex_throughput_ops_s.sd),
+                (Some(s), false) => (s.bplus_throughput_ops_s.mean, s.bplus_throughput_ops_s.sd),
+                (None, true) => (c.rolex.throughput_ops_s, 0.0),
+                (None, false) => (c.bplus.throughput_ops_s, 0.0),
+            })
+            .unzip()
+    };
+    let (rolex_measured, rolex_sd) = measured_values(true);
+    let (bplus_measured, bplus_sd) = measured_values(false);
+    // Per operation type, each from the zipfian run that shows it alone or mostly: GET from
+    // YCSB C, UPDATE from YCSB A, INSERT from the all-insert run, SCAN from YCSB E.
     let pick = |name: &str| cases.iter().find(|c| c.name == name && c.dist == "zipfian");
     let kinds = [
-        ("get", "inserts 50%", "read"),
-        ("insert", "inserts 50%", "insert"),
-        ("update", "ycsb-a", "update"),
-        ("scan", "ycsb-e", "scan"),
+        ("GET (YCSB C)", "ycsb-c", "read"),
+        ("UPDATE (YCSB A)", "ycsb-a", "update"),
+        ("INSERT (100% inserts)", "inserts 100%", "insert"),
+        ("SCAN (YCSB E)", "ycsb-e", "scan"),
     ];
     let per_op = |f: fn(&crate::report::OpReport) -> f64| -> Vec<(String, Vec<f64>)> {
         ["ROLEX", "B+-tree"]
@@ -390,6 +522,8 @@ fn plots(
             .collect()
     };
     let categories: Vec<String> = kinds.iter().map(|k| k.0.to_string()).collect();
+    let op_subtitle =
+        format!("measured on the simulator, zipfian, each type from the run named; {subtitle}");
     vec![
         (
             "throughput_vs_write_ratio.svg",
@@ -425,10 +559,24 @@ fn plots(
             ),
         ),
         (
+            "measured_throughput.svg",
+            svg::bar_chart_with_errors(
+                "Measured throughput on the simulator (zipfian)",
+                &format!("{} compute threads, wall clock; {subtitle}", args.threads),
+                "operations per second",
+                &measured_categories,
+                &[
+                    ("ROLEX".into(), rolex_measured),
+                    ("B+-tree".into(), bplus_measured),
+                ],
+                &[rolex_sd, bplus_sd],
+            ),
+        ),
+        (
             "bytes_per_op.svg",
             svg::bar_chart(
                 "Bytes moved per operation",
-                &format!("measured on the simulator, zipfian; {subtitle}"),
+                &op_subtitle,
                 "bytes per operation",
                 &categories,
                 &per_op(|o| o.bytes_per_op),
@@ -438,11 +586,80 @@ fn plots(
             "rtts_per_op.svg",
             svg::bar_chart(
                 "Round trips per operation",
-                &format!("measured on the simulator, zipfian; {subtitle}"),
+                &op_subtitle,
                 "round trips per operation",
                 &categories,
                 &per_op(|o| o.rtts_per_op),
             ),
         ),
+        ("latency_cdf.svg", latency_cdf(cases, &subtitle)),
     ]
+}
+
+/// The latency percentile spectrum of YCSB A (zipfian): GETs and UPDATEs of both indexes, every
+/// run pooled.
+fn latency_cdf(cases: &[Case], subtitle: &str) -> String {
+    const QUANTILES: [f64; 9] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999];
+    let mut series = Vec::new();
+    if let Some(case) = cases
+        .iter()
+        .find(|c| c.name == "ycsb-a" && c.dist == "zipfian")
+    {
+        for (index, reports) in [
+            (
+                "ROLEX",
+                std::iter::once(&case.rolex)
+                    .chain(case.repeats.iter().map(|p| &p.rolex))
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "B+-tree",
+                std::iter::once(&case.bplus)
+                    .chain(case.repeats.iter().map(|p| &p.bplus))
+                    .collect(),
+            ),
+        ] {
+            for op in ["read", "update"] {
+                let mut pooled: Option<hdrhistogram::Histogram<u64>> = None;
+                for r in &reports {
+                    if let Some((_, h)) = r.latency_histograms.iter().find(|h| h.0 == op) {
+                        match &mut pooled {
+                            Some(p) => {
+                                let _ = p.add(h);
+                            }
+                            None => pooled = Some(h.clone()),
+                        }
+                    }
+                }
+                if let Some(h) = pooled {
+                    series.push(Series {
+                        name: format!("{index}, {}", if op == "read" { "GET" } else { "UPDATE" }),
+                        points: QUANTILES
+                            .iter()
+                            .map(|&q| (nines(q), h.value_at_quantile(q) as f64 / 1e3))
+                            .collect(),
+                        dashed: index != "ROLEX",
+                        err: Vec::new(),
+                    });
+                }
+            }
+        }
+    }
+    let ticks: Vec<(f64, String)> = [0.5, 0.9, 0.99, 0.999, 0.9999]
+        .iter()
+        .map(|&q| (nines(q), format!("{}%", 100.0 * q)))
+        .collect();
+    svg::latency_chart(
+        "Latency by percentile, YCSB A (zipfian)",
+        &format!("measured on the simulator, every run pooled; {subtitle}"),
+        "percentile",
+        "latency, µs (log scale)",
+        &series,
+        &ticks,
+    )
+}
+
+/// A quantile's position on a percentile axis: its number of nines.
+fn nines(q: f64) -> f64 {
+    -(1.0 - q).log10()
 }

@@ -20,6 +20,7 @@ mod keys;
 mod memnode;
 mod pools;
 mod report;
+mod spread;
 mod suite;
 mod svg;
 mod workload;

@@ -7,11 +7,105 @@ use serde::Serialize;
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
+    pub mean: f64,
     pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
     pub p99: f64,
     pub p999: f64,
     /// The slowest operation (a writer that waited for a dead compute node's lease shows here).
     pub max: f64,
+}
+
+impl Latency {
+    /// The figures of a histogram of nanoseconds.
+    pub fn of(hist: &hdrhistogram::Histogram<u64>) -> Self {
+        let us = |ns: u64| ns as f64 / 1e3;
+        Self {
+            mean: hist.mean() / 1e3,
+            p50: us(hist.value_at_quantile(0.5)),
+            p90: us(hist.value_at_quantile(0.9)),
+            p95: us(hist.value_at_quantile(0.95)),
+            p99: us(hist.value_at_quantile(0.99)),
+            p999: us(hist.value_at_quantile(0.999)),
+            max: us(hist.max()),
+        }
+    }
+}
+
+/// One sample of a run's measured stretch: seconds since it began, operations done,
+/// retrainings and their nanoseconds so far.
+pub type Sample = (f64, u64, u64, u64);
+
+/// One interval of the throughput series (`--report-interval`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Interval {
+    /// Seconds from the start of the measured stretch to the interval's end.
+    pub end_s: f64,
+    /// The interval's length in seconds.
+    pub seconds: f64,
+    /// Operations completed in it.
+    pub ops: u64,
+    pub ops_per_s: f64,
+    /// Retrainings the embedded memory nodes completed in it.
+    pub retrainings: u64,
+    #[serde(skip)]
+    pub end: Sample,
+}
+
+impl Interval {
+    /// The interval from sample `from` to sample `to`.
+    pub fn between(from: Sample, to: Sample) -> Self {
+        let seconds = to.0 - from.0;
+        let ops = to.1.saturating_sub(from.1);
+        Self {
+            end_s: to.0,
+            seconds,
+            ops,
+            ops_per_s: ops as f64 / seconds.max(1e-9),
+            retrainings: to.2.saturating_sub(from.2),
+            end: to,
+        }
+    }
+
+    /// The line printed as the run goes.
+    pub fn line(&self) -> String {
+        format!(
+            "{:>9.2} s {:>12.0} ops/s {:>6} retrainings",
+            self.end_s, self.ops_per_s, self.retrainings
+        )
+    }
+}
+
+/// Writes every operation type's latency histogram (nanoseconds) to `path` in HdrHistogram's
+/// interval log format: one interval per type, tagged with its name, spanning the measured runs
+/// (`seconds` in all).
+pub fn write_histogram_log(
+    path: &std::path::Path,
+    histograms: &[(&'static str, hdrhistogram::Histogram<u64>)],
+    seconds: f64,
+) -> Result<(), String> {
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    let mut out = Vec::new();
+    let mut serializer = V2DeflateSerializer::new();
+    let now = std::time::SystemTime::now();
+    let start = now
+        .checked_sub(std::time::Duration::from_secs_f64(seconds.max(0.0)))
+        .unwrap_or(now);
+    let mut log = IntervalLogWriterBuilder::new()
+        .add_comment("rolex bench: operation latencies in nanoseconds, one interval per type")
+        .with_start_time(start)
+        .with_base_time(start)
+        .with_max_value_divisor(1e3)
+        .begin_log_with(&mut out, &mut serializer)
+        .map_err(|e| format!("--latency-histogram: {e}"))?;
+    let length = std::time::Duration::from_secs_f64(seconds.max(0.0));
+    for (name, hist) in histograms {
+        log.write_histogram(hist, std::time::Duration::ZERO, length, Tag::new(name))
+            .map_err(|e| format!("--latency-histogram: {e:?}"))?;
+    }
+    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// One operation type's figures.
@@ -166,6 +260,13 @@ pub struct Report {
     /// Throughput and retraining in the first and the last tenth of the operations done while
     /// every thread ran (how the store holds up as the data grows).
     pub phases: Phases,
+    /// Operations run before the measured ones (`--warmup`) and left out of every figure.
+    pub warmup_ops: u64,
+    /// Throughput per `--report-interval` over the measured stretch (empty without it).
+    pub intervals: Vec<Interval>,
+    /// Each operation type's latencies, in nanoseconds (written by `--latency-histogram`).
+    #[serde(skip)]
+    pub latency_histograms: Vec<(&'static str, hdrhistogram::Histogram<u64>)>,
     /// The embedded pools' leaf bytes allocated plus model bytes in use, per key at the end.
     pub pool_bytes_per_key: Option<f64>,
     /// With byte values (`--value-size`): what the memory nodes' value regions hold at the end.
@@ -299,31 +400,43 @@ impl Report {
         // table's entries, which its verbs/op already counts).
         let locks = self.index == "bplus";
         let lock_column = |s: String| if locks { s } else { String::new() };
+        if self.warmup_ops > 0 {
+            out.push_str(&format!(
+                "warm-up: {} operations first, left out of every figure\n",
+                self.warmup_ops
+            ));
+        }
         out.push_str(&format!(
-            "{:<8} {:>10} {:>8} {:>9}{} {:>10} {:>9} {:>9} {:>9} {:>12}\n",
+            "{:<8} {:>10} {:>8} {:>9}{} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>12}\n",
             "op",
             "count",
             "rtt/op",
             "verbs/op",
             lock_column(format!(" {:>8}", "lock/op")),
             "bytes/op",
+            "mean µs",
             "p50 µs",
+            "p90 µs",
             "p99 µs",
             "p99.9 µs",
+            "max µs",
             "modeled µs"
         ));
         for (name, op) in &self.ops {
             out.push_str(&format!(
-                "{:<8} {:>10} {:>8.3} {:>9.2}{} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>12.2}\n",
+                "{:<8} {:>10} {:>8.3} {:>9.2}{} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>12.2}\n",
                 name,
                 op.count,
                 op.rtts_per_op,
                 op.verbs_per_op,
                 lock_column(format!(" {:>8.2}", op.lock_verbs_per_op)),
                 op.bytes_per_op,
+                op.latency_us.mean,
                 op.latency_us.p50,
+                op.latency_us.p90,
                 op.latency_us.p99,
                 op.latency_us.p999,
+                op.latency_us.max,
                 self.modeled
                     .latency_us_by_op
                     .get(name)
@@ -450,5 +563,95 @@ mod tests {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(super::rfc3339(1_795_551_735), "2026-11-24T20:22:15Z");
+    }
+}
+
+/// Repeated runs (`--runs N`): every run's report and the spread of its figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunsReport {
+    pub schema_version: u32,
+    pub tool_version: &'static str,
+    pub timestamp: String,
+    pub runs: Vec<Report>,
+    pub spread: RunsSpread,
+}
+
+/// The spread of a run's figures over repeated runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunsSpread {
+    pub throughput_ops_s: crate::spread::Spread,
+    pub modeled_throughput_ops_s: crate::spread::Spread,
+    pub ops: BTreeMap<String, OpSpread>,
+}
+
+/// The spread of one operation type's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpSpread {
+    pub rtts_per_op: crate::spread::Spread,
+    pub bytes_per_op: crate::spread::Spread,
+    /// Latency figures in µs, by name (mean, p50, p90, p95, p99, p999, max).
+    pub latency_us: BTreeMap<&'static str, crate::spread::Spread>,
+}
+
+impl RunsSpread {
+    /// The spread over `runs` (at least one).
+    pub fn of(runs: &[Report]) -> Option<Self> {
+        use crate::spread::Spread;
+        let over = |f: &dyn Fn(&Report) -> Option<f64>| -> Option<Spread> {
+            Spread::of(&runs.iter().filter_map(f).collect::<Vec<_>>())
+        };
+        let mut ops = BTreeMap::new();
+        for name in runs.first()?.ops.keys() {
+            let op = |f: fn(&OpReport) -> f64| over(&|r: &Report| r.ops.get(name).map(f));
+            let mut latency_us = BTreeMap::new();
+            for (figure, pick) in [
+                ("mean", (|l: &Latency| l.mean) as fn(&Latency) -> f64),
+                ("p50", |l| l.p50),
+                ("p90", |l| l.p90),
+                ("p95", |l| l.p95),
+                ("p99", |l| l.p99),
+                ("p999", |l| l.p999),
+                ("max", |l| l.max),
+            ] {
+                if let Some(s) = over(&|r: &Report| r.ops.get(name).map(|o| pick(&o.latency_us))) {
+                    latency_us.insert(figure, s);
+                }
+            }
+            ops.insert(
+                name.clone(),
+                OpSpread {
+                    rtts_per_op: op(|o| o.rtts_per_op)?,
+                    bytes_per_op: op(|o| o.bytes_per_op)?,
+                    latency_us,
+                },
+            );
+        }
+        Some(Self {
+            throughput_ops_s: over(&|r: &Report| Some(r.throughput_ops_s))?,
+            modeled_throughput_ops_s: over(&|r: &Report| Some(r.modeled.throughput_ops_s))?,
+            ops,
+        })
+    }
+
+    /// The text printed after the runs.
+    pub fn table(&self) -> String {
+        let n = self.throughput_ops_s.n;
+        let mut out = format!(
+            "over {n} runs, mean ± standard deviation [min–max]:\nthroughput (measured)  {} ops/s\nthroughput (modeled)   {} ops/s\n",
+            self.throughput_ops_s.show(0),
+            self.modeled_throughput_ops_s.show(0)
+        );
+        for (name, op) in &self.ops {
+            let lat = |f: &str| op.latency_us.get(f).map_or("-".into(), |s| s.show(2));
+            out.push_str(&format!(
+                "{name:<7} rtt/op {}; bytes/op {}\n        p50 {} µs; p99 {} µs; p99.9 {} µs\n",
+                op.rtts_per_op.show(3),
+                op.bytes_per_op.show(1),
+                lat("p50"),
+                lat("p99"),
+                lat("p999"),
+            ));
+        }
+        out
     }
 }

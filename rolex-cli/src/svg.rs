@@ -19,6 +19,18 @@ pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     pub dashed: bool,
+    /// Error bars: each point's standard deviation (empty: none drawn).
+    pub err: Vec<f64>,
+}
+
+impl Series {
+    /// Whether `other` has the same points within half a percent (it would hide under this one).
+    fn coincides(&self, other: &Series) -> bool {
+        self.points.len() == other.points.len()
+            && self.points.iter().zip(&other.points).all(|(a, b)| {
+                a.0 == b.0 && (a.1 - b.1).abs() <= 0.005 * a.1.abs().max(b.1.abs()).max(1e-12)
+            })
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -27,7 +39,26 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// A readable number for an axis label.
+/// An axis's labels in one unit, chosen from its largest value: `900k` and `1.2M` never share an
+/// axis.
+fn axis_label(v: f64, top: f64) -> String {
+    let a = top.abs();
+    if a >= 1e9 {
+        format!("{:.1}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// A readable number for a value label.
 fn short(v: f64) -> String {
     let a = v.abs();
     if a >= 1e9 {
@@ -78,7 +109,7 @@ fn y_axis(out: &mut String, y_max: f64) -> impl Fn(f64) -> f64 + use<> {
             WIDTH - RIGHT,
             LEFT - 6.0,
             y(v) + 4.0,
-            short(v)
+            axis_label(v, y_max)
         );
     }
     y
@@ -145,15 +176,39 @@ pub fn line_chart(
     let y_max = nice_max(
         series
             .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .flat_map(|s| {
+                s.points
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| p.1 + s.err.get(i).copied().unwrap_or(0.0))
+            })
             .fold(0.0, f64::max)
             * 1.05,
     );
     let y = y_axis(&mut out, y_max);
+    // A series that coincides with an earlier one is not drawn; the earlier one's legend names
+    // both.
+    let mut names: Vec<(String, bool)> = Vec::new();
+    let mut drawn: Vec<usize> = Vec::new();
+    for (i, s) in series.iter().enumerate() {
+        match drawn.iter().position(|&d| series[d].coincides(s)) {
+            Some(at) => names[at].0.push_str(&format!(" = {}", s.name)),
+            None => {
+                drawn.push(i);
+                names.push((s.name.clone(), s.dashed));
+            }
+        }
+    }
     let mut ticks: Vec<f64> = xs.clone();
     ticks.sort_by(f64::total_cmp);
     ticks.dedup();
+    // A label too close to the previous one drawn is left out (0 and 5 on a 0–100 axis).
+    let mut last_drawn = f64::NEG_INFINITY;
     for t in ticks {
+        if x(t) - last_drawn < 28.0 {
+            continue;
+        }
+        last_drawn = x(t);
         let _ = writeln!(
             out,
             r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
@@ -168,13 +223,26 @@ pub fn line_chart(
         HEIGHT - BOTTOM,
         WIDTH - RIGHT
     );
-    for (i, s) in series.iter().enumerate() {
+    for (i, s) in drawn.iter().map(|&d| &series[d]).enumerate() {
         let points: Vec<String> = s
             .points
             .iter()
             .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
             .collect();
         let colour = COLOURS[i % COLOURS.len()];
+        for (&(px, py), &e) in s.points.iter().zip(&s.err) {
+            if e > 0.0 {
+                let (cx, lo, hi) = (x(px), y((py - e).max(0.0)), y(py + e));
+                let _ = writeln!(
+                    out,
+                    r#"<path d="M{cx:.1},{lo:.1}V{hi:.1}M{:.1},{lo:.1}H{:.1}M{:.1},{hi:.1}H{:.1}" stroke="{colour}" stroke-width="1.5" fill="none"/>"#,
+                    cx - 4.0,
+                    cx + 4.0,
+                    cx - 4.0,
+                    cx + 4.0
+                );
+            }
+        }
         let _ = writeln!(
             out,
             r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{}/>"#,
@@ -193,6 +261,92 @@ pub fn line_chart(
                 y(py)
             );
         }
+    }
+    legend(&mut out, &names);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Latency against percentile: x positions given with their labels, y on a log scale.
+pub fn latency_chart(
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x_ticks: &[(f64, String)],
+) -> String {
+    let mut out = String::new();
+    frame(&mut out, title, subtitle, x_label, y_label);
+    let values = || series.iter().flat_map(|s| s.points.iter());
+    let (x_lo, x_hi) = values().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+        (lo.min(p.0), hi.max(p.0))
+    });
+    let (x_lo, x_hi) = if x_hi > x_lo {
+        (x_lo, x_hi)
+    } else {
+        (0.0, 1.0)
+    };
+    let positive = || values().map(|p| p.1).filter(|&v| v > 0.0);
+    let lo_exp = positive().fold(f64::INFINITY, f64::min).log10().floor();
+    let hi_exp = positive().fold(f64::NEG_INFINITY, f64::max).log10().ceil();
+    let (lo_exp, hi_exp) = if lo_exp.is_finite() && hi_exp > lo_exp {
+        (lo_exp, hi_exp)
+    } else {
+        (0.0, 1.0)
+    };
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let x = |v: f64| LEFT + (v - x_lo) / (x_hi - x_lo) * plot_w;
+    let y = |v: f64| {
+        HEIGHT - BOTTOM - (v.max(10f64.powf(lo_exp)).log10() - lo_exp) / (hi_exp - lo_exp) * plot_h
+    };
+    let mut e = lo_exp;
+    while e <= hi_exp {
+        let v = 10f64.powf(e);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+            y(v),
+            WIDTH - RIGHT,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            short(v)
+        );
+        e += 1.0;
+    }
+    for (t, label) in x_ticks {
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            x(*t),
+            HEIGHT - BOTTOM + 16.0,
+            escape(label)
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/>"#,
+        HEIGHT - BOTTOM,
+        WIDTH - RIGHT
+    );
+    for (i, s) in series.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let points: Vec<String> = s
+            .points
+            .iter()
+            .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
+            .collect();
+        let _ = writeln!(
+            out,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{}/>"#,
+            points.join(" "),
+            if s.dashed {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            }
+        );
     }
     legend(
         &mut out,
@@ -213,12 +367,28 @@ pub fn bar_chart(
     categories: &[String],
     series: &[(String, Vec<f64>)],
 ) -> String {
+    bar_chart_with_errors(title, subtitle, y_label, categories, series, &[])
+}
+
+/// A grouped bar chart with error bars: `errors[series][category]` is a bar's standard deviation
+/// (missing: none drawn).
+pub fn bar_chart_with_errors(
+    title: &str,
+    subtitle: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[(String, Vec<f64>)],
+    errors: &[Vec<f64>],
+) -> String {
+    let err = |i: usize, c: usize| errors.get(i).and_then(|e| e.get(c)).copied().unwrap_or(0.0);
     let mut out = String::new();
     frame(&mut out, title, subtitle, "operation", y_label);
     let y_max = nice_max(
         series
             .iter()
-            .flat_map(|s| s.1.iter().copied())
+            .enumerate()
+            .flat_map(|(i, s)| s.1.iter().enumerate().map(move |(c, &v)| (i, c, v)))
+            .map(|(i, c, v)| v + err(i, c))
             .fold(0.0, f64::max)
             * 1.1,
     );
@@ -246,9 +416,22 @@ pub fn bar_chart(
                 (HEIGHT - BOTTOM - y(v)).max(0.0),
                 COLOURS[i % COLOURS.len()],
                 gx + bar * i as f64 + bar * 0.475,
-                y(v) - 3.0,
+                y(v + err(i, c)) - 3.0,
                 short(v)
             );
+            let e = err(i, c);
+            if e > 0.0 {
+                let cx = gx + bar * i as f64 + bar * 0.475;
+                let (lo, hi) = (y((v - e).max(0.0)), y(v + e));
+                let _ = writeln!(
+                    out,
+                    r#"<path d="M{cx:.1},{lo:.1}V{hi:.1}M{:.1},{lo:.1}H{:.1}M{:.1},{hi:.1}H{:.1}" stroke="black" stroke-width="1.2" fill="none"/>"#,
+                    cx - 3.0,
+                    cx + 3.0,
+                    cx - 3.0,
+                    cx + 3.0
+                );
+            }
         }
     }
     let _ = writeln!(
@@ -284,11 +467,13 @@ mod tests {
                     name: "rolex".into(),
                     points: vec![(1.0, 10.0), (2.0, 20.0), (64.0, 15.0)],
                     dashed: false,
+                    err: vec![1.0, 0.0, 2.0],
                 },
                 Series {
                     name: "bplus".into(),
                     points: vec![(1.0, 5.0), (64.0, 30.0)],
                     dashed: true,
+                    err: Vec::new(),
                 },
             ],
             true,
@@ -307,5 +492,31 @@ mod tests {
             ],
         );
         assert_eq!(bars.matches("<rect x=").count(), 4);
+        // Error bars where a deviation is given.
+        assert_eq!(line.matches("<path d=").count(), 2);
+    }
+
+    #[test]
+    fn a_series_hidden_under_another_is_named_in_its_legend_and_axes_keep_one_unit() {
+        let same = |name: &str| Series {
+            name: name.into(),
+            points: vec![(0.0, 900_000.0), (5.0, 1_200_000.0), (100.0, 1_000_000.0)],
+            dashed: false,
+            err: Vec::new(),
+        };
+        let chart = line_chart(
+            "t",
+            "s",
+            "x",
+            "y",
+            &[same("uniform"), same("zipfian")],
+            false,
+        );
+        assert_eq!(chart.matches("<polyline").count(), 1);
+        assert!(chart.contains(">uniform = zipfian<"), "{chart}");
+        // Labels of one axis in one unit: no "900k" beside "1.2M".
+        assert!(!chart.contains(">900k<") && chart.contains("M<"));
+        // The x labels 0 and 5 would overlap: only one is drawn.
+        assert!(chart.contains(">0<") && !chart.contains(">5<"));
     }
 }

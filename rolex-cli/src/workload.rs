@@ -62,6 +62,32 @@ pub enum RequestDist {
     Zipfian,
     /// Zipfian over recency: the most recently inserted keys are the hottest.
     Latest,
+    /// YCSB's hot spot: a share of the operations (`hotspotopnfraction`, 0.8) go to a share of
+    /// the keys (`hotspotdatafraction`, 0.2, the first ones), uniformly; the rest to the others.
+    Hotspot,
+    /// YCSB's exponential over recency: 95% of the requests (`exponential.percentile`) go to
+    /// the newest 85.7% of the keys (`exponential.frac`).
+    Exponential,
+}
+
+/// The parameters of the hot-spot and exponential distributions (YCSB's names and defaults).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct DistParams {
+    pub hotspot_data_fraction: f64,
+    pub hotspot_op_fraction: f64,
+    pub exponential_percentile: f64,
+    pub exponential_frac: f64,
+}
+
+impl Default for DistParams {
+    fn default() -> Self {
+        Self {
+            hotspot_data_fraction: 0.2,
+            hotspot_op_fraction: 0.8,
+            exponential_percentile: 95.0,
+            exponential_frac: 0.857_142_857_1,
+        }
+    }
 }
 
 /// Operation proportions (summing to 1) and scan lengths.
@@ -74,6 +100,8 @@ pub struct Mix {
     pub read_modify_write: f64,
     pub max_scan_length: u64,
     pub request_dist: RequestDist,
+    /// The hot-spot and exponential distributions' parameters.
+    pub dist_params: DistParams,
 }
 
 impl Workload {
@@ -99,6 +127,7 @@ impl Workload {
             read_modify_write: rmw,
             max_scan_length: 100,
             request_dist: dist,
+            dist_params: DistParams::default(),
         }
     }
 }
@@ -135,6 +164,7 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
         read_modify_write: 0.0,
         max_scan_length: 100,
         request_dist: RequestDist::Zipfian,
+        dist_params: DistParams::default(),
     };
     let (mut records, mut operations) = (None, None);
     let (mut theta, mut insert_order) = (None, None);
@@ -168,6 +198,31 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             "scanproportion" => mix.scan = number()?,
             "readmodifywriteproportion" => mix.read_modify_write = number()?,
             "maxscanlength" => mix.max_scan_length = count()?.max(1),
+            "hotspotdatafraction" | "hotspotopnfraction" => {
+                let f = number()?;
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(format!("{}: {key} must lie in [0, 1]", where_()));
+                }
+                if key == "hotspotdatafraction" {
+                    mix.dist_params.hotspot_data_fraction = f;
+                } else {
+                    mix.dist_params.hotspot_op_fraction = f;
+                }
+            }
+            "exponential.percentile" => {
+                let p = number()?;
+                if !(p > 0.0 && p < 100.0) {
+                    return Err(format!("{}: {key} must lie in (0, 100)", where_()));
+                }
+                mix.dist_params.exponential_percentile = p;
+            }
+            "exponential.frac" => {
+                let f = number()?;
+                if !(f > 0.0 && f <= 1.0) {
+                    return Err(format!("{}: {key} must lie in (0, 1]", where_()));
+                }
+                mix.dist_params.exponential_frac = f;
+            }
             "fieldcount" => field_count = Some(count()?),
             "fieldlength" => field_length = Some(count()?),
             "zipfianconstant" => {
@@ -200,6 +255,8 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
                     "uniform" => RequestDist::Uniform,
                     "zipfian" => RequestDist::Zipfian,
                     "latest" => RequestDist::Latest,
+                    "hotspot" => RequestDist::Hotspot,
+                    "exponential" => RequestDist::Exponential,
                     other => {
                         return Err(format!(
                             "{}: unknown requestdistribution {other:?}",
@@ -267,22 +324,35 @@ pub struct Chooser {
     dist: RequestDist,
     zipf: Option<Zipf<f64>>,
     n: u64,
+    params: DistParams,
 }
 
 impl Chooser {
-    /// A chooser over `n` keys (θ for zipfian and latest).
+    /// A chooser over `n` keys (θ for zipfian and latest), with YCSB's default parameters.
+    #[cfg(test)]
     pub fn new(dist: RequestDist, n: u64, theta: f64) -> Result<Self, String> {
+        Self::with_params(dist, n, theta, DistParams::default())
+    }
+
+    /// A chooser over `n` keys with the hot-spot and exponential parameters `params`.
+    pub fn with_params(
+        dist: RequestDist,
+        n: u64,
+        theta: f64,
+        params: DistParams,
+    ) -> Result<Self, String> {
         let zipf = match dist {
-            RequestDist::Uniform => None,
-            _ => Some(
+            RequestDist::Zipfian | RequestDist::Latest => Some(
                 Zipf::new(n.max(1) as f64, theta)
                     .map_err(|e| format!("zipfian θ = {theta}: {e}"))?,
             ),
+            _ => None,
         };
         Ok(Self {
             dist,
             zipf,
             n: n.max(1),
+            params,
         })
     }
 
@@ -290,6 +360,30 @@ impl Chooser {
     pub fn pick(&self, rng: &mut StdRng, live: u64) -> u64 {
         let live = live.max(1);
         match (self.dist, &self.zipf) {
+            (RequestDist::Hotspot, _) => {
+                let p = self.params;
+                let hot = ((live as f64 * p.hotspot_data_fraction) as u64).clamp(1, live);
+                if hot == live || rng.random::<f64>() < p.hotspot_op_fraction {
+                    rng.random_range(0..hot)
+                } else {
+                    rng.random_range(hot..live)
+                }
+            }
+            (RequestDist::Exponential, _) => {
+                // YCSB's ExponentialGenerator over the keys counted from the newest.
+                let p = self.params;
+                let gamma = -(1.0 - p.exponential_percentile / 100.0).ln()
+                    / (self.n as f64 * p.exponential_frac);
+                let mut back = live;
+                for _ in 0..32 {
+                    let u: f64 = rng.random();
+                    back = (-(1.0 - u).ln() / gamma) as u64;
+                    if back < live {
+                        break;
+                    }
+                }
+                live - 1 - back % live
+            }
             (RequestDist::Uniform, _) | (_, None) => rng.random_range(0..live),
             (RequestDist::Zipfian, Some(z)) => {
                 let rank = (z.sample(rng) as u64).saturating_sub(1).min(self.n - 1);
@@ -337,6 +431,39 @@ mod tests {
     use rand::SeedableRng;
 
     #[test]
+    fn hotspot_and_exponential_follow_ycsb() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let n = 10_000u64;
+        let hot = Chooser::new(RequestDist::Hotspot, n, 0.99).expect("chooser");
+        let in_hot = (0..20_000)
+            .filter(|_| hot.pick(&mut rng, n) < n / 5)
+            .count() as f64
+            / 20_000.0;
+        assert!(
+            (0.78..0.82).contains(&in_hot),
+            "{in_hot} of requests in the hot fifth"
+        );
+        let exp = Chooser::new(RequestDist::Exponential, n, 0.99).expect("chooser");
+        let picks: Vec<u64> = (0..20_000).map(|_| exp.pick(&mut rng, n)).collect();
+        assert!(picks.iter().all(|&p| p < n));
+        // 95% of the draws fall within the newest 85.7% of the keys; draws past the oldest key
+        // are drawn again (as YCSB does), so 0.95 / (1 - 0.05^(1/0.857)) = 98% of the requests.
+        let newest = picks
+            .iter()
+            .filter(|&&p| p >= n - (n as f64 * 0.857) as u64)
+            .count() as f64
+            / 20_000.0;
+        assert!((0.97..0.99).contains(&newest), "{newest}");
+        // The newest keys are the most requested.
+        let last_tenth = picks.iter().filter(|&&p| p >= n - n / 10).count();
+        let first_tenth = picks.iter().filter(|&&p| p < n / 10).count();
+        assert!(
+            last_tenth > 3 * first_tenth,
+            "{last_tenth} vs {first_tenth}"
+        );
+    }
+
+    #[test]
     fn property_files_parse_and_bad_ones_are_errors() {
         let dir = tempfile::tempdir().expect("tempdir");
         let good = dir.path().join("workloada");
@@ -359,8 +486,18 @@ mod tests {
                 .unwrap_err()
                 .contains("readproportion")
         );
-        std::fs::write(&bad, "requestdistribution=hotspot\nreadproportion=1\n").expect("write");
-        assert!(read_property_file(&bad).unwrap_err().contains("hotspot"));
+        std::fs::write(&bad, "requestdistribution=pareto\nreadproportion=1\n").expect("write");
+        assert!(read_property_file(&bad).unwrap_err().contains("pareto"));
+        std::fs::write(
+            &bad,
+            "requestdistribution=hotspot\nhotspotdatafraction=1.5\nreadproportion=1\n",
+        )
+        .expect("write");
+        assert!(
+            read_property_file(&bad)
+                .unwrap_err()
+                .contains("hotspotdatafraction")
+        );
         assert!(read_property_file(&dir.path().join("missing")).is_err());
     }
 

@@ -1,0 +1,179 @@
+//! What `rolex bench` takes.
+
+use std::path::PathBuf;
+
+use crate::index::IndexKind;
+use crate::keys::{self, KeyDist};
+use crate::workload::{RequestDist, Workload};
+
+/// Everything `rolex bench` takes.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub struct BenchArgs {
+    /// The index to run: ROLEX, or the Sherman-style B+-tree baseline on the same transport
+    /// (embedded simulator only).
+    #[arg(long, value_enum, default_value_t = IndexKind::Rolex)]
+    pub index: IndexKind,
+    /// B+-tree baseline: bytes per page (Sherman's is 1 KiB).
+    #[arg(long, default_value_t = 1024)]
+    pub page_size: u64,
+    /// B+-tree baseline: the lowest level of internal pages its compute nodes cache (1: every
+    /// internal page, as Sherman; 2: not the leaves' parents).
+    #[arg(long, default_value_t = 1)]
+    pub cache_from_level: u8,
+    /// Keys to bulk-load (embedded memory node). Given on the command line, it wins over a
+    /// workload file's `recordcount`.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Operations in total (over all threads). Given on the command line, it wins over a
+    /// workload file's `operationcount`.
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration",
+          value_parser = crate::checks::positive_count)]
+    pub ops: u64,
+    /// Whether `--keys` was given on the command line (set by `main`).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub keys_given: bool,
+    /// Whether `--ops` was given on the command line (set by `main`).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub ops_given: bool,
+    /// Every flag given on the command line, by its id (set by `main`): a flag that does not
+    /// apply to the run is refused rather than ignored.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub typed: Vec<String>,
+    /// Inserts as this share of the operations, the rest GETs (a point of a write-ratio sweep;
+    /// overrides --workload).
+    #[arg(long)]
+    pub insert_ratio: Option<f64>,
+    /// Run for this many seconds instead of a number of operations.
+    #[arg(long, value_parser = crate::checks::seconds)]
+    pub duration: Option<f64>,
+    /// Operations to run first and leave out of every figure: a count (`100000`) or seconds
+    /// (`2s`). The measured run (`--ops` or `--duration`) starts when it ends.
+    #[arg(long, value_parser = crate::checks::warmup)]
+    pub warmup: Option<crate::checks::Warmup>,
+    /// Print the throughput every this many seconds as the run goes (on standard error), and keep
+    /// the series in the JSON (`intervals`).
+    #[arg(long, value_parser = crate::checks::seconds)]
+    pub report_interval: Option<f64>,
+    /// With `--report-interval`: also draw the series (throughput over time) as an SVG here.
+    #[arg(long, requires = "report_interval")]
+    pub interval_plot: Option<PathBuf>,
+    /// Write every operation type's latency histogram here, in HdrHistogram's interval log
+    /// format (values in nanoseconds; one interval per type, tagged with its name), for
+    /// HdrHistogram's own tools.
+    #[arg(long)]
+    pub latency_histogram: Option<PathBuf>,
+    /// Repeat the run this many times (run i uses seed + i) and report the mean, standard
+    /// deviation, min and max of its figures (at most 100).
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::runs)]
+    pub runs: u64,
+    /// Compute threads (one client each; at most 128).
+    #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
+    pub threads: u64,
+    /// The workload.
+    #[arg(long, value_enum, default_value_t = Workload::YcsbA)]
+    pub workload: Workload,
+    /// A YCSB workload property file (overrides --workload, and --keys/--ops where it sets them).
+    #[arg(long)]
+    pub workload_file: Option<PathBuf>,
+    /// Store byte values of this many bytes (`N`, or `MIN-MAX` uniform; at most 65536) instead
+    /// of 8-byte integers: each leaf entry then names a block of the memory node's value region,
+    /// and a GET reads the leaf and the block. A workload file's fieldcount x fieldlength sets
+    /// it too. Embedded ROLEX memory nodes only (for now).
+    #[arg(long, value_parser = crate::checks::value_size)]
+    pub value_size: Option<crate::checks::ValueSize>,
+    /// Request distribution (default: the workload's own: zipfian, or latest for YCSB D).
+    #[arg(long, value_enum)]
+    pub request_dist: Option<RequestDist>,
+    /// Zipfian exponent θ.
+    #[arg(long, default_value_t = 0.99, value_parser = crate::checks::positive)]
+    pub theta: f64,
+    /// Key set to bulk-load.
+    #[arg(long, value_enum, default_value_t = KeyDist::Uniform)]
+    pub key_dist: KeyDist,
+    /// A SOSD key file to bulk-load instead (u64 count, then sorted u64 keys).
+    #[arg(long)]
+    pub keys_file: Option<PathBuf>,
+    /// The order inserted keys arrive in: `random` (the key distribution's) or `append`
+    /// (ascending above every loaded key, as time-stamped keys arrive).
+    #[arg(long, value_enum, default_value_t = keys::InsertOrder::Random)]
+    pub insert_order: keys::InsertOrder,
+    /// Model error bound ε.
+    #[arg(long, default_value_t = 16, value_parser = crate::checks::epsilon)]
+    pub epsilon: u64,
+    /// Key slots per leaf δ (at most 4096).
+    #[arg(long, default_value_t = 16, value_parser = crate::checks::delta)]
+    pub delta: u64,
+    /// Keys per bulk-loaded leaf.
+    #[arg(long, default_value_t = 12)]
+    pub fill: u64,
+    /// Compute-side cache mode.
+    #[arg(long, value_enum, default_value_t = CliCacheMode::Pivots)]
+    pub cache_mode: CliCacheMode,
+    /// Memory nodes (embedded), range-partitioned (at most 64).
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::memory_nodes)]
+    pub memory_nodes: u64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Attach to pool files served by `rolex memnode` instead of embedded memory nodes: one
+    /// file, or every memory node's of a deployment (comma-separated, any order).
+    #[arg(long, value_delimiter = ',')]
+    pub attach: Vec<PathBuf>,
+    /// The transport: the simulator, or real RDMA verbs (needs the `verbs` build feature, an RDMA
+    /// device, and `--connect`).
+    #[arg(long, value_enum, default_value_t = CliTransport::Sim)]
+    pub transport: CliTransport,
+    /// With `--transport verbs`: the memory nodes' bootstrap addresses (`rolex memnode
+    /// --listen`), comma-separated: one per memory-node process.
+    #[arg(long, value_delimiter = ',')]
+    pub connect: Vec<String>,
+    /// With `--transport verbs`: the RDMA device to use (default: the first).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// After the run, read back every key this run inserted and report how many are missing.
+    #[arg(long)]
+    pub check_inserts: bool,
+    /// Do not run a retrainer beside the embedded memory node.
+    #[arg(long)]
+    pub no_retrainer: bool,
+    /// Hide progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Cost model: round trip per batch, in µs.
+    #[arg(long, default_value_t = 2.0, value_parser = crate::checks::positive)]
+    pub model_rtt_us: f64,
+    /// Cost model: link bandwidth, Gb/s.
+    #[arg(long, default_value_t = 100.0, value_parser = crate::checks::positive)]
+    pub model_link_gbps: f64,
+    /// Cost model: verbs per second one memory node's NIC serves.
+    #[arg(long, default_value_t = 50e6, value_parser = crate::checks::positive)]
+    pub model_nic_verbs: f64,
+    /// Cost model: bytes per second one memory node's NIC moves.
+    #[arg(long, default_value_t = 12.5e9, value_parser = crate::checks::positive)]
+    pub model_nic_bytes: f64,
+    /// Cost model: client threads to model (default: --threads).
+    #[arg(long, value_parser = crate::checks::positive_count)]
+    pub model_clients: Option<u64>,
+}
+
+/// Transport as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CliTransport {
+    Sim,
+    Verbs,
+}
+
+/// Cache mode as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CliCacheMode {
+    Pivots,
+    Lean,
+}

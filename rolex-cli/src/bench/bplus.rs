@@ -1,0 +1,112 @@
+//! The B+-tree baseline's run: the same keys, range-partitioned as ROLEX's bootstrap does.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use leaf_store::BulkLoadConfig;
+use rdma_transport::Transport;
+use sim_transport::SimTransport;
+
+use super::measure::run_workload;
+use super::{BenchArgs, progress};
+use crate::keys;
+use crate::report::Report;
+use crate::workload::Mix;
+
+/// The B+-tree baseline on embedded memory nodes: the same key set, range-partitioned over the
+/// nodes as ROLEX's bootstrap does, then the same workload.
+pub(super) fn run_bplus(
+    args: &BenchArgs,
+    ops: u64,
+    mix: &Mix,
+    set: keys::KeySet,
+    expected_inserts: u64,
+) -> Result<Report, String> {
+    let nodes = args.memory_nodes;
+    let mut sorted = set.loaded.clone();
+    sorted.sort_unstable();
+    if (sorted.len() as u64) < nodes {
+        return Err("more memory nodes than loaded keys".into());
+    }
+    let per_node_guess = (sorted.len() as u64).div_ceil(nodes);
+    let config = bplus_tree::BulkLoadConfig {
+        page_size: args.page_size,
+        // As ROLEX's: every node has room for every insert.
+        values: args
+            .value_size
+            .map(|size| crate::index::value_region(size, per_node_guess + expected_inserts)),
+        ..bplus_tree::BulkLoadConfig::default()
+    };
+    // The same shares and key ranges as ROLEX's bootstrap. Each node has room for every insert:
+    // they need not spread evenly (appends all go to the last node). Untouched room costs
+    // nothing on the simulator's anonymous pools.
+    let shares = index_core::partition(&sorted, nodes as usize, &BulkLoadConfig::default());
+    let per_node = shares.iter().map(|(r, _)| r.len()).max().unwrap_or(0) as u64;
+    let size = bplus_tree::required_pool_bytes(per_node, &config, expected_inserts + 1024)
+        .saturating_mul(5)
+        / 4;
+    let transport = SimTransport::anonymous(&vec![size.next_multiple_of(4096); nodes as usize])
+        .map_err(|e| e.to_string())?;
+    let load_bar = progress(args.quiet, Some(nodes), "bulk load");
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    for (&node, (range, share)) in transport.memory_nodes().iter().zip(shares) {
+        let node_config = bplus_tree::BulkLoadConfig {
+            key_lo: share.key_lo,
+            key_hi: share.key_hi,
+            ..config.clone()
+        };
+        match args.value_size {
+            Some(size) => bplus_tree::bulk_load_values(
+                &mut ep,
+                node,
+                sorted[range]
+                    .iter()
+                    .map(|&k| (k, crate::index::value_bytes(size, k, k)))
+                    .collect(),
+                &node_config,
+            ),
+            None => bplus_tree::bulk_load(
+                &mut ep,
+                node,
+                sorted[range].iter().map(|&k| (k, k)).collect(),
+                &node_config,
+            ),
+        }
+        .map_err(|e| e.to_string())?;
+        load_bar.inc(1);
+    }
+    load_bar.finish_and_clear();
+    let tree = bplus_tree::Tree::open(
+        transport,
+        bplus_tree::TreeConfig {
+            cache_from_level: args.cache_from_level.max(1),
+            ..bplus_tree::TreeConfig::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let tree = Arc::new(tree);
+    match args.value_size {
+        Some(size) => run_workload(
+            args,
+            ops,
+            mix,
+            Arc::new(crate::index::ValueStore::new(tree, size)),
+            set.loaded,
+            set.to_insert,
+            Vec::new(),
+            &AtomicBool::new(false),
+            &[],
+        ),
+        None => run_workload(
+            args,
+            ops,
+            mix,
+            tree,
+            set.loaded,
+            set.to_insert,
+            Vec::new(),
+            &AtomicBool::new(false),
+            &[],
+        ),
+    }
+}

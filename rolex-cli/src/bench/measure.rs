@@ -1,0 +1,402 @@
+//! Running the client threads, sampling the run, and assembling the report.
+//!
+//! The run has up to two stretches: a warm-up (`--warmup`: a count of operations or seconds),
+//! whose operations run but are recorded nowhere, then the measured operations. Every figure of
+//! the report, the phases and the throughput series (`--report-interval`) cover the measured
+//! stretch only; its clock starts when the warm-up ends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdma_transport::Stats;
+use sim_transport::cost_model::NetworkProfile;
+
+use super::thread::{OP_NAMES, Shared, latency_histogram, run_thread};
+use super::{BenchArgs, RetrainProgress, progress};
+use crate::checks::Warmup;
+use crate::index::{BenchClient, BenchIndex};
+use crate::report::{
+    Interval, Latency, Modeled, OpReport, Profile, Report, RetrainerSummary, Sample,
+};
+use crate::workload::{Chooser, Mix, Workload};
+
+/// The embedded retrainers' threads.
+pub(super) type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, String>>>;
+
+/// How often the run is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+
+/// Runs the workload on `store` (either index) and assembles the report.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_workload<I: BenchIndex>(
+    args: &BenchArgs,
+    ops: u64,
+    mix: &Mix,
+    store: Arc<I>,
+    loaded: Vec<u64>,
+    to_insert: Vec<u64>,
+    retrainers: Retrainers,
+    stop_retrainers: &AtomicBool,
+    retrain_progress: &[Arc<RetrainProgress>],
+) -> Result<Report, String> {
+    if loaded.is_empty() {
+        return Err("the store holds no keys to run a workload on".into());
+    }
+    let chooser = Chooser::with_params(
+        mix.request_dist,
+        loaded.len() as u64,
+        args.theta,
+        mix.dist_params,
+    )?;
+    let timed = args.duration.is_some();
+    let duration_ns = args.duration.map_or(0, |s| (s * 1e9) as u64);
+    let shared = Arc::new(Shared {
+        chooser,
+        mix: mix.clone(),
+        loaded,
+        to_insert,
+        claimed: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        warm_done: AtomicU64::new(0),
+        measuring: AtomicBool::new(args.warmup.is_none()),
+        deadline_ns: AtomicU64::new(if args.warmup.is_none() {
+            duration_ns
+        } else {
+            u64::MAX
+        }),
+        started: Instant::now(),
+        per_thread: ops.div_ceil(args.threads),
+        timed,
+        // A churn run deletes as much as it inserts (a workload file, which overrides
+        // --workload, has no deletes).
+        churn: args.workload == Workload::Churn && args.workload_file.is_none(),
+        threads: args.threads,
+    });
+    let bar = progress(
+        args.quiet,
+        (!timed).then_some(shared.per_thread * args.threads),
+        if args.warmup.is_some() {
+            "warming up"
+        } else {
+            "running"
+        },
+    );
+    let handles: Vec<_> = (0..args.threads)
+        .map(|t| {
+            let (store, shared) = (Arc::clone(&store), Arc::clone(&shared));
+            let seed = args
+                .seed
+                .wrapping_add(t)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            std::thread::spawn(move || run_thread(&*store, &shared, t, seed))
+        })
+        .collect();
+
+    let retrains_now = || -> (u64, u64) {
+        (
+            retrain_progress
+                .iter()
+                .map(|p| p.retrains.load(Ordering::Acquire))
+                .sum(),
+            retrain_progress
+                .iter()
+                .map(|p| p.nanos.load(Ordering::Acquire))
+                .sum(),
+        )
+    };
+    let mut measure_start = args.warmup.is_none().then_some(shared.started);
+    let mut samples: Vec<Sample> = Vec::new();
+    if measure_start.is_some() {
+        let (r, n) = retrains_now();
+        samples.push((0.0, 0, r, n));
+    }
+    let mut intervals: Vec<Interval> = Vec::new();
+    // The last sample taken while every thread still ran: the phases are measured up to it, so a
+    // thread that finished its share early does not show as a slowdown.
+    let mut all_ran_until = None;
+    while handles.iter().any(|h| !h.is_finished()) {
+        std::thread::sleep(SAMPLE_EVERY);
+        let Some(start) = measure_start else {
+            let over = match args.warmup {
+                Some(Warmup::Seconds(s)) => shared.started.elapsed().as_secs_f64() >= s,
+                Some(Warmup::Ops(n)) => shared.warm_done.load(Ordering::Relaxed) >= n,
+                None => true,
+            };
+            if over {
+                let now = Instant::now();
+                let since = now.saturating_duration_since(shared.started).as_nanos() as u64;
+                shared
+                    .deadline_ns
+                    .store(since.saturating_add(duration_ns), Ordering::Release);
+                shared.measuring.store(true, Ordering::Release);
+                measure_start = Some(now);
+                let (r, n) = retrains_now();
+                samples.push((0.0, 0, r, n));
+                bar.set_message("running");
+                bar.reset_elapsed();
+            }
+            continue;
+        };
+        let done = shared.done.load(Ordering::Relaxed);
+        bar.set_position(done);
+        let (r, n) = retrains_now();
+        let sample = (start.elapsed().as_secs_f64(), done, r, n);
+        samples.push(sample);
+        if handles.iter().any(|h| h.is_finished()) && all_ran_until.is_none() {
+            all_ran_until = Some(samples.len() - 1);
+        }
+        if let Some(every) = args.report_interval {
+            let from = intervals.last().map_or(samples[0], |i| i.end);
+            if sample.0 - from.0 >= every {
+                let interval = Interval::between(from, sample);
+                bar.suspend(|| eprintln!("{}", interval.line()));
+                intervals.push(interval);
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(
+            h.join()
+                .map_err(|_| "a benchmark thread panicked".to_string())??,
+        );
+    }
+    bar.finish_and_clear();
+    let start = measure_start.unwrap_or(shared.started);
+    let (r, n) = retrains_now();
+    samples.push((
+        start.elapsed().as_secs_f64(),
+        shared.done.load(Ordering::Relaxed),
+        r,
+        n,
+    ));
+    if let Some(every) = args.report_interval {
+        // The last, shorter interval (if it holds anything).
+        let from = intervals.last().map_or(samples[0], |i| i.end);
+        let last = *samples.last().unwrap_or(&from);
+        if last.1 > from.1 {
+            let interval = Interval::between(from, last);
+            if !args.quiet || interval.seconds >= every / 2.0 {
+                eprintln!("{}", interval.line());
+            }
+            intervals.push(interval);
+        }
+    }
+    let window = &samples[..=all_ran_until.unwrap_or(samples.len() - 1)];
+    let phases = crate::report::Phases {
+        first_tenth: phase(window, 0.0, 0.1),
+        last_tenth: phase(window, 0.9, 1.0),
+    };
+    let warmup_ops = shared.warm_done.load(Ordering::Relaxed);
+    // From the end of the warm-up to the last thread's last operation (not to when the sampling
+    // loop noticed).
+    let wall = results
+        .iter()
+        .map(|r| r.finished.saturating_duration_since(start))
+        .max()
+        .unwrap_or_default()
+        .as_secs_f64();
+
+    stop_retrainers.store(true, Ordering::Release);
+    let mut retrainer: Option<RetrainerSummary> = None;
+    for r in retrainers {
+        let summary = r
+            .join()
+            .map_err(|_| "the retrainer panicked".to_string())??;
+        retrainer = Some(match retrainer {
+            Some(total) => total.plus(&summary),
+            None => summary,
+        });
+    }
+    let retrains = retrainer.as_ref().map(|r| r.retrains);
+    let loaded = &shared.loaded;
+    let mix = &shared.mix;
+
+    // Inserted keys must all read back.
+    let inserted: Vec<u64> = results
+        .iter()
+        .flat_map(|r| r.inserted.iter().chain(&r.owned).copied())
+        .collect();
+    let inserted_count: u64 = results.iter().map(|r| r.inserted_count).sum();
+    let reconnects: u64 = results.iter().map(|r| r.reconnects).sum();
+    let inserts_missing = if args.check_inserts {
+        let mut client = store.client().map_err(|e| e.to_string())?;
+        let mut missing = 0;
+        for &k in &inserted {
+            if client.get(k).map_err(|e| e.to_string())?.is_none() {
+                missing += 1;
+            }
+        }
+        Some(missing)
+    } else {
+        None
+    };
+
+    // What the compute node caches once the run has warmed it (the B+-tree fills its cache of
+    // internal pages as it goes; ROLEX caches every record from the start).
+    let cache_bytes = store.cache_bytes();
+
+    // Structure, from a verify walk (problems are reported, not fatal, for an attached pool that
+    // other processes may be writing).
+    let structure = store.structure()?;
+    let (leaves, synonyms, keys_after, clean, models) = (
+        structure.leaves,
+        structure.synonym_leaves,
+        structure.keys,
+        structure.clean,
+        structure.models,
+    );
+
+    // Assemble.
+    let profile = NetworkProfile {
+        rtt_us: args.model_rtt_us,
+        link_gbps: args.model_link_gbps,
+        nic_verbs_per_s: args.model_nic_verbs,
+        nic_bytes_per_s: args.model_nic_bytes,
+    };
+    let mut total_ops = 0u64;
+    let mut total_net = Stats::default();
+    let mut ops_report = BTreeMap::new();
+    let mut modeled_by_op = BTreeMap::new();
+    let mut histograms = Vec::new();
+    for (kind, name) in OP_NAMES.iter().enumerate() {
+        let mut hist = latency_histogram()?;
+        let mut net = Stats::default();
+        let mut lock_verbs = 0;
+        for r in &results {
+            hist.add(&r.latency[kind]).map_err(|e| e.to_string())?;
+            net += r.net[kind];
+            lock_verbs += r.lock_verbs[kind];
+        }
+        let count = hist.len();
+        if count == 0 {
+            continue;
+        }
+        total_ops += count;
+        total_net += net;
+        let per = |v: u64| v as f64 / count as f64;
+        ops_report.insert(
+            name.to_string(),
+            OpReport {
+                count,
+                rtts_per_op: per(net.batches),
+                verbs_per_op: per(net.verbs()),
+                bytes_per_op: per(net.bytes_read + net.bytes_written),
+                lock_verbs_per_op: per(lock_verbs),
+                latency_us: Latency::of(&hist),
+            },
+        );
+        modeled_by_op.insert(name.to_string(), profile.latency_us(&net, count));
+        histograms.push((*name, hist));
+    }
+
+    let clients = args.model_clients.unwrap_or(args.threads);
+    let nodes = store.memory_nodes();
+    let mut config = serde_json::to_value(args).map_err(|e| e.to_string())?;
+    if let Some(obj) = config.as_object_mut() {
+        obj.insert("keys_loaded".into(), serde_json::json!(loaded.len()));
+        obj.insert(
+            "mix".into(),
+            serde_json::to_value(mix).map_err(|e| e.to_string())?,
+        );
+        obj.insert("ops_run".into(), serde_json::json!(total_ops));
+        // The workload that ran, where a file or --insert-ratio replaced --workload's.
+        if let Some(path) = &args.workload_file {
+            obj.insert(
+                "workload".into(),
+                serde_json::json!(format!("file {}", path.display())),
+            );
+        } else if let Some(ratio) = args.insert_ratio {
+            obj.insert(
+                "workload".into(),
+                serde_json::json!(format!("insert-ratio {ratio}")),
+            );
+        }
+    }
+    // Leaves allocated (whole leaves, used or free-listed) plus model bytes in use, per key held.
+    let pool_bytes_per_key = match structure.pool_bytes {
+        Some(bytes) => Some(bytes as f64 / keys_after.max(1) as f64),
+        None => retrainer.as_ref().map(|r| {
+            (r.leaves_allocated * leaf_store::leaf_bytes(args.delta) + r.model_bytes_used) as f64
+                / keys_after.max(1) as f64
+        }),
+    };
+    Ok(Report {
+        schema_version: crate::report::SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        timestamp: crate::report::utc_now(),
+        index: args.index.name(),
+        config,
+        wall_seconds: wall,
+        throughput_ops_s: total_ops as f64 / wall.max(1e-9),
+        ops: ops_report,
+        cache_bytes,
+        cache_bytes_per_key: cache_bytes as f64 / loaded.len().max(1) as f64,
+        models,
+        leaves,
+        synonym_leaves: synonyms,
+        keys_after,
+        retrains,
+        retrainer,
+        verify_clean: clean,
+        inserted: inserted_count,
+        reconnects,
+        open_seconds: None,
+        inserts_missing,
+        phases,
+        warmup_ops,
+        intervals,
+        latency_histograms: histograms,
+        pool_bytes_per_key,
+        values: structure
+            .values
+            .as_ref()
+            .map(|v| crate::report::ValuesReport {
+                live_bytes: v.live_bytes,
+                blocks: v.blocks,
+                block_bytes: v.block_bytes,
+                allocated_bytes: v.claimed_bytes,
+                value_bytes_per_op: results.iter().map(|r| r.value_bytes).sum::<u64>() as f64
+                    / total_ops.max(1) as f64,
+            }),
+        modeled: Modeled {
+            profile: Profile {
+                rtt_us: profile.rtt_us,
+                link_gbps: profile.link_gbps,
+                nic_verbs_per_s: profile.nic_verbs_per_s,
+                nic_bytes_per_s: profile.nic_bytes_per_s,
+            },
+            clients,
+            latency_us: profile.latency_us(&total_net, total_ops),
+            latency_us_by_op: modeled_by_op,
+            throughput_ops_s: profile.throughput_ops_s(&total_net, total_ops, clients, nodes),
+        },
+    })
+}
+
+/// The figures of the stretch of the run between the samples where `from` and `to` (fractions of
+/// the operations) were reached.
+fn phase(samples: &[Sample], from: f64, to: f64) -> Option<crate::report::Phase> {
+    let total = samples.last()?.1 as f64;
+    let at = |fraction: f64| {
+        samples
+            .iter()
+            .find(|s| s.1 as f64 >= fraction * total)
+            .copied()
+    };
+    let (start, end) = (at(from)?, at(to)?);
+    let seconds = end.0 - start.0;
+    if seconds <= 0.0 {
+        return None;
+    }
+    let retrains = end.2.saturating_sub(start.2);
+    Some(crate::report::Phase {
+        seconds,
+        ops_per_s: (end.1 - start.1) as f64 / seconds,
+        retrainings_per_s: retrains as f64 / seconds,
+        us_per_retraining: (retrains > 0)
+            .then(|| end.3.saturating_sub(start.3) as f64 / retrains as f64 / 1e3),
+    })
+}

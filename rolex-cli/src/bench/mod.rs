@@ -1,0 +1,570 @@
+//! `rolex bench`: a workload against an embedded memory node or an attached pool file.
+//!
+//! `args.rs` holds what it takes; this file sets the run up (keys, pools, bulk load, retrainers,
+//! attaching, verbs) and prints the report; `bplus.rs` sets up the B+-tree baseline;
+//! `measure.rs` runs the threads, samples the run and assembles the report; `thread.rs` is one
+//! client thread's loop.
+
+mod args;
+mod bplus;
+mod measure;
+mod thread;
+
+pub use args::{BenchArgs, CliCacheMode, CliTransport};
+use bplus::run_bplus;
+use measure::run_workload;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use index_core::{CacheMode, Store, StoreConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+use leaf_store::{BulkLoadConfig, required_pool_bytes};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdma_transport::Transport;
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::SimTransport;
+
+use crate::index::IndexKind;
+use crate::keys;
+use crate::report::{Report, RetrainerSummary};
+use crate::workload::Mix;
+
+fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
+    let bar = match (quiet, len) {
+        (true, _) => return ProgressBar::hidden(),
+        (false, Some(n)) => ProgressBar::new(n),
+        (false, None) => ProgressBar::new_spinner(),
+    };
+    // The rate in whole units a second (indicatif's own `per_sec` shows four decimals).
+    let style = ProgressStyle::with_template(
+        "{spinner} {msg:<12} [{elapsed_precise}] {wide_bar} {pos}/{len} ({rate})",
+    )
+    .map(|style| {
+        style.with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        )
+    })
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Refuses a flag typed on the command line that the run would not use.
+fn check_combinations(args: &BenchArgs) -> Result<(), String> {
+    let typed = |id: &str| args.typed.iter().any(|t| t == id);
+    let flag = |id: &str| format!("--{}", id.replace('_', "-"));
+    let refuse = |ids: &[&str], why: &str| -> Result<(), String> {
+        match ids.iter().find(|id| typed(id)) {
+            Some(id) => Err(format!("{} {why}", flag(id))),
+            None => Ok(()),
+        }
+    };
+    if args.keys_file.is_some() {
+        refuse(
+            &["keys", "key_dist"],
+            "does not apply with --keys-file (the file gives the keys)",
+        )?;
+    }
+    if !args.attach.is_empty() {
+        refuse(
+            &[
+                "keys",
+                "key_dist",
+                "keys_file",
+                "memory_nodes",
+                "epsilon",
+                "delta",
+                "fill",
+                "no_retrainer",
+            ],
+            "does not apply with --attach (the pool has its keys, layout and retrainer)",
+        )?;
+    }
+    match args.index {
+        IndexKind::Bplus => refuse(
+            &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
+            "is a ROLEX setting; --index bplus does not take it",
+        )?,
+        IndexKind::Rolex => refuse(
+            &["page_size", "cache_from_level"],
+            "is a B+-tree setting (give --index bplus)",
+        )?,
+    }
+    if args.transport != CliTransport::Verbs {
+        refuse(&["connect", "device"], "needs --transport verbs")?;
+    }
+    Ok(())
+}
+
+/// Runs the benchmark and returns its report.
+pub fn run(args: &BenchArgs) -> Result<Report, String> {
+    use crate::checks::{MAX_MEMORY_NODES, MAX_THREADS};
+    check_combinations(args)?;
+    // What runs: the flags, with a workload file's settings where no flag was typed (the report's
+    // configuration is this).
+    let mut args = args.clone();
+    if !(1..=MAX_THREADS).contains(&args.threads)
+        || !(1..=MAX_MEMORY_NODES).contains(&args.memory_nodes)
+    {
+        return Err(format!(
+            "--threads must lie in 1..={MAX_THREADS} and --memory-nodes in 1..={MAX_MEMORY_NODES}"
+        ));
+    }
+    let mut mix: Mix = args.workload.mix();
+    if let Some(path) = &args.workload_file {
+        let file = crate::workload::read_property_file(path)?;
+        mix = file.mix;
+        // Flags on the command line win (as YCSB's own -p overrides do).
+        let typed = |id: &str| args.typed.iter().any(|t| t == id);
+        if !args.keys_given {
+            args.keys = file.record_count.unwrap_or(args.keys);
+        }
+        if !args.ops_given {
+            args.ops = file.operation_count.unwrap_or(args.ops);
+        }
+        if !typed("theta") {
+            args.theta = file.theta.unwrap_or(args.theta);
+        }
+        if !typed("insert_order") {
+            args.insert_order = file.insert_order.unwrap_or(args.insert_order);
+        }
+        if !typed("value_size")
+            && let Some(bytes) = file.record_bytes
+        {
+            args.value_size = Some(crate::checks::ValueSize {
+                min: bytes,
+                max: bytes,
+            });
+        }
+    }
+    if args.value_size.is_some()
+        && (!args.attach.is_empty() || args.transport == CliTransport::Verbs)
+    {
+        return Err("--value-size: byte values run on embedded memory nodes only (for now)".into());
+    }
+    let args = &args;
+    let (keys_wanted, ops) = (args.keys, args.ops);
+    if let Some(ratio) = args.insert_ratio {
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(format!("--insert-ratio {ratio} must lie in [0, 1]"));
+        }
+        mix = crate::workload::Mix {
+            read: 1.0 - ratio,
+            update: 0.0,
+            insert: ratio,
+            scan: 0.0,
+            read_modify_write: 0.0,
+            max_scan_length: 100,
+            request_dist: crate::workload::RequestDist::Zipfian,
+            dist_params: crate::workload::DistParams::default(),
+        };
+    }
+    if let Some(dist) = args.request_dist {
+        mix.request_dist = dist;
+    }
+    let expected_inserts = (ops as f64 * mix.insert) as u64 + 1024;
+
+    if args.transport == CliTransport::Verbs {
+        if args.index == IndexKind::Bplus {
+            return Err("the B+-tree baseline runs on the embedded simulator only".into());
+        }
+        return run_verbs(args, mix, expected_inserts);
+    }
+    // The memory node(s): embedded, or an attached pool file.
+    let mut retrain_progress: Vec<Arc<RetrainProgress>> = Vec::new();
+    if args.index == IndexKind::Bplus && !args.attach.is_empty() {
+        return Err("--attach serves ROLEX pools; the B+-tree baseline runs embedded only".into());
+    }
+    let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
+        let transport = crate::pools::attach_files(&args.attach, true)?;
+        let loaded = existing_keys(&transport, args.quiet)?;
+        let to_insert = match args.insert_order {
+            keys::InsertOrder::Random => fresh_keys(args.seed, expected_inserts),
+            keys::InsertOrder::Append => {
+                keys::ascending_above(loaded.iter().copied().max().unwrap_or(0), expected_inserts)
+            }
+        };
+        (
+            transport,
+            loaded,
+            to_insert,
+            Vec::new(),
+            Arc::new(AtomicBool::new(false)),
+        )
+    } else {
+        let bar = progress(args.quiet, None, "key set");
+        let set = match &args.keys_file {
+            Some(path) => {
+                let loaded = keys::read_sosd(path)?;
+                let mut rng = StdRng::seed_from_u64(args.seed);
+                let to_insert = match args.insert_order {
+                    keys::InsertOrder::Random => {
+                        (0..expected_inserts).map(|_| rng.random::<u64>()).collect()
+                    }
+                    // The file's keys stay as they are; inserts ascend above the largest.
+                    keys::InsertOrder::Append => {
+                        keys::ascending_above(loaded.last().copied().unwrap_or(0), expected_inserts)
+                    }
+                };
+                keys::KeySet { loaded, to_insert }
+            }
+            None => keys::generate(
+                args.key_dist,
+                keys_wanted as usize,
+                expected_inserts as usize,
+                args.seed,
+            ),
+        };
+        let set = if args.keys_file.is_some() {
+            set
+        } else {
+            set.in_order(args.insert_order)
+        };
+        if args.index == IndexKind::Bplus {
+            bar.finish_and_clear();
+            return run_bplus(args, ops, &mix, set, expected_inserts);
+        }
+        bar.set_message("bulk load");
+        let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
+        let load = BulkLoadConfig {
+            epsilon: args.epsilon,
+            delta: args.delta,
+            fill: args.fill,
+            values: args.value_size.map(|size| {
+                crate::index::value_region(size, per_node + expected_inserts / args.memory_nodes)
+            }),
+            ..BulkLoadConfig::default()
+        };
+        let spare =
+            (expected_inserts / args.memory_nodes).saturating_mul(2) / args.fill.max(1) + 1024;
+        let size = required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4;
+        let transport = SimTransport::anonymous(&vec![
+            size.next_multiple_of(4096);
+            args.memory_nodes as usize
+        ])
+        .map_err(|e| e.to_string())?;
+        bar.finish_and_clear();
+        let load_bar = progress(args.quiet, Some(1), "bulk load");
+        let show = |node: usize, phase: leaf_store::Phase, done: u64, total: u64| {
+            load_bar.set_message(format!("memory node {node}: {}", phase.describe()));
+            load_bar.set_length(total.max(1));
+            load_bar.set_position(done);
+        };
+        match args.value_size {
+            Some(size) => index_core::bootstrap_values(
+                &transport,
+                set.loaded
+                    .iter()
+                    .map(|&k| (k, crate::index::value_bytes(size, k, k)))
+                    .collect(),
+                &load,
+                show,
+            ),
+            None => index_core::bootstrap_with_progress(
+                &transport,
+                set.loaded.iter().map(|&k| (k, k)).collect(),
+                &load,
+                show,
+            ),
+        }
+        .map_err(|e| e.to_string())?;
+        load_bar.finish_and_clear();
+        bar.finish_and_clear();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut retrainers = Vec::new();
+        if !args.no_retrainer {
+            for &node in transport.memory_nodes() {
+                let (transport, stop) = (transport.clone(), Arc::clone(&stop));
+                let progress = Arc::new(RetrainProgress::default());
+                retrain_progress.push(Arc::clone(&progress));
+                retrainers.push(std::thread::spawn(
+                    move || -> Result<RetrainerSummary, String> {
+                        let ep = transport.endpoint().map_err(|e| e.to_string())?;
+                        let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
+                            .map_err(|e| e.to_string())?;
+                        // The embedded memory node watches its members like `rolex memnode`:
+                        // leaf boxes (splits reuse freed leaves) and reclamation by epochs. Its
+                        // only member is this process, which cannot die without it: a lease
+                        // long enough that a starved renewer is never taken for dead.
+                        let fence = transport
+                            .fence(node.id)
+                            .ok_or("the memory node has no pool")?;
+                        worker.watch_members(Duration::from_secs(5), Box::new(fence));
+                        // Run in short stretches, publishing the counters after each (the report's
+                        // first and last tenth of the run are taken from them).
+                        let stats = loop {
+                            let stretch = Instant::now();
+                            let stats = worker
+                                .run(|| {
+                                    stop.load(Ordering::Acquire)
+                                        || stretch.elapsed() >= Duration::from_millis(10)
+                                })
+                                .map_err(|e| e.to_string())?;
+                            progress.retrains.store(stats.retrains, Ordering::Release);
+                            progress.nanos.store(stats.total_nanos, Ordering::Release);
+                            if stop.load(Ordering::Acquire) {
+                                break stats;
+                            }
+                        };
+                        let pool = worker.pool_usage().map_err(|e| e.to_string())?;
+                        Ok(RetrainerSummary::of(&worker, stats, pool))
+                    },
+                ));
+            }
+        }
+        (transport, set.loaded, set.to_insert, retrainers, stop)
+    };
+    let opening = std::time::Instant::now();
+    let store = open_rolex(args, transport)?;
+    let open_seconds = opening.elapsed().as_secs_f64();
+    let mut report = match args.value_size {
+        Some(size) => {
+            let store = Arc::new(crate::index::ValueStore::new(store, size));
+            run_workload(
+                args,
+                ops,
+                &mix,
+                store,
+                loaded,
+                to_insert,
+                retrainers,
+                &stop_retrainers,
+                &retrain_progress,
+            )?
+        }
+        None => run_workload(
+            args,
+            ops,
+            &mix,
+            store,
+            loaded,
+            to_insert,
+            retrainers,
+            &stop_retrainers,
+            &retrain_progress,
+        )?,
+    };
+    report.open_seconds = Some(open_seconds);
+    Ok(report)
+}
+
+/// Opens ROLEX over `transport` as the bench configures it.
+fn open_rolex<T: Transport + 'static>(
+    args: &BenchArgs,
+    transport: T,
+) -> Result<Arc<Store<T>>, String>
+where
+    T::Endpoint: 'static,
+{
+    let cache_mode = match args.cache_mode {
+        CliCacheMode::Pivots => CacheMode::Pivots,
+        CliCacheMode::Lean => CacheMode::Lean,
+    };
+    Store::open(
+        transport,
+        StoreConfig {
+            cache_mode,
+            ..StoreConfig::default()
+        },
+    )
+    .map(Arc::new)
+    .map_err(|e| e.to_string())
+}
+
+/// An embedded retrainer's counters, published as it runs.
+#[derive(Debug, Default)]
+struct RetrainProgress {
+    retrains: AtomicU64,
+    nanos: AtomicU64,
+}
+
+/// Every key the store holds now (to have existing keys to request).
+fn existing_keys<T: Transport>(transport: &T, quiet: bool) -> Result<Vec<u64>, String> {
+    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let bar = progress(quiet, None, "reading keys");
+    let mut keys = Vec::new();
+    for &node in transport.memory_nodes() {
+        let layout = leaf_store::Layout::attach(&mut ep, node).map_err(|e| e.to_string())?;
+        keys.extend(
+            leaf_store::read_all_entries(&mut ep, &layout)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|e| e.0),
+        );
+    }
+    bar.finish_and_clear();
+    Ok(keys)
+}
+
+/// Random keys to insert (another process attached to the same memory node uses another seed).
+fn fresh_keys(seed: u64, n: u64) -> Vec<u64> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    (0..n).map(|_| rng.random::<u64>()).collect()
+}
+
+#[cfg(feature = "verbs")]
+fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report, String> {
+    if args.connect.is_empty() {
+        return Err(
+            "--transport verbs needs --connect ADDR[,ADDR…] (rolex memnode --listen addresses)"
+                .into(),
+        );
+    }
+    let servers: Vec<&str> = args.connect.iter().map(String::as_str).collect();
+    let transport =
+        rdma_transport::verbs::VerbsTransport::connect_all(&servers, args.device.as_deref())
+            .map_err(|e| e.to_string())?;
+    let loaded = existing_keys(&transport, args.quiet)?;
+    let to_insert = fresh_keys(args.seed, expected_inserts);
+    let opening = std::time::Instant::now();
+    let store = open_rolex(args, transport)?;
+    let open_seconds = opening.elapsed().as_secs_f64();
+    let mut report = run_workload(
+        args,
+        args.ops,
+        &mix,
+        store,
+        loaded,
+        to_insert,
+        Vec::new(),
+        &AtomicBool::new(false),
+        &[],
+    )?;
+    report.open_seconds = Some(open_seconds);
+    Ok(report)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn run_verbs(_: &BenchArgs, _: Mix, _: u64) -> Result<Report, String> {
+    Err("this rolex was built without RDMA verbs support (build with: cargo build --release -p rolex-cli --features verbs)".into())
+}
+
+/// `rolex bench`: runs, prints the report, writes the JSON.
+pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
+    // Every output path is checked before any work.
+    if let Some(path) = &args.json {
+        crate::checks::output_file(path, "--json", true)?;
+    }
+    if let Some(path) = &args.latency_histogram {
+        crate::checks::output_file(path, "--latency-histogram", false)?;
+    }
+    if let Some(path) = &args.interval_plot {
+        crate::checks::output_file(path, "--interval-plot", false)?;
+    }
+    let to_stdout = args.json.as_deref().is_some_and(crate::checks::is_stdout);
+    // The table goes to standard error when standard output carries the JSON.
+    let show = |text: &str| {
+        if to_stdout {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    };
+    let mut reports = Vec::new();
+    for i in 0..args.runs {
+        let mut run_args = args.clone();
+        run_args.seed = args.seed.wrapping_add(i);
+        if args.runs > 1 && !args.quiet {
+            eprintln!("run {}/{} (seed {})", i + 1, args.runs, run_args.seed);
+        }
+        let report = run(&run_args)?;
+        if args.runs > 1 {
+            show(&format!(
+                "run {}: {:.0} ops/s measured, {:.0} modeled\n",
+                i + 1,
+                report.throughput_ops_s,
+                report.modeled.throughput_ops_s
+            ));
+        }
+        reports.push(report);
+    }
+    let Some(last) = reports.last() else {
+        return Err("no run".into());
+    };
+    show(&last.table());
+    let spread = crate::report::RunsSpread::of(&reports);
+    if args.runs > 1
+        && let Some(spread) = &spread
+    {
+        show(&spread.table());
+    }
+    if let Some(path) = &args.latency_histogram {
+        // Every run's latencies pooled, per operation type.
+        let mut pooled: Vec<(&'static str, hdrhistogram::Histogram<u64>)> = Vec::new();
+        for report in &reports {
+            for (name, hist) in &report.latency_histograms {
+                match pooled.iter_mut().find(|p| p.0 == *name) {
+                    Some(p) => p.1.add(hist).map_err(|e| e.to_string())?,
+                    None => pooled.push((name, hist.clone())),
+                }
+            }
+        }
+        let seconds = reports.iter().map(|r| r.wall_seconds).sum();
+        crate::report::write_histogram_log(path, &pooled, seconds)?;
+    }
+    if let Some(path) = &args.interval_plot {
+        let svg = interval_plot(args, &reports);
+        std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.json {
+        let json = match (args.runs, spread) {
+            (2.., Some(spread)) => serde_json::to_string_pretty(&crate::report::RunsReport {
+                schema_version: crate::report::SCHEMA_VERSION,
+                tool_version: env!("CARGO_PKG_VERSION"),
+                timestamp: crate::report::utc_now(),
+                runs: reports.clone(),
+                spread,
+            }),
+            _ => serde_json::to_string_pretty(last),
+        }
+        .map_err(|e| e.to_string())?;
+        if to_stdout {
+            println!("{json}");
+        } else {
+            std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let missing: u64 = reports.iter().filter_map(|r| r.inserts_missing).sum();
+    if missing > 0 {
+        return Err(format!("{missing} inserted keys are missing"));
+    }
+    Ok(())
+}
+
+/// Throughput over time, one line per run.
+fn interval_plot(args: &BenchArgs, reports: &[Report]) -> String {
+    let series: Vec<crate::svg::Series> = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| crate::svg::Series {
+            name: if reports.len() > 1 {
+                format!("run {} (seed {})", i + 1, args.seed.wrapping_add(i as u64))
+            } else {
+                r.index.to_string()
+            },
+            points: r.intervals.iter().map(|v| (v.end_s, v.ops_per_s)).collect(),
+            dashed: false,
+            err: Vec::new(),
+        })
+        .collect();
+    crate::svg::line_chart(
+        "Throughput over time (measured)",
+        &format!(
+            "rolex bench, {} index, {} threads, every {} s",
+            reports.first().map_or("", |r| r.index),
+            args.threads,
+            args.report_interval.unwrap_or(0.0)
+        ),
+        "seconds into the measured run",
+        "operations per second",
+        &series,
+        false,
+    )
+}

@@ -1,0 +1,250 @@
+//! One client thread's loop: pick an operation, run it, and (once the warm-up is over) record its
+//! latency and verbs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdma_transport::Stats;
+
+use crate::index::{BenchClient, BenchIndex, Failed};
+use crate::workload::{Chooser, Mix, Op};
+
+/// The operation types, in the order of the per-thread arrays.
+pub(super) const OP_NAMES: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"];
+
+/// Operations a thread does between two updates of the shared counters.
+const FLUSH_EVERY: u64 = 256;
+
+/// The highest latency recorded, in nanoseconds (a minute).
+pub(super) const MAX_LATENCY_NS: u64 = 60_000_000_000;
+
+/// A histogram of latencies in nanoseconds (three significant digits).
+pub(super) fn latency_histogram() -> Result<Histogram<u64>, String> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).map_err(|e| e.to_string())
+}
+
+/// What every thread of a run shares.
+pub(super) struct Shared {
+    pub chooser: Chooser,
+    pub mix: Mix,
+    pub loaded: Vec<u64>,
+    pub to_insert: Vec<u64>,
+    /// New keys handed out so far (indexes into `to_insert`).
+    pub claimed: AtomicU64,
+    /// Measured operations done (updated every [`FLUSH_EVERY`]).
+    pub done: AtomicU64,
+    /// Warm-up operations done (likewise).
+    pub warm_done: AtomicU64,
+    /// Whether the warm-up is over: operations from now on are measured.
+    pub measuring: AtomicBool,
+    /// With `--duration`: when measuring stops, in nanoseconds after `started` (`u64::MAX`
+    /// until measuring starts).
+    pub deadline_ns: AtomicU64,
+    pub started: Instant,
+    /// Measured operations per thread (without `--duration`).
+    pub per_thread: u64,
+    pub timed: bool,
+    /// A churn run: each thread deletes keys it owns as often as it inserts.
+    pub churn: bool,
+    pub threads: u64,
+}
+
+/// Per thread: latency histograms and network counters per operation type.
+pub(super) struct ThreadResult {
+    pub latency: Vec<Histogram<u64>>,
+    pub net: Vec<Stats>,
+    /// Lock-table verbs per operation kind (the B+-tree's; within `net` too).
+    pub lock_verbs: Vec<u64>,
+    pub inserted: Vec<u64>,
+    /// Inserts that added a key.
+    pub inserted_count: u64,
+    /// Churn: the keys this thread owns at the end (all must be present).
+    pub owned: Vec<u64>,
+    /// Fresh endpoints this thread needed after its endpoint broke.
+    pub reconnects: u64,
+    /// Value bytes its measured operations moved (byte values only).
+    pub value_bytes: u64,
+    /// When its last operation finished.
+    pub finished: Instant,
+}
+
+/// Thread `t`'s loop: warm-up operations until `shared.measuring`, then its share of the
+/// measured ones (or until the deadline).
+pub(super) fn run_thread<I: BenchIndex>(
+    store: &I,
+    shared: &Arc<Shared>,
+    t: u64,
+    seed: u64,
+) -> Result<ThreadResult, String> {
+    let mut client = store.client()?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut result = ThreadResult {
+        latency: (0..OP_NAMES.len())
+            .map(|_| latency_histogram())
+            .collect::<Result<_, _>>()?,
+        net: vec![Stats::default(); OP_NAMES.len()],
+        lock_verbs: vec![0; OP_NAMES.len()],
+        inserted: Vec::new(),
+        inserted_count: 0,
+        owned: Vec::new(),
+        reconnects: 0,
+        value_bytes: 0,
+        finished: Instant::now(),
+    };
+    if shared.churn {
+        result.owned = shared
+            .loaded
+            .iter()
+            .skip(t as usize)
+            .step_by(shared.threads as usize)
+            .copied()
+            .collect();
+    }
+    let (mut measured, mut unflushed, mut warm_unflushed) = (0u64, 0u64, 0u64);
+    let mut value_bytes_at_start = None;
+    loop {
+        let measuring = shared.measuring.load(Ordering::Acquire);
+        if measuring {
+            if value_bytes_at_start.is_none() {
+                value_bytes_at_start = Some(client.value_bytes());
+                shared
+                    .warm_done
+                    .fetch_add(warm_unflushed, Ordering::Relaxed);
+                warm_unflushed = 0;
+            }
+            let over = if shared.timed {
+                shared.started.elapsed().as_nanos() as u64
+                    >= shared.deadline_ns.load(Ordering::Acquire)
+            } else {
+                measured >= shared.per_thread
+            };
+            if over {
+                break;
+            }
+        }
+        let op = next_op(shared, &mut rng, &mut result.owned);
+        let before = client.net_stats();
+        let locks_before = client.lock_verbs();
+        let at = Instant::now();
+        let inserted_before = result.inserted.len();
+        let kind = match execute(&mut client, op, &mut result.inserted) {
+            Ok(kind) => kind,
+            // A broken endpoint (a failed or timed-out batch on a real NIC): a fresh one, and the
+            // operation once more.
+            Err(Failed::ConnectionLost(first)) => {
+                store
+                    .reconnect(&mut client)
+                    .map_err(|e| format!("{first}; reconnecting: {e}"))?;
+                result.reconnects += 1;
+                execute(&mut client, op, &mut result.inserted)
+                    .map_err(|e| format!("{first}; after reconnecting: {e}"))?
+            }
+            Err(other) => return Err(other.to_string()),
+        };
+        let ns = at.elapsed().as_nanos() as u64;
+        if result.inserted.len() > inserted_before {
+            result.inserted_count += u64::from(measuring);
+            if shared.churn {
+                // The key is this thread's to delete later, not a lasting insert.
+                result.owned.extend(result.inserted.pop());
+            }
+        }
+        if !measuring {
+            warm_unflushed += 1;
+            if warm_unflushed == FLUSH_EVERY {
+                shared
+                    .warm_done
+                    .fetch_add(warm_unflushed, Ordering::Relaxed);
+                warm_unflushed = 0;
+            }
+            continue;
+        }
+        let _ = result.latency[kind].record(ns.clamp(1, MAX_LATENCY_NS));
+        result.net[kind] += client.net_stats() - before;
+        result.lock_verbs[kind] += client.lock_verbs() - locks_before;
+        measured += 1;
+        unflushed += 1;
+        if unflushed == FLUSH_EVERY {
+            shared.done.fetch_add(unflushed, Ordering::Relaxed);
+            unflushed = 0;
+        }
+    }
+    shared.done.fetch_add(unflushed, Ordering::Relaxed);
+    result.finished = Instant::now();
+    result.value_bytes = client.value_bytes() - value_bytes_at_start.unwrap_or(0);
+    Ok(result)
+}
+
+/// The next operation: a churn thread's delete of a key it owns half the time, else the mix's.
+fn next_op(shared: &Shared, rng: &mut StdRng, owned: &mut Vec<u64>) -> Op {
+    if shared.churn && !owned.is_empty() && rng.random::<bool>() {
+        let at = rng.random_range(0..owned.len());
+        return Op::Delete(owned.swap_remove(at));
+    }
+    let (loaded, to_insert) = (&shared.loaded, &shared.to_insert);
+    let live = loaded.len() as u64
+        + shared
+            .claimed
+            .load(Ordering::Acquire)
+            .min(to_insert.len() as u64);
+    let key_at = |idx: u64| {
+        let idx = idx as usize;
+        loaded
+            .get(idx)
+            .copied()
+            .unwrap_or_else(|| to_insert.get(idx - loaded.len()).copied().unwrap_or(0))
+    };
+    let new_key = || {
+        let n = shared.claimed.fetch_add(1, Ordering::AcqRel) as usize;
+        to_insert
+            .get(n)
+            .copied()
+            .unwrap_or_else(rand::random::<u64>)
+    };
+    shared.mix.next(rng, &shared.chooser, live, key_at, new_key)
+}
+
+/// Issues one operation; returns its index in [`OP_NAMES`].
+fn execute<C: BenchClient>(
+    client: &mut C,
+    op: Op,
+    inserted: &mut Vec<u64>,
+) -> Result<usize, Failed> {
+    Ok(match op {
+        Op::Read(k) => {
+            client.get(k)?;
+            0
+        }
+        Op::Update(k) => {
+            client.update(k, k.wrapping_add(1))?;
+            1
+        }
+        Op::Insert(k) => {
+            if client.insert(k, k)? {
+                inserted.push(k);
+            }
+            2
+        }
+        Op::Delete(k) => {
+            if !client.delete(k)? {
+                return Err(Failed::Other(format!(
+                    "churn: deleting {k}, which this thread owns, found nothing"
+                )));
+            }
+            5
+        }
+        Op::Scan(k, n) => {
+            client.scan(k, n)?;
+            3
+        }
+        Op::ReadModifyWrite(k) => {
+            let v = client.get(k)?.unwrap_or(0);
+            client.update(k, v.wrapping_add(1))?;
+            4
+        }
+    })
+}

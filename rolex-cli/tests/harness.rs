@@ -1,0 +1,311 @@
+//! What a researcher needs from the bench beyond one run's table: a warm-up left out of the
+//! figures, throughput over time, latency distributions (and HdrHistogram's log format),
+//! repeated runs with their spread, YCSB's hot-spot and exponential distributions, and
+//! `compare --runs` with error bars.
+
+mod common;
+
+use std::process::Command;
+
+use common::{ROLEX, bad_input_line};
+
+fn rolex(args: &[&str]) -> (String, String) {
+    let out = Command::new(ROLEX).args(args).output().expect("run rolex");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "rolex {args:?}: {stderr}");
+    (stdout, stderr)
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
+}
+
+#[test]
+fn a_warm_up_is_run_and_left_out_of_every_figure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    let path = report.to_str().expect("utf-8");
+    let (stdout, _) = rolex(&[
+        "bench", "--keys", "20000", "--ops", "10000", "--warmup", "30000", "--quiet", "--json",
+        path,
+    ]);
+    let r = json(&report);
+    // The warm-up ran at least its count (the sampler stops it within a few milliseconds)...
+    assert!(
+        r["warmup_ops"].as_u64().expect("warm-up") >= 30_000,
+        "{}",
+        r["warmup_ops"]
+    );
+    // ...and the figures count the measured operations only.
+    let counted: u64 = r["ops"]
+        .as_object()
+        .expect("ops")
+        .values()
+        .map(|o| o["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(counted, 10_000);
+    assert_eq!(r["config"]["ops_run"], 10_000);
+    assert!(stdout.contains("warm-up: "), "{stdout}");
+    // A warm-up in seconds, before a timed run.
+    rolex(&[
+        "bench",
+        "--keys",
+        "5000",
+        "--warmup",
+        "0.2s",
+        "--duration",
+        "0.3",
+        "--quiet",
+        "--json",
+        path,
+    ]);
+    let r = json(&report);
+    assert!(r["warmup_ops"].as_u64().expect("warm-up") > 0);
+    let wall = r["wall_seconds"].as_f64().expect("wall");
+    assert!(
+        (0.25..2.0).contains(&wall),
+        "the measured stretch lasted {wall} s"
+    );
+}
+
+#[test]
+fn throughput_over_time_is_printed_kept_and_plotted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    let plot = dir.path().join("t.svg");
+    let (_, stderr) = rolex(&[
+        "bench",
+        "--keys",
+        "20000",
+        "--duration",
+        "0.5",
+        "--report-interval",
+        "0.1",
+        "--quiet",
+        "--json",
+        report.to_str().expect("utf-8"),
+        "--interval-plot",
+        plot.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    let intervals = r["intervals"].as_array().expect("intervals");
+    assert!(
+        (4..=7).contains(&intervals.len()),
+        "{} intervals",
+        intervals.len()
+    );
+    let ops: u64 = intervals
+        .iter()
+        .map(|i| i["ops"].as_u64().expect("ops"))
+        .sum();
+    let total: u64 = r["config"]["ops_run"].as_u64().expect("ops");
+    // The series covers the run (up to the last flush of each thread's counter).
+    assert!(ops <= total && ops + 2 * 256 >= total, "{ops} of {total}");
+    for i in intervals {
+        assert!(i["ops_per_s"].as_f64().expect("rate") > 0.0);
+    }
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains(" ops/s ")).count(),
+        intervals.len()
+    );
+    let svg = std::fs::read_to_string(&plot).expect("plot");
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
+}
+
+#[test]
+fn latencies_have_their_distribution_and_an_hdrhistogram_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    let log = dir.path().join("lat.hlog");
+    rolex(&[
+        "bench",
+        "--keys",
+        "20000",
+        "--ops",
+        "20000",
+        "--quiet",
+        "--json",
+        report.to_str().expect("utf-8"),
+        "--latency-histogram",
+        log.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    for op in ["read", "update"] {
+        let l = &r["ops"][op]["latency_us"];
+        let at = |f: &str| l[f].as_f64().expect(f);
+        assert!(at("p50") <= at("p90") && at("p90") <= at("p95") && at("p95") <= at("p99"));
+        assert!(at("p99") <= at("p999") && at("p999") <= at("max") && at("mean") > 0.0);
+    }
+    // HdrHistogram's interval log: its headers, then one tagged, compressed histogram per type.
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("#[StartTime: ") && text.contains("#[BaseTime: "),
+        "{text}"
+    );
+    for op in ["read", "update"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("Tag={op},")))
+            .unwrap_or_else(|| panic!("no {op} interval in {text}"));
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.len(), 5, "{line}");
+        assert!(fields[4].starts_with("HISTF"), "{line}");
+    }
+}
+
+#[test]
+fn repeated_runs_report_their_spread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    let (stdout, _) = rolex(&[
+        "bench",
+        "--keys",
+        "10000",
+        "--ops",
+        "10000",
+        "--runs",
+        "3",
+        "--quiet",
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 3);
+    let seeds: Vec<u64> = runs
+        .iter()
+        .map(|run| run["config"]["seed"].as_u64().expect("seed"))
+        .collect();
+    assert_eq!(seeds, [1, 2, 3]);
+    let t: Vec<f64> = runs
+        .iter()
+        .map(|run| run["throughput_ops_s"].as_f64().expect("t"))
+        .collect();
+    let spread = &r["spread"]["throughput_ops_s"];
+    let mean = t.iter().sum::<f64>() / 3.0;
+    assert!((spread["mean"].as_f64().expect("mean") - mean).abs() < 1e-6 * mean);
+    assert_eq!(spread["min"].as_f64(), t.iter().copied().reduce(f64::min));
+    assert_eq!(spread["max"].as_f64(), t.iter().copied().reduce(f64::max));
+    assert!(
+        spread["sd"].as_f64().expect("sd") > 0.0,
+        "three wall-clock runs never agree"
+    );
+    assert!(r["spread"]["ops"]["read"]["latency_us"]["p99"]["n"] == 3);
+    assert!(
+        stdout.contains("over 3 runs, mean ± standard deviation"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn hotspot_and_exponential_requests_run() {
+    for dist in ["hotspot", "exponential"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let report = dir.path().join("r.json");
+        let (stdout, _) = rolex(&[
+            "bench",
+            "--keys",
+            "10000",
+            "--ops",
+            "10000",
+            "--request-dist",
+            dist,
+            "--quiet",
+            "--json",
+            report.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(json(&report)["config"]["mix"]["request_dist"], dist);
+        assert!(stdout.contains(&format!("{dist} requests")), "{stdout}");
+    }
+    // From a workload file, with its parameters.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("w");
+    std::fs::write(
+        &file,
+        "recordcount=5000\noperationcount=5000\nreadproportion=1\nrequestdistribution=hotspot\nhotspotdatafraction=0.1\nhotspotopnfraction=0.9\n",
+    )
+    .expect("write");
+    let report = dir.path().join("r.json");
+    rolex(&[
+        "bench",
+        "--workload-file",
+        file.to_str().expect("utf-8"),
+        "--quiet",
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let params = &json(&report)["config"]["mix"]["dist_params"];
+    assert_eq!(params["hotspot_data_fraction"], 0.1);
+    assert_eq!(params["hotspot_op_fraction"], 0.9);
+}
+
+#[test]
+fn compare_with_runs_shows_spread_and_error_bars() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("plots");
+    let report = dir.path().join("c.json");
+    let (stdout, _) = rolex(&[
+        "compare",
+        "--keys",
+        "3000",
+        "--ops",
+        "3000",
+        "--runs",
+        "2",
+        "--quiet",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| ycsb-"))
+        .collect();
+    assert_eq!(rows.len(), 12);
+    for row in rows {
+        assert!(row.matches(" ± ").count() >= 5, "{row}");
+    }
+    let r = json(&report);
+    assert_eq!(r["runs"], 2);
+    for case in r["cases"].as_array().expect("cases") {
+        assert_eq!(case["repeats"].as_array().expect("repeats").len(), 1);
+        assert_eq!(case["spread"]["measured_throughput_ratio"]["n"], 2);
+        assert_eq!(case["repeats"][0]["rolex"]["config"]["seed"], 2);
+    }
+    let measured = std::fs::read_to_string(out.join("measured_throughput.svg")).expect("plot");
+    assert!(measured.contains("<path d="), "error bars drawn");
+    let cdf = std::fs::read_to_string(out.join("latency_cdf.svg")).expect("plot");
+    assert!(cdf.contains("99.9%") && cdf.matches("<polyline").count() == 4);
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table");
+    assert!(table.contains("--runs 2`"), "{table}");
+}
+
+#[test]
+fn what_the_harness_cannot_do_is_refused_before_any_work() {
+    assert!(bad_input_line(&["bench", "--warmup", "abc"]).contains("--warmup"));
+    assert!(bad_input_line(&["bench", "--warmup", "0"]).contains("--warmup"));
+    assert!(bad_input_line(&["bench", "--warmup", "infs"]).contains("--warmup"));
+    assert!(bad_input_line(&["bench", "--runs", "0"]).contains("--runs"));
+    assert!(bad_input_line(&["bench", "--runs", "101"]).contains("--runs"));
+    assert!(bad_input_line(&["compare", "--runs", "0"]).contains("--runs"));
+    assert!(bad_input_line(&["bench", "--report-interval", "0"]).contains("--report-interval"));
+    assert!(
+        bad_input_line(&["bench", "--interval-plot", "/tmp/x.svg"]).contains("--report-interval")
+    );
+    let started = std::time::Instant::now();
+    let line = bad_input_line(&["bench", "--latency-histogram", "/nonexistent-dir/lat.hlog"]);
+    assert!(line.contains("--latency-histogram"), "{line}");
+    assert!(started.elapsed().as_secs() < 5, "checked after the run");
+    let line = bad_input_line(&[
+        "bench",
+        "--report-interval",
+        "0.1",
+        "--interval-plot",
+        "/nonexistent-dir/t.svg",
+    ]);
+    assert!(line.contains("--interval-plot"), "{line}");
+}
