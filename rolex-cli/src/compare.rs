@@ -2,6 +2,7 @@
 //! and the same transport — YCSB A–F and a write-ratio sweep, under uniform and zipfian requests —
 //! with one table of ratios, a JSON report and SVG plots.
 
+use crate::error::{CliError, failed, input};
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -144,7 +145,7 @@ fn totals(report: &Report) -> (Stats, u64) {
 }
 
 /// Runs the comparison, prints the table, writes the JSON and the plots.
-pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
+pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     if let Some(path) = &args.json {
         crate::checks::output_file(path, "--json", false)?;
     }
@@ -227,7 +228,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
                 run.quiet = true;
                 let report = bench::run(&run)?;
                 if !report.verify_clean {
-                    return Err(format!(
+                    return Err(input!(
                         "{name} ({}): verify found problems after the {} run",
                         workload::name(*dist),
                         index.name()
@@ -236,7 +237,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
                 reports.push(report);
             }
             let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
-                return Err("a run produced no report".into());
+                return Err(failed!("a run produced no report"));
             };
             pairs.push(Pair { rolex, bplus });
         }
@@ -277,7 +278,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         };
         let mut pairs = pairs.into_iter();
         let Some(first) = pairs.next() else {
-            return Err("a case ran no run".into());
+            return Err(failed!("a case ran no run"));
         };
         let repeats: Vec<Pair> = pairs.collect();
         let (rolex, bplus) = (first.rolex, first.bplus);
@@ -303,7 +304,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             rtts(&rolex),
             rtts(&bplus)
         ));
-        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        std::io::stdout().flush()?;
         cases.push(Case {
             name: name.clone(),
             dist: workload::name(*dist),
@@ -333,10 +334,10 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
         ));
     }
     let table_path = args.out.join("table.md");
-    std::fs::write(&table_path, &table).map_err(|e| format!("{}: {e}", table_path.display()))?;
+    std::fs::write(&table_path, &table).map_err(|e| failed!("{}: {e}", table_path.display()))?;
     for (file, svg) in plots(&cases, &clients_sweep, args, &profile) {
         let path = args.out.join(file);
-        std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, svg).map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     println!(
         "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, measured_throughput.svg, bytes_per_op.svg, rtts_per_op.svg, latency_cdf.svg); {} runs in {:.0} s",
@@ -353,9 +354,8 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), String> {
             value_size: args.value_size,
             cases,
             clients_sweep,
-        })
-        .map_err(|e| e.to_string())?;
-        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        })?;
+        std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! (`bplus-tree`) on the same transport. The harness, workloads, key sets, report and cost model
 //! are shared; only what is behind these two traits differs.
 
+use crate::error::{CliError, failed};
 use rdma_transport::{Stats, Transport};
 
 /// Which index a run drives.
@@ -89,15 +90,15 @@ pub trait BenchIndex: Send + Sync + 'static {
     /// A thread's client.
     type Client: BenchClient;
     /// A client for one thread.
-    fn client(&self) -> Result<Self::Client, String>;
+    fn client(&self) -> Result<Self::Client, CliError>;
     /// Gives `client` a fresh endpoint after its own broke.
-    fn reconnect(&self, client: &mut Self::Client) -> Result<(), String>;
+    fn reconnect(&self, client: &mut Self::Client) -> Result<(), CliError>;
     /// Bytes of metadata the compute node caches.
     fn cache_bytes(&self) -> u64;
     /// Memory nodes.
     fn memory_nodes(&self) -> u64;
     /// A verify walk over every memory node.
-    fn structure(&self) -> Result<Structure, String>;
+    fn structure(&self) -> Result<Structure, CliError>;
 }
 
 fn rolex_failed(e: index_core::IndexError) -> Failed {
@@ -140,12 +141,12 @@ where
 {
     type Client = index_core::Client<T::Endpoint>;
 
-    fn client(&self) -> Result<Self::Client, String> {
-        index_core::Store::client(self).map_err(|e| e.to_string())
+    fn client(&self) -> Result<Self::Client, CliError> {
+        index_core::Store::client(self).map_err(CliError::from)
     }
 
-    fn reconnect(&self, client: &mut Self::Client) -> Result<(), String> {
-        index_core::Store::reconnect(self, client).map_err(|e| e.to_string())
+    fn reconnect(&self, client: &mut Self::Client) -> Result<(), CliError> {
+        index_core::Store::reconnect(self, client).map_err(CliError::from)
     }
 
     fn cache_bytes(&self) -> u64 {
@@ -156,15 +157,15 @@ where
         self.transport().memory_nodes().len() as u64
     }
 
-    fn structure(&self) -> Result<Structure, String> {
+    fn structure(&self) -> Result<Structure, CliError> {
         let transport = self.transport();
-        let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+        let mut ep = transport.endpoint()?;
         let mut s = Structure {
             clean: true,
             ..Structure::default()
         };
         for &node in transport.memory_nodes() {
-            let report = leaf_store::verify(&mut ep, node).map_err(|e| e.to_string())?;
+            let report = leaf_store::verify(&mut ep, node)?;
             s.leaves += report.trained_leaves + report.synonym_leaves;
             s.synonym_leaves += report.synonym_leaves;
             s.keys += report.keys;
@@ -328,7 +329,7 @@ where
 {
     type Client = ValueClient<I::Client>;
 
-    fn client(&self) -> Result<Self::Client, String> {
+    fn client(&self) -> Result<Self::Client, CliError> {
         Ok(ValueClient {
             client: self.index.client()?,
             size: self.size,
@@ -337,7 +338,7 @@ where
         })
     }
 
-    fn reconnect(&self, client: &mut Self::Client) -> Result<(), String> {
+    fn reconnect(&self, client: &mut Self::Client) -> Result<(), CliError> {
         self.index.reconnect(&mut client.client)
     }
 
@@ -349,7 +350,7 @@ where
         self.index.memory_nodes()
     }
 
-    fn structure(&self) -> Result<Structure, String> {
+    fn structure(&self) -> Result<Structure, CliError> {
         self.index.structure()
     }
 }
@@ -409,12 +410,14 @@ where
 {
     type Client = bplus_tree::Client<T::Endpoint>;
 
-    fn client(&self) -> Result<Self::Client, String> {
-        bplus_tree::Tree::client(self).map_err(|e| e.to_string())
+    fn client(&self) -> Result<Self::Client, CliError> {
+        bplus_tree::Tree::client(self).map_err(CliError::from)
     }
 
-    fn reconnect(&self, _client: &mut Self::Client) -> Result<(), String> {
-        Err("the B+-tree baseline does not reconnect a broken endpoint".into())
+    fn reconnect(&self, _client: &mut Self::Client) -> Result<(), CliError> {
+        Err(failed!(
+            "the B+-tree baseline does not reconnect a broken endpoint"
+        ))
     }
 
     fn cache_bytes(&self) -> u64 {
@@ -425,16 +428,16 @@ where
         self.transport().memory_nodes().len() as u64
     }
 
-    fn structure(&self) -> Result<Structure, String> {
+    fn structure(&self) -> Result<Structure, CliError> {
         let transport = self.transport();
-        let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+        let mut ep = transport.endpoint()?;
         let mut s = Structure {
             clean: true,
             pool_bytes: Some(0),
             ..Structure::default()
         };
         for (&node, layout) in transport.memory_nodes().iter().zip(self.layouts()) {
-            let report = bplus_tree::verify(&mut ep, node).map_err(|e| e.to_string())?;
+            let report = bplus_tree::verify(&mut ep, node)?;
             s.leaves += report.pages_per_level.first().copied().unwrap_or(0);
             s.models += report.pages_per_level.iter().skip(1).sum::<u64>();
             s.keys += report.keys;

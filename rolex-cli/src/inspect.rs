@@ -1,6 +1,7 @@
 //! `rolex inspect`: a pool file's superblock, regions, verify report, members and the locks
 //! held by compute nodes that are no longer members.
 
+use crate::error::CliError;
 use std::path::PathBuf;
 
 use leaf_store::{Layout, verify};
@@ -15,10 +16,10 @@ pub(crate) struct InspectArgs {
     attach: PathBuf,
 }
 
-pub(crate) fn run(args: &InspectArgs) -> Result<bool, String> {
+pub(crate) fn run(args: &InspectArgs) -> Result<bool, CliError> {
     let transport = pools::attach_files(std::slice::from_ref(&args.attach), false)?;
     let node = pools::only_node(&transport);
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let mut ep = transport.endpoint()?;
     let layout =
         Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.attach.display()))?;
     let sb = layout.superblock();
@@ -52,10 +53,10 @@ pub(crate) fn run(args: &InspectArgs) -> Result<bool, String> {
         "bulk load: {} keys, {} trained leaves, {} record bytes",
         sb.keys_loaded, sb.trained_leaves, sb.record_bytes_loaded
     );
-    let report = verify(&mut ep, node).map_err(|e| e.to_string())?;
+    let report = verify(&mut ep, node)?;
     println!("{report}");
     let table = leaf_store::members::MemberTable::new(&layout);
-    let leases = table.read_leases(&mut ep).map_err(|e| e.to_string())?;
+    let leases = table.read_leases(&mut ep)?;
     let mut alive = Vec::new();
     let mut listed = Vec::new();
     for (tag, lease) in leases.iter().enumerate().skip(1) {

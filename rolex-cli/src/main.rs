@@ -14,6 +14,7 @@
 mod bench;
 mod checks;
 mod compare;
+mod error;
 mod index;
 mod inspect;
 mod keys;
@@ -143,16 +144,16 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Suite(args) => suite::run(args).map(|()| true),
         Command::Compare(args) => suite::BenchDefaults::try_parse_from(["rolex"])
-            .map_err(|e| e.to_string())
+            .map_err(error::CliError::from)
             .and_then(|d| compare::run(args, d.args))
             .map(|()| true),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(message) => {
-            eprintln!("rolex: {message}");
-            ExitCode::from(2)
+        Err(e) => {
+            eprintln!("rolex: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

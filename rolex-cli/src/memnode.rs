@@ -2,6 +2,7 @@
 //! `--resume`), runs its retrainer and lease watch, and prints a status line every second until
 //! stopped.
 
+use crate::error::{CliError, failed, input};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -94,7 +95,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is not a usable size"))
 }
 
-pub(crate) fn run(args: &MemnodeArgs) -> Result<(), String> {
+pub(crate) fn run(args: &MemnodeArgs) -> Result<(), CliError> {
     if args.transport == bench::CliTransport::Verbs {
         verbs_available(args)?;
     }
@@ -103,16 +104,15 @@ pub(crate) fn run(args: &MemnodeArgs) -> Result<(), String> {
     } else {
         create_pool(args)?
     };
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    std::io::stdout().flush()?;
     let end = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     match args.transport {
         bench::CliTransport::Sim => {
             let node = transport.memory_nodes()[0];
-            let ep = transport.endpoint().map_err(|e| e.to_string())?;
-            let mut worker =
-                Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+            let ep = transport.endpoint()?;
+            let mut worker = Retrainer::new(ep, node, RetrainConfig::default())?;
             if args.lease_ms > 0 {
                 let fence = transport
                     .fence(node.id)
@@ -127,10 +127,10 @@ pub(crate) fn run(args: &MemnodeArgs) -> Result<(), String> {
 }
 
 /// Creates and bulk-loads the pool file; prints `ready:`. Removes the file if loading fails.
-fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), String> {
+fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), CliError> {
     if args.pool.exists() {
         if !args.force {
-            return Err(format!(
+            return Err(input!(
                 "{} exists (use --force to replace it, or --resume to serve it again)",
                 args.pool.display()
             ));
@@ -149,13 +149,14 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
         ..BulkLoadConfig::default()
     };
     if args.nodes == 0 || args.node >= args.nodes {
-        return Err(format!(
+        return Err(input!(
             "--node {} is not a node of a deployment of --nodes {}",
-            args.node, args.nodes
+            args.node,
+            args.nodes
         ));
     }
     if (keys.len() as u64) < u64::from(args.nodes) {
-        return Err(format!(
+        return Err(input!(
             "{} keys cannot fill {} memory nodes",
             keys.len(),
             args.nodes
@@ -164,13 +165,11 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
     let (range, config) = index_core::partition(&keys, usize::from(args.nodes), &config)
         .swap_remove(usize::from(args.node));
     let size = args.size.ok_or("--size is needed to create a pool")?;
-    let pool =
-        Pool::create_file(&args.pool, size.next_multiple_of(8)).map_err(|e| e.to_string())?;
+    let pool = Pool::create_file(&args.pool, size.next_multiple_of(8))?;
     let lock = lock_pool(&args.pool)?;
-    let transport = SimTransport::with_node_ids(vec![(args.node, pool)], SimConfig::default())
-        .map_err(|e| e.to_string())?;
+    let transport = SimTransport::with_node_ids(vec![(args.node, pool)], SimConfig::default())?;
     let node = pools::only_node(&transport);
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let mut ep = transport.endpoint()?;
     let started = Instant::now();
     let report = match bulk_load(
         &mut ep,
@@ -181,7 +180,7 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
         Ok(report) => report,
         Err(e) => {
             let _ = std::fs::remove_file(&args.pool);
-            return Err(e.to_string());
+            return Err(e.into());
         }
     };
     println!(
@@ -199,18 +198,16 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
 }
 
 /// Attaches to an existing pool file; prints `ready:`.
-fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), String> {
+fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), CliError> {
     let lock = lock_pool(&args.pool)?;
     let transport = pools::attach_files(std::slice::from_ref(&args.pool), false)?;
     let node = pools::only_node(&transport);
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let mut ep = transport.endpoint()?;
     let layout =
         Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", args.pool.display()))?;
-    let leaves_used = rdma_transport::Endpoint::read_word(&mut ep, layout.alloc_num_addr())
-        .map_err(|e| e.to_string())?
+    let leaves_used = rdma_transport::Endpoint::read_word(&mut ep, layout.alloc_num_addr())?
         .min(layout.leaf_capacity());
-    let slots = rdma_transport::Endpoint::read_word(&mut ep, layout.slot_count_addr())
-        .map_err(|e| e.to_string())?;
+    let slots = rdma_transport::Endpoint::read_word(&mut ep, layout.slot_count_addr())?;
     println!(
         "ready: {} resumed: {} slots, {} leaves in use of {} ({} keys at bulk load)",
         args.pool.display(),
@@ -224,18 +221,18 @@ fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), Stri
 
 /// Holds an exclusive advisory lock on the pool file for as long as the returned handle lives, so
 /// two memory nodes never serve (or replace) one pool. Attached compute processes do not lock.
-fn lock_pool(path: &std::path::Path) -> Result<std::fs::File, String> {
+fn lock_pool(path: &std::path::Path) -> Result<std::fs::File, CliError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+        Err(std::fs::TryLockError::WouldBlock) => Err(input!(
             "{} is served by another memnode (its lock is held)",
             path.display()
         )),
-        Err(std::fs::TryLockError::Error(e)) => Err(format!("{}: {e}", path.display())),
+        Err(std::fs::TryLockError::Error(e)) => Err(input!("{}: {e}", path.display())),
     }
 }
 
@@ -260,14 +257,14 @@ fn report_recovery<E: rdma_transport::Endpoint>(worker: &Retrainer<E>) {
 fn retrain_loop<E: rdma_transport::Endpoint>(
     mut worker: Retrainer<E>,
     end: Option<Instant>,
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     let started = Instant::now();
     // SIGTERM or SIGINT: finish the step under way, print a last line, exit 0 (the pool file
     // stays, consistent, for `--resume`).
     let signalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, std::sync::Arc::clone(&signalled))
-            .map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
+            .map_err(|e| failed!("cannot handle signal {signal}: {e}"))?;
     }
     let stop = || signalled.load(std::sync::atomic::Ordering::Relaxed);
     loop {
@@ -278,7 +275,7 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
             .run(|| {
                 Instant::now() >= next_status || end.is_some_and(|e| Instant::now() >= e) || stop()
             })
-            .map_err(|e| format!("retrainer stopped, its connection to the pool is gone: {e}"))?;
+            .map_err(|e| failed!("retrainer stopped, its connection to the pool is gone: {e}"))?;
         let mut line = format!(
             "status at {:.0} s: {} retrains ({} slot splits), {} pending, {} records reclaimed, {} orphaned leaves reclaimed",
             started.elapsed().as_secs_f64(),
@@ -338,7 +335,7 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
                 started.elapsed().as_secs_f64()
             );
         }
-        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        std::io::stdout().flush()?;
         if stop() || end.is_some_and(|e| Instant::now() >= e) {
             return Ok(());
         }
@@ -346,7 +343,7 @@ fn retrain_loop<E: rdma_transport::Endpoint>(
 }
 
 #[cfg(feature = "verbs")]
-fn verbs_available(args: &MemnodeArgs) -> Result<(), String> {
+fn verbs_available(args: &MemnodeArgs) -> Result<(), CliError> {
     if args.listen.is_none() {
         return Err("--transport verbs needs --listen ADDR".into());
     }
@@ -357,7 +354,7 @@ fn verbs_available(args: &MemnodeArgs) -> Result<(), String> {
 }
 
 #[cfg(not(feature = "verbs"))]
-fn verbs_available(_: &MemnodeArgs) -> Result<(), String> {
+fn verbs_available(_: &MemnodeArgs) -> Result<(), CliError> {
     Err("this rolex was built without RDMA verbs support (build with: cargo build --release -p rolex-cli --features verbs)".into())
 }
 
@@ -368,7 +365,7 @@ fn serve_verbs(
     args: &MemnodeArgs,
     transport: SimTransport,
     end: Option<Instant>,
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     use rdma_transport::verbs::{ServedRegion, VerbsServer, VerbsTransport};
     let listen = args
         .listen
@@ -385,19 +382,16 @@ fn serve_verbs(
     };
     // SAFETY: the pool is leaked above, so its mapping stays valid until the process exits; the
     // simulator and the NIC both access it only as whole 8-byte words.
-    let server = unsafe { VerbsServer::start(listen, args.device.as_deref(), &[region]) }
-        .map_err(|e| e.to_string())?;
+    let server = unsafe { VerbsServer::start(listen, args.device.as_deref(), &[region]) }?;
     println!("serving on {} over RDMA", server.local_addr());
-    let loopback = VerbsTransport::connect(server.local_addr(), args.device.as_deref())
-        .map_err(|e| e.to_string())?;
+    let loopback = VerbsTransport::connect(server.local_addr(), args.device.as_deref())?;
     let node = loopback
         .memory_nodes()
         .first()
         .copied()
         .ok_or("the loopback connection saw no memory node")?;
-    let ep = loopback.endpoint().map_err(|e| e.to_string())?;
-    let mut worker =
-        Retrainer::new(ep, node, RetrainConfig::default()).map_err(|e| e.to_string())?;
+    let ep = loopback.endpoint()?;
+    let mut worker = Retrainer::new(ep, node, RetrainConfig::default())?;
     if args.lease_ms > 0 {
         worker.watch_members(
             Duration::from_millis(args.lease_ms),
@@ -409,7 +403,7 @@ fn serve_verbs(
 }
 
 #[cfg(not(feature = "verbs"))]
-fn serve_verbs(_: &MemnodeArgs, _: SimTransport, _: Option<Instant>) -> Result<(), String> {
+fn serve_verbs(_: &MemnodeArgs, _: SimTransport, _: Option<Instant>) -> Result<(), CliError> {
     Err("this rolex was built without RDMA verbs support".into())
 }
 

@@ -1,6 +1,7 @@
 //! Pool files as memory nodes: each is attached under the memory-node id its superblock names, so
 //! one process can serve node 2 of three and a compute process can attach to all three.
 
+use crate::error::{CliError, input};
 use std::path::{Path, PathBuf};
 
 use leaf_store::Layout;
@@ -9,7 +10,7 @@ use sim_transport::{Pool, SimConfig, SimTransport};
 
 /// Refuses a file that is not a ROLEX pool of this build's layout, from its first two words (the
 /// superblock's magic and layout version), before it is mapped.
-pub fn check_pool_file(path: &Path) -> Result<(), String> {
+pub fn check_pool_file(path: &Path) -> Result<(), CliError> {
     use std::io::Read;
     let shown = path.display();
     let mut head = [0u8; 16];
@@ -19,7 +20,7 @@ pub fn check_pool_file(path: &Path) -> Result<(), String> {
         match file.read(&mut head[read..]) {
             Ok(0) => break,
             Ok(n) => read += n,
-            Err(e) => return Err(format!("{shown}: {e}")),
+            Err(e) => return Err(input!("{shown}: {e}")),
         }
     }
     let word = |i: usize| {
@@ -28,12 +29,12 @@ pub fn check_pool_file(path: &Path) -> Result<(), String> {
         u64::from_le_bytes(w)
     };
     if read < head.len() || word(0) != leaf_store::SUPERBLOCK_MAGIC {
-        return Err(format!(
+        return Err(input!(
             "{shown}: not a ROLEX pool (it does not begin with the superblock's magic \"ROLEXPL1\")"
         ));
     }
     if word(1) != leaf_store::LAYOUT_VERSION {
-        return Err(format!(
+        return Err(input!(
             "{shown}: a ROLEX pool of layout version {}; this build reads version {}",
             word(1),
             leaf_store::LAYOUT_VERSION
@@ -43,12 +44,12 @@ pub fn check_pool_file(path: &Path) -> Result<(), String> {
 }
 
 /// The memory-node id and node count a pool file's superblock names.
-pub fn node_of_file(path: &Path) -> Result<(u16, u64), String> {
+pub fn node_of_file(path: &Path) -> Result<(u16, u64), CliError> {
     check_pool_file(path)?;
     let pool = Pool::open_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let transport = SimTransport::new(vec![pool], SimConfig::default());
     let node = transport.memory_nodes()[0];
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let mut ep = transport.endpoint()?;
     let layout = Layout::attach(&mut ep, node).map_err(|e| format!("{}: {e}", path.display()))?;
     let sb = layout.superblock();
     let id = u16::try_from(sb.node_id).map_err(|_| {
@@ -63,7 +64,7 @@ pub fn node_of_file(path: &Path) -> Result<(u16, u64), String> {
 
 /// A transport over pool files, each under its superblock's memory-node id. With `complete`, the
 /// files must be every node of one deployment (ids 0 .. count, each once).
-pub fn attach_files(paths: &[PathBuf], complete: bool) -> Result<SimTransport, String> {
+pub fn attach_files(paths: &[PathBuf], complete: bool) -> Result<SimTransport, CliError> {
     if paths.is_empty() {
         return Err("no pool file given".into());
     }
@@ -85,13 +86,13 @@ pub fn attach_files(paths: &[PathBuf], complete: bool) -> Result<SimTransport, S
                 .iter()
                 .map(|(id, n, path)| format!("{path}: node {id} of {n}"))
                 .collect();
-            return Err(format!(
+            return Err(input!(
                 "the pool files are not one deployment's memory nodes 0..{count}, each once ({})",
                 found.join("; ")
             ));
         }
     }
-    SimTransport::with_node_ids(pools, SimConfig::default()).map_err(|e| e.to_string())
+    SimTransport::with_node_ids(pools, SimConfig::default()).map_err(CliError::from)
 }
 
 /// The memory node a single-pool transport serves.

@@ -1,5 +1,6 @@
 //! The benchmark report: its JSON schema (stable; documented in the README) and the table.
 
+use crate::error::{CliError, failed};
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -84,7 +85,7 @@ pub fn write_histogram_log(
     path: &std::path::Path,
     histograms: &[(&'static str, hdrhistogram::Histogram<u64>)],
     seconds: f64,
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     use hdrhistogram::serialization::V2DeflateSerializer;
     use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
     let mut out = Vec::new();
@@ -99,13 +100,13 @@ pub fn write_histogram_log(
         .with_base_time(start)
         .with_max_value_divisor(1e3)
         .begin_log_with(&mut out, &mut serializer)
-        .map_err(|e| format!("--latency-histogram: {e}"))?;
+        .map_err(|e| failed!("--latency-histogram: {e}"))?;
     let length = std::time::Duration::from_secs_f64(seconds.max(0.0));
     for (name, hist) in histograms {
         log.write_histogram(hist, std::time::Duration::ZERO, length, Tag::new(name))
-            .map_err(|e| format!("--latency-histogram: {e:?}"))?;
+            .map_err(|e| failed!("--latency-histogram: {e:?}"))?;
     }
-    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::write(path, out).map_err(|e| failed!("{}: {e}", path.display()))
 }
 
 /// One operation type's figures.

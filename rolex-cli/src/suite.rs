@@ -1,6 +1,7 @@
 //! `rolex suite`: YCSB A–F under uniform and zipfian requests, each on a fresh embedded pool,
 //! as one table (measured and modeled columns apart).
 
+use crate::error::{CliError, failed};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -33,7 +34,7 @@ pub(crate) struct BenchDefaults {
     pub(crate) args: bench::BenchArgs,
 }
 
-pub(crate) fn run(args: &SuiteArgs) -> Result<(), String> {
+pub(crate) fn run(args: &SuiteArgs) -> Result<(), CliError> {
     if let Some(path) = &args.json {
         crate::checks::output_file(path, "--json", false)?;
     }
@@ -46,9 +47,7 @@ pub(crate) fn run(args: &SuiteArgs) -> Result<(), String> {
     let mut reports = Vec::new();
     for workload in workloads {
         for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
-            let mut run = BenchDefaults::try_parse_from(["rolex"])
-                .map_err(|e| e.to_string())?
-                .args;
+            let mut run = BenchDefaults::try_parse_from(["rolex"])?.args;
             run.keys = args.keys;
             run.ops = args.ops;
             run.threads = args.threads;
@@ -76,16 +75,16 @@ pub(crate) fn run(args: &SuiteArgs) -> Result<(), String> {
                 report.modeled.latency_us,
                 report.modeled.throughput_ops_s
             );
-            std::io::stdout().flush().map_err(|e| e.to_string())?;
+            std::io::stdout().flush()?;
             if !report.verify_clean {
-                return Err("verify found problems after a run".into());
+                return Err(failed!("verify found problems after a run"));
             }
             reports.push(report);
         }
     }
     if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&reports).map_err(|e| e.to_string())?;
-        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        let json = serde_json::to_string_pretty(&reports)?;
+        std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

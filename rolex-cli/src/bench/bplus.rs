@@ -1,5 +1,6 @@
 //! The B+-tree baseline's run: the same keys, range-partitioned as ROLEX's bootstrap does.
 
+use crate::error::CliError;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -21,7 +22,7 @@ pub(super) fn run_bplus(
     mix: &Mix,
     set: keys::KeySet,
     expected_inserts: u64,
-) -> Result<Report, String> {
+) -> Result<Report, CliError> {
     let nodes = args.memory_nodes;
     let mut sorted = set.loaded.clone();
     sorted.sort_unstable();
@@ -45,10 +46,9 @@ pub(super) fn run_bplus(
     let size = bplus_tree::required_pool_bytes(per_node, &config, expected_inserts + 1024)
         .saturating_mul(5)
         / 4;
-    let transport = SimTransport::anonymous(&vec![size.next_multiple_of(4096); nodes as usize])
-        .map_err(|e| e.to_string())?;
+    let transport = SimTransport::anonymous(&vec![size.next_multiple_of(4096); nodes as usize])?;
     let load_bar = progress(args.quiet, Some(nodes), "bulk load");
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+    let mut ep = transport.endpoint()?;
     for (&node, (range, share)) in transport.memory_nodes().iter().zip(shares) {
         let node_config = bplus_tree::BulkLoadConfig {
             key_lo: share.key_lo,
@@ -71,8 +71,7 @@ pub(super) fn run_bplus(
                 sorted[range].iter().map(|&k| (k, k)).collect(),
                 &node_config,
             ),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         load_bar.inc(1);
     }
     load_bar.finish_and_clear();
@@ -82,8 +81,7 @@ pub(super) fn run_bplus(
             cache_from_level: args.cache_from_level.max(1),
             ..bplus_tree::TreeConfig::default()
         },
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let tree = Arc::new(tree);
     match args.value_size {
         Some(size) => run_workload(

@@ -5,6 +5,7 @@
 //! the report, the phases and the throughput series (`--report-interval`) cover the measured
 //! stretch only; its clock starts when the warm-up ends.
 
+use crate::error::{CliError, failed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +24,7 @@ use crate::report::{
 use crate::workload::{Chooser, Mix, Workload};
 
 /// The embedded retrainers' threads.
-pub(super) type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, String>>>;
+pub(super) type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, CliError>>>;
 
 /// How often the run is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -40,7 +41,7 @@ pub(super) fn run_workload<I: BenchIndex>(
     retrainers: Retrainers,
     stop_retrainers: &AtomicBool,
     retrain_progress: &[Arc<RetrainProgress>],
-) -> Result<Report, String> {
+) -> Result<Report, CliError> {
     if loaded.is_empty() {
         return Err("the store holds no keys to run a workload on".into());
     }
@@ -160,7 +161,7 @@ pub(super) fn run_workload<I: BenchIndex>(
     for h in handles {
         results.push(
             h.join()
-                .map_err(|_| "a benchmark thread panicked".to_string())??,
+                .map_err(|_| failed!("a benchmark thread panicked"))??,
         );
     }
     bar.finish_and_clear();
@@ -202,9 +203,7 @@ pub(super) fn run_workload<I: BenchIndex>(
     stop_retrainers.store(true, Ordering::Release);
     let mut retrainer: Option<RetrainerSummary> = None;
     for r in retrainers {
-        let summary = r
-            .join()
-            .map_err(|_| "the retrainer panicked".to_string())??;
+        let summary = r.join().map_err(|_| failed!("the retrainer panicked"))??;
         retrainer = Some(match retrainer {
             Some(total) => total.plus(&summary),
             None => summary,
@@ -222,10 +221,10 @@ pub(super) fn run_workload<I: BenchIndex>(
     let inserted_count: u64 = results.iter().map(|r| r.inserted_count).sum();
     let reconnects: u64 = results.iter().map(|r| r.reconnects).sum();
     let inserts_missing = if args.check_inserts {
-        let mut client = store.client().map_err(|e| e.to_string())?;
+        let mut client = store.client()?;
         let mut missing = 0;
         for &k in &inserted {
-            if client.get(k).map_err(|e| e.to_string())?.is_none() {
+            if client.get(k)?.is_none() {
                 missing += 1;
             }
         }
@@ -266,7 +265,7 @@ pub(super) fn run_workload<I: BenchIndex>(
         let mut net = Stats::default();
         let mut lock_verbs = 0;
         for r in &results {
-            hist.add(&r.latency[kind]).map_err(|e| e.to_string())?;
+            hist.add(&r.latency[kind])?;
             net += r.net[kind];
             lock_verbs += r.lock_verbs[kind];
         }
@@ -294,13 +293,10 @@ pub(super) fn run_workload<I: BenchIndex>(
 
     let clients = args.model_clients.unwrap_or(args.threads);
     let nodes = store.memory_nodes();
-    let mut config = serde_json::to_value(args).map_err(|e| e.to_string())?;
+    let mut config = serde_json::to_value(args)?;
     if let Some(obj) = config.as_object_mut() {
         obj.insert("keys_loaded".into(), serde_json::json!(loaded.len()));
-        obj.insert(
-            "mix".into(),
-            serde_json::to_value(mix).map_err(|e| e.to_string())?,
-        );
+        obj.insert("mix".into(), serde_json::to_value(mix)?);
         obj.insert("ops_run".into(), serde_json::json!(total_ops));
         // The workload that ran, where a file or --insert-ratio replaced --workload's.
         if let Some(path) = &args.workload_file {

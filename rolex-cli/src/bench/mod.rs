@@ -10,6 +10,7 @@ mod bplus;
 mod measure;
 mod thread;
 
+use crate::error::{CliError, failed, input};
 pub use args::{BenchArgs, CliCacheMode, CliTransport};
 use bplus::run_bplus;
 use measure::run_workload;
@@ -57,12 +58,12 @@ fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
 }
 
 /// Refuses a flag typed on the command line that the run would not use.
-fn check_combinations(args: &BenchArgs) -> Result<(), String> {
+fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
     let typed = |id: &str| args.typed.iter().any(|t| t == id);
     let flag = |id: &str| format!("--{}", id.replace('_', "-"));
-    let refuse = |ids: &[&str], why: &str| -> Result<(), String> {
+    let refuse = |ids: &[&str], why: &str| -> Result<(), CliError> {
         match ids.iter().find(|id| typed(id)) {
-            Some(id) => Err(format!("{} {why}", flag(id))),
+            Some(id) => Err(input!("{} {why}", flag(id))),
             None => Ok(()),
         }
     };
@@ -104,7 +105,7 @@ fn check_combinations(args: &BenchArgs) -> Result<(), String> {
 }
 
 /// Runs the benchmark and returns its report.
-pub fn run(args: &BenchArgs) -> Result<Report, String> {
+pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     use crate::checks::{MAX_MEMORY_NODES, MAX_THREADS};
     check_combinations(args)?;
     // What runs: the flags, with a workload file's settings where no flag was typed (the report's
@@ -113,7 +114,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     if !(1..=MAX_THREADS).contains(&args.threads)
         || !(1..=MAX_MEMORY_NODES).contains(&args.memory_nodes)
     {
-        return Err(format!(
+        return Err(input!(
             "--threads must lie in 1..={MAX_THREADS} and --memory-nodes in 1..={MAX_MEMORY_NODES}"
         ));
     }
@@ -153,7 +154,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
     let (keys_wanted, ops) = (args.keys, args.ops);
     if let Some(ratio) = args.insert_ratio {
         if !(0.0..=1.0).contains(&ratio) {
-            return Err(format!("--insert-ratio {ratio} must lie in [0, 1]"));
+            return Err(input!("--insert-ratio {ratio} must lie in [0, 1]"));
         }
         mix = crate::workload::Mix {
             read: 1.0 - ratio,
@@ -248,8 +249,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
         let transport = SimTransport::anonymous(&vec![
             size.next_multiple_of(4096);
             args.memory_nodes as usize
-        ])
-        .map_err(|e| e.to_string())?;
+        ])?;
         bar.finish_and_clear();
         let load_bar = progress(args.quiet, Some(1), "bulk load");
         let show = |node: usize, phase: leaf_store::Phase, done: u64, total: u64| {
@@ -273,8 +273,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                 &load,
                 show,
             ),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         load_bar.finish_and_clear();
         bar.finish_and_clear();
         let stop = Arc::new(AtomicBool::new(false));
@@ -285,10 +284,9 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                 let progress = Arc::new(RetrainProgress::default());
                 retrain_progress.push(Arc::clone(&progress));
                 retrainers.push(std::thread::spawn(
-                    move || -> Result<RetrainerSummary, String> {
-                        let ep = transport.endpoint().map_err(|e| e.to_string())?;
-                        let mut worker = Retrainer::new(ep, node, RetrainConfig::default())
-                            .map_err(|e| e.to_string())?;
+                    move || -> Result<RetrainerSummary, CliError> {
+                        let ep = transport.endpoint()?;
+                        let mut worker = Retrainer::new(ep, node, RetrainConfig::default())?;
                         // The embedded memory node watches its members like `rolex memnode`:
                         // leaf boxes (splits reuse freed leaves) and reclamation by epochs. Its
                         // only member is this process, which cannot die without it: a lease
@@ -301,19 +299,17 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
                         // first and last tenth of the run are taken from them).
                         let stats = loop {
                             let stretch = Instant::now();
-                            let stats = worker
-                                .run(|| {
-                                    stop.load(Ordering::Acquire)
-                                        || stretch.elapsed() >= Duration::from_millis(10)
-                                })
-                                .map_err(|e| e.to_string())?;
+                            let stats = worker.run(|| {
+                                stop.load(Ordering::Acquire)
+                                    || stretch.elapsed() >= Duration::from_millis(10)
+                            })?;
                             progress.retrains.store(stats.retrains, Ordering::Release);
                             progress.nanos.store(stats.total_nanos, Ordering::Release);
                             if stop.load(Ordering::Acquire) {
                                 break stats;
                             }
                         };
-                        let pool = worker.pool_usage().map_err(|e| e.to_string())?;
+                        let pool = worker.pool_usage()?;
                         Ok(RetrainerSummary::of(&worker, stats, pool))
                     },
                 ));
@@ -359,7 +355,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, String> {
 fn open_rolex<T: Transport + 'static>(
     args: &BenchArgs,
     transport: T,
-) -> Result<Arc<Store<T>>, String>
+) -> Result<Arc<Store<T>>, CliError>
 where
     T::Endpoint: 'static,
 {
@@ -375,7 +371,7 @@ where
         },
     )
     .map(Arc::new)
-    .map_err(|e| e.to_string())
+    .map_err(CliError::from)
 }
 
 /// An embedded retrainer's counters, published as it runs.
@@ -386,15 +382,14 @@ struct RetrainProgress {
 }
 
 /// Every key the store holds now (to have existing keys to request).
-fn existing_keys<T: Transport>(transport: &T, quiet: bool) -> Result<Vec<u64>, String> {
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
+fn existing_keys<T: Transport>(transport: &T, quiet: bool) -> Result<Vec<u64>, CliError> {
+    let mut ep = transport.endpoint()?;
     let bar = progress(quiet, None, "reading keys");
     let mut keys = Vec::new();
     for &node in transport.memory_nodes() {
-        let layout = leaf_store::Layout::attach(&mut ep, node).map_err(|e| e.to_string())?;
+        let layout = leaf_store::Layout::attach(&mut ep, node)?;
         keys.extend(
-            leaf_store::read_all_entries(&mut ep, &layout)
-                .map_err(|e| e.to_string())?
+            leaf_store::read_all_entries(&mut ep, &layout)?
                 .into_iter()
                 .map(|e| e.0),
         );
@@ -410,7 +405,7 @@ fn fresh_keys(seed: u64, n: u64) -> Vec<u64> {
 }
 
 #[cfg(feature = "verbs")]
-fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report, String> {
+fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report, CliError> {
     if args.connect.is_empty() {
         return Err(
             "--transport verbs needs --connect ADDR[,ADDR…] (rolex memnode --listen addresses)"
@@ -419,8 +414,7 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
     }
     let servers: Vec<&str> = args.connect.iter().map(String::as_str).collect();
     let transport =
-        rdma_transport::verbs::VerbsTransport::connect_all(&servers, args.device.as_deref())
-            .map_err(|e| e.to_string())?;
+        rdma_transport::verbs::VerbsTransport::connect_all(&servers, args.device.as_deref())?;
     let loaded = existing_keys(&transport, args.quiet)?;
     let to_insert = fresh_keys(args.seed, expected_inserts);
     let opening = std::time::Instant::now();
@@ -442,12 +436,12 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
 }
 
 #[cfg(not(feature = "verbs"))]
-fn run_verbs(_: &BenchArgs, _: Mix, _: u64) -> Result<Report, String> {
+fn run_verbs(_: &BenchArgs, _: Mix, _: u64) -> Result<Report, CliError> {
     Err("this rolex was built without RDMA verbs support (build with: cargo build --release -p rolex-cli --features verbs)".into())
 }
 
 /// `rolex bench`: runs, prints the report, writes the JSON.
-pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
+pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
     // Every output path is checked before any work.
     if let Some(path) = &args.json {
         crate::checks::output_file(path, "--json", true)?;
@@ -486,7 +480,7 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
         reports.push(report);
     }
     let Some(last) = reports.last() else {
-        return Err("no run".into());
+        return Err(failed!("no run"));
     };
     show(&last.table());
     let spread = crate::report::RunsSpread::of(&reports);
@@ -501,7 +495,7 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
         for report in &reports {
             for (name, hist) in &report.latency_histograms {
                 match pooled.iter_mut().find(|p| p.0 == *name) {
-                    Some(p) => p.1.add(hist).map_err(|e| e.to_string())?,
+                    Some(p) => p.1.add(hist)?,
                     None => pooled.push((name, hist.clone())),
                 }
             }
@@ -511,7 +505,7 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
     }
     if let Some(path) = &args.interval_plot {
         let svg = interval_plot(args, &reports);
-        std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, svg).map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.json {
         let json = match (args.runs, spread) {
@@ -523,17 +517,16 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), String> {
                 spread,
             }),
             _ => serde_json::to_string_pretty(last),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         if to_stdout {
             println!("{json}");
         } else {
-            std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;
         }
     }
     let missing: u64 = reports.iter().filter_map(|r| r.inserts_missing).sum();
     if missing > 0 {
-        return Err(format!("{missing} inserted keys are missing"));
+        return Err(failed!("{missing} inserted keys are missing"));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! One client thread's loop: pick an operation, run it, and (once the warm-up is over) record its
 //! latency and verbs.
 
+use crate::error::CliError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -23,8 +24,8 @@ const FLUSH_EVERY: u64 = 256;
 pub(super) const MAX_LATENCY_NS: u64 = 60_000_000_000;
 
 /// A histogram of latencies in nanoseconds (three significant digits).
-pub(super) fn latency_histogram() -> Result<Histogram<u64>, String> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).map_err(|e| e.to_string())
+pub(super) fn latency_histogram() -> Result<Histogram<u64>, CliError> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).map_err(CliError::from)
 }
 
 /// What every thread of a run shares.
@@ -79,7 +80,7 @@ pub(super) fn run_thread<I: BenchIndex>(
     shared: &Arc<Shared>,
     t: u64,
     seed: u64,
-) -> Result<ThreadResult, String> {
+) -> Result<ThreadResult, CliError> {
     let mut client = store.client()?;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut result = ThreadResult {
@@ -138,12 +139,13 @@ pub(super) fn run_thread<I: BenchIndex>(
             Err(Failed::ConnectionLost(first)) => {
                 store
                     .reconnect(&mut client)
-                    .map_err(|e| format!("{first}; reconnecting: {e}"))?;
+                    .map_err(|e| e.context(format!("{first}; reconnecting")))?;
                 result.reconnects += 1;
-                execute(&mut client, op, &mut result.inserted)
-                    .map_err(|e| format!("{first}; after reconnecting: {e}"))?
+                execute(&mut client, op, &mut result.inserted).map_err(|e| {
+                    CliError::from(e).context(format!("{first}; after reconnecting"))
+                })?
             }
-            Err(other) => return Err(other.to_string()),
+            Err(other) => return Err(other.into()),
         };
         let ns = at.elapsed().as_nanos() as u64;
         if result.inserted.len() > inserted_before {
