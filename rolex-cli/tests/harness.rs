@@ -282,6 +282,69 @@ fn compare_with_runs_shows_spread_and_error_bars() {
     assert!(cdf.contains("99.9%") && cdf.matches("<polyline").count() == 4);
     let table = std::fs::read_to_string(out.join("table.md")).expect("table");
     assert!(table.contains("--runs 2`"), "{table}");
+    // Each operation type's bars come from a named run (not pooled over runs).
+    let bytes = std::fs::read_to_string(out.join("bytes_per_op.svg")).expect("plot");
+    assert!(bytes.contains("GET (YCSB C)") && bytes.contains("INSERT (100% inserts)"));
+}
+
+/// Whether `text` holds `word` as a whole word (not inside a longer name).
+fn names(text: &str, word: &str) -> bool {
+    let part = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        !text[..at].chars().next_back().is_some_and(part)
+            && !text[at + word.len()..].chars().next().is_some_and(part)
+    })
+}
+
+#[test]
+fn the_readme_schema_names_every_field_of_the_json() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README");
+    let start = readme.find("**Report schema**").expect("a schema section");
+    let schema = &readme[start..start + readme[start..].find("\n## ").expect("its end")];
+    assert!(
+        schema.contains("`schema_version` (1;"),
+        "the schema carries its version"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    rolex(&[
+        "bench",
+        "--keys",
+        "5000",
+        "--ops",
+        "5000",
+        "--value-size",
+        "50",
+        "--runs",
+        "2",
+        "--report-interval",
+        "0.01",
+        "--quiet",
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    let mut missing = Vec::new();
+    let mut check = |v: &serde_json::Value| {
+        for key in v.as_object().expect("object").keys() {
+            if !names(schema, key) {
+                missing.push(key.clone());
+            }
+        }
+    };
+    check(&r);
+    check(&r["spread"]);
+    let run = &r["runs"][0];
+    check(run);
+    for part in ["modeled", "retrainer", "values", "phases"] {
+        check(&run[part]);
+    }
+    check(&run["ops"]["read"]);
+    check(&run["ops"]["read"]["latency_us"]);
+    check(&run["intervals"][0]);
+    check(&run["values"]);
+    assert!(missing.is_empty(), "the README's schema lacks {missing:?}");
 }
 
 #[test]
