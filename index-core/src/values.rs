@@ -81,7 +81,13 @@ struct OwnedChunk {
 
 #[derive(Debug, Default)]
 struct ClassSpace {
+    /// Owned chunks of the class, in the order they were taken (never removed).
     chunks: Vec<OwnedChunk>,
+    /// Where each owned chunk sits in `chunks`, by chunk number.
+    by_chunk: std::collections::HashMap<u64, usize>,
+    /// Positions in `chunks` of chunks that may still have blocks never handed out, newest
+    /// last.
+    with_fresh: Vec<usize>,
     /// Blocks freed and past the horizon (packed chunk << 32 | index).
     ready: Vec<u64>,
     /// Blocks handed out and given back unwritten.
@@ -97,8 +103,9 @@ struct Inner {
     /// Blocks seen free, with the epoch word read after they were seen.
     limbo: VecDeque<(u64, Block)>,
     horizon: u64,
-    /// Unowned chunks the chunk table showed, by class (`None`: never carved), when last read.
-    unowned: Vec<(u64, Option<usize>)>,
+    /// Unowned chunks the chunk table showed when last read, by class; index [`CLASSES`]: never
+    /// carved.
+    unowned: Vec<Vec<u64>>,
     table_read: bool,
     fresh_exhausted: bool,
 }
@@ -133,7 +140,7 @@ impl NodeValues {
                 classes: (0..CLASSES).map(|_| ClassSpace::default()).collect(),
                 limbo: VecDeque::new(),
                 horizon: 0,
-                unowned: Vec::new(),
+                unowned: vec![Vec::new(); CLASSES + 1],
                 table_read: false,
                 fresh_exhausted: false,
             }),
@@ -337,8 +344,7 @@ impl NodeValues {
         if !inner.table_read {
             self.read_table(ep, inner)?;
         }
-        while let Some(at) = inner.unowned.iter().position(|&(_, c)| c == Some(class)) {
-            let (chunk, _) = inner.unowned.swap_remove(at);
+        while let Some(chunk) = inner.unowned[class].pop() {
             let expected = ChunkWord::new(0, 0, Some(class));
             let old = ep.cas(
                 self.region.chunk_word_addr(chunk),
@@ -351,7 +357,7 @@ impl NodeValues {
             // Every block counts as named until a scan sees it free.
             let blocks = self.region.blocks_per_chunk(class) as usize;
             let space = &mut inner.classes[class];
-            space.chunks.push(OwnedChunk {
+            space.push(OwnedChunk {
                 chunk,
                 fresh_from: blocks as u64,
                 held: vec![Held::Used; blocks],
@@ -373,18 +379,14 @@ impl NodeValues {
         class: usize,
     ) -> Result<bool, IndexError> {
         loop {
-            let chunk = match inner.unowned.iter().position(|&(_, c)| c.is_none()) {
-                Some(at) => inner.unowned.swap_remove(at).0,
+            let chunk = match inner.unowned[CLASSES].pop() {
+                Some(chunk) => chunk,
                 None if inner.fresh_exhausted => {
                     // Chunks may have been left since (a compute node went): read again once.
                     if inner.table_read {
                         inner.table_read = false;
                         self.read_table(ep, inner)?;
-                        if inner
-                            .unowned
-                            .iter()
-                            .any(|&(_, c)| c.is_none() || c == Some(class))
-                        {
+                        if !inner.unowned[CLASSES].is_empty() || !inner.unowned[class].is_empty() {
                             return Ok(true);
                         }
                     }
@@ -413,7 +415,7 @@ impl NodeValues {
                 self.region.states_addr(chunk),
                 &vec![0u8; blocks.next_multiple_of(8)],
             )?;
-            inner.classes[class].chunks.push(OwnedChunk {
+            inner.classes[class].push(OwnedChunk {
                 chunk,
                 fresh_from: 0,
                 held: vec![Held::Free; blocks],
@@ -430,14 +432,30 @@ impl NodeValues {
         if fresh > 0 {
             ep.read(self.region.table_addr(), &mut table)?;
         }
-        inner.unowned = (0..fresh)
-            .filter_map(|chunk| {
-                let word = ChunkWord::from_raw(leaf_store::le_word(&table, chunk as usize));
-                (word.tag() == 0).then_some((chunk, word.class()))
-            })
-            .collect();
+        inner.unowned = vec![Vec::new(); CLASSES + 1];
+        // Popped from the end: lowest chunk numbers first, as before.
+        for chunk in (0..fresh).rev() {
+            let word = ChunkWord::from_raw(leaf_store::le_word(&table, chunk as usize));
+            match (word.tag(), word.class()) {
+                (0, None) => inner.unowned[CLASSES].push(chunk),
+                (0, Some(class)) if class < CLASSES => inner.unowned[class].push(chunk),
+                _ => {}
+            }
+        }
         inner.table_read = true;
         Ok(())
+    }
+}
+
+impl ClassSpace {
+    /// Adds a chunk just taken.
+    fn push(&mut self, chunk: OwnedChunk) {
+        let at = self.chunks.len();
+        self.by_chunk.insert(chunk.chunk, at);
+        if (chunk.fresh_from as usize) < chunk.held.len() {
+            self.with_fresh.push(at);
+        }
+        self.chunks.push(chunk);
     }
 }
 
@@ -464,10 +482,14 @@ impl Inner {
 
     fn take_fresh(&mut self, class: usize) -> Option<Block> {
         let space = &mut self.classes[class];
-        let chunk = space
-            .chunks
-            .iter_mut()
-            .find(|c| (c.fresh_from as usize) < c.held.len())?;
+        let chunk = loop {
+            let at = *space.with_fresh.last()?;
+            let chunk = &space.chunks[at];
+            if (chunk.fresh_from as usize) < chunk.held.len() {
+                break &mut space.chunks[at];
+            }
+            space.with_fresh.pop();
+        };
         let index = chunk.fresh_from;
         chunk.fresh_from += 1;
         chunk.held[index as usize] = Held::InFlight;
@@ -495,10 +517,11 @@ impl Inner {
 
     /// Sets what is known of `block`; false if it is in no owned chunk.
     fn set(&mut self, block: Block, held: Held) -> bool {
-        let Some(chunk) = self.classes[block.class]
-            .chunks
-            .iter_mut()
-            .find(|c| c.chunk == block.chunk)
+        let space = &mut self.classes[block.class];
+        let Some(chunk) = space
+            .by_chunk
+            .get(&block.chunk)
+            .and_then(|&at| space.chunks.get_mut(at))
         else {
             return false;
         };
