@@ -149,6 +149,18 @@ fn legend(out: &mut String, names: &[(String, bool)]) {
     }
 }
 
+/// An error bar at `cx` from `lo` to `hi` (SVG coordinates), its caps `half` wide each side.
+fn error_bar(out: &mut String, cx: f64, lo: f64, hi: f64, half: f64, colour: &str) {
+    let _ = writeln!(
+        out,
+        r#"<path d="M{cx:.1},{lo:.1}V{hi:.1}M{:.1},{lo:.1}H{:.1}M{:.1},{hi:.1}H{:.1}" stroke="{colour}" stroke-width="1.4" fill="none"/>"#,
+        cx - half,
+        cx + half,
+        cx - half,
+        cx + half
+    );
+}
+
 /// A line chart; `log2_x` spaces the x axis by powers of two.
 pub fn line_chart(
     title: &str,
@@ -232,14 +244,13 @@ pub fn line_chart(
         let colour = COLOURS[i % COLOURS.len()];
         for (&(px, py), &e) in s.points.iter().zip(&s.err) {
             if e > 0.0 {
-                let (cx, lo, hi) = (x(px), y((py - e).max(0.0)), y(py + e));
-                let _ = writeln!(
-                    out,
-                    r#"<path d="M{cx:.1},{lo:.1}V{hi:.1}M{:.1},{lo:.1}H{:.1}M{:.1},{hi:.1}H{:.1}" stroke="{colour}" stroke-width="1.5" fill="none"/>"#,
-                    cx - 4.0,
-                    cx + 4.0,
-                    cx - 4.0,
-                    cx + 4.0
+                error_bar(
+                    &mut out,
+                    x(px),
+                    y((py - e).max(0.0)),
+                    y(py + e),
+                    4.0,
+                    colour,
                 );
             }
         }
@@ -422,15 +433,7 @@ pub fn bar_chart_with_errors(
             let e = err(i, c);
             if e > 0.0 {
                 let cx = gx + bar * i as f64 + bar * 0.475;
-                let (lo, hi) = (y((v - e).max(0.0)), y(v + e));
-                let _ = writeln!(
-                    out,
-                    r#"<path d="M{cx:.1},{lo:.1}V{hi:.1}M{:.1},{lo:.1}H{:.1}M{:.1},{hi:.1}H{:.1}" stroke="black" stroke-width="1.2" fill="none"/>"#,
-                    cx - 3.0,
-                    cx + 3.0,
-                    cx - 3.0,
-                    cx + 3.0
-                );
+                error_bar(&mut out, cx, y((v - e).max(0.0)), y(v + e), 3.0, "black");
             }
         }
     }

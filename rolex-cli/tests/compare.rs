@@ -3,23 +3,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{ROLEX, bad_input_line};
-
-fn run(args: &[&str]) -> (String, String) {
-    let out = Command::new(ROLEX).args(args).output().expect("run rolex");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(out.status.success(), "rolex {args:?}: {stderr}");
-    (stdout, stderr)
-}
-
-fn json(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
-}
+use common::{bad_input_line, json, run};
 
 #[test]
 fn the_baseline_runs_every_operation_and_loses_no_insert() {

@@ -5,26 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{ROLEX, bad_input_line};
-
-fn bench(args: &[&str]) -> (serde_json::Value, String) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let report = dir.path().join("report.json");
-    let out = Command::new(ROLEX)
-        .args(["bench", "--quiet", "--check-inserts", "--json"])
-        .arg(&report)
-        .args(args)
-        .output()
-        .expect("run rolex");
-    assert!(
-        out.status.success(),
-        "rolex bench {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json =
-        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
-    (json, String::from_utf8_lossy(&out.stdout).into_owned())
-}
+use common::{ROLEX, bad_input_line, bench};
 
 #[test]
 fn a_run_with_byte_values_reads_two_round_trips_and_reports_the_value_region() {

@@ -8,20 +8,7 @@ use std::process::Command;
 use common::{ROLEX, bad_input_line};
 
 fn bench(args: &[&str]) -> serde_json::Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let report = dir.path().join("report.json");
-    let out = Command::new(ROLEX)
-        .args(["bench", "--quiet", "--check-inserts", "--json"])
-        .arg(&report)
-        .args(args)
-        .output()
-        .expect("run rolex");
-    assert!(
-        out.status.success(),
-        "rolex bench {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json")
+    common::bench(args).0
 }
 
 #[test]

@@ -20,3 +20,44 @@ pub fn bad_input_line<S: AsRef<OsStr> + std::fmt::Debug>(args: &[S]) -> String {
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     stderr
 }
+
+/// Runs `rolex` with `args`, which must succeed; its standard output and error.
+#[allow(dead_code)]
+pub fn run(args: &[&str]) -> (String, String) {
+    let out = Command::new(ROLEX).args(args).output().expect("run rolex");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "rolex {args:?}: {stderr}");
+    (stdout, stderr)
+}
+
+/// The JSON report at `path`.
+#[allow(dead_code)]
+pub fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
+}
+
+/// `rolex bench --quiet --check-inserts` with `args`, which must succeed: its JSON report and
+/// its standard output.
+#[allow(dead_code)]
+pub fn bench(args: &[&str]) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("report.json");
+    let out = Command::new(ROLEX)
+        .args(["bench", "--quiet", "--check-inserts", "--json"])
+        .arg(&report)
+        .args(args)
+        .output()
+        .expect("run rolex");
+    assert!(
+        out.status.success(),
+        "rolex bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        json(&report),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
