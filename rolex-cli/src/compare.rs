@@ -398,13 +398,14 @@ fn plots(
     } else {
         String::new()
     };
-    let subtitle = format!(
-        "{} keys, {} operations per run{}{runs}",
+    let sizes = format!(
+        "{} keys, {} operations per run{}",
         args.keys,
         args.ops,
         args.value_size
             .map_or(String::new(), |v| format!(", values of {v}"))
     );
+    let subtitle = format!("{sizes}{runs}");
     let by_ratio = |clients: u64| {
         let mut series = Vec::new();
         for dist in ["uniform", "zipfian"] {
@@ -474,10 +475,9 @@ fn plots(
     let measured: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
     let measured_categories: Vec<String> = measured
         .iter()
-        .map(|c| {
-            c.name
-                .replace("ycsb-", "YCSB ")
-                .replace("inserts ", "ins. ")
+        .map(|c| match c.name.strip_prefix("ycsb-") {
+            Some(w) => format!("YCSB {}", w.to_uppercase()),
+            None => c.name.clone(),
         })
         .collect();
     let measured_values = |rolex: bool| -> (Vec<f64>, Vec<f64>) {
@@ -522,8 +522,14 @@ fn plots(
             .collect()
     };
     let categories: Vec<String> = kinds.iter().map(|k| k.0.to_string()).collect();
-    let op_subtitle =
-        format!("measured on the simulator, zipfian, each type from the run named; {subtitle}");
+    let op_subtitle = format!(
+        "measured on the simulator, zipfian, each type from the run named{}; {sizes}",
+        if args.runs > 1 {
+            " (its first run: these counts vary little)"
+        } else {
+            ""
+        }
+    );
     vec![
         (
             "throughput_vs_write_ratio.svg",
@@ -563,6 +569,7 @@ fn plots(
             svg::bar_chart_with_errors(
                 "Measured throughput on the simulator (zipfian)",
                 &format!("{} compute threads, wall clock; {subtitle}", args.threads),
+                "workload",
                 "operations per second",
                 &measured_categories,
                 &[

@@ -80,16 +80,23 @@ fn frame(out: &mut String, title: &str, subtitle: &str, x_label: &str, y_label: 
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>
-<text x="{}" y="38" font-size="11" fill="#555" text-anchor="middle">{}</text>
-<text x="{}" y="{}" text-anchor="middle">{}</text>
+{}<text x="{}" y="{}" text-anchor="middle">{}</text>
 <text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">{}</text>
 "##,
         (LEFT + WIDTH - RIGHT) / 2.0,
         escape(title),
+        wrap(subtitle, 105)
+            .iter()
+            .enumerate()
+            .map(|(i, line)| format!(
+                "<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#555\" text-anchor=\"middle\">{}</text>\n",
+                WIDTH / 2.0,
+                35.0 + 11.0 * i as f64,
+                escape(line)
+            ))
+            .collect::<String>(),
         (LEFT + WIDTH - RIGHT) / 2.0,
-        escape(subtitle),
-        (LEFT + WIDTH - RIGHT) / 2.0,
-        HEIGHT - 18.0,
+        HEIGHT - 6.0,
         escape(x_label),
         (TOP + HEIGHT - BOTTOM) / 2.0,
         (TOP + HEIGHT - BOTTOM) / 2.0,
@@ -128,13 +135,28 @@ fn nice_max(v: f64) -> f64 {
     10.0 * magnitude
 }
 
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word stays whole).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
 fn legend(out: &mut String, names: &[(String, bool)]) {
+    let mut y = TOP + 10.0;
     for (i, (name, dashed)) in names.iter().enumerate() {
-        let y = TOP + 10.0 + 20.0 * i as f64;
         let x = WIDTH - RIGHT + 14.0;
         let _ = writeln!(
             out,
-            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"{}/><text x="{}" y="{}">{}</text>"#,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"{}/>"#,
             x + 24.0,
             COLOURS[i % COLOURS.len()],
             if *dashed {
@@ -142,10 +164,21 @@ fn legend(out: &mut String, names: &[(String, bool)]) {
             } else {
                 ""
             },
-            x + 30.0,
-            y + 4.0,
-            escape(name)
         );
+        // Long names on several lines, within the margin.
+        for (k, line) in wrap(name, 22).iter().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{}">{}</text>"#,
+                x + 30.0,
+                y + 4.0 + 14.0 * k as f64,
+                escape(line)
+            );
+            if k > 0 {
+                y += 14.0;
+            }
+        }
+        y += 20.0;
     }
 }
 
@@ -204,7 +237,15 @@ pub fn line_chart(
     let mut drawn: Vec<usize> = Vec::new();
     for (i, s) in series.iter().enumerate() {
         match drawn.iter().position(|&d| series[d].coincides(s)) {
-            Some(at) => names[at].0.push_str(&format!(" = {}", s.name)),
+            Some(at) => {
+                // "ROLEX, uniform" and "ROLEX, zipfian" read "ROLEX, uniform = zipfian".
+                let first = &series[drawn[at]].name;
+                let shared = match (first.rsplit_once(", "), s.name.rsplit_once(", ")) {
+                    (Some((a, _)), Some((b, rest))) if a == b => rest,
+                    _ => s.name.as_str(),
+                };
+                names[at].0.push_str(&format!(" = {shared}"));
+            }
             None => {
                 drawn.push(i);
                 names.push((s.name.clone(), s.dashed));
@@ -378,7 +419,15 @@ pub fn bar_chart(
     categories: &[String],
     series: &[(String, Vec<f64>)],
 ) -> String {
-    bar_chart_with_errors(title, subtitle, y_label, categories, series, &[])
+    bar_chart_with_errors(
+        title,
+        subtitle,
+        "operation",
+        y_label,
+        categories,
+        series,
+        &[],
+    )
 }
 
 /// A grouped bar chart with error bars: `errors[series][category]` is a bar's standard deviation
@@ -386,6 +435,7 @@ pub fn bar_chart(
 pub fn bar_chart_with_errors(
     title: &str,
     subtitle: &str,
+    x_label: &str,
     y_label: &str,
     categories: &[String],
     series: &[(String, Vec<f64>)],
@@ -393,7 +443,7 @@ pub fn bar_chart_with_errors(
 ) -> String {
     let err = |i: usize, c: usize| errors.get(i).and_then(|e| e.get(c)).copied().unwrap_or(0.0);
     let mut out = String::new();
-    frame(&mut out, title, subtitle, "operation", y_label);
+    frame(&mut out, title, subtitle, x_label, y_label);
     let y_max = nice_max(
         series
             .iter()
@@ -407,29 +457,49 @@ pub fn bar_chart_with_errors(
     let plot_w = WIDTH - LEFT - RIGHT;
     let group = plot_w / categories.len().max(1) as f64;
     let bar = group * 0.8 / series.len().max(1) as f64;
+    // Crowded categories: labels slanted, and no value printed over each bar.
+    let longest = categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0);
+    let crowded = group < 70.0 || 6.5 * longest as f64 > group;
     for (c, name) in categories.iter().enumerate() {
         let gx = LEFT + group * c as f64 + group * 0.1;
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            gx + group * 0.4,
-            HEIGHT - BOTTOM + 16.0,
-            escape(name)
-        );
+        let (lx, ly) = (gx + group * 0.4, HEIGHT - BOTTOM + 16.0);
+        let _ = if crowded {
+            writeln!(
+                out,
+                r#"<text x="{lx:.1}" y="{ly}" font-size="10" text-anchor="end" transform="rotate(-30 {lx:.1} {ly})">{}</text>"#,
+                escape(name)
+            )
+        } else {
+            writeln!(
+                out,
+                r#"<text x="{lx:.1}" y="{ly}" text-anchor="middle">{}</text>"#,
+                escape(name)
+            )
+        };
         for (i, (_, values)) in series.iter().enumerate() {
             let v = values.get(c).copied().unwrap_or(0.0);
             let _ = writeln!(
                 out,
-                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/>"#,
                 gx + bar * i as f64,
                 y(v),
                 bar * 0.95,
                 (HEIGHT - BOTTOM - y(v)).max(0.0),
                 COLOURS[i % COLOURS.len()],
-                gx + bar * i as f64 + bar * 0.475,
-                y(v + err(i, c)) - 3.0,
-                short(v)
             );
+            if !crowded {
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
+                    gx + bar * i as f64 + bar * 0.475,
+                    y(v + err(i, c)) - 3.0,
+                    short(v)
+                );
+            }
             let e = err(i, c);
             if e > 0.0 {
                 let cx = gx + bar * i as f64 + bar * 0.475;
