@@ -599,7 +599,7 @@ fn plots(
                 &per_op(|o| o.rtts_per_op),
             ),
         ),
-        ("latency_cdf.svg", latency_cdf(cases, &subtitle)),
+        ("latency_cdf.svg", latency_cdf(cases, &sizes)),
     ]
 }
 
