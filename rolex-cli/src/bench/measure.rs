@@ -75,9 +75,40 @@ pub(super) fn run_workload<I: BenchIndex>(
         churn: args.workload == Workload::Churn && args.workload_file.is_none(),
         threads: args.threads,
     });
+    let measured = run_threads(args, &store, &shared, retrain_progress)?;
+    stop_retrainers.store(true, Ordering::Release);
+    let mut retrainer: Option<RetrainerSummary> = None;
+    for r in retrainers {
+        let summary = r.join().map_err(|_| failed!("the retrainer panicked"))??;
+        retrainer = Some(match retrainer {
+            Some(total) => total.plus(&summary),
+            None => summary,
+        });
+    }
+
+    assemble(args, &*store, &shared, measured, retrainer)
+}
+
+/// What the client threads measured.
+struct Measured {
+    results: Vec<super::thread::ThreadResult>,
+    phases: crate::report::Phases,
+    intervals: Vec<Interval>,
+    warmup_ops: u64,
+    /// Seconds from the end of the warm-up to the last thread's last operation.
+    wall: f64,
+}
+
+/// Runs the client threads through the warm-up and the measured stretch, sampling as they go.
+fn run_threads<I: BenchIndex>(
+    args: &BenchArgs,
+    store: &Arc<I>,
+    shared: &Arc<Shared>,
+    retrain_progress: &[Arc<RetrainProgress>],
+) -> Result<Measured, CliError> {
     let bar = progress(
         args.quiet,
-        (!timed).then_some(shared.per_thread * args.threads),
+        (!shared.timed).then_some(shared.per_thread * args.threads),
         if args.warmup.is_some() {
             "warming up"
         } else {
@@ -86,7 +117,7 @@ pub(super) fn run_workload<I: BenchIndex>(
     );
     let handles: Vec<_> = (0..args.threads)
         .map(|t| {
-            let (store, shared) = (Arc::clone(&store), Arc::clone(&shared));
+            let (store, shared) = (Arc::clone(store), Arc::clone(shared));
             let seed = args
                 .seed
                 .wrapping_add(t)
@@ -128,9 +159,10 @@ pub(super) fn run_workload<I: BenchIndex>(
             if over {
                 let now = Instant::now();
                 let since = now.saturating_duration_since(shared.started).as_nanos() as u64;
-                shared
-                    .deadline_ns
-                    .store(since.saturating_add(duration_ns), Ordering::Release);
+                shared.deadline_ns.store(
+                    since.saturating_add(args.duration.map_or(0, |s| (s * 1e9) as u64)),
+                    Ordering::Release,
+                );
                 shared.measuring.store(true, Ordering::Release);
                 measure_start = Some(now);
                 let (r, n) = retrains_now();
@@ -200,15 +232,31 @@ pub(super) fn run_workload<I: BenchIndex>(
         .unwrap_or_default()
         .as_secs_f64();
 
-    stop_retrainers.store(true, Ordering::Release);
-    let mut retrainer: Option<RetrainerSummary> = None;
-    for r in retrainers {
-        let summary = r.join().map_err(|_| failed!("the retrainer panicked"))??;
-        retrainer = Some(match retrainer {
-            Some(total) => total.plus(&summary),
-            None => summary,
-        });
-    }
+    Ok(Measured {
+        results,
+        phases,
+        intervals,
+        warmup_ops,
+        wall,
+    })
+}
+
+/// The report of a run: its measurements, what the store holds at the end (a verify walk), and
+/// the cost model's figures.
+fn assemble<I: BenchIndex>(
+    args: &BenchArgs,
+    store: &I,
+    shared: &Shared,
+    measured: Measured,
+    retrainer: Option<RetrainerSummary>,
+) -> Result<Report, CliError> {
+    let Measured {
+        results,
+        phases,
+        intervals,
+        warmup_ops,
+        wall,
+    } = measured;
     let retrains = retrainer.as_ref().map(|r| r.retrains);
     let loaded = &shared.loaded;
     let mix = &shared.mix;
