@@ -414,7 +414,9 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
     }
     let servers: Vec<&str> = args.connect.iter().map(String::as_str).collect();
     let transport =
-        rdma_transport::verbs::VerbsTransport::connect_all(&servers, args.device.as_deref())?;
+        rdma_transport::verbs::VerbsTransport::connect_all(&servers, args.device.as_deref())
+            // No device, or no memory node at those addresses: what was asked cannot run here.
+            .map_err(|e| input!("{e}"))?;
     let loaded = existing_keys(&transport, args.quiet)?;
     let to_insert = fresh_keys(args.seed, expected_inserts);
     let opening = std::time::Instant::now();
