@@ -5,20 +5,23 @@
 //! unlinks, which bump the record's header), [`release`] (what a write holds when a verb fails),
 //! [`redo`] (where a leaf longer than one packet goes before it is rewritten in place).
 
+mod cache;
 mod read;
 mod redo;
 mod release;
+mod scan;
 mod split;
 mod value;
 mod write;
 
+use write::{Change, Locked};
+
 use std::sync::Arc;
 
-use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader};
+use leaf_store::LeafStoreError;
 use rdma_transport::{Endpoint, RemoteAddr, Stats, Verb};
 
 use crate::IndexError;
-use crate::locks::HeldLock;
 use crate::stats::{OpKind, OpStats};
 use crate::store::Caches;
 
@@ -188,75 +191,6 @@ impl LeafBox {
         (self.leaf(redo).is_none() || (redo && self.redo_leaf().is_none()))
             && self.read_at.is_none_or(|at| at.elapsed() >= Self::REREAD)
     }
-}
-
-/// The change a write makes to a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Change {
-    Insert(u64),
-    Update(u64),
-    Upsert(u64),
-    Delete,
-}
-
-/// What a change does to a locked chain.
-#[derive(Debug)]
-enum Outcome {
-    /// Nothing to write; the operation's result.
-    Unchanged(bool),
-    /// Rewrite the leaf at chain position `pos`.
-    Rewrite {
-        result: bool,
-        pos: usize,
-        leaf: Leaf,
-    },
-    /// The leaf at `pos` overflows: it keeps `lower`, a new synonym leaf after it takes `upper`.
-    Split {
-        result: bool,
-        pos: usize,
-        lower: Leaf,
-        upper: Leaf,
-    },
-    /// The synonym leaf at `pos` (> 0) became empty: write it empty and unlink it.
-    Unlink { result: bool, pos: usize },
-}
-
-/// A chain whose trained leaf's LT lock this client holds.
-#[derive(Debug)]
-struct Locked {
-    slot: u64,
-    record: RemoteAddr,
-    layout: leaf_store::RecordLayout,
-    leaf: u64,
-    lt_addr: RemoteAddr,
-    /// The LT entry's current value (lock bit set).
-    lt_now: LeafTableEntry,
-    chain: Vec<(LeafTableEntry, Leaf)>,
-    header: ModelHeader,
-    handovers: u32,
-}
-
-impl Locked {
-    /// The lock, with the chain as last written, for the next local writer of this leaf.
-    fn hand_over(&mut self) -> HeldLock {
-        HeldLock {
-            record: self.record,
-            slot: self.slot,
-            leaf: self.leaf,
-            lt_addr: self.lt_addr,
-            lt_now: self.lt_now,
-            chain: std::mem::take(&mut self.chain),
-            header: self.header,
-            handovers: self.handovers,
-        }
-    }
-}
-
-/// How a commit ended.
-enum Committed {
-    Done(bool),
-    /// The slot's SLT is full: nothing changed, lock released; wait for retraining.
-    SltFull,
 }
 
 /// `addr` moved `by` bytes on (unchanged past the end of the address space).

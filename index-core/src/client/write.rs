@@ -504,3 +504,72 @@ fn apply(chain: &[(LeafTableEntry, Leaf)], key: u64, change: Change, delta: u64)
         }
     }
 }
+
+/// The change a write makes to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    Insert(u64),
+    Update(u64),
+    Upsert(u64),
+    Delete,
+}
+
+/// What a change does to a locked chain.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Nothing to write; the operation's result.
+    Unchanged(bool),
+    /// Rewrite the leaf at chain position `pos`.
+    Rewrite {
+        result: bool,
+        pos: usize,
+        leaf: Leaf,
+    },
+    /// The leaf at `pos` overflows: it keeps `lower`, a new synonym leaf after it takes `upper`.
+    Split {
+        result: bool,
+        pos: usize,
+        lower: Leaf,
+        upper: Leaf,
+    },
+    /// The synonym leaf at `pos` (> 0) became empty: write it empty and unlink it.
+    Unlink { result: bool, pos: usize },
+}
+
+/// A chain whose trained leaf's LT lock this client holds.
+#[derive(Debug)]
+pub(super) struct Locked {
+    pub(super) slot: u64,
+    pub(super) record: RemoteAddr,
+    pub(super) layout: leaf_store::RecordLayout,
+    pub(super) leaf: u64,
+    pub(super) lt_addr: RemoteAddr,
+    /// The LT entry's current value (lock bit set).
+    pub(super) lt_now: LeafTableEntry,
+    pub(super) chain: Vec<(LeafTableEntry, Leaf)>,
+    pub(super) header: ModelHeader,
+    pub(super) handovers: u32,
+}
+
+impl Locked {
+    /// The lock, with the chain as last written, for the next local writer of this leaf.
+    pub(super) fn hand_over(&mut self) -> HeldLock {
+        HeldLock {
+            record: self.record,
+            slot: self.slot,
+            leaf: self.leaf,
+            lt_addr: self.lt_addr,
+            lt_now: self.lt_now,
+            chain: std::mem::take(&mut self.chain),
+            header: self.header,
+            handovers: self.handovers,
+        }
+    }
+}
+
+/// How a commit ended.
+pub(super) enum Committed {
+    Done(bool),
+    /// The slot's SLT is full: nothing changed, lock released; wait for retraining.
+    SltFull,
+}

@@ -1,0 +1,339 @@
+//! The compute node's cache upkeep: routing a key to a cached view, reloading views and the
+//! directory, the read batch of leaves and header words, and judging from a header read after
+//! the leaves whether what was read through a cached view is complete (ARCHITECTURE §6).
+
+use leaf_store::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, SLT_SLOTS, le_word};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
+
+use crate::store::NodeCache;
+use crate::view::{ChainEntries, Guard, SlotView};
+use crate::{CacheMode, IndexError};
+
+use super::*;
+
+impl<E: Endpoint> Client<E> {
+    /// READs the leaves `leaves` of `layout`'s node, then the words at `words` (header words,
+    /// and for a lean-mode scan a pivot before them), in one batch, into `self.buf` (leaf `i` at
+    /// `i · leaf_bytes`); returns the words. Leaves come before headers: if a header read agrees
+    /// with the cached one, no split or unlink of those chains had bumped it before the leaves
+    /// were read, so the cached chains were complete (see the write protocol).
+    pub(super) fn read_batch(
+        &mut self,
+        layout: &Layout,
+        leaves: &[LeafTableEntry],
+        words: &[RemoteAddr],
+    ) -> Result<Words, IndexError> {
+        let leaf_bytes = layout.leaf_bytes() as usize;
+        let leaf_part = leaves.len() * leaf_bytes;
+        self.buf.clear();
+        self.buf.resize(leaf_part + 8 * words.len(), 0);
+        let (leaf_buf, word_buf) = self.buf.split_at_mut(leaf_part);
+        let mut verbs: smallvec::SmallVec<[Verb<'_>; 12]> = smallvec::SmallVec::new();
+        for (entry, chunk) in leaves.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
+            verbs.push(Verb::read(layout.leaf_addr(entry.leaf_num()), chunk));
+        }
+        for (&at, chunk) in words.iter().zip(word_buf.chunks_exact_mut(8)) {
+            verbs.push(Verb::read(at, chunk));
+        }
+        self.ep.batches(&mut verbs)?;
+        drop(verbs);
+        Ok(self.buf[leaf_part..]
+            .chunks_exact(8)
+            .map(|c| le_word(c, 0))
+            .collect())
+    }
+
+    /// Whether data read through `views` (slot, record) before this call is complete although
+    /// their headers showed them retired: the retrainer retires a record *before* it points the
+    /// slot table at the new one, so while the table still names the record, no compute node can
+    /// have changed a chain through the new record. A split also publishes a new slot before
+    /// the redirect, and compute nodes write through it at once: so the data is complete only if
+    /// no slot was published beyond the `known` ones of the directory the views were routed by
+    /// (the slot count is read here too). If one was, the node's directory is read again, and
+    /// every view counts as not current. One batch of slot-table READs (two more for a
+    /// directory).
+    pub(super) fn still_current(
+        &mut self,
+        node: &NodeCache,
+        views: &[(u64, RemoteAddr)],
+        known: u64,
+        guard: &Guard,
+    ) -> Result<Vec<bool>, IndexError> {
+        let layout = &node.layout;
+        let mut words = vec![0u8; 8 * (views.len() + 1)];
+        let (entries, count) = words.split_at_mut(8 * views.len());
+        let mut verbs: Vec<Verb<'_>> = views
+            .iter()
+            .zip(entries.chunks_exact_mut(8))
+            .map(|(&(slot, _), chunk)| Verb::read(layout.slot_entry_addr(slot), chunk))
+            .collect();
+        verbs.push(Verb::read(layout.slot_count_addr(), count));
+        self.ep.batches(&mut verbs)?;
+        drop(verbs);
+        #[cfg(loom)]
+        let known = if self.caches.config.confirm_slot_count {
+            known
+        } else {
+            u64::MAX
+        };
+        if le_word(&words, views.len()) > known {
+            self.reload_directory(node, guard)?;
+            return Ok(vec![false; views.len()]);
+        }
+        Ok(views
+            .iter()
+            .zip(words.chunks_exact(8))
+            .map(|(&(_, record), w)| RemoteAddr::unpack(le_word(w, 0)) == record)
+            .collect())
+    }
+
+    /// Reads the node's slot table and installs it as the node's directory if it holds more
+    /// slots than the cached one. Whether it did.
+    pub(super) fn reload_directory(
+        &mut self,
+        node: &NodeCache,
+        guard: &Guard,
+    ) -> Result<bool, IndexError> {
+        self.directory_reloads += 1;
+        let table = leaf_store::read_slot_table(&mut self.ep, &node.layout)?;
+        let cached = node.directory.load(guard);
+        if table.len() as u64 <= cached.count {
+            return Ok(false);
+        }
+        let fresh = crate::view::Directory::new(&table).map_err(|e| {
+            IndexError::Layout(LeafStoreError::CorruptRecord {
+                slot: table.len() as u64,
+                reason: format!("slot first keys: {e}"),
+            })
+        })?;
+        node.directory.replace(&cached, fresh, guard);
+        Ok(true)
+    }
+
+    /// Decodes the `count` leaves last read by [`Self::read_batch`]; `None` if one was torn.
+    pub(super) fn decode_leaves(
+        &self,
+        layout: &Layout,
+        leaves: &[LeafTableEntry],
+    ) -> Result<Option<Vec<Leaf>>, IndexError> {
+        let leaf_bytes = layout.leaf_bytes() as usize;
+        let mut out = Vec::with_capacity(leaves.len());
+        for (entry, chunk) in leaves.iter().zip(self.buf.chunks_exact(leaf_bytes)) {
+            match Leaf::decode(entry.leaf_num(), chunk) {
+                Ok(leaf) => out.push(leaf),
+                Err(LeafStoreError::TornLeaf { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Re-reads a slot's header, then its LT and SLT (header first: a header that shows a bump
+    /// proves the tables read after it include the change that bump published), and installs
+    /// the new view. A retired record is replaced by the slot's current one.
+    pub(super) fn refresh(
+        &mut self,
+        node: &NodeCache,
+        stale: &SlotView,
+        guard: &Guard,
+    ) -> Result<(), IndexError> {
+        let fresh = self.fetch_view(node, stale)?;
+        if let Some(cell) = node.cell(stale.slot) {
+            cell.replace(stale, fresh, guard);
+        }
+        Ok(())
+    }
+
+    /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
+    /// the view they read themselves: the cell may meanwhile hold another thread's view, built
+    /// from a snapshot older than the lock.
+    ///
+    /// Reads the LT and the SLT's used prefix (as last known, plus a margin); if the header shows
+    /// more SLT slots in use, a second READ fetches the rest. Every table word is read after the
+    /// header either way.
+    pub(super) fn fetch_view(
+        &mut self,
+        node: &NodeCache,
+        stale: &SlotView,
+    ) -> Result<SlotView, IndexError> {
+        const MARGIN: usize = 8;
+        let leaves = stale.leaves() as usize;
+        let known = (stale.header.slot_use() as usize + 1 + MARGIN).min(SLT_SLOTS);
+        // Header and slot id: a record retired since the view was built, or (were the view not
+        // confirmed in this operation's epoch) reclaimed and reused, shows the retired flag,
+        // another slot or another generation. Generations wrap: the epoch, not this check, is
+        // what excludes reuse.
+        let mut fixed = [0u8; 16];
+        let mut tables = vec![0u8; 8 * (leaves + SLT_SLOTS)];
+        let (first, rest) = tables.split_at_mut(8 * (leaves + known));
+        let mut verbs = [
+            Verb::read(stale.record, &mut fixed),
+            Verb::read(offset(stale.record, stale.layout.lt_entry(0)), first),
+        ];
+        self.ep.batches(&mut verbs)?;
+        let header = ModelHeader::from_raw(le_word(&fixed, 0));
+        if header.is_retired()
+            || le_word(&fixed, 1) != stale.slot
+            || header.generation() != stale.header.generation()
+        {
+            return self.reload(node, stale.slot);
+        }
+        let used = (header.slot_use() as usize + 1).min(SLT_SLOTS);
+        if used > known {
+            let at = offset(stale.record, stale.layout.slt_entry(known as u64));
+            self.ep.read(at, &mut rest[..8 * (used - known)])?;
+        }
+        let entries: Vec<LeafTableEntry> = tables
+            .chunks_exact(8)
+            .map(|c| LeafTableEntry::from_raw(le_word(c, 0)))
+            .collect();
+        let (lt, slt) = entries.split_at(stale.leaves() as usize);
+        Ok(stale.with_tables(
+            header,
+            lt,
+            slt,
+            self.caches.config.cache_mode,
+            self.op_epoch,
+        ))
+    }
+
+    /// Reads slot `slot`'s current record from the slot table.
+    pub(super) fn reload(&mut self, node: &NodeCache, slot: u64) -> Result<SlotView, IndexError> {
+        let addr = RemoteAddr::unpack(self.ep.read_word(node.layout.slot_entry_addr(slot))?);
+        let record = leaf_store::read_record(&mut self.ep, &node.layout, slot, addr)?;
+        Ok(SlotView::from_record(
+            record,
+            addr,
+            self.caches.config.cache_mode,
+            self.op_epoch,
+        ))
+    }
+
+    /// Slot `slot`'s cached view, reloaded from the slot table first if it was not validated in
+    /// this operation's epoch (its record may have been retired and, once every compute node has
+    /// moved past that epoch, reused — see `crate::membership`).
+    pub(super) fn view<'g>(
+        &mut self,
+        node: &NodeCache,
+        slot: u64,
+        guard: &'g Guard,
+    ) -> Result<crate::view::ViewRef<'g>, IndexError> {
+        for _ in 0..16 {
+            let Some(cell) = node.cell(slot) else {
+                // First use of a slot published since this compute node started.
+                let fresh = self.reload(node, slot)?;
+                if node.cell_or_install(slot, fresh).is_none() {
+                    return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
+                        slot,
+                        reason: "slot beyond the slot table's capacity".into(),
+                    }));
+                }
+                continue;
+            };
+            let loaded = cell.load(guard);
+            if loaded.validated.get() >= self.op_epoch {
+                return Ok(loaded);
+            }
+            let fresh = self.reload(node, slot)?;
+            cell.replace(&loaded, fresh, guard);
+        }
+        Err(IndexError::TooManyRetries(16))
+    }
+
+    /// The view of the slot serving `key` (see [`Self::view`]), and the slot count of the
+    /// directory that routed it (for [`Self::still_current`]). Slots are split by retraining:
+    /// the cached directory may predate a split, and then the record it leads to ends below
+    /// `key` (records carry their last key). The directory is then read again (two round trips)
+    /// and the key routed again.
+    pub(super) fn route<'g>(
+        &mut self,
+        node: &NodeCache,
+        key: u64,
+        guard: &'g Guard,
+    ) -> Result<Routed<'g>, IndexError> {
+        let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
+        let attempts = self.caches.config.max_attempts;
+        for _ in 0..attempts {
+            let directory = node.directory.load(guard);
+            let slot = directory.slot_of(key);
+            let view = self.view(node, slot, guard)?;
+            if key <= view.last_key {
+                // What the record serves as far as this directory knows: an old record whose
+                // split is published (not yet redirected) still names the new slot's leaves,
+                // which may have changed through the new slot.
+                let end = directory
+                    .next_first_after(view.first_key)
+                    .map_or(view.last_key, |next| view.last_key.min(next - 1));
+                return Ok(Routed {
+                    view,
+                    known: directory.count,
+                    end,
+                });
+            }
+            if !self.reload_directory(node, guard)? && !backoff.wait() {
+                // The slot table names no slot serving `key` beyond this one's records: only a
+                // split cut short could do that (the memory node publishes the new slot before
+                // redirecting the old one).
+                return Err(IndexError::RetrainingTimeout {
+                    node: node.info.id,
+                    slot,
+                });
+            }
+        }
+        Err(IndexError::TooManyRetries(attempts))
+    }
+
+    /// The chains a GET of `key` reads: the owner's (pivots mode) or every candidate's (lean).
+    pub(super) fn chains_for(view: &SlotView, mode: CacheMode, key: u64) -> Option<ChainEntries> {
+        match (mode, view.owner(key)) {
+            (CacheMode::Pivots, Some(owner)) => view.chain(owner),
+            _ => {
+                let range = view.model.owner_candidates(key);
+                let mut all = ChainEntries::new();
+                for leaf in range.iter() {
+                    all.extend(view.chain(leaf)?);
+                }
+                Some(all)
+            }
+        }
+    }
+}
+
+/// A routed view and the slot count of the directory that routed it.
+pub(super) struct Routed<'g> {
+    pub(super) view: crate::view::ViewRef<'g>,
+    /// Slots the routing directory knew of.
+    pub(super) known: u64,
+    /// The last key the view's record serves as far as the routing directory knows.
+    pub(super) end: u64,
+}
+
+/// Words read after the leaves of a read batch (headers, a pivot): inline, no allocation.
+pub(super) type Words = smallvec::SmallVec<[u64; 4]>;
+
+/// What a header read in a batch says about data read through a cached view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Freshness {
+    /// The chains are as cached: the data read is complete.
+    Fresh,
+    /// A chain changed (or the record was replaced and reused): refresh and read again.
+    Stale,
+    /// As cached, but the record is retired: complete only if the slot table still names it
+    /// (see [`Client::still_current`]).
+    Retired,
+}
+
+impl Freshness {
+    /// Judges the header `seen` (read after the leaves) against the view's `cached` one. A
+    /// frozen record's data is as good as before the freeze: the retired flag, not the locked
+    /// one, is what announces the swap.
+    pub(super) fn of(cached: ModelHeader, seen: ModelHeader) -> Self {
+        if seen.without_flags() != cached.without_flags() {
+            Freshness::Stale
+        } else if seen.is_retired() {
+            Freshness::Retired
+        } else {
+            Freshness::Fresh
+        }
+    }
+}
