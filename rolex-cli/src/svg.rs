@@ -182,6 +182,41 @@ fn legend(out: &mut String, names: &[(String, bool)]) {
     }
 }
 
+/// The x and y axes' lines.
+fn axes(out: &mut String) {
+    let _ = writeln!(
+        out,
+        r#"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/>"#,
+        HEIGHT - BOTTOM,
+        WIDTH - RIGHT
+    );
+}
+
+/// Series `s` as a line, its points placed by `x` and `y`.
+fn polyline(
+    out: &mut String,
+    s: &Series,
+    colour: &str,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) {
+    let points: Vec<String> = s
+        .points
+        .iter()
+        .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
+        .collect();
+    let _ = writeln!(
+        out,
+        r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{}/>"#,
+        points.join(" "),
+        if s.dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        }
+    );
+}
+
 /// An error bar at `cx` from `lo` to `hi` (SVG coordinates), its caps `half` wide each side.
 fn error_bar(out: &mut String, cx: f64, lo: f64, hi: f64, half: f64, colour: &str) {
     let _ = writeln!(
@@ -270,18 +305,8 @@ pub fn line_chart(
             short(t)
         );
     }
-    let _ = writeln!(
-        out,
-        r#"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/>"#,
-        HEIGHT - BOTTOM,
-        WIDTH - RIGHT
-    );
+    axes(&mut out);
     for (i, s) in drawn.iter().map(|&d| &series[d]).enumerate() {
-        let points: Vec<String> = s
-            .points
-            .iter()
-            .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
-            .collect();
         let colour = COLOURS[i % COLOURS.len()];
         for (&(px, py), &e) in s.points.iter().zip(&s.err) {
             if e > 0.0 {
@@ -295,16 +320,7 @@ pub fn line_chart(
                 );
             }
         }
-        let _ = writeln!(
-            out,
-            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{}/>"#,
-            points.join(" "),
-            if s.dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            }
-        );
+        polyline(&mut out, s, colour, &x, &y);
         for &(px, py) in &s.points {
             let _ = writeln!(
                 out,
@@ -376,29 +392,10 @@ pub fn latency_chart(
             escape(label)
         );
     }
-    let _ = writeln!(
-        out,
-        r#"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/>"#,
-        HEIGHT - BOTTOM,
-        WIDTH - RIGHT
-    );
+    axes(&mut out);
     for (i, s) in series.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let points: Vec<String> = s
-            .points
-            .iter()
-            .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
-            .collect();
-        let _ = writeln!(
-            out,
-            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2.5"{}/>"#,
-            points.join(" "),
-            if s.dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            }
-        );
+        polyline(&mut out, s, colour, &x, &y);
     }
     legend(
         &mut out,
