@@ -651,6 +651,7 @@ fn write_leaves<E: Endpoint>(
     let fill = layout.superblock().fill as usize;
     let leaf_size = layout.leaf_bytes() as usize;
     let total = pairs.len().div_ceil(fill) as u64;
+    let (key_lo, key_hi) = (layout.superblock().key_lo, layout.superblock().key_hi);
     const BATCH: usize = 4096;
     let mut buffer = vec![0u8; BATCH * leaf_size];
     let mut leaf = Leaf::new();
@@ -659,9 +660,16 @@ fn write_leaves<E: Endpoint>(
         let leaves = chunk.len().div_ceil(fill);
         for (i, entries) in chunk.chunks(fill).enumerate() {
             let out = &mut buffer[i * leaf_size..(i + 1) * leaf_size];
+            let n = first as usize + i;
+            // The leaves tile the node's range: each claims from its first key (the first leaf
+            // from the node's) to just below the next leaf's first key (the last to the node's
+            // last key), exactly the range its record routes to it.
+            let lo = if n == 0 { key_lo } else { entries[0].0 };
+            let hi = pairs.get((n + 1) * fill).map_or(key_hi, |next| next.0 - 1);
             leaf.entries_mut().clear();
             leaf.entries_mut().extend_from_slice(entries);
-            leaf.encode_into(first + i as u64, out)?;
+            leaf.set_claim(Some((lo, hi)));
+            leaf.encode_into(n as u64, out)?;
         }
         ep.write(layout.leaf_addr(first), &buffer[..leaves * leaf_size])?;
         progress(Phase::WriteLeaves, first + leaves as u64, total);

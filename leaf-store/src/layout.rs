@@ -8,7 +8,7 @@ use crate::{LeafStoreError, leaf_bytes};
 /// `"ROLEXPL1"`: the first word of every pool.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
 /// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 5;
+pub const LAYOUT_VERSION: u64 = 6;
 /// Size of the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 256;
 
@@ -21,7 +21,7 @@ pub const SUPERBLOCK_BYTES: u64 = 256;
 ///       2 ε                     10 pool_bytes (laid out)       18 ring_offset
 ///       3 δ                     11 leaf_region_offset          19 ring_capacity
 ///       4 fill (bulk load)      12 leaf_capacity (leaves)      20 keys at bulk load
-///       5 slot_leaves           13 leaf_bytes                  21 trained leaves at bulk load
+///       5 slot_leaves           13 leaf_bytes (v6: 24 + 16·δ)  21 trained leaves at bulk load
 ///       6 node_id               14 slot_table_offset           22 model records' bytes at bulk load
 ///       7 node_count            15 slots (at bulk load)        23 members_offset (v3)
 ///                                                              24 slot_capacity (v4)

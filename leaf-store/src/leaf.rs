@@ -1,50 +1,108 @@
-//! The leaf: δ sorted key-value slots behind a checksummed header.
+//! The leaf: δ sorted key-value slots behind a checksummed header that names the key range the
+//! leaf answers for.
+//!
+//! **Invariant (ARCHITECTURE §4, "Claims").** A leaf whose bytes validate as its own number and
+//! that *claims* a key `k` (`lo ≤ k ≤ hi`) holds the current state of `k`: `k` is in the store with
+//! value `v` exactly when `(k, v)` is in that leaf. Writers keep it by claiming a range only in a
+//! leaf linked into its chain (a split writes the new leaf's claim before the link, and recovery
+//! withdraws the claim of a new leaf a stopped split never linked), by shrinking a split leaf's
+//! claim in the WRITE that drops the moved keys, and by withdrawing the claim of every leaf that
+//! leaves a chain (an unlinked or retrained-away empty leaf) before any other leaf may take its
+//! keys. A leaf that claims nothing is *unclaimed*.
 
 use crate::{LeafStoreError, le_word};
 
-/// A decoded leaf: up to δ `(key, value)` entries, sorted by key, keys unique.
+/// A decoded leaf: up to δ `(key, value)` entries, sorted by key, keys unique, and the range of
+/// keys it claims (`None`: unclaimed).
 ///
-/// Remote format (`16 + 16·δ` bytes, little-endian words):
+/// Remote format (`24 + 16·δ` bytes, little-endian words; layout v6):
 ///
 /// ```text
-/// word 0          word 1        words 2, 3          …   words 2δ, 2δ+1
-/// +--------------+-------------+-------------------+---+-----------------------+
-/// | checksum     | count       | key 0  | value 0  | … | key δ−1 | value δ−1   |
-/// +--------------+-------------+-------------------+---+-----------------------+
+/// word 0                           word 1      word 2      words 3, 4          …
+/// +--------------------+----------+-----------+-----------+-------------------+---+
+/// | checksum (51 bits) | count:13 | claim lo  | claim hi  | key 0  | value 0  | … |
+/// +--------------------+----------+-----------+-----------+-------------------+---+
+///  bits 63..13          bits 12..0
 /// ```
 ///
-/// `checksum` is XXH3-64, seeded with the leaf number, of everything after it: the count and all δ
-/// slots (slots past `count` are zero). So a torn READ (words from two versions), any flipped bit,
-/// a never-written leaf (all zeros) and a READ of the wrong leaf all fail validation.
+/// `claim lo ≤ claim hi` (both inclusive) is the claimed range; any `lo > hi` is unclaimed
+/// (written as `lo = 1, hi = 0`). `checksum` is the top 51 bits of XXH3-64, seeded with
+/// `leaf number << 13 | count` (leaf numbers have 48 bits, δ at most 4,096), of everything after word 0: the claim and all δ slots (slots past
+/// `count` are zero). So a torn READ (words from two versions), any flipped bit, a never-written
+/// leaf (all zeros) and a READ of the wrong leaf all fail validation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Leaf {
     entries: Vec<(u64, u64)>,
+    claim: Option<(u64, u64)>,
 }
 
 /// Bytes of a leaf with `delta` slots.
 pub const fn leaf_bytes(delta: u64) -> u64 {
-    16 + 16 * delta
+    24 + 16 * delta
 }
 
-/// The checksum a leaf numbered `leaf_num` must carry, over its bytes after the checksum word.
-pub fn leaf_checksum(leaf_num: u64, body: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(body, leaf_num)
+const COUNT_BITS: u32 = 13;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// The words before the slots: checksum and count, claim lo, claim hi.
+const HEAD_WORDS: usize = 3;
+const HEAD_BYTES: usize = 8 * HEAD_WORDS;
+/// How an unclaimed leaf's claim words read.
+const UNCLAIMED: (u64, u64) = (1, 0);
+
+/// Word 0 of leaf `leaf_num` holding `count` entries, over its bytes after word 0.
+pub fn leaf_checksum(leaf_num: u64, count: u64, body: &[u8]) -> u64 {
+    let seed = (leaf_num << COUNT_BITS) | (count & COUNT_MASK);
+    let hash = xxhash_rust::xxh3::xxh3_64_with_seed(body, seed);
+    (hash & !COUNT_MASK) | (count & COUNT_MASK)
+}
+
+/// What one leaf says about a key: see [`Leaf::lookup_claimed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// The leaf claims the key: its state, present with this value or absent.
+    Covered(Option<u64>),
+    /// The leaf does not claim the key (unclaimed, or the key is outside its range).
+    NotCovered,
 }
 
 impl Leaf {
-    /// An empty leaf.
+    /// An empty, unclaimed leaf.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A leaf holding `entries`, which must be sorted by key with unique keys (checked).
+    /// An unclaimed leaf holding `entries`, which must be sorted by key with unique keys (checked).
     pub fn from_entries(entries: Vec<(u64, u64)>) -> Result<Self, LeafStoreError> {
         if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(LeafStoreError::CorruptLeaf(
                 "entries not sorted by unique keys",
             ));
         }
-        Ok(Self { entries })
+        Ok(Self {
+            entries,
+            claim: None,
+        })
+    }
+
+    /// The same leaf claiming `[lo, hi]` (`lo ≤ hi`; `lo > hi` leaves it unclaimed).
+    pub fn with_claim(mut self, lo: u64, hi: u64) -> Self {
+        self.set_claim((lo <= hi).then_some((lo, hi)));
+        self
+    }
+
+    /// The claimed range `(lo, hi)`, inclusive; `None` if unclaimed.
+    pub fn claim(&self) -> Option<(u64, u64)> {
+        self.claim
+    }
+
+    /// Sets the claimed range (`None`: unclaimed).
+    pub fn set_claim(&mut self, claim: Option<(u64, u64)>) {
+        self.claim = claim.filter(|&(lo, hi)| lo <= hi);
+    }
+
+    /// Whether the leaf claims `key`.
+    pub fn claims(&self, key: u64) -> bool {
+        self.claim.is_some_and(|(lo, hi)| lo <= key && key <= hi)
     }
 
     /// The entries, sorted by key.
@@ -88,27 +146,24 @@ impl Leaf {
     /// Encodes the leaf as leaf number `leaf_num` into `out`, which must be exactly
     /// [`leaf_bytes`]`(delta)` long and hold at most δ entries.
     pub fn encode_into(&self, leaf_num: u64, out: &mut [u8]) -> Result<(), LeafStoreError> {
-        if out.len() < 16 || !(out.len() - 16).is_multiple_of(16) {
-            return Err(LeafStoreError::CorruptLeaf(
-                "leaf buffer is not 16 + 16·δ bytes",
-            ));
-        }
-        let delta = (out.len() - 16) / 16;
-        if self.entries.len() > delta {
+        let delta = slots_of(out.len())?;
+        if self.entries.len() as u64 > delta {
             return Err(LeafStoreError::LeafOverflow {
                 entries: self.entries.len(),
-                delta: delta as u64,
+                delta,
             });
         }
-        out[8..16].copy_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        let slots = &mut out[16..];
+        let (lo, hi) = self.claim.unwrap_or(UNCLAIMED);
+        out[8..16].copy_from_slice(&lo.to_le_bytes());
+        out[16..24].copy_from_slice(&hi.to_le_bytes());
+        let slots = &mut out[HEAD_BYTES..];
         for (slot, &(key, value)) in slots.chunks_exact_mut(16).zip(&self.entries) {
             slot[..8].copy_from_slice(&key.to_le_bytes());
             slot[8..].copy_from_slice(&value.to_le_bytes());
         }
         slots[16 * self.entries.len()..].fill(0);
-        let checksum = leaf_checksum(leaf_num, &out[8..]);
-        out[..8].copy_from_slice(&checksum.to_le_bytes());
+        let word = leaf_checksum(leaf_num, self.entries.len() as u64, &out[8..]);
+        out[..8].copy_from_slice(&word.to_le_bytes());
         Ok(())
     }
 
@@ -119,44 +174,83 @@ impl Leaf {
         Ok(out)
     }
 
-    /// The value of `key` in the encoded leaf `bytes` of leaf `leaf_num`, checked like
-    /// [`Leaf::decode`] (a failed checksum is [`LeafStoreError::TornLeaf`]) but without building
-    /// the leaf: no allocation.
+    /// The value of `key` in the encoded leaf `bytes` of leaf `leaf_num`, whatever the leaf
+    /// claims, checked like [`Leaf::decode`] (a failed checksum is [`LeafStoreError::TornLeaf`])
+    /// but without building the leaf: no allocation.
     pub fn lookup(leaf_num: u64, bytes: &[u8], key: u64) -> Result<Option<u64>, LeafStoreError> {
         let count = Self::checked_count(leaf_num, bytes)?;
-        Ok((0..count)
-            .find(|&i| le_word(bytes, 2 + 2 * i) == key)
-            .map(|i| le_word(bytes, 3 + 2 * i)))
+        Ok(Self::find(bytes, count, key))
+    }
+
+    /// What the encoded leaf `bytes` of leaf `leaf_num` says about `key`: if it claims `key`, the
+    /// key's state (by the invariant above, the store's current one when the READ happened).
+    /// Checked like [`Leaf::lookup`]; no allocation.
+    pub fn lookup_claimed(
+        leaf_num: u64,
+        bytes: &[u8],
+        key: u64,
+    ) -> Result<Claimed, LeafStoreError> {
+        let count = Self::checked_count(leaf_num, bytes)?;
+        let (lo, hi) = (le_word(bytes, 1), le_word(bytes, 2));
+        Ok(if lo <= key && key <= hi {
+            Claimed::Covered(Self::find(bytes, count, key))
+        } else {
+            Claimed::NotCovered
+        })
+    }
+
+    fn find(bytes: &[u8], count: usize, key: u64) -> Option<u64> {
+        (0..count)
+            .find(|&i| le_word(bytes, HEAD_WORDS + 2 * i) == key)
+            .map(|i| le_word(bytes, HEAD_WORDS + 1 + 2 * i))
     }
 
     /// The entry count of encoded leaf `bytes` after checking its size and checksum.
     fn checked_count(leaf_num: u64, bytes: &[u8]) -> Result<usize, LeafStoreError> {
-        if bytes.len() < 16 || !(bytes.len() - 16).is_multiple_of(16) {
-            return Err(LeafStoreError::CorruptLeaf(
-                "leaf buffer is not 16 + 16·δ bytes",
-            ));
-        }
-        if le_word(bytes, 0) != leaf_checksum(leaf_num, &bytes[8..]) {
+        let delta = slots_of(bytes.len())?;
+        let word = le_word(bytes, 0);
+        let count = word & COUNT_MASK;
+        if word != leaf_checksum(leaf_num, count, &bytes[8..]) {
             return Err(LeafStoreError::TornLeaf { leaf_num });
         }
-        let delta = (bytes.len() - 16) / 16;
-        let count = usize::try_from(le_word(bytes, 1)).unwrap_or(usize::MAX);
         if count > delta {
             return Err(LeafStoreError::CorruptLeaf("entry count above δ"));
         }
-        Ok(count)
+        Ok(count as usize)
     }
 
-    /// Decodes leaf number `leaf_num` from `bytes` (`16 + 16·δ` bytes). A checksum mismatch is
-    /// [`LeafStoreError::TornLeaf`] (re-read it); a valid checksum over impossible contents is
+    /// Decodes leaf number `leaf_num` from `bytes` ([`leaf_bytes`]`(δ)` bytes). A checksum
+    /// mismatch is [`LeafStoreError::TornLeaf`] (re-read it); a valid checksum over impossible
+    /// contents (unsorted keys, a key outside the claimed range) is
     /// [`LeafStoreError::CorruptLeaf`].
     pub fn decode(leaf_num: u64, bytes: &[u8]) -> Result<Self, LeafStoreError> {
         let count = Self::checked_count(leaf_num, bytes)?;
         let entries: Vec<(u64, u64)> = (0..count)
-            .map(|i| (le_word(bytes, 2 + 2 * i), le_word(bytes, 3 + 2 * i)))
+            .map(|i| {
+                (
+                    le_word(bytes, HEAD_WORDS + 2 * i),
+                    le_word(bytes, HEAD_WORDS + 1 + 2 * i),
+                )
+            })
             .collect();
-        Self::from_entries(entries)
+        let leaf = Self::from_entries(entries)?.with_claim(le_word(bytes, 1), le_word(bytes, 2));
+        if leaf.claim.is_some() && leaf.entries.iter().any(|&(k, _)| !leaf.claims(k)) {
+            return Err(LeafStoreError::CorruptLeaf(
+                "a key outside the leaf's claim",
+            ));
+        }
+        Ok(leaf)
     }
+}
+
+/// δ of a leaf encoding `len` bytes long.
+fn slots_of(len: usize) -> Result<u64, LeafStoreError> {
+    if len < HEAD_BYTES || !(len - HEAD_BYTES).is_multiple_of(16) {
+        return Err(LeafStoreError::CorruptLeaf(
+            "leaf buffer is not 24 + 16·δ bytes",
+        ));
+    }
+    Ok(((len - HEAD_BYTES) / 16) as u64)
 }
 
 #[cfg(test)]
@@ -165,13 +259,71 @@ mod tests {
 
     use super::*;
 
+    /// A leaf of (at most δ of) `keys`, claiming from its smallest key to its largest (an empty
+    /// one claims `[7, 7]`).
     fn leaf_from(keys: Vec<u64>, delta: usize) -> Leaf {
         let mut keys = keys;
         keys.sort_unstable();
         keys.dedup();
         keys.truncate(delta);
+        let (lo, hi) = (
+            keys.first().copied().unwrap_or(7),
+            keys.last().copied().unwrap_or(7),
+        );
         Leaf::from_entries(keys.iter().map(|&k| (k, k.wrapping_mul(31) ^ 7)).collect())
             .expect("sorted")
+            .with_claim(lo, hi)
+    }
+
+    #[test]
+    fn a_claimed_lookup_answers_only_inside_the_claim() {
+        fn prop(keys: Vec<u64>, probe: u64, leaf_num: u64, unclaimed: bool) -> bool {
+            let mut leaf = leaf_from(keys, 16);
+            if unclaimed {
+                leaf.set_claim(None);
+            }
+            let leaf_num = leaf_num >> 16;
+            let bytes = leaf.encode(leaf_num, 16).expect("encode");
+            let decoded = Leaf::decode(leaf_num, &bytes) == Ok(leaf.clone());
+            let probes = leaf.entries().iter().map(|e| e.0).chain([probe]);
+            decoded
+                && probes.into_iter().all(|k| {
+                    let want = if leaf.claims(k) {
+                        Claimed::Covered(leaf.get(k))
+                    } else {
+                        Claimed::NotCovered
+                    };
+                    Leaf::lookup_claimed(leaf_num, &bytes, k) == Ok(want)
+                })
+        }
+        QuickCheck::new().quickcheck(prop as fn(Vec<u64>, u64, u64, bool) -> bool);
+        let leaf = leaf_from(vec![10, 20], 4).with_claim(5, 29);
+        let bytes = leaf.encode(3, 4).expect("fits");
+        assert_eq!(
+            Leaf::lookup_claimed(3, &bytes, 5),
+            Ok(Claimed::Covered(None))
+        );
+        assert_eq!(
+            Leaf::lookup_claimed(3, &bytes, 20),
+            Ok(Claimed::Covered(leaf.get(20)))
+        );
+        assert_eq!(Leaf::lookup_claimed(3, &bytes, 30), Ok(Claimed::NotCovered));
+        assert_eq!(Leaf::lookup_claimed(3, &bytes, 4), Ok(Claimed::NotCovered));
+        assert!(Leaf::new().with_claim(9, 8).claim().is_none());
+    }
+
+    #[test]
+    fn a_key_outside_the_claim_is_a_corrupt_leaf() {
+        let leaf = leaf_from(vec![10, 20], 4).with_claim(10, 15);
+        let bytes = leaf.encode(3, 4).expect("fits");
+        assert!(matches!(
+            Leaf::decode(3, &bytes),
+            Err(LeafStoreError::CorruptLeaf(_))
+        ));
+        // Unclaimed leaves may hold anything sorted (nobody answers from them).
+        let unclaimed = leaf_from(vec![10, 20], 4).with_claim(1, 0);
+        let bytes = unclaimed.encode(3, 4).expect("fits");
+        assert_eq!(Leaf::decode(3, &bytes), Ok(unclaimed));
     }
 
     #[test]
@@ -197,6 +349,7 @@ mod tests {
         fn prop(keys: Vec<u64>, d: u8, leaf_num: u64) -> bool {
             let delta = u64::from(d % 64) + 1;
             let leaf = leaf_from(keys, delta as usize);
+            let leaf_num = leaf_num >> 16;
             let bytes = leaf.encode(leaf_num, delta).expect("fits");
             bytes.len() as u64 == leaf_bytes(delta) && Leaf::decode(leaf_num, &bytes) == Ok(leaf)
         }

@@ -73,7 +73,7 @@ pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_OWNER};
 pub use error::LeafStoreError;
 pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
 pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};
-pub use leaf::{Leaf, leaf_bytes, leaf_checksum};
+pub use leaf::{Claimed, Leaf, leaf_bytes, leaf_checksum};
 pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
 pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout};
 pub use ring::{RingEntry, RingLayout};

@@ -161,6 +161,36 @@ impl ModelRecord {
         Ok(chain)
     }
 
+    /// The keys trained leaf `leaf`'s chain serves, inclusive: from its pivot (the record's first
+    /// key for leaf 0) to just below the next leaf's pivot (the record's last key for the last).
+    pub fn chain_range(&self, leaf: usize) -> (u64, u64) {
+        let lo = match leaf {
+            0 => self.first_key,
+            _ => self.pivots.get(leaf).copied().unwrap_or(self.first_key),
+        };
+        let hi = self
+            .pivots
+            .get(leaf + 1)
+            .map_or(self.last_key, |next| next.saturating_sub(1));
+        (lo, hi)
+    }
+
+    /// The leaves SLT slots in use name (not FREED) that no chain links: a split's new leaf
+    /// between its SLT entry and its link (or stopped there).
+    pub fn unlinked_synonyms(&self) -> Vec<u64> {
+        let linked: std::collections::HashSet<u64> = (0..self.lt.len())
+            .filter_map(|i| self.chain_entries(i).ok())
+            .flatten()
+            .map(|e| e.leaf_num())
+            .collect();
+        let used = (self.header.slot_use() as usize).min(SLT_SLOTS - 1);
+        self.slt[1..=used]
+            .iter()
+            .filter(|e| !e.is_freed() && !linked.contains(&e.leaf_num()))
+            .map(|e| e.leaf_num())
+            .collect()
+    }
+
     /// The layout announced by a record's fixed part (its first 64 bytes), checked for sanity
     /// against `max_bytes`, the most the record may occupy.
     pub fn layout_of(fixed: &[u8], max_bytes: u64) -> Result<RecordLayout, String> {

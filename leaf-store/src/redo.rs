@@ -29,7 +29,7 @@
 //! scratch. A repairer cut off half-way (a memory node restarted, a renewer killed) leaves what
 //! the next attempt finishes: a torn leaf with its one image in the holder's boxes.
 //!
-//! Leaves of at most one packet (the default δ = 16 makes 272-byte leaves) are written in place
+//! Leaves of at most one packet (the default δ = 16 makes 280-byte leaves) are written in place
 //! as one WRITE, as before: a packet lands whole or not at all.
 
 use std::collections::HashSet;
@@ -129,6 +129,9 @@ pub struct ChainRepair {
     pub invalidate: Vec<u64>,
     /// Leaves the repair rule changes, with their new images.
     pub trims: Vec<(u64, Vec<u8>)>,
+    /// New leaves of a split stopped before its link, which claim keys of the chain: their
+    /// images without the claim (unlinked leaves: written in place, a tear leaves them invalid).
+    pub withdrawals: Vec<(u64, Vec<u8>)>,
     /// A leaf of the chain is torn and no box leaf (or more than one image) restores it, or it
     /// holds impossible contents: the chain is released as it is (its images invalidated, nothing
     /// else written), and `verify` reports the leaf.
@@ -138,7 +141,10 @@ pub struct ChainRepair {
 impl ChainRepair {
     /// Whether the repair writes nothing.
     pub fn is_empty(&self) -> bool {
-        self.restores.is_empty() && self.invalidate.is_empty() && self.trims.is_empty()
+        self.restores.is_empty()
+            && self.invalidate.is_empty()
+            && self.trims.is_empty()
+            && self.withdrawals.is_empty()
     }
 
     /// Appends the repair's WRITEs: [`Self::push_restores`], then [`Self::push_trims`].
@@ -175,6 +181,9 @@ impl ChainRepair {
         let scratch = scratch.filter(|_| redo).map(|leaf| layout.leaf_addr(leaf));
         for (leaf, image) in &self.trims {
             in_place(verbs, layout.leaf_addr(*leaf), image, scratch, true);
+        }
+        for (leaf, image) in &self.withdrawals {
+            verbs.push(Verb::write(layout.leaf_addr(*leaf), image).fenced());
         }
     }
 }
@@ -244,6 +253,24 @@ pub fn plan_repair<E: rdma_transport::Endpoint>(
     }
     for (n, contents) in trim_chain(&chain)? {
         repair.trims.push((n, contents.encode(n, delta)?));
+    }
+    // A split stopped before its link leaves its new leaf claiming keys of this chain that the
+    // split leaf still holds and that change once the lock is released: withdraw the claim (the
+    // SLT entry, written before the leaf, names it; a live writer's new leaf claims keys of its
+    // own chain, never of this one, which we hold).
+    let (lo, hi) = record.chain_range(leaf);
+    for n in record.unlinked_synonyms() {
+        if n >= layout.leaf_capacity() {
+            continue;
+        }
+        ep.read(layout.leaf_addr(n), &mut bytes)?;
+        let Ok(mut stray) = Leaf::decode(n, &bytes) else {
+            continue;
+        };
+        if stray.claim().is_some_and(|(a, b)| a <= hi && lo <= b) {
+            stray.set_claim(None);
+            repair.withdrawals.push((n, stray.encode(n, delta)?));
+        }
     }
     Ok(repair)
 }

@@ -4,9 +4,10 @@
 //!
 //! Every write protocol orders its steps so that each prefix leaves a chain this rule finishes
 //! (ARCHITECTURE §8): a split that linked its new leaf but did not shrink the split leaf yet
-//! leaves the moved keys in both; every other prefix leaves nothing to trim. The rule — **each
-//! leaf keeps only the keys below the first key of every later non-empty leaf of its chain** —
-//! completes such a split and changes nothing else, so applying it twice is applying it once.
+//! leaves the moved keys — and their claim — in both; every other prefix leaves nothing to trim.
+//! The rule — **each leaf keeps only the keys below the start of every later leaf's claim (an
+//! unclaimed leaf: its first key), and its claim ends below it too** — completes such a split and
+//! changes nothing else, so applying it twice is applying it once.
 
 use rdma_transport::{Endpoint, RemoteAddr};
 
@@ -15,20 +16,29 @@ use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelRecord, walk_chai
 /// The leaves of `chain` (in chain order, as [`crate::walk_chain`] returns it) that the rule
 /// changes: their numbers and trimmed contents. Empty for a chain with nothing to finish.
 pub fn trim_chain(chain: &[(LeafTableEntry, Leaf)]) -> Result<Vec<(u64, Leaf)>, LeafStoreError> {
-    let mut bound = u64::MAX;
+    // Keys at or past `bound` belong to a later leaf.
+    let mut bound: Option<u64> = None;
     let mut trimmed = Vec::new();
     for (entry, contents) in chain.iter().rev() {
+        let below = |k: u64| bound.is_none_or(|b| k < b);
         let keep: Vec<(u64, u64)> = contents
             .entries()
             .iter()
             .copied()
-            .filter(|&(k, _)| k < bound)
+            .filter(|&(k, _)| below(k))
             .collect();
-        if let Some(&(first, _)) = keep.first() {
-            bound = bound.min(first);
+        let claim = contents.claim().and_then(|(lo, hi)| match bound {
+            Some(b) if hi >= b => (lo < b).then(|| (lo, b - 1)),
+            _ => Some((lo, hi)),
+        });
+        let start = contents.claim().map(|c| c.0).or(keep.first().map(|e| e.0));
+        if let Some(start) = start {
+            bound = Some(bound.map_or(start, |b| b.min(start)));
         }
-        if keep.len() != contents.len() {
-            trimmed.push((entry.leaf_num(), Leaf::from_entries(keep)?));
+        if keep.len() != contents.len() || claim != contents.claim() {
+            let mut leaf = Leaf::from_entries(keep)?;
+            leaf.set_claim(claim);
+            trimmed.push((entry.leaf_num(), leaf));
         }
     }
     Ok(trimmed)
@@ -76,17 +86,29 @@ mod tests {
 
     #[test]
     fn a_split_cut_after_its_link_is_finished_and_nothing_else_changes() {
-        // The split leaf still holds 70 and 80, which the linked new leaf took.
+        // The split leaf still holds 70 and 80, and claims them, which the linked new leaf took.
+        let chain = vec![
+            (entry(1), leaf(&[10, 20, 70, 80]).with_claim(0, 89)),
+            (entry(2), leaf(&[70, 80]).with_claim(70, 89)),
+            (entry(3), leaf(&[])),
+            (entry(4), leaf(&[90]).with_claim(90, 99)),
+        ];
+        let trimmed = trim_chain(&chain).expect("trim");
+        assert_eq!(trimmed, vec![(1, leaf(&[10, 20]).with_claim(0, 69))]);
+        let mut repaired = chain.clone();
+        repaired[0].1 = leaf(&[10, 20]).with_claim(0, 69);
+        assert_eq!(trim_chain(&repaired).expect("trim"), vec![], "idempotent");
+    }
+
+    #[test]
+    fn unclaimed_leaves_bound_the_earlier_ones_by_their_first_key() {
         let chain = vec![
             (entry(1), leaf(&[10, 20, 70, 80])),
             (entry(2), leaf(&[70, 80])),
-            (entry(3), leaf(&[])),
-            (entry(4), leaf(&[90])),
         ];
-        let trimmed = trim_chain(&chain).expect("trim");
-        assert_eq!(trimmed, vec![(1, leaf(&[10, 20]))]);
-        let mut repaired = chain.clone();
-        repaired[0].1 = leaf(&[10, 20]);
-        assert_eq!(trim_chain(&repaired).expect("trim"), vec![], "idempotent");
+        assert_eq!(
+            trim_chain(&chain).expect("trim"),
+            vec![(1, leaf(&[10, 20]))]
+        );
     }
 }

@@ -6,7 +6,7 @@ use rdma_transport::{Endpoint, MemoryNodeInfo};
 
 use crate::ring::RingLayout;
 use crate::walk::{read_record, read_slot_table, walk_chain};
-use crate::{Layout, LeafStoreError, MAX_SYNONYMS};
+use crate::{Layout, Leaf, LeafStoreError, MAX_SYNONYMS};
 
 /// One broken invariant found by [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +79,24 @@ pub enum Problem {
         /// The SLT slot.
         slt_slot: u64,
     },
+    /// A linked leaf's claim (ARCHITECTURE §4, "Claims") is wrong: outside its chain's range,
+    /// overlapping an earlier leaf's, or missing on a leaf that holds keys.
+    Claim {
+        /// Slot.
+        slot: u64,
+        /// Trained leaf index.
+        leaf: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A leaf no current record links claims keys: a reader reaching it through an old cache
+    /// would take it for the keys' current state.
+    StrayClaim {
+        /// The leaf number.
+        leaf_num: u64,
+        /// The claimed range, inclusive.
+        claim: (u64, u64),
+    },
     /// The retraining ring is inconsistent.
     Ring(String),
     /// A key's value reference names no valid block of the value region.
@@ -127,6 +145,14 @@ impl fmt::Display for Problem {
                     "slot {slot}: SLT slot {slt_slot} handed out but never linked"
                 )
             }
+            Problem::Claim { slot, leaf, reason } => {
+                write!(f, "slot {slot} leaf {leaf}: claim {reason}")
+            }
+            Problem::StrayClaim { leaf_num, claim } => write!(
+                f,
+                "leaf {leaf_num} is linked nowhere but claims keys {}..={}",
+                claim.0, claim.1
+            ),
             Problem::Ring(s) => write!(f, "ring: {s}"),
             Problem::Value { key, reason } => write!(f, "value of key {key}: {reason}"),
             Problem::ValueRegion(s) => write!(f, "value region: {s}"),
@@ -348,7 +374,27 @@ pub fn verify<E: Endpoint>(
             report.synonym_leaves += chain.len() as u64 - 1;
             let mut previous: Option<u64> = None;
             let mut sorted = true;
+            let mut claimed_to: Option<u64> = None;
             for (position, (entry, contents)) in chain.iter().enumerate() {
+                let claim_problem = match contents.claim() {
+                    None if !contents.is_empty() => Some("missing on a leaf holding keys".into()),
+                    None => None,
+                    Some((lo, hi)) if lo < lower || hi > high => Some(format!(
+                        "{lo}..={hi} of leaf {} outside the chain's {lower}..={high}",
+                        entry.leaf_num()
+                    )),
+                    Some((lo, hi)) if claimed_to.is_some_and(|to| lo <= to) => Some(format!(
+                        "{lo}..={hi} of leaf {} overlaps an earlier leaf's",
+                        entry.leaf_num()
+                    )),
+                    Some((_, hi)) => {
+                        claimed_to = Some(hi);
+                        None
+                    }
+                };
+                if let Some(reason) = claim_problem {
+                    problems.push(Problem::Claim { slot, leaf, reason });
+                }
                 let num = entry.leaf_num();
                 if position > 0 {
                     // Which SLT slot led here: the previous entry's pointer.
@@ -394,6 +440,29 @@ pub fn verify<E: Endpoint>(
                 });
             } else if !freed && !linked[slt_slot as usize] {
                 problems.push(Problem::OrphanSynonym { slot, slt_slot });
+            }
+        }
+    }
+
+    // Every other allocated leaf must claim nothing.
+    let leaf_size = layout.leaf_bytes() as usize;
+    let allocated = alloc_num.min(capacity);
+    const BATCH: u64 = 1024;
+    let mut buf = vec![0u8; BATCH as usize * leaf_size];
+    for first in (0..allocated).step_by(BATCH as usize) {
+        let count = BATCH.min(allocated - first);
+        let bytes = &mut buf[..count as usize * leaf_size];
+        ep.read(layout.leaf_addr(first), bytes)?;
+        for (i, leaf) in bytes.chunks_exact(leaf_size).enumerate() {
+            let num = first + i as u64;
+            if seen[(num / 64) as usize] & (1 << (num % 64)) != 0 {
+                continue;
+            }
+            if let Some(claim) = Leaf::decode(num, leaf).ok().and_then(|l| l.claim()) {
+                problems.push(Problem::StrayClaim {
+                    leaf_num: num,
+                    claim,
+                });
             }
         }
     }

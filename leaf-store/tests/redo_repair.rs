@@ -83,9 +83,8 @@ fn two_images_no_image_or_impossible_contents_leave_the_chain_damaged_its_images
     assert_eq!(plan.invalidate, vec![1000, 1001]);
     // A valid checksum over an impossible count: damaged, not an error.
     let mut bad = vec![0u8; layout.leaf_bytes() as usize];
-    bad[8..16].copy_from_slice(&(layout.delta() + 1).to_le_bytes());
-    let checksum = leaf_store::leaf_checksum(target, &bad[8..]);
-    bad[..8].copy_from_slice(&checksum.to_le_bytes());
+    let word = leaf_store::leaf_checksum(target, layout.delta() + 1, &bad[8..]);
+    bad[..8].copy_from_slice(&word.to_le_bytes());
     ep.write(layout.leaf_addr(target), &bad).expect("write");
     let plan = plan_repair(&mut ep, &layout, &record, 0, &none).expect("no error");
     assert!(plan.damaged);

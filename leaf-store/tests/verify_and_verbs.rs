@@ -327,3 +327,74 @@ fn a_joining_member_takes_the_free_tag_taken_fewest_times() {
     );
     assert_eq!(third.lease.incarnation(), 1);
 }
+
+#[test]
+fn verify_reports_claims_missing_overlapping_outside_their_chain_and_stray() {
+    // Bulk load: leaf n holds keys 1000·(4n+1) ..= 1000·(4n+4) and claims up to the next leaf's
+    // first key, minus one.
+    let claimed = |f: &mut Fixture, n: u64, keys: &[u64], claim: (u64, u64)| {
+        let bytes = Leaf::from_entries(keys.iter().map(|&k| (k, k / 1000)).collect())
+            .expect("sorted")
+            .with_claim(claim.0, claim.1)
+            .encode(n, f.layout.delta())
+            .expect("fits");
+        f.ep.write(f.layout.leaf_addr(n), &bytes).expect("write");
+    };
+    let reason_of = |problems: &[Problem], leaf: u64| {
+        problems.iter().find_map(|p| match p {
+            Problem::Claim {
+                slot: 0,
+                leaf: l,
+                reason,
+            } if *l == leaf => Some(reason.clone()),
+            _ => None,
+        })
+    };
+    let mut f = fixture(None);
+    // Leaf 1: its keys, no claim. Leaf 2 claims below its chain's range (9,000 ..= 12,999), leaf
+    // 4 above its chain's.
+    f.write_leaf(1, vec![(5000, 5), (6000, 6), (7000, 7), (8000, 8)]);
+    claimed(&mut f, 2, &[9000, 10_000], (8500, 12_999));
+    claimed(&mut f, 4, &[17_000], (17_000, 21_500));
+    // Trained leaf 0 (1,000 ..= 4,999, claiming it all) gets a synonym claiming 4,000 ..= 4,999.
+    let (record_addr, record) = f.record(0);
+    let fresh = alloc_leaf(&mut f.ep, &f.layout).expect("alloc");
+    claimed(&mut f, fresh, &[4500], (4000, 4999));
+    f.ep.faa(record_addr, ModelHeader::SLOT_USE_ONE)
+        .expect("faa");
+    let slt1 = record_addr
+        .checked_add(record.layout().slt_entry(1))
+        .expect("addr");
+    f.ep.write_word(slt1, LeafTableEntry::new(fresh).expect("fits").raw())
+        .expect("write");
+    let (lt0, entry) = f.lt_addr(0, 0);
+    let locked = try_lock(&mut f.ep, lt0, entry, 1)
+        .expect("cas")
+        .expect("free");
+    unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
+    let problems = f.problems();
+    let overlaps = reason_of(&problems, 0).expect("no claim problem for leaf 0");
+    assert!(overlaps.contains("overlaps"), "{overlaps}");
+    let missing = reason_of(&problems, 1).expect("no claim problem for leaf 1");
+    assert!(missing.contains("missing"), "{missing}");
+    for leaf in [2, 4] {
+        let outside = reason_of(&problems, leaf).expect("no claim problem");
+        assert!(outside.contains("outside"), "{outside}");
+    }
+    assert_eq!(reason_of(&problems, 3), None, "{problems:?}");
+
+    // A leaf no chain links that claims keys: a stray claim; unclaimed, it is nothing.
+    let mut f = fixture(None);
+    let stray = alloc_leaf(&mut f.ep, &f.layout).expect("alloc");
+    claimed(&mut f, stray, &[5000], (5000, 5000));
+    assert!(
+        f.problems().contains(&Problem::StrayClaim {
+            leaf_num: stray,
+            claim: (5000, 5000)
+        }),
+        "{:?}",
+        f.problems()
+    );
+    f.write_leaf(stray, vec![]);
+    assert_eq!(f.problems(), vec![]);
+}

@@ -179,8 +179,9 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
-    /// Splits the leaf at chain position `pos`: a new synonym leaf after it takes `upper`.
-    /// `None` if the slot's SLT is full (nothing changed, lock released).
+    /// Splits the leaf at chain position `pos`: a new synonym leaf after it takes `upper` (first
+    /// written as `moved`, the upper half without the new key, if there is one). `None` if the
+    /// slot's SLT is full (nothing changed, lock released).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn split(
         &mut self,
@@ -188,7 +189,7 @@ impl<E: Endpoint> Client<E> {
         locked: &mut Locked,
         pos: usize,
         lower: Leaf,
-        upper: Leaf,
+        (upper, moved): (Leaf, Option<Leaf>),
         redo: Option<u64>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
@@ -289,17 +290,24 @@ impl<E: Endpoint> Client<E> {
                 }
             },
         };
-        // Round trip 3, in order: the new leaf and its SLT entry, the link to it, the header
-        // bump, and only then the split leaf's shrunken contents; then unlock.
+        // Round trip 3, in order: the new leaf's SLT entry and the leaf, the link to it, the header
+        // bump, and only then the split leaf's shrunken contents (and the new key in the new
+        // leaf, if it went there); then unlock.
         let (split_entry, _) = locked.chain[pos];
         let new_entry = LeafTableEntry::new(new_leaf)
             .unwrap_or_default()
             .with_synonym(split_entry.synonym_ptr());
         let encoded = upper.encode(new_leaf, delta).and_then(|upper_bytes| {
-            Ok((upper_bytes, lower.encode(split_entry.leaf_num(), delta)?))
+            let moved_bytes = moved.map(|m| m.encode(new_leaf, delta)).transpose()?;
+            Ok((
+                upper_bytes,
+                moved_bytes,
+                lower.encode(split_entry.leaf_num(), delta)?,
+            ))
         });
-        let (upper_bytes, lower_bytes) = match encoded {
-            Ok(bytes) => bytes,
+        let (first_bytes, after_shrink, lower_bytes) = match encoded {
+            Ok((upper, Some(moved), lower)) => (moved, Some(upper), lower),
+            Ok((upper, None, lower)) => (upper, None, lower),
             Err(e) => {
                 if boxed.is_none() {
                     self.spare_leaves.push((node.info.id, new_leaf));
@@ -308,14 +316,17 @@ impl<E: Endpoint> Client<E> {
                 return Err(e.into());
             }
         };
-        // The new leaf is linked only after it is placed whole: no redo leaf for it.
+        // The SLT entry first: once the new leaf claims its keys, the record names it, so a
+        // recovery that finds the split stopped before its link withdraws that claim (a leaf that
+        // claims keys but is linked nowhere would answer for them after the split leaf changed
+        // them). The new leaf is linked only after it is placed whole: no redo leaf for it.
         let mut writes = vec![
-            (layout.leaf_addr(new_leaf), upper_bytes, false),
             (
                 offset(locked.record, locked.layout.slt_entry(slt_slot)),
                 new_entry.raw().to_le_bytes().to_vec(),
                 false,
             ),
+            (layout.leaf_addr(new_leaf), first_bytes, false),
         ];
         let slt_ptr = u8::try_from(slt_slot).unwrap_or(0);
         let linked = split_entry.with_synonym(slt_ptr);
@@ -330,7 +341,12 @@ impl<E: Endpoint> Client<E> {
             ));
             None
         };
-        let late = vec![(layout.leaf_addr(split_entry.leaf_num()), lower_bytes)];
+        // The shrink; then, if the new key is in the upper half, the new leaf with it: once the
+        // split leaf no longer claims the key (the claims of the two agree until then).
+        let mut late = vec![(layout.leaf_addr(split_entry.leaf_num()), lower_bytes)];
+        if let Some(bytes) = after_shrink {
+            late.push((layout.leaf_addr(new_leaf), bytes));
+        }
         #[cfg(loom)]
         if self.caches.config.split_order != crate::config::SplitOrder::Safe {
             self.split_in_wrong_order(locked, writes, late, linked, pos)?;
@@ -390,7 +406,9 @@ impl<E: Endpoint> Client<E> {
             "the wrong orders are modelled for splits of the trained leaf"
         );
         let new_leaf_writes = writes.iter().map(|(at, b, _)| Verb::write(*at, b));
-        let shrink = late.iter().map(|(at, b)| Verb::write(*at, b));
+        // `late`: the shrink, then the new leaf with the new key (which follows its first image).
+        let shrink = late[..1].iter().map(|(at, b)| Verb::write(*at, b));
+        let new_key = late[1..].iter().map(|(at, b)| Verb::write(*at, b));
         let bump = Verb::faa(locked.record, ModelHeader::CHANGE_ONE);
         let link_and_unlock =
             Verb::cas(locked.lt_addr, locked.lt_now.raw(), linked.unlocked().raw());
@@ -398,10 +416,12 @@ impl<E: Endpoint> Client<E> {
             SplitOrder::LinkLast => new_leaf_writes
                 .chain([bump])
                 .chain(shrink)
+                .chain(new_key)
                 .chain([link_and_unlock])
                 .collect(),
             SplitOrder::ShrinkFirst => shrink
                 .chain(new_leaf_writes)
+                .chain(new_key)
                 .chain([bump, link_and_unlock])
                 .collect(),
             SplitOrder::Safe => unreachable!("handled by split"),

@@ -17,19 +17,37 @@ use super::*;
 impl<E: Endpoint> Client<E> {
     // ----- writing -------------------------------------------------------------------------------
 
-    /// Lean mode: the owner of `key`, from the candidate range's pivots (one READ).
+    /// Lean mode: the owner of `key` and the keys its chain serves, from the candidate range's
+    /// pivots and the next one (one READ).
     ///
     /// Pivots never change in a record, so no header is needed: a retired record's pivots still
     /// route correctly, and the lock protocol that follows checks freshness.
-    pub(super) fn lean_owner(&mut self, view: &SlotView, key: u64) -> Result<u64, IndexError> {
+    pub(super) fn lean_owner(
+        &mut self,
+        view: &SlotView,
+        key: u64,
+    ) -> Result<(u64, (u64, u64)), IndexError> {
         let range = view.model.owner_candidates(key);
-        let mut pivots = vec![0u8; 8 * range.len() as usize];
+        let last = (range.last + 1).min(view.leaves().saturating_sub(1));
+        let mut bytes = vec![0u8; 8 * (last + 1 - range.first) as usize];
         self.ep.read(
             offset(view.record, view.layout.pivots() + 8 * range.first),
-            &mut pivots,
+            &mut bytes,
         )?;
-        let pivots: Vec<u64> = pivots.chunks_exact(8).map(|c| le_word(c, 0)).collect();
-        Ok(range.first + pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64)
+        let mut pivots: Vec<u64> = bytes.chunks_exact(8).map(|c| le_word(c, 0)).collect();
+        let owner = range.first + pivots.partition_point(|&p| p <= key).saturating_sub(1) as u64;
+        if owner == last && owner + 1 < view.leaves() {
+            // Past the candidates (the model's guarantee says it cannot be): one more pivot.
+            pivots.push(
+                self.ep
+                    .read_word(offset(view.record, view.layout.pivots() + 8 * (owner + 1)))?,
+            );
+        }
+        let next = pivots.get((owner + 1 - range.first) as usize).copied();
+        Ok((
+            owner,
+            chain_range(view, owner, pivots[(owner - range.first) as usize], next),
+        ))
     }
 
     pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
@@ -62,9 +80,13 @@ impl<E: Endpoint> Client<E> {
                 self.refresh(node, view, &guard)?;
                 continue;
             }
-            let owner = match view.owner(key) {
-                Some(owner) => owner,
-                None => self.lean_owner(view, key)?,
+            let (owner, range) = match (view.owner(key), &view.pivots) {
+                (Some(owner), Some(pivots)) => {
+                    let at = |i: u64| pivots.get(i as usize).copied();
+                    let first = at(owner).unwrap_or(view.first_key);
+                    (owner, chain_range(view, owner, first, at(owner + 1)))
+                }
+                _ => self.lean_owner(view, key)?,
             };
             let stripe = caches.locks.stripe(view.record, owner);
             stripe.waiting.fetch_add(1, Ordering::AcqRel);
@@ -113,7 +135,7 @@ impl<E: Endpoint> Client<E> {
                 }
             };
             crate::sync::step("write: locked");
-            let outcome = apply(&locked.chain, key, change, node.layout.delta());
+            let outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
             let old = locked.chain.iter().find_map(|(_, leaf)| leaf.get(key));
             self.arm_value(node, !matches!(outcome, Outcome::Unchanged(_)), old);
             let committed = self.commit(node, locked, outcome, stripe, &mut held_slot);
@@ -388,12 +410,13 @@ impl<E: Endpoint> Client<E> {
                 pos,
                 lower,
                 upper,
+                moved,
             } => match self.split(
                 node,
                 &mut locked,
                 pos,
                 lower,
-                upper,
+                (upper, moved),
                 redo,
                 hand_over,
                 held_slot,
@@ -443,12 +466,58 @@ impl<E: Endpoint> Client<E> {
     }
 }
 
-/// What `change` does to a chain (sorted across its leaves).
-fn apply(chain: &[(LeafTableEntry, Leaf)], key: u64, change: Change, delta: u64) -> Outcome {
+/// The keys trained leaf `owner`'s chain serves in `view`'s record, inclusive: from its pivot
+/// (`pivot`; the record's first key for the first chain) to just below the next pivot (`next`;
+/// the record's last key for the last chain).
+fn chain_range(view: &SlotView, owner: u64, pivot: u64, next: Option<u64>) -> (u64, u64) {
+    let lo = if owner == 0 { view.first_key } else { pivot };
+    let hi = match next {
+        Some(next) if owner + 1 < view.leaves() => next.saturating_sub(1),
+        _ => view.last_key,
+    };
+    (lo, hi)
+}
+
+/// The claim a leaf at chain position `pos` takes when it is written: from its own claim's start
+/// (the chain's start, `range.0`, if no leaf before it claims anything) to just below the next
+/// claiming leaf's start (the chain's end, `range.1`, if none follows). So a leaf that another
+/// left unclaimed (an unlinked synonym, a leaf a retraining dropped) gives its keys to the
+/// claiming leaf before it — no other leaf can claim them: those that leave a chain are
+/// unclaimed first (ARCHITECTURE §4, "Claims").
+fn claim_at(chain: &[(LeafTableEntry, Leaf)], pos: usize, range: (u64, u64)) -> (u64, u64) {
+    let claims = |leaf: &Leaf| leaf.claim();
+    let lo = match chain[..pos].iter().any(|(_, l)| claims(l).is_some()) {
+        false => range.0,
+        true => claims(&chain[pos].1).map_or(range.0, |c| c.0),
+    };
+    let hi = chain[pos + 1..]
+        .iter()
+        .find_map(|(_, l)| claims(l))
+        .map_or(range.1, |(next, _)| next.saturating_sub(1));
+    (lo, hi)
+}
+
+/// What `change` does to a chain (sorted across its leaves) that serves the keys `range`
+/// (inclusive) of its record.
+fn apply(
+    chain: &[(LeafTableEntry, Leaf)],
+    key: u64,
+    change: Change,
+    delta: u64,
+    range: (u64, u64),
+) -> Outcome {
     let found = chain
         .iter()
         .enumerate()
         .find_map(|(pos, (_, leaf))| leaf.get(key).map(|v| (pos, v)));
+    // A rewritten leaf keeps claiming what it claims, grown over keys no leaf claims.
+    let reclaimed = |pos: usize, mut leaf: Leaf| {
+        if leaf.claim().is_some() {
+            let (lo, hi) = claim_at(chain, pos, range);
+            leaf.set_claim(Some((lo, hi)));
+        }
+        leaf
+    };
     match (change, found) {
         (Change::Insert(_), Some(_)) | (Change::Update(_) | Change::Delete, None) => {
             Outcome::Unchanged(false)
@@ -461,7 +530,7 @@ fn apply(chain: &[(LeafTableEntry, Leaf)], key: u64, change: Change, delta: u64)
             Outcome::Rewrite {
                 result: matches!(change, Change::Update(_)),
                 pos,
-                leaf,
+                leaf: reclaimed(pos, leaf),
             }
         }
         (Change::Delete, Some((pos, _))) => {
@@ -473,16 +542,22 @@ fn apply(chain: &[(LeafTableEntry, Leaf)], key: u64, change: Change, delta: u64)
                 Outcome::Rewrite {
                     result: true,
                     pos,
-                    leaf,
+                    leaf: reclaimed(pos, leaf),
                 }
             }
         }
         (Change::Insert(value) | Change::Upsert(value), None) => {
-            // The last non-empty leaf whose smallest key is below `key` (else the first leaf).
+            // The last claiming leaf whose claim starts at or below `key`, else the first claiming
+            // leaf (its claim grows down to the chain's start), else the trained leaf (claiming
+            // the whole chain's range again).
+            let claiming = |(_, (_, leaf)): &(usize, &(LeafTableEntry, Leaf))| leaf.claim();
             let pos = chain
                 .iter()
-                .rposition(|(_, leaf)| leaf.first_key().is_some_and(|f| f < key))
-                .unwrap_or(0);
+                .enumerate()
+                .rfind(|e| claiming(e).is_some_and(|(lo, _)| lo <= key))
+                .or_else(|| chain.iter().enumerate().find(|e| claiming(e).is_some()))
+                .map_or(0, |(pos, _)| pos);
+            let (lo, hi) = claim_at(chain, pos, range);
             let mut leaf = chain[pos].1.clone();
             let entries = leaf.entries_mut();
             let at = entries.partition_point(|e| e.0 < key);
@@ -491,15 +566,28 @@ fn apply(chain: &[(LeafTableEntry, Leaf)], key: u64, change: Change, delta: u64)
                 return Outcome::Rewrite {
                     result: true,
                     pos,
-                    leaf,
+                    leaf: leaf.with_claim(lo, hi),
                 };
             }
             let upper = entries.split_off(entries.len() / 2);
+            let middle = upper[0].0;
+            // Until the split leaf's shrink lands it still claims the upper half, so the new
+            // leaf, which claims it from its first WRITE, must hold the same: the moved keys
+            // only. A new key of the upper half joins it after the shrink (ARCHITECTURE §6).
+            let moved = upper.binary_search_by_key(&key, |e| e.0).is_ok().then(|| {
+                let keys = upper.iter().copied().filter(|e| e.0 != key).collect();
+                Leaf::from_entries(keys)
+                    .unwrap_or_default()
+                    .with_claim(middle, hi)
+            });
             Outcome::Split {
                 result: true,
                 pos,
-                lower: leaf,
-                upper: Leaf::from_entries(upper).unwrap_or_default(),
+                lower: leaf.with_claim(lo, middle - 1),
+                upper: Leaf::from_entries(upper)
+                    .unwrap_or_default()
+                    .with_claim(middle, hi),
+                moved,
             }
         }
     }
@@ -531,6 +619,9 @@ pub(super) enum Outcome {
         pos: usize,
         lower: Leaf,
         upper: Leaf,
+        /// The new leaf's first image when the new key is in the upper half: the upper half
+        /// without it (`upper` is written after the split leaf's shrink).
+        moved: Option<Leaf>,
     },
     /// The synonym leaf at `pos` (> 0) became empty: write it empty and unlink it.
     Unlink { result: bool, pos: usize },
@@ -572,4 +663,102 @@ pub(super) enum Committed {
     Done(bool),
     /// The slot's SLT is full: nothing changed, lock released; wait for retraining.
     SltFull,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(leaves: Vec<Leaf>) -> Vec<(LeafTableEntry, Leaf)> {
+        leaves
+            .into_iter()
+            .enumerate()
+            .map(|(i, leaf)| (LeafTableEntry::new(i as u64).unwrap_or_default(), leaf))
+            .collect()
+    }
+
+    fn full_leaf(keys: impl Iterator<Item = u64>, lo: u64, hi: u64) -> Leaf {
+        Leaf::from_entries(keys.map(|k| (k, k + 1)).collect())
+            .expect("sorted")
+            .with_claim(lo, hi)
+    }
+
+    /// What `leaf` says about `key`: its state if it claims it.
+    fn covered(leaf: &Leaf, key: u64) -> Option<Option<u64>> {
+        leaf.claims(key).then(|| leaf.get(key))
+    }
+
+    /// Every key `leaf` claims has the same state in `other` (which claims it too).
+    fn agree_on_claim(leaf: &Leaf, other: &Leaf) {
+        let (lo, hi) = leaf.claim().expect("claimed");
+        for key in lo..=hi.min(lo + 1_000) {
+            let a = covered(leaf, key);
+            assert!(a.is_some(), "{key}");
+            assert_eq!(a, covered(other, key), "key {key}");
+        }
+    }
+
+    #[test]
+    fn a_split_whose_new_key_goes_up_first_writes_the_new_leaf_as_the_split_leaf_holds_it() {
+        let old = full_leaf((0..16).map(|i| 10 * i), 0, 199);
+        for key in [75u64, 151, 155, 199] {
+            let Outcome::Split {
+                lower,
+                upper,
+                moved,
+                ..
+            } = apply(
+                &chain(vec![old.clone()]),
+                key,
+                Change::Insert(7),
+                16,
+                (0, 199),
+            )
+            else {
+                panic!("no split for {key}");
+            };
+            let (lo, mid) = lower.claim().expect("lower claims");
+            let (m, hi) = upper.claim().expect("upper claims");
+            assert_eq!((lo, mid + 1, hi), (0, m, 199), "key {key}");
+            // The final images: the key is where its claim is.
+            let holder = if key < m { &lower } else { &upper };
+            assert_eq!(covered(holder, key), Some(Some(7)));
+            match moved {
+                // The first image agrees with the split leaf, which still claims the upper half.
+                Some(moved) => {
+                    assert!(key >= m, "key {key} went down, yet a first image");
+                    assert_eq!(moved.claim(), upper.claim());
+                    agree_on_claim(&moved, &old);
+                }
+                None => {
+                    assert!(key < m, "key {key} went up without a first image");
+                    agree_on_claim(&upper, &old);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_rewrite_grows_its_claim_over_keys_no_leaf_claims() {
+        // Leaf 1 (an unlinked synonym's keys, 100..=149) claims nothing; leaf 2 claims 150..
+        let leaves = vec![
+            full_leaf([10u64, 20].into_iter(), 0, 99),
+            Leaf::new(),
+            full_leaf([160u64].into_iter(), 150, 300),
+        ];
+        let Outcome::Rewrite { pos, leaf, .. } =
+            apply(&chain(leaves), 120, Change::Insert(1), 16, (0, 300))
+        else {
+            panic!("no rewrite");
+        };
+        assert_eq!((pos, leaf.claim()), (0, Some((0, 149))));
+        // Nothing claimed before: the first claiming leaf takes the chain's start.
+        let leaves = vec![Leaf::new(), full_leaf([160u64].into_iter(), 150, 300)];
+        let Outcome::Rewrite { pos, leaf, .. } =
+            apply(&chain(leaves), 5, Change::Insert(1), 16, (0, 300))
+        else {
+            panic!("no rewrite");
+        };
+        assert_eq!((pos, leaf.claim()), (1, Some((0, 300))));
+    }
 }

@@ -518,6 +518,7 @@ impl<E: Endpoint> Retrainer<E> {
         let sum = &mut watch.stats.rolled_forward;
         sum.locks_released += done.locks_released;
         sum.splits_completed += done.splits_completed;
+        sum.claims_withdrawn += done.claims_withdrawn;
         sum.leaves_restored += done.leaves_restored;
         sum.damaged_chains += done.damaged_chains;
         sum.leaves_freed += done.leaves_freed;

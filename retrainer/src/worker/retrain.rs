@@ -209,8 +209,20 @@ impl<E: Endpoint> Retrainer<E> {
                 (self.write_built(built)?, true)
             }
         };
-        // Under the freeze the chains are final: their empty leaves, which the new record drops,
-        // and the leaves the old record's freed SLT slots name become free with the swap.
+        // Under the freeze the chains are final. Their empty leaves, which the new record drops,
+        // give up their claims now, before the swap lets writers give their keys to the leaf
+        // before them (ARCHITECTURE §4, "Claims"). Should this retraining stop before its swap,
+        // the old record links them unclaimed, which its writers handle (a leaf that claims
+        // nothing gives its keys to the claiming leaf before it, or is claimed again).
+        let delta = self.layout.delta();
+        for (entry, leaf) in frozen_chains.iter().flatten() {
+            if leaf.is_empty() && leaf.claim().is_some() {
+                let n = entry.leaf_num();
+                let bytes = Leaf::new().encode(n, delta)?;
+                self.ep.write(self.layout.leaf_addr(n), &bytes)?;
+            }
+        }
+        // They and the leaves the old record's freed SLT slots name become free with the swap.
         let freed_leaves = frozen_chains
             .iter()
             .flatten()
@@ -420,7 +432,7 @@ impl<E: Endpoint> Retrainer<E> {
             return Ok(Some(Built { lower, upper: None }));
         };
         let (low, high) = leaves.split_at(cut);
-        let split_key = high[0].1.entries()[0].0;
+        let split_key = claim_start(&high[0].1);
         let lower = self.train_record(old.slot, old.first_key, split_key - 1, low, train_time)?;
         let upper = self.train_record(new_slot, split_key, old.last_key, high, train_time)?;
         Ok(Some(Built {
@@ -452,7 +464,7 @@ impl<E: Endpoint> Retrainer<E> {
         // The upper half's first key must lie strictly inside the slot's range (slot 0's first
         // key is the node's first, so every key of a chain is at least the slot's first key).
         let cut = (leaves.len() / 2..leaves.len()).find(|&i| {
-            let first = leaves[i].1.entries()[0].0;
+            let first = claim_start(&leaves[i].1);
             first > old.first_key && first <= old.last_key
         });
         Ok(cut.map(|cut| (cut, count)))
@@ -468,9 +480,19 @@ impl<E: Endpoint> Retrainer<E> {
         leaves: &[&(LeafTableEntry, Leaf)],
         train_time: &mut Duration,
     ) -> Result<ModelRecord, RetrainError> {
+        // Each leaf after the first is trained from the start of its claim, which becomes its
+        // pivot: the record then routes to it exactly the keys it claims, and the model's
+        // ownership guarantee (learned-model's `LeafModel`) holds for those pivots.
         let keys: Vec<Vec<u64>> = leaves
             .iter()
-            .map(|(_, l)| l.entries().iter().map(|e| e.0).collect())
+            .enumerate()
+            .map(|(i, (_, l))| {
+                let mut keys: Vec<u64> = l.entries().iter().map(|e| e.0).collect();
+                if i > 0 {
+                    keys[0] = claim_start(l);
+                }
+                keys
+            })
             .collect();
         let started = Instant::now();
         let model =
@@ -618,4 +640,11 @@ pub(super) struct Written {
     split: Option<Split>,
     trained_leaves: u64,
     segments: u64,
+}
+
+/// Where a leaf's keys start: its claim's first key (an unclaimed leaf: its first key). `leaf`
+/// must hold a key.
+fn claim_start(leaf: &Leaf) -> u64 {
+    leaf.claim()
+        .map_or_else(|| leaf.first_key().unwrap_or(0), |(lo, _)| lo)
 }

@@ -48,6 +48,9 @@ pub struct RollForward {
     pub locks_released: u64,
     /// Chains where a cut-short split was completed (keys dropped from the split leaf).
     pub splits_completed: u64,
+    /// New leaves of splits cut short before their link whose claims were withdrawn
+    /// (ARCHITECTURE §4, "Claims").
+    pub claims_withdrawn: u64,
     /// Leaves of unlinks cut short after the link-around (named by the client's unlink word,
     /// linked and held nowhere): freed.
     pub unlinks_completed: u64,
@@ -173,10 +176,11 @@ impl<E: Endpoint> Retrainer<E> {
                 done.damaged_chains += 1;
                 continue;
             }
-            if plan.trims.is_empty() {
+            if plan.trims.is_empty() && plan.withdrawals.is_empty() {
                 continue;
             }
-            done.splits_completed += 1;
+            done.splits_completed += u64::from(!plan.trims.is_empty());
+            done.claims_withdrawn += plan.withdrawals.len() as u64;
             // The bump first: readers whose cached tables predate the link refresh before any
             // key leaves a leaf they might read.
             let mut verbs: Vec<Verb<'_>> =
