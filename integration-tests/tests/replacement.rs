@@ -377,6 +377,25 @@ fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
     for t in threads.drain(..2) {
         t.join().expect("writer");
     }
+    // Churn and checks go on until more than ten retrainings have run (a busy machine may give
+    // the worker little time while the writers run): the newest record's generation counts them,
+    // two at most per retraining (a slot split writes two records).
+    let newest_generation = || {
+        let mut ep = transport.endpoint().expect("endpoint");
+        let layout = leaf_store::Layout::attach(&mut ep, node).expect("layout");
+        leaf_store::read_slot_table(&mut ep, &layout)
+            .expect("slot table")
+            .iter()
+            .map(|&(addr, _)| {
+                leaf_store::ModelHeader::from_raw(ep.read_word(addr).expect("header")).generation()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while newest_generation() <= 20 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     done.store(true, Ordering::Release);
     for t in threads {
         t.join().expect("churn");
@@ -483,4 +502,85 @@ fn a_split_cutting_below_the_first_pivot_loses_no_key_to_a_scan() {
         let report = verify(&mut transport.endpoint().expect("endpoint"), node).expect("verify");
         assert!(report.is_clean(), "crash after {crash_after}: {report}");
     }
+}
+
+/// A retraining takes the claims of the empty leaves it drops, under its freeze (ARCHITECTURE §4,
+/// "Claims"). With leaves longer than a packet, a worker cut inside one of those WRITEs leaves
+/// the leaf torn in a chain of the record it was replacing. The next worker rolls the retraining
+/// back and mends the leaf (empty, unclaimed): writers of its chain go on, a reader on another
+/// `Store` finds every key, and `verify` is clean — at every cut.
+#[test]
+fn a_worker_cut_inside_taking_a_claim_away_leaves_no_torn_leaf_behind() {
+    let keys: Vec<u64> = (0..400).map(|i| i * 10).collect();
+    let sim = SimConfig {
+        packet_bytes: 16,
+        ..SimConfig::default()
+    };
+    // Slot 1 holds keys 80 ..= 150; its first trained leaf (80 ..= 110) is emptied.
+    let prepare = || {
+        let (transport, _) = fixtures::load(&keys, 64, &tiny(), sim);
+        let mut oracle: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
+        let mut writer = client(&transport, StoreConfig::default());
+        for k in (80..120).step_by(10) {
+            assert!(writer.delete(k).expect("delete"));
+            oracle.remove(&k);
+        }
+        (transport, oracle)
+    };
+    let total = {
+        let (transport, _) = prepare();
+        let node = transport.memory_nodes()[0];
+        let mut worker =
+            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let before = worker.endpoint_mut().stats().verbs();
+        let report = worker.retrain_slot(1).expect("retrain").expect("report");
+        assert!(
+            report.trained_after < report.trained_before,
+            "the empty leaf is dropped"
+        );
+        worker.endpoint_mut().stats().verbs() - before
+    };
+    let mut mended = 0;
+    for cut in 0..total {
+        let (transport, mut oracle) = prepare();
+        let node = transport.memory_nodes()[0];
+        let mut worker =
+            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        worker.endpoint_mut().tear_after(cut, 1);
+        assert!(
+            worker.retrain_slot(1).is_err(),
+            "cut at verb {cut} of {total}"
+        );
+        drop(worker);
+        let next =
+            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        mended += next.recovery().mended_leaves;
+        let mut writer = client(
+            &transport,
+            StoreConfig {
+                wait_limit: Duration::from_millis(500),
+                ..StoreConfig::default()
+            },
+        );
+        for k in [85, 95, 105] {
+            assert_eq!(
+                writer.insert(k, k),
+                Ok(true),
+                "cut at verb {cut}: insert {k}"
+            );
+            oracle.insert(k, k);
+        }
+        let mut reader = client(&transport, StoreConfig::default());
+        assert_eq!(
+            reader.scan(0, usize::MAX).expect("scan"),
+            expected_scan(&oracle, 0, usize::MAX),
+            "cut at verb {cut}"
+        );
+        let report = verify(&mut transport.endpoint().expect("endpoint"), node).expect("verify");
+        assert!(report.is_clean(), "cut at verb {cut}: {report}");
+    }
+    assert!(
+        mended > 0,
+        "no cut fell inside a WRITE that took a claim away"
+    );
 }

@@ -13,11 +13,12 @@ use std::time::Duration;
 use index_core::IndexError;
 use integration_tests::write_scenarios::{
     OTHER_LEAF_KEY, Op, Prepared, SCENARIOS, TARGET_LEAF, TARGET_SLOT, apply, other_client,
-    prepare, problems, verbs_of,
+    prepare, prepare_with, problems, verbs_of,
 };
 use leaf_store::Problem;
 use rdma_transport::{Transport, TransportError};
 use retrainer::{RetrainConfig, RetrainError, Retrainer};
+use sim_transport::{Reordering, SimConfig};
 
 #[test]
 fn a_transient_fault_at_any_verb_of_a_write_leaves_no_lock_and_a_retry_succeeds() {
@@ -210,5 +211,56 @@ fn a_lost_completion_after_the_lock_cas_is_reported_as_a_lock_that_may_remain() 
             "{}",
             scenario.name
         );
+    }
+}
+
+#[test]
+fn a_split_batch_repeated_after_a_fault_never_takes_a_key_it_showed_out_again() {
+    // The splitting insert's key falls in the upper half: the new leaf is written first without
+    // it (it agrees with the split leaf, which still claims those keys), and with it after the
+    // shrink. A transient fault anywhere in the batch, then a crash anywhere in the repetition
+    // that follows: a key the first attempt made visible must stay visible — to a reader on
+    // another compute node, before any recovery. Repeating the whole batch rewrote the first
+    // image after the second, and a crash right after left the key out for good.
+    let scenario = SCENARIOS[3];
+    let Op::Insert(key) = scenario.op else {
+        panic!("the splitting scenario inserts");
+    };
+    let total = verbs_of(scenario);
+    for (sim, mode) in [
+        (SimConfig::default(), "in order"),
+        (
+            SimConfig {
+                reordering: Reordering::Adversarial,
+                ..SimConfig::default()
+            },
+            "reordered",
+        ),
+    ] {
+        let visible_after = |fault: u64, crash: u64| {
+            let mut p = prepare_with(scenario, sim);
+            p.client.endpoint_mut().fail_after(fault);
+            p.client.endpoint_mut().crash_after(crash);
+            // The write fails or reports a lock that may remain: either way, look.
+            let _ = apply(&mut p.client, scenario.op);
+            let mut reader = other_client(&p.transport, Duration::from_millis(100));
+            reader.get(key).expect("get")
+        };
+        let mut shown = 0;
+        for fault in 0..total {
+            // A crash at the faulted verb itself: what the first attempt left.
+            if visible_after(fault, fault).is_none() {
+                continue;
+            }
+            shown += 1;
+            for later in 1..=total {
+                assert_eq!(
+                    visible_after(fault, fault + later),
+                    Some(key),
+                    "{mode}: fault at verb {fault}, crash {later} verbs later: the key came and went"
+                );
+            }
+        }
+        assert!(shown > 0, "{mode}: no fault left the key visible");
     }
 }

@@ -3,12 +3,13 @@
 //!
 //! **Invariant (ARCHITECTURE §4, "Claims").** A leaf whose bytes validate as its own number and
 //! that *claims* a key `k` (`lo ≤ k ≤ hi`) holds the current state of `k`: `k` is in the store with
-//! value `v` exactly when `(k, v)` is in that leaf. Writers keep it by claiming a range only in a
-//! leaf linked into its chain (a split writes the new leaf's claim before the link, and recovery
-//! withdraws the claim of a new leaf a stopped split never linked), by shrinking a split leaf's
-//! claim in the WRITE that drops the moved keys, and by withdrawing the claim of every leaf that
-//! leaves a chain (an unlinked or retrained-away empty leaf) before any other leaf may take its
-//! keys. A leaf that claims nothing is *unclaimed*.
+//! value `v` exactly when `(k, v)` is in that leaf. Writers keep it under the chain's lock: a leaf
+//! not (yet) linked claims keys only while it holds what the linked leaf claiming them holds (a
+//! split's new leaf, first written with the moved keys only, until its link — or until recovery
+//! withdraws the claim of a new leaf a stopped split never linked); a split leaf's claim shrinks in
+//! the WRITE that drops the moved keys; and every leaf that leaves a chain (an unlinked or
+//! retrained-away empty leaf) gives its claim up before any other leaf may take its keys. A leaf
+//! that claims nothing is *unclaimed*.
 
 use crate::{LeafStoreError, le_word};
 

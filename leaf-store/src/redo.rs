@@ -201,6 +201,7 @@ pub fn plan_repair<E: rdma_transport::Endpoint>(
     images: &BoxImages,
 ) -> Result<ChainRepair, LeafStoreError> {
     let Ok(entries) = record.chain_entries(leaf) else {
+        // Nothing withdrawn either: which leaves are unlinked is not known.
         return Ok(ChainRepair {
             damaged: true,
             ..ChainRepair::default()
@@ -245,6 +246,8 @@ pub fn plan_repair<E: rdma_transport::Endpoint>(
             None => repair.damaged = true,
         }
     }
+    // Damaged or not, a claim an unfinished split left is withdrawn.
+    repair.withdrawals = withdrawals(ep, layout, record, leaf)?;
     if repair.damaged {
         // Released as it is (`verify` reports the leaf); nothing restored or trimmed, every
         // image invalidated.
@@ -254,11 +257,24 @@ pub fn plan_repair<E: rdma_transport::Endpoint>(
     for (n, contents) in trim_chain(&chain)? {
         repair.trims.push((n, contents.encode(n, delta)?));
     }
-    // A split stopped before its link leaves its new leaf claiming keys of this chain that the
-    // split leaf still holds and that change once the lock is released: withdraw the claim (the
-    // SLT entry, written before the leaf, names it; a live writer's new leaf claims keys of its
-    // own chain, never of this one, which we hold).
+    Ok(repair)
+}
+
+/// A split stopped before its link leaves its new leaf claiming keys of trained leaf `leaf`'s
+/// chain that the split leaf still holds and that change once the lock is released: the images
+/// of such leaves without their claims (the SLT entry, written before the leaf, names it; a live
+/// writer's new leaf claims keys of its own chain, never of this one, whose lock the caller
+/// holds).
+fn withdrawals<E: rdma_transport::Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    record: &ModelRecord,
+    leaf: usize,
+) -> Result<Vec<(u64, Vec<u8>)>, LeafStoreError> {
+    let delta = layout.delta();
+    let mut bytes = vec![0u8; layout.leaf_bytes() as usize];
     let (lo, hi) = record.chain_range(leaf);
+    let mut withdrawn = Vec::new();
     for n in record.unlinked_synonyms() {
         if n >= layout.leaf_capacity() {
             continue;
@@ -269,8 +285,8 @@ pub fn plan_repair<E: rdma_transport::Endpoint>(
         };
         if stray.claim().is_some_and(|(a, b)| a <= hi && lo <= b) {
             stray.set_claim(None);
-            repair.withdrawals.push((n, stray.encode(n, delta)?));
+            withdrawn.push((n, stray.encode(n, delta)?));
         }
     }
-    Ok(repair)
+    Ok(withdrawn)
 }

@@ -7,10 +7,16 @@
 //! * **Before anything is written** (the lock batch, reading under the lock, encoding): release the
 //!   lock and report the error.
 //! * **The batch that ends a write** (leaf WRITEs, a structural change, the unlock) may have
-//!   executed a prefix. Every verb in it can be repeated: WRITEs carry the same bytes, a link CAS
-//!   already applied shows its desired value, a second header bump only makes readers refresh once
-//!   more. So it is run again, unlock included, a few times: the write then completes and the
-//!   operation succeeds.
+//!   executed a prefix. It is run again, unlock included, a few times: the write then completes
+//!   and the operation succeeds. Every verb before a structural change's header bump can be
+//!   repeated as long as the bump has not executed (nothing fenced behind it has, then): WRITEs
+//!   carry the bytes they carried, a link CAS already applied shows its desired value. Once the
+//!   bump has executed (its `old` field says so), the repeat starts *after* it: a split whose new
+//!   key falls in the upper half writes the new leaf twice — without the key before the shrink,
+//!   with it after — and repeating the first image after the second would take the key out again
+//!   while the leaf claims it (ARCHITECTURE §4, "Claims"). After a broken endpoint, which cannot
+//!   say whether the bump executed, such a batch is not repeated: the lock is reported as possibly
+//!   held, and its recovery finishes the split.
 //! * If releasing (or the repeated batch) fails too, the transport is gone (a dead compute node):
 //!   the error is [`IndexError::LockMayRemain`], naming the leaf. Nothing else of the slot is held.
 //!
@@ -33,6 +39,10 @@ pub(super) type Verbs<'a> = smallvec::SmallVec<[Verb<'a>; 12]>;
 /// How many times a failed batch that ends a write is run again before the lock is reported as
 /// possibly held.
 const REDO_ATTEMPTS: u32 = 3;
+
+/// The `old` an atomic of a write keeps if it did not execute: neither the leaf allocation
+/// counter nor a header word can hold it.
+pub(super) const NOT_EXECUTED: u64 = u64::MAX;
 
 /// `verb` (a CAS or FAA) with its `old` field preset to `sentinel`, so that after a failed batch
 /// an unchanged field means "not executed".
@@ -111,14 +121,25 @@ impl<E: Endpoint> Client<E> {
     /// If the batch fails, it is built again with the unlock and run again (see the module
     /// documentation for why every verb may be repeated); after [`REDO_ATTEMPTS`] failures the
     /// error is [`IndexError::LockMayRemain`].
+    ///
+    /// `bump_at` is the index of a structural change's header bump (an FAA built
+    /// [`unexecuted`] with `NOT_EXECUTED`): once it has executed, `build(unlock, true)` makes the
+    /// verbs after it only.
     pub(super) fn run_ending_batch<'b>(
         &mut self,
         lock: LockRef,
-        build: impl Fn(bool) -> Verbs<'b>,
+        build: impl Fn(bool, bool) -> Verbs<'b>,
         unlock: bool,
         link_at: Option<usize>,
+        bump_at: Option<usize>,
     ) -> Result<bool, IndexError> {
-        let mut verbs = build(unlock);
+        let bumped = |verbs: &Verbs<'_>| {
+            bump_at
+                .and_then(|at| verbs.get(at))
+                .and_then(Verb::old_value)
+                .is_some_and(|old| old != NOT_EXECUTED)
+        };
+        let mut verbs = build(unlock, false);
         let first = match self.ep.batches(&mut verbs) {
             Ok(()) => {
                 check_link(&verbs, link_at, false)?;
@@ -127,19 +148,39 @@ impl<E: Endpoint> Client<E> {
                 }
                 return Ok(unlock);
             }
-            Err(e) => IndexError::from(e),
+            Err(e) => e,
         };
+        let mut resume = bumped(&verbs);
         drop(verbs);
+        let first = IndexError::from(first);
+        if bump_at.is_some()
+            && !resume
+            && matches!(first, IndexError::Transport(TransportError::Broken(_)))
+        {
+            // Whether the bump (and what follows it) executed is unknown.
+            return Err(may_remain(lock, first.clone(), first));
+        }
         let mut last = first.clone();
         for _ in 0..REDO_ATTEMPTS {
-            let mut verbs = build(true);
+            let mut verbs = build(true, resume);
             match self.ep.batches(&mut verbs) {
                 Ok(()) => {
-                    check_link(&verbs, link_at, true)?;
+                    if !resume {
+                        check_link(&verbs, link_at, true)?;
+                    }
                     check_unlocked(&verbs)?;
                     return Ok(true);
                 }
-                Err(e) => last = IndexError::from(e),
+                Err(e) => {
+                    resume |= bumped(&verbs);
+                    last = IndexError::from(e);
+                    if !resume
+                        && bump_at.is_some()
+                        && matches!(last, IndexError::Transport(TransportError::Broken(_)))
+                    {
+                        break;
+                    }
+                }
             }
         }
         Err(may_remain(lock, first, last))

@@ -9,12 +9,8 @@ use crate::IndexError;
 use crate::locks::HeldLock;
 use crate::store::NodeCache;
 
-use super::release;
+use super::release::{self, NOT_EXECUTED};
 use super::*;
-
-/// The `old` an atomic of a split's claim batch keeps if it did not execute: neither the leaf
-/// allocation counter nor a header word can hold it.
-const NOT_EXECUTED: u64 = u64::MAX;
 
 impl<E: Endpoint> Client<E> {
     /// A structural change in one batch, in this order: `writes` (new or emptied leaves, SLT
@@ -60,22 +56,25 @@ impl<E: Endpoint> Client<E> {
                 .sum::<usize>()
                 + value.prefix_len()
         });
-        let build = |unlock: bool| {
+        let build = |unlock: bool, after_bump: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();
-            value.prefix(&mut verbs);
-            for (at, bytes, in_place) in &writes {
-                let redo = redo.filter(|_| *in_place);
-                leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
+            if !after_bump {
+                value.prefix(&mut verbs);
+                for (at, bytes, in_place) in &writes {
+                    let redo = redo.filter(|_| *in_place);
+                    leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
+                }
+                if let Some(new) = lt_change {
+                    verbs.push(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
+                }
+                // Fenced behind the link CAS: were the slot marked freed while the LT entry still
+                // pointed at it, a batch cut off there would leave a chain no reader can follow.
+                if let Some((at, bytes)) = &freed {
+                    verbs.push(Verb::write(*at, bytes).fenced());
+                }
+                let bump = Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced();
+                verbs.push(release::unexecuted(bump, NOT_EXECUTED));
             }
-            if let Some(new) = lt_change {
-                verbs.push(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
-            }
-            // Fenced behind the link CAS: were the slot marked freed while the LT entry still
-            // pointed at it, a batch cut off there would leave a chain no reader can follow.
-            if let Some((at, bytes)) = &freed {
-                verbs.push(Verb::write(*at, bytes).fenced());
-            }
-            verbs.push(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
             // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
             // executes, and a reader could see the shrunk leaf under the old header.
             for (at, bytes) in &late_writes {
@@ -90,7 +89,8 @@ impl<E: Endpoint> Client<E> {
             }
             verbs
         };
-        let ran = self.run_ending_batch(lock, build, !hand_over, link_at);
+        let bump_at = build(true, false).len() - build(true, true).len() - 1;
+        let ran = self.run_ending_batch(lock, build, !hand_over, link_at, Some(bump_at));
         self.value_io = value;
         self.value_io.sent |= carries;
         self.value_io.linked |= carries && ran.is_ok();
@@ -436,14 +436,15 @@ impl<E: Endpoint> Client<E> {
         let lock = locked.lock_ref();
         let at = offset(locked.record, locked.layout.slt_entry(slt_slot));
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
-        let build = |unlock: bool| {
+        let build = |unlock: bool, _after_bump: bool| {
             let mut verbs: release::Verbs<'_> = smallvec::smallvec![Verb::write(at, &freed)];
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }
             verbs
         };
-        self.run_ending_batch(lock, build, true, None).map(|_| ())
+        self.run_ending_batch(lock, build, true, None, None)
+            .map(|_| ())
     }
 
     /// Gives back an SLT claim past the last slot (best effort: a count left above 255 only

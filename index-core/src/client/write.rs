@@ -441,7 +441,7 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
         let value = std::mem::take(&mut self.value_io);
-        let build = |unlock: bool| {
+        let build = |unlock: bool, _after_bump: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();
             value.prefix(&mut verbs);
             for (at, bytes) in &writes {
@@ -454,7 +454,7 @@ impl<E: Endpoint> Client<E> {
             verbs
         };
         let carries = value.carries_block();
-        let ran = self.run_ending_batch(lock, build, !hand_over, None);
+        let ran = self.run_ending_batch(lock, build, !hand_over, None, None);
         self.value_io = value;
         self.value_io.sent |= carries;
         self.value_io.linked |= carries && ran.is_ok();

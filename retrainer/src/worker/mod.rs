@@ -313,6 +313,9 @@ pub struct Recovery {
     /// The new slot of a split that was published but not finished (the split slot may still
     /// have named the old record): finished from the ring's journal.
     pub finished_split: Option<u64>,
+    /// Leaves of the unfrozen slot that its retraining tore while taking their claims away
+    /// (empty leaves the new record would have dropped): written empty and unclaimed again.
+    pub mended_leaves: u64,
 }
 
 type Chains = Vec<Vec<(LeafTableEntry, Leaf)>>;

@@ -138,6 +138,7 @@ impl<E: Endpoint> Retrainer<E> {
             if split.is_some() {
                 self.ep.write_word(self.ring.split_slot(), 0)?;
             }
+            self.mend_torn_unclaims(old_addr, &old)?;
             self.clear_flag(old_addr, ModelHeader::new(0).locked().retired().raw())?;
             Settled::RolledBack(slot)
         } else {
@@ -158,6 +159,77 @@ impl<E: Endpoint> Retrainer<E> {
         };
         self.ep.write_word(self.ring.in_flight(), 0)?;
         Ok(Some(settled))
+    }
+
+    /// Before a rolled-back retraining lifts its freeze: rewrites as an empty, unclaimed leaf
+    /// every torn leaf of `old`'s chains that can only be one of the retraining's own WRITEs
+    /// taking an empty leaf's claim away (ARCHITECTURE §4, "Claims"): a worker cut inside one
+    /// leaves the leaf torn, and every writer of its chain, and every later snapshot, stuck on it.
+    /// Such a tear mixes two images of an empty leaf, so only its head (count, claim) can differ
+    /// from an empty leaf's: a leaf whose slots hold anything is left alone (a compute node's
+    /// leaf torn with no image to restore it, which `verify` reports). Only while the record is
+    /// still frozen (nothing else writes its leaves then: writers that lock see the freeze and
+    /// let go, after a moment this waits out), so never under a live writer's WRITE.
+    fn mend_torn_unclaims(
+        &mut self,
+        old_addr: RemoteAddr,
+        old: &ModelRecord,
+    ) -> Result<(), RetrainError> {
+        if !ModelHeader::from_raw(self.ep.read_word(old_addr)?).is_locked() {
+            return Ok(());
+        }
+        let delta = self.layout.delta();
+        let leaf_bytes = self.layout.leaf_bytes() as usize;
+        let head = leaf_bytes - 16 * delta as usize;
+        let mut bytes = vec![0u8; leaf_bytes];
+        for leaf in 0..old.lt.len() {
+            let Ok(entries) = old.chain_entries(leaf) else {
+                continue;
+            };
+            for entry in entries {
+                let n = entry.leaf_num();
+                if n >= self.layout.leaf_capacity() {
+                    continue;
+                }
+                let at = self.layout.leaf_addr(n);
+                self.ep.read(at, &mut bytes)?;
+                let torn_empty = |bytes: &[u8]| {
+                    matches!(Leaf::decode(n, bytes), Err(LeafStoreError::TornLeaf { .. }))
+                        && bytes[head..].iter().all(|&b| b == 0)
+                };
+                if !torn_empty(&bytes) || !self.lock_lets_go(old_addr, old, leaf)? {
+                    continue;
+                }
+                self.ep.read(at, &mut bytes)?;
+                if torn_empty(&bytes) {
+                    let empty = Leaf::new().encode(n, delta)?;
+                    self.ep.write(at, &empty)?;
+                    self.recovery.mended_leaves += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether trained leaf `leaf`'s LT entry in frozen record `old` is (or, within 50 ms,
+    /// becomes) unlocked: a writer that locks a frozen record's leaf sees the freeze and lets
+    /// go at once; one that does not is a dead compute node's, whose recovery restores its leaf.
+    fn lock_lets_go(
+        &mut self,
+        old_addr: RemoteAddr,
+        old: &ModelRecord,
+        leaf: usize,
+    ) -> Result<bool, RetrainError> {
+        let at = old_addr
+            .checked_add(old.layout().lt_entry(leaf as u64))
+            .unwrap_or(old_addr);
+        for _ in 0..50 {
+            if !LeafTableEntry::from_raw(self.ep.read_word(at)?).is_locked() {
+                return Ok(true);
+            }
+            crate::sync::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(false)
     }
 
     /// The split the ring's journal names, its new slot's record checked, and the split slot's

@@ -11,7 +11,7 @@
 //! |-------------------------------------------------------------|-----------------------------------------------------|-----------------------------------------|
 //! | before or after a leaf rewrite (insert, update, delete)     | the leaf old or new, whole (a packet lands whole)    | unlock                                  |
 //! | inside the in-place WRITE of a leaf longer than one packet  | the leaf torn; its new image whole in a redo leaf    | restore it from that image; unlock      |
-//! | in a split, before the link (leaf claimed, new leaf written) | the chain as before; the new leaf unlinked           | unlock; the slot is retrained           |
+//! | in a split, before the link (leaf claimed, new leaf written) | the chain as before; the new leaf unlinked, claiming | withdraw its claim; unlock; retrained   |
 //! | in a split, after the link, before the shrink               | the split leaf still holding the keys the new one has | drop them from the split leaf; unlock   |
 //! | in an unlink, after emptying the leaf, before the link-around | an empty synonym leaf in the chain                | unlock (an empty synonym is legal)      |
 //! | in an unlink, after the link-around, before marking it freed | the chain without it; its SLT slot unlinked         | unlock; the slot is retrained           |
@@ -173,7 +173,17 @@ impl<E: Endpoint> Retrainer<E> {
         let redo = needs_redo(&self.layout, self.ep.packet_bytes());
         for (lock, plan) in held.iter().zip(&plans) {
             if plan.damaged {
+                // Released as it is; only a claim an unfinished split left is withdrawn.
                 done.damaged_chains += 1;
+                done.claims_withdrawn += plan.withdrawals.len() as u64;
+                let mut verbs: Vec<Verb<'_>> = plan
+                    .withdrawals
+                    .iter()
+                    .map(|(leaf, image)| Verb::write(self.layout.leaf_addr(*leaf), image).fenced())
+                    .collect();
+                if !verbs.is_empty() {
+                    self.ep.batches(&mut verbs)?;
+                }
                 continue;
             }
             if plan.trims.is_empty() && plan.withdrawals.is_empty() {
