@@ -14,12 +14,27 @@ pub enum CacheMode {
     Lean,
 }
 
+/// Loom builds only: what a GET trusts in the leaves it reads without the header word (the wrong
+/// variant exists so that a loom model can show it is caught).
+#[cfg(loom)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GetsTrust {
+    /// A leaf that claims the key (ARCHITECTURE §4, "Claims"); otherwise the validated read.
+    #[default]
+    Claims,
+    /// Wrong: whatever the leaves hold, claimed or not (a stale chain misses moved keys).
+    AnyLeaf,
+    /// No first READ: the validated read (leaves and header word) alone — the read a GET falls
+    /// back to, whose ordering against a split's steps models of the fences examine directly.
+    HeaderOnly,
+}
+
 /// The order of a split's steps (loom builds only: the wrong orders exist so that a loom model can
 /// show they are caught).
 #[cfg(loom)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SplitOrder {
-    /// New leaf, its SLT entry and the link; header bump; shrink the split leaf; unlock.
+    /// SLT entry, new leaf and the link; header bump; shrink the split leaf; unlock.
     #[default]
     Safe,
     /// The reference design's order (`docs/ARCHITECTURE.md` §6, "Splits"): new leaf and SLT
@@ -68,6 +83,10 @@ pub struct StoreConfig {
     /// (always, outside loom builds; loom models switch it off to show the fence is needed).
     #[cfg(loom)]
     pub fence_shrink: bool,
+    /// Loom builds only: how a GET's first READ of the leaves alone is trusted (always by claims,
+    /// outside loom builds; loom models switch to trusting any leaf to show claims are needed).
+    #[cfg(loom)]
+    pub gets_trust: GetsTrust,
     /// Loom builds only: whether a reader that confirms a retired record also checks that no
     /// slot was published beyond its directory (always, outside loom builds; loom models switch
     /// it off to show a slot split needs it).
@@ -93,6 +112,8 @@ impl Default for StoreConfig {
             fence_shrink: true,
             #[cfg(loom)]
             confirm_slot_count: true,
+            #[cfg(loom)]
+            gets_trust: GetsTrust::Claims,
         }
     }
 }

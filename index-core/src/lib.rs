@@ -4,8 +4,10 @@
 //! memory nodes' superblocks — and gives each thread a [`Client`]. Every request is served with
 //! one-sided verbs through cached, possibly stale models; no memory-node CPU is involved:
 //!
-//! * `get` — one round trip with a fresh cache: the owner's chain (or the predicted range, in
-//!   [`CacheMode::Lean`]) and the record's header word, in one batch;
+//! * `get` — one round trip: a READ of the owner's chain (or the predicted range, in
+//!   [`CacheMode::Lean`]), answered by the leaf that claims the key, even through a stale cache;
+//!   when no leaf read claims it, a second round trip reads the chain with the record's header
+//!   word and refreshes a stale cache;
 //! * `insert`, `update`, `delete`, `upsert` — lock the owner's LT entry by CAS with the chain
 //!   re-read behind it in the same batch, then write and unlock: two round trips, three when a
 //!   leaf splits into a new synonym leaf;
@@ -118,9 +120,9 @@ mod view;
 
 pub use bootstrap::{bootstrap, bootstrap_values, bootstrap_with_progress, partition};
 pub use client::Client;
-#[cfg(loom)]
-pub use config::SplitOrder;
 pub use config::{CacheMode, StoreConfig};
+#[cfg(loom)]
+pub use config::{GetsTrust, SplitOrder};
 pub use error::IndexError;
 pub use stats::{OpCounters, OpKind, OpStats};
 pub use store::Store;

@@ -2,7 +2,10 @@
 //! that key from a compute node with its own (soon stale) cache. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p index-core --release --test loom_split`.
 //!
-//! The GET must always find the key. Two wrong split orders must be caught: the reference
+//! The GET must always find the key. Its first READ, of the cached chain's leaves alone, trusts
+//! only a leaf that claims the key (ARCHITECTURE §4, "Claims"): a GET that trusts whatever its
+//! stale chain holds — the split leaf, shrunk, no longer holds the key — must be caught. Two
+//! wrong split orders must be caught too: the reference
 //! design's (`docs/ARCHITECTURE.md` §6, "Splits": bump the header, shrink the split leaf, then
 //! link and unlock in one CAS — a reader that refreshes between
 //! the bump and the link caches the new header without the link) and shrinking first. The same
@@ -12,7 +15,7 @@
 
 #![cfg(loom)]
 
-use index_core::{SplitOrder, Store, StoreConfig, bootstrap};
+use index_core::{GetsTrust, SplitOrder, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use sim_transport::SimTransport;
 use sim_transport::{Reordering, SimConfig};
@@ -22,6 +25,18 @@ fn scenario(order: SplitOrder) {
 }
 
 fn scenario_in(order: SplitOrder, reordering: Reordering, fence_shrink: bool) {
+    scenario_trusting(order, reordering, fence_shrink, GetsTrust::Claims);
+    // The validated read alone, as a GET falls back to it (and SCANs read): a reader whose cache
+    // another thread refreshed between the split's slot claim and its link.
+    scenario_trusting(order, reordering, fence_shrink, GetsTrust::HeaderOnly);
+}
+
+fn scenario_trusting(
+    order: SplitOrder,
+    reordering: Reordering,
+    fence_shrink: bool,
+    gets_trust: GetsTrust,
+) {
     // The single-threaded setup (bulk load, two stores attaching) alone makes hundreds of word
     // accesses, each a loom branch point: raise the per-execution budget.
     let mut builder = loom::model::Builder::new();
@@ -55,6 +70,7 @@ fn scenario_in(order: SplitOrder, reordering: Reordering, fence_shrink: bool) {
         let config = StoreConfig {
             split_order: order,
             fence_shrink,
+            gets_trust,
             ..StoreConfig::default()
         };
         let writer_store = Store::open(transport.clone(), config.clone()).expect("open");
@@ -70,7 +86,11 @@ fn scenario_in(order: SplitOrder, reordering: Reordering, fence_shrink: bool) {
             "GET missed a key while it moved"
         );
         writer.join().expect("writer");
-        assert_eq!(reader.get(15).expect("get"), Some(15));
+        assert_eq!(
+            reader.get(15).expect("get"),
+            Some(15),
+            "GET missed the inserted key after the split"
+        );
         assert_eq!(
             reader.get(20).expect("get"),
             Some(20),
@@ -111,5 +131,20 @@ fn loom_catches_an_unfenced_shrink_under_infiniband_reordering() {
     sim_transport::loom_support::assert_caught(
         || scenario_in(SplitOrder::Safe, Reordering::Adversarial, false),
         "GET missed a key while it moved",
+    );
+}
+
+#[test]
+fn loom_catches_a_get_that_trusts_leaves_that_do_not_claim_the_key() {
+    sim_transport::loom_support::assert_caught(
+        || {
+            scenario_trusting(
+                SplitOrder::Safe,
+                Reordering::InOrder,
+                true,
+                GetsTrust::AnyLeaf,
+            )
+        },
+        "GET missed",
     );
 }

@@ -2,6 +2,11 @@
 //! with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p integration-tests --release --test loom_retrain`
 //! (about 3,600 executions).
 //!
+//! The readers' GETs first trust leaves that claim the key (ARCHITECTURE §4, "Claims") and fall
+//! back to the validated read when the key moved out of their stale chain; the models that must
+//! pass also run with the validated read alone (`GetsTrust::HeaderOnly`), the broken variants
+//! are caught through the fallback.
+//!
 //! Every key must survive the swap. A retrainer that swaps in the record it pre-built, without
 //! carrying over the leaves created between its snapshot and the freeze, must be caught.
 //!
@@ -21,7 +26,7 @@
 
 #![cfg(loom)]
 
-use index_core::{Store, StoreConfig, bootstrap};
+use index_core::{GetsTrust, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
@@ -98,7 +103,7 @@ fn loom_catches_a_swap_without_carry_over() {
     sim_transport::loom_support::assert_caught(|| scenario(false), "lost");
 }
 
-fn three_caches(retire_first: bool, confirm_retired: bool) {
+fn three_caches(retire_first: bool, confirm_retired: bool, gets_trust: GetsTrust) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 500_000;
     builder.check(move || {
@@ -113,6 +118,7 @@ fn three_caches(retire_first: bool, confirm_retired: bool) {
         // The reader's cache holds the record that is about to be replaced.
         let reader_config = StoreConfig {
             confirm_retired,
+            gets_trust,
             ..StoreConfig::default()
         };
         let reader_store = Store::open(transport.clone(), reader_config).expect("open");
@@ -158,17 +164,24 @@ fn three_caches(retire_first: bool, confirm_retired: bool) {
 
 #[test]
 fn a_stale_reader_racing_retire_swap_and_a_split_through_the_new_record_misses_nothing() {
-    three_caches(true, true);
+    three_caches(true, true, GetsTrust::Claims);
+    three_caches(true, true, GetsTrust::HeaderOnly);
 }
 
 #[test]
 fn loom_catches_swap_before_retire() {
-    sim_transport::loom_support::assert_caught(|| three_caches(false, true), "misses");
+    sim_transport::loom_support::assert_caught(
+        || three_caches(false, true, GetsTrust::Claims),
+        "misses",
+    );
 }
 
 #[test]
 fn loom_catches_a_reader_that_trusts_a_retired_record() {
-    sim_transport::loom_support::assert_caught(|| three_caches(true, false), "misses");
+    sim_transport::loom_support::assert_caught(
+        || three_caches(true, false, GetsTrust::Claims),
+        "misses",
+    );
 }
 
 /// `one_slot_pool` with room in the slot table (and ring) for the slot a split publishes.
@@ -178,7 +191,7 @@ fn splittable_pool() -> (SimTransport, leaf_store::Layout) {
     (transport, layout)
 }
 
-fn slot_split(confirm_slot_count: bool) {
+fn slot_split(confirm_slot_count: bool, gets_trust: GetsTrust) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 500_000;
     builder.check(move || {
@@ -194,6 +207,7 @@ fn slot_split(confirm_slot_count: bool) {
             .expect("retrainer");
         let reader_config = StoreConfig {
             confirm_slot_count,
+            gets_trust,
             ..StoreConfig::default()
         };
         // Its directory knows slot 0 only, and its cache holds the record being split.
@@ -237,10 +251,11 @@ fn slot_split(confirm_slot_count: bool) {
 
 #[test]
 fn a_stale_directory_racing_a_slot_split_and_a_leaf_split_through_the_new_slot_misses_nothing() {
-    slot_split(true);
+    slot_split(true, GetsTrust::Claims);
+    slot_split(true, GetsTrust::HeaderOnly);
 }
 
 #[test]
 fn loom_catches_a_reader_that_ignores_a_published_slot() {
-    sim_transport::loom_support::assert_caught(|| slot_split(false), "misses");
+    sim_transport::loom_support::assert_caught(|| slot_split(false, GetsTrust::Claims), "misses");
 }

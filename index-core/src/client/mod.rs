@@ -43,6 +43,8 @@ pub struct Client<E: Endpoint> {
     /// Times a key routed past its record's last key made this client read the slot directory
     /// again (slots split by retraining).
     directory_reloads: u64,
+    /// GETs whose first READ found no leaf claiming the key (see [`Client::claim_misses`]).
+    claim_misses: u64,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
     /// The client's connection index in its store's memberships.
@@ -216,6 +218,7 @@ impl<E: Endpoint> Client<E> {
             boxes: vec![LeafBox::default(); nodes],
             enqueue_failures: 0,
             directory_reloads: 0,
+            claim_misses: 0,
             retired_stats: Stats::default(),
             connection_index,
             registered,
@@ -327,6 +330,13 @@ impl<E: Endpoint> Client<E> {
     /// slot had been split) and read the slot table again.
     pub fn directory_reloads(&self) -> u64 {
         self.directory_reloads
+    }
+
+    /// GETs (byte-value GETs included) whose first READ, of the cached chain's leaves alone,
+    /// found no valid leaf claiming the key, and which then read the leaves again with the
+    /// record's header word: one round trip more than a GET needs (ARCHITECTURE §6).
+    pub fn claim_misses(&self) -> u64 {
+        self.claim_misses
     }
 
     /// The endpoint's raw counters.

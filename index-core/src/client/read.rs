@@ -1,7 +1,16 @@
-//! GET: one batch of the chain's leaves and the record's header word, through the cached view.
+//! GET: one READ of the cached chain's leaves, answered by a leaf that claims the key; else one
+//! batch of the chain's leaves and the record's header word, validated against the cached view.
+//!
+//! **Invariant used (ARCHITECTURE §4, "Claims").** A leaf whose bytes validate as its own number
+//! and that claims the key holds the key's current state, whatever record, chain or cache led
+//! to it: a stale chain, a leaf since unlinked, retrained away or freed and reused answers only
+//! for keys it claims now. So the first READ needs no header word; a GET whose leaves claim
+//! nothing (the key moved to a leaf the cached chain lacks, a leaf was torn, an unlink left
+//! keys unclaimed until the next write) falls back to the validated read of the same round trip
+//! count as before, which refreshes a stale view.
 use std::sync::Arc;
 
-use leaf_store::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader};
+use leaf_store::{Claimed, Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader};
 use rdma_transport::Endpoint;
 
 use crate::IndexError;
@@ -15,6 +24,7 @@ impl<E: Endpoint> Client<E> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
         let guard = pin();
+        let mut fell_back = false;
         for _ in 0..caches.config.max_attempts {
             let routed = self.route(node, key, &guard)?;
             let view: &SlotView = &routed.view;
@@ -22,6 +32,19 @@ impl<E: Endpoint> Client<E> {
                 self.refresh(node, view, &guard)?;
                 continue;
             };
+            #[cfg(loom)]
+            if caches.config.gets_trust == crate::config::GetsTrust::HeaderOnly {
+                fell_back = true;
+            }
+            if !fell_back {
+                self.read_batch(&node.layout, &leaves, &[])?;
+                if let Some(answer) = self.claimed_in_batch(&node.layout, &leaves, key)? {
+                    return Ok(answer);
+                }
+                // Nothing the leaves claim answers: the validated read, from now on.
+                fell_back = true;
+                self.claim_misses += 1;
+            }
             let seen =
                 ModelHeader::from_raw(self.read_batch(&node.layout, &leaves, &[view.record])?[0]);
             let valid = match Freshness::of(view.header, seen) {
@@ -45,6 +68,36 @@ impl<E: Endpoint> Client<E> {
             }
         }
         Err(IndexError::TooManyRetries(caches.config.max_attempts))
+    }
+
+    /// What the first leaf last read by [`Self::read_batch`] that validates and claims `key`
+    /// says of it (`None`: no leaf does), without decoding them. Two valid leaves that claim a
+    /// key agree on it (a split's new leaf holds what the split leaf holds until the shrink), so
+    /// the first is the answer.
+    fn claimed_in_batch(
+        &self,
+        layout: &Layout,
+        leaves: &[LeafTableEntry],
+        key: u64,
+    ) -> Result<Option<Option<u64>>, IndexError> {
+        #[cfg(loom)]
+        if self.caches.config.gets_trust == crate::config::GetsTrust::AnyLeaf {
+            return Ok(match self.lookup_in_batch(layout, leaves, key)? {
+                Lookup::Found(value) => Some(Some(value)),
+                Lookup::Absent => Some(None),
+                Lookup::Torn => None,
+            });
+        }
+        let leaf_bytes = layout.leaf_bytes() as usize;
+        for (entry, chunk) in leaves.iter().zip(self.buf.chunks_exact(leaf_bytes)) {
+            match Leaf::lookup_claimed(entry.leaf_num(), chunk, key) {
+                Ok(Claimed::Covered(state)) => return Ok(Some(state)),
+                // Not claimed, or not whole: another leaf may claim it.
+                Ok(Claimed::NotCovered) | Err(LeafStoreError::TornLeaf { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
     }
 
     /// Looks `key` up in the leaves last read by [`Self::read_batch`], without decoding them.
