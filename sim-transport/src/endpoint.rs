@@ -686,6 +686,16 @@ impl SimEndpoint {
             }
         }
         let entered = self.enter(verbs)?;
+        let inside = &self.shared.fail_inside;
+        let index = inside.load(Ordering::Relaxed);
+        if index != 0
+            && (verbs.len() as u64) > index
+            && inside
+                .compare_exchange(index, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.fail_after = Some(index);
+        }
         if let Some(gate) = due(&mut self.pause_inside) {
             gate.pass();
         }
@@ -852,6 +862,28 @@ mod tests {
             "the two verbs before the fault ran"
         );
         assert_eq!(ep.faa(addr(0), 1), Ok(2), "later verbs run again");
+    }
+
+    #[test]
+    fn a_fault_armed_inside_the_next_long_batch_skips_short_ones_and_fails_that_verb() {
+        let t = SimTransport::anonymous(&[4096]).expect("pool");
+        let mut ep = t.endpoint().expect("endpoint");
+        t.fail_inside_next_batch(2);
+        let mut short = [Verb::faa(addr(0), 1), Verb::faa(addr(0), 1)];
+        assert_eq!(ep.batch(&mut short), Ok(()), "two verbs: not long enough");
+        let mut long = [
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+            Verb::faa(addr(0), 1),
+        ];
+        assert_eq!(ep.batch(&mut long), Err(TransportError::InjectedFault));
+        assert_eq!(
+            ep.read_word(addr(0)),
+            Ok(4),
+            "the two verbs before the fault ran"
+        );
+        assert_eq!(ep.batch(&mut long), Ok(()), "one batch only");
     }
 
     #[test]

@@ -100,6 +100,9 @@ pub(crate) struct Shared {
     pub(crate) config: SimConfig,
     /// Transport-wide fault injection: this many upcoming verbs, on any endpoint, fail.
     pub(crate) fail_verbs: AtomicU64,
+    /// Transport-wide fault injection: the next batch, on any endpoint, longer than the low 32
+    /// bits fails its verb at that index (0: none armed).
+    pub(crate) fail_inside: AtomicU64,
 }
 
 impl Shared {
@@ -189,6 +192,7 @@ impl SimTransport {
                 nodes,
                 config,
                 fail_verbs: AtomicU64::new(0),
+                fail_inside: AtomicU64::new(0),
             }),
         })
     }
@@ -319,6 +323,17 @@ impl SimTransport {
     /// [`TransportError::InjectedFault`] (each failure ends its batch).
     pub fn fail_next_verbs(&self, n: u64) {
         self.shared.fail_verbs.store(n, Ordering::SeqCst);
+    }
+
+    /// Fault injection: the next batch, on any endpoint, of more than `index` verbs fails its
+    /// verb at `index` (in the order verbs execute) with [`TransportError::InjectedFault`]: the
+    /// verbs before it executed, the rest did not. Where [`Self::fail_next_verbs`] mostly hits
+    /// the first verb of a batch, this reaches the middle of long ones — the batches that end a
+    /// write, which are repeated after a fault. `index` 0 disarms it.
+    pub fn fail_inside_next_batch(&self, index: u32) {
+        self.shared
+            .fail_inside
+            .store(u64::from(index), Ordering::SeqCst);
     }
 }
 

@@ -409,6 +409,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     }
     // No verb failure or lost completion left armed for the checks below.
     world.transport.fail_next_verbs(0);
+    world.transport.fail_inside_next_batch(0);
     for n in 0..memory_nodes {
         world.worker_process(n).disarm();
     }
@@ -864,7 +865,14 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 world.count(|f| f.pauses += 1);
             }
             4..=6 => {
-                world.transport.fail_next_verbs(1 + rng.next_u64() % 3);
+                if rng.next_u64().is_multiple_of(2) {
+                    world.transport.fail_next_verbs(1 + rng.next_u64() % 3);
+                } else {
+                    // Inside a long batch: most often one that ends a write, and is repeated.
+                    world
+                        .transport
+                        .fail_inside_next_batch(2 + (rng.next_u64() % 10) as u32);
+                }
                 world.count(|f| f.verb_failures += 1);
             }
             7 | 8 => {
