@@ -57,6 +57,25 @@ impl Fixture {
         )
     }
 
+    /// Links leaf `fresh` after slot 0's trained leaf 0 as its first synonym (SLT slot 1).
+    fn link_synonym(&mut self, fresh: u64) {
+        let (record_addr, record) = self.record(0);
+        self.ep
+            .faa(record_addr, ModelHeader::SLOT_USE_ONE)
+            .expect("faa");
+        let slt1 = record_addr
+            .checked_add(record.layout().slt_entry(1))
+            .expect("addr");
+        self.ep
+            .write_word(slt1, LeafTableEntry::new(fresh).expect("fits").raw())
+            .expect("write");
+        let (lt0, entry) = self.lt_addr(0, 0);
+        let locked = try_lock(&mut self.ep, lt0, entry, 1)
+            .expect("cas")
+            .expect("free");
+        unlock(&mut self.ep, lt0, locked, Some(1)).expect("unlock and link");
+    }
+
     fn problems(&mut self) -> Vec<Problem> {
         verify(&mut self.ep, self.node).expect("verify").problems
     }
@@ -170,21 +189,9 @@ fn verify_reports_a_leaf_reachable_twice_and_an_unsorted_chain() {
 
     // A fresh synonym leaf whose keys sort before its trained leaf's: in range, out of order.
     let mut f = fixture(None);
-    let (record_addr, record) = f.record(0);
     let fresh = alloc_leaf(&mut f.ep, &f.layout).expect("alloc");
     f.write_leaf(fresh, vec![(1001, 0)]);
-    f.ep.faa(record_addr, ModelHeader::SLOT_USE_ONE)
-        .expect("faa");
-    let slt1 = record_addr
-        .checked_add(record.layout().slt_entry(1))
-        .expect("addr");
-    f.ep.write_word(slt1, LeafTableEntry::new(fresh).expect("fits").raw())
-        .expect("write");
-    let (lt0, entry) = f.lt_addr(0, 0);
-    let locked = try_lock(&mut f.ep, lt0, entry, 1)
-        .expect("cas")
-        .expect("free");
-    unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
+    f.link_synonym(fresh);
     assert!(
         f.problems()
             .contains(&Problem::ChainNotSorted { slot: 0, leaf: 0 })
@@ -357,21 +364,9 @@ fn verify_reports_claims_missing_overlapping_outside_their_chain_and_stray() {
     claimed(&mut f, 2, &[9000, 10_000], (8500, 12_999));
     claimed(&mut f, 4, &[17_000], (17_000, 21_500));
     // Trained leaf 0 (1,000 ..= 4,999, claiming it all) gets a synonym claiming 4,000 ..= 4,999.
-    let (record_addr, record) = f.record(0);
     let fresh = alloc_leaf(&mut f.ep, &f.layout).expect("alloc");
     claimed(&mut f, fresh, &[4500], (4000, 4999));
-    f.ep.faa(record_addr, ModelHeader::SLOT_USE_ONE)
-        .expect("faa");
-    let slt1 = record_addr
-        .checked_add(record.layout().slt_entry(1))
-        .expect("addr");
-    f.ep.write_word(slt1, LeafTableEntry::new(fresh).expect("fits").raw())
-        .expect("write");
-    let (lt0, entry) = f.lt_addr(0, 0);
-    let locked = try_lock(&mut f.ep, lt0, entry, 1)
-        .expect("cas")
-        .expect("free");
-    unlock(&mut f.ep, lt0, locked, Some(1)).expect("unlock and link");
+    f.link_synonym(fresh);
     let problems = f.problems();
     let overlaps = reason_of(&problems, 0).expect("no claim problem for leaf 0");
     assert!(overlaps.contains("overlaps"), "{overlaps}");
