@@ -206,6 +206,15 @@ impl Leaf {
             .map(|i| le_word(bytes, HEAD_WORDS + 1 + 2 * i))
     }
 
+    /// What encoded leaf `bytes` hold, unchecked (a torn leaf's words come from two images): the
+    /// count in word 0, and whether every slot is zero. Recovery uses it to tell a tear between two
+    /// images of an empty leaf from any other. `None` if `bytes` is not a leaf's size.
+    pub fn unchecked_emptiness(bytes: &[u8]) -> Option<(u64, bool)> {
+        slots_of(bytes.len()).ok()?;
+        let count = le_word(bytes, 0) & COUNT_MASK;
+        Some((count, bytes[HEAD_BYTES..].iter().all(|&b| b == 0)))
+    }
+
     /// The entry count of encoded leaf `bytes` after checking its size and checksum.
     fn checked_count(leaf_num: u64, bytes: &[u8]) -> Result<usize, LeafStoreError> {
         let delta = slots_of(bytes.len())?;
@@ -259,6 +268,38 @@ mod tests {
     use quickcheck::{QuickCheck, TestResult};
 
     use super::*;
+
+    #[test]
+    fn unchecked_emptiness_tells_a_tear_between_empty_images_from_others() {
+        let (n, delta) = (9, 4);
+        let claimed = Leaf::new()
+            .with_claim(10, 20)
+            .encode(n, delta)
+            .expect("fits");
+        let unclaimed = Leaf::new().encode(n, delta).expect("fits");
+        let one = Leaf::from_entries(vec![(12, 1)])
+            .expect("sorted")
+            .with_claim(10, 20)
+            .encode(n, delta)
+            .expect("fits");
+        // The new image's head, the old image's rest: torn, and what each tear holds.
+        let torn = |new: &[u8], old: &[u8], cut: usize| {
+            let mut bytes = old.to_vec();
+            bytes[..cut].copy_from_slice(&new[..cut]);
+            assert!(matches!(
+                Leaf::decode(n, &bytes),
+                Err(LeafStoreError::TornLeaf { .. })
+            ));
+            Leaf::unchecked_emptiness(&bytes)
+        };
+        assert_eq!(torn(&unclaimed, &claimed, 8), Some((0, true)));
+        assert_eq!(torn(&unclaimed, &claimed, 16), Some((0, true)));
+        // An insert into an empty leaf cut inside its head: counts one entry.
+        assert_eq!(torn(&one, &claimed, 8), Some((1, true)));
+        // A delete cut inside its head: the entry is still in the slots.
+        assert_eq!(torn(&claimed, &one, 8), Some((0, false)));
+        assert_eq!(Leaf::unchecked_emptiness(&one[1..]), None);
+    }
 
     /// A leaf of (at most δ of) `keys`, claiming from its smallest key to its largest (an empty
     /// one claims `[7, 7]`).

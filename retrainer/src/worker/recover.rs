@@ -165,9 +165,10 @@ impl<E: Endpoint> Retrainer<E> {
     /// every torn leaf of `old`'s chains that can only be one of the retraining's own WRITEs
     /// taking an empty leaf's claim away (ARCHITECTURE §4, "Claims"): a worker cut inside one
     /// leaves the leaf torn, and every writer of its chain, and every later snapshot, stuck on it.
-    /// Such a tear mixes two images of an empty leaf, so only its head (count, claim) can differ
-    /// from an empty leaf's: a leaf whose slots hold anything is left alone (a compute node's
-    /// leaf torn with no image to restore it, which `verify` reports). Only while the record is
+    /// Such a tear mixes two images of an empty leaf: word 0 counts no entry and no slot holds
+    /// anything. Any other torn leaf is left alone (a compute node's leaf torn with no image to
+    /// restore it, which `verify` reports; a tear cut inside the head of an insert into an empty
+    /// leaf shows a count of one). Only while the record is
     /// still frozen (nothing else writes its leaves then: writers that lock see the freeze and
     /// let go, after a moment this waits out), so never under a live writer's WRITE.
     fn mend_torn_unclaims(
@@ -179,9 +180,7 @@ impl<E: Endpoint> Retrainer<E> {
             return Ok(());
         }
         let delta = self.layout.delta();
-        let leaf_bytes = self.layout.leaf_bytes() as usize;
-        let head = leaf_bytes - 16 * delta as usize;
-        let mut bytes = vec![0u8; leaf_bytes];
+        let mut bytes = vec![0u8; self.layout.leaf_bytes() as usize];
         for leaf in 0..old.lt.len() {
             let Ok(entries) = old.chain_entries(leaf) else {
                 continue;
@@ -193,9 +192,10 @@ impl<E: Endpoint> Retrainer<E> {
                 }
                 let at = self.layout.leaf_addr(n);
                 self.ep.read(at, &mut bytes)?;
+                // Both images empty: word 0 counts nothing, and no slot holds anything.
                 let torn_empty = |bytes: &[u8]| {
                     matches!(Leaf::decode(n, bytes), Err(LeafStoreError::TornLeaf { .. }))
-                        && bytes[head..].iter().all(|&b| b == 0)
+                        && Leaf::unchecked_emptiness(bytes) == Some((0, true))
                 };
                 if !torn_empty(&bytes) || !self.lock_lets_go(old_addr, old, leaf)? {
                     continue;
