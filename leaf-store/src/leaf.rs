@@ -101,6 +101,12 @@ impl Leaf {
         self.claim = claim.filter(|&(lo, hi)| lo <= hi);
     }
 
+    /// Where the leaf's keys start: its claim's first key, or (unclaimed) its first key; `None`
+    /// for an empty, unclaimed leaf.
+    pub fn start(&self) -> Option<u64> {
+        self.claim.map(|(lo, _)| lo).or_else(|| self.first_key())
+    }
+
     /// Whether the leaf claims `key`.
     pub fn claims(&self, key: u64) -> bool {
         self.claim.is_some_and(|(lo, hi)| lo <= key && key <= hi)

@@ -75,7 +75,7 @@ pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
 pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};
 pub use leaf::{Claimed, Leaf, leaf_bytes, leaf_checksum};
 pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
-pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout};
+pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout, chain_range};
 pub use ring::{RingEntry, RingLayout};
 pub use verify::{Problem, VerifyReport, verify};
 pub use verify_values::ValueSpace;

@@ -93,6 +93,15 @@ fn checksum(fixed: &[u8], model: &[u8], pivots: &[u8]) -> u64 {
     h.digest()
 }
 
+/// The keys a chain serves, inclusive, in a record serving `record` (`[first key, last key]`):
+/// from its trained leaf's pivot (the record's first key for the `first` chain) to just below the
+/// next trained leaf's pivot (`next`; `None` for the last chain: the record's last key).
+pub fn chain_range(record: (u64, u64), first: bool, pivot: u64, next: Option<u64>) -> (u64, u64) {
+    let lo = if first { record.0 } else { pivot };
+    let hi = next.map_or(record.1, |next| next.saturating_sub(1));
+    (lo, hi)
+}
+
 impl ModelRecord {
     /// The record's layout.
     pub fn layout(&self) -> RecordLayout {
@@ -161,18 +170,11 @@ impl ModelRecord {
         Ok(chain)
     }
 
-    /// The keys trained leaf `leaf`'s chain serves, inclusive: from its pivot (the record's first
-    /// key for leaf 0) to just below the next leaf's pivot (the record's last key for the last).
+    /// The keys trained leaf `leaf`'s chain serves, inclusive (see [`chain_range`]).
     pub fn chain_range(&self, leaf: usize) -> (u64, u64) {
-        let lo = match leaf {
-            0 => self.first_key,
-            _ => self.pivots.get(leaf).copied().unwrap_or(self.first_key),
-        };
-        let hi = self
-            .pivots
-            .get(leaf + 1)
-            .map_or(self.last_key, |next| next.saturating_sub(1));
-        (lo, hi)
+        let pivot = self.pivots.get(leaf).copied().unwrap_or(self.first_key);
+        let next = self.pivots.get(leaf + 1).copied();
+        chain_range((self.first_key, self.last_key), leaf == 0, pivot, next)
     }
 
     /// The leaves SLT slots in use name (not FREED) that no chain links: a split's new leaf

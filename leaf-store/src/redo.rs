@@ -182,6 +182,12 @@ impl ChainRepair {
         for (leaf, image) in &self.trims {
             in_place(verbs, layout.leaf_addr(*leaf), image, scratch, true);
         }
+        self.push_withdrawals(verbs, layout);
+    }
+
+    /// Appends the withdrawals, each fenced behind the verbs before it (unlinked leaves: written
+    /// in place, a tear leaves them invalid). A damaged chain's repair writes only these.
+    pub fn push_withdrawals<'a>(&'a self, verbs: &mut Vec<Verb<'a>>, layout: &Layout) {
         for (leaf, image) in &self.withdrawals {
             verbs.push(Verb::write(layout.leaf_addr(*leaf), image).fenced());
         }

@@ -31,8 +31,8 @@ pub fn trim_chain(chain: &[(LeafTableEntry, Leaf)]) -> Result<Vec<(u64, Leaf)>, 
             Some(b) if hi >= b => (lo < b).then(|| (lo, b - 1)),
             _ => Some((lo, hi)),
         });
-        let start = contents.claim().map(|c| c.0).or(keep.first().map(|e| e.0));
-        if let Some(start) = start {
+        // (An unclaimed leaf's first key, if trimmed away, lies past `bound` already.)
+        if let Some(start) = contents.start() {
             bound = Some(bound.map_or(start, |b| b.min(start)));
         }
         if keep.len() != contents.len() || claim != contents.claim() {

@@ -140,6 +140,10 @@ impl<E: Endpoint> Client<E> {
                 .is_some_and(|old| old != NOT_EXECUTED)
         };
         let mut verbs = build(unlock, false);
+        debug_assert!(
+            bump_at.is_none_or(|at| matches!(verbs.get(at), Some(Verb::Faa { .. }))),
+            "bump_at names the header bump"
+        );
         let first = match self.ep.batches(&mut verbs) {
             Ok(()) => {
                 check_link(&verbs, link_at, false)?;
@@ -153,11 +157,13 @@ impl<E: Endpoint> Client<E> {
         let mut resume = bumped(&verbs);
         drop(verbs);
         let first = IndexError::from(first);
-        if bump_at.is_some()
-            && !resume
-            && matches!(first, IndexError::Transport(TransportError::Broken(_)))
-        {
-            // Whether the bump (and what follows it) executed is unknown.
+        // After a broken endpoint, whether the bump (and what follows it) executed is unknown.
+        let unknowable = |resume: bool, error: &IndexError| {
+            bump_at.is_some()
+                && !resume
+                && matches!(error, IndexError::Transport(TransportError::Broken(_)))
+        };
+        if unknowable(resume, &first) {
             return Err(may_remain(lock, first.clone(), first));
         }
         let mut last = first.clone();
@@ -174,10 +180,7 @@ impl<E: Endpoint> Client<E> {
                 Err(e) => {
                     resume |= bumped(&verbs);
                     last = IndexError::from(e);
-                    if !resume
-                        && bump_at.is_some()
-                        && matches!(last, IndexError::Transport(TransportError::Broken(_)))
-                    {
+                    if unknowable(resume, &last) {
                         break;
                     }
                 }

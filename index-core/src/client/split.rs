@@ -49,13 +49,14 @@ impl<E: Endpoint> Client<E> {
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
         let value = std::mem::take(&mut self.value_io);
         let carries = value.carries_block();
-        let link_at = lt_change.is_some().then(|| {
-            writes
-                .iter()
-                .map(|&(_, _, in_place)| if in_place && redo.is_some() { 3 } else { 1 })
-                .sum::<usize>()
-                + value.prefix_len()
-        });
+        // Where the link CAS and the header bump stand in the batch `build` makes.
+        let before_link = writes
+            .iter()
+            .map(|&(_, _, in_place)| if in_place && redo.is_some() { 3 } else { 1 })
+            .sum::<usize>()
+            + value.prefix_len();
+        let link_at = lt_change.is_some().then_some(before_link);
+        let bump_at = before_link + usize::from(lt_change.is_some()) + usize::from(freed.is_some());
         let build = |unlock: bool, after_bump: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();
             if !after_bump {
@@ -89,7 +90,6 @@ impl<E: Endpoint> Client<E> {
             }
             verbs
         };
-        let bump_at = build(true, false).len() - build(true, true).len() - 1;
         let ran = self.run_ending_batch(lock, build, !hand_over, link_at, Some(bump_at));
         self.value_io = value;
         self.value_io.sent |= carries;

@@ -466,16 +466,11 @@ impl<E: Endpoint> Client<E> {
     }
 }
 
-/// The keys trained leaf `owner`'s chain serves in `view`'s record, inclusive: from its pivot
-/// (`pivot`; the record's first key for the first chain) to just below the next pivot (`next`;
-/// the record's last key for the last chain).
+/// The keys trained leaf `owner`'s chain serves in `view`'s record, inclusive
+/// ([`leaf_store::chain_range`]), given its pivot and the next one (`None` past the last chain).
 fn chain_range(view: &SlotView, owner: u64, pivot: u64, next: Option<u64>) -> (u64, u64) {
-    let lo = if owner == 0 { view.first_key } else { pivot };
-    let hi = match next {
-        Some(next) if owner + 1 < view.leaves() => next.saturating_sub(1),
-        _ => view.last_key,
-    };
-    (lo, hi)
+    let next = next.filter(|_| owner + 1 < view.leaves());
+    leaf_store::chain_range((view.first_key, view.last_key), owner == 0, pivot, next)
 }
 
 /// The claim a leaf at chain position `pos` takes when it is written: from its own claim's start
@@ -485,14 +480,13 @@ fn chain_range(view: &SlotView, owner: u64, pivot: u64, next: Option<u64>) -> (u
 /// claiming leaf before it — no other leaf can claim them: those that leave a chain are
 /// unclaimed first (ARCHITECTURE §4, "Claims").
 fn claim_at(chain: &[(LeafTableEntry, Leaf)], pos: usize, range: (u64, u64)) -> (u64, u64) {
-    let claims = |leaf: &Leaf| leaf.claim();
-    let lo = match chain[..pos].iter().any(|(_, l)| claims(l).is_some()) {
+    let lo = match chain[..pos].iter().any(|(_, l)| l.claim().is_some()) {
         false => range.0,
-        true => claims(&chain[pos].1).map_or(range.0, |c| c.0),
+        true => chain[pos].1.claim().map_or(range.0, |c| c.0),
     };
     let hi = chain[pos + 1..]
         .iter()
-        .find_map(|(_, l)| claims(l))
+        .find_map(|(_, l)| l.claim())
         .map_or(range.1, |(next, _)| next.saturating_sub(1));
     (lo, hi)
 }
@@ -513,8 +507,7 @@ fn apply(
     // A rewritten leaf keeps claiming what it claims, grown over keys no leaf claims.
     let reclaimed = |pos: usize, mut leaf: Leaf| {
         if leaf.claim().is_some() {
-            let (lo, hi) = claim_at(chain, pos, range);
-            leaf.set_claim(Some((lo, hi)));
+            leaf.set_claim(Some(claim_at(chain, pos, range)));
         }
         leaf
     };
@@ -550,13 +543,11 @@ fn apply(
             // The last claiming leaf whose claim starts at or below `key`, else the first claiming
             // leaf (its claim grows down to the chain's start), else the trained leaf (claiming
             // the whole chain's range again).
-            let claiming = |(_, (_, leaf)): &(usize, &(LeafTableEntry, Leaf))| leaf.claim();
             let pos = chain
                 .iter()
-                .enumerate()
-                .rfind(|e| claiming(e).is_some_and(|(lo, _)| lo <= key))
-                .or_else(|| chain.iter().enumerate().find(|e| claiming(e).is_some()))
-                .map_or(0, |(pos, _)| pos);
+                .rposition(|(_, leaf)| leaf.claim().is_some_and(|(lo, _)| lo <= key))
+                .or_else(|| chain.iter().position(|(_, leaf)| leaf.claim().is_some()))
+                .unwrap_or(0);
             let (lo, hi) = claim_at(chain, pos, range);
             let mut leaf = chain[pos].1.clone();
             let entries = leaf.entries_mut();

@@ -168,9 +168,9 @@ impl<E: Endpoint> Retrainer<E> {
     /// Such a tear mixes two images of an empty leaf: word 0 counts no entry and no slot holds
     /// anything. Any other torn leaf is left alone (a compute node's leaf torn with no image to
     /// restore it, which `verify` reports; a tear cut inside the head of an insert into an empty
-    /// leaf shows a count of one). Only while the record is
-    /// still frozen (nothing else writes its leaves then: writers that lock see the freeze and
-    /// let go, after a moment this waits out), so never under a live writer's WRITE.
+    /// leaf shows a count of one). Only while the record is still frozen (nothing else writes its
+    /// leaves then: writers that lock see the freeze and let go, after a moment this waits out),
+    /// so never under a live writer's WRITE.
     fn mend_torn_unclaims(
         &mut self,
         old_addr: RemoteAddr,

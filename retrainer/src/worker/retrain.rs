@@ -432,7 +432,7 @@ impl<E: Endpoint> Retrainer<E> {
             return Ok(Some(Built { lower, upper: None }));
         };
         let (low, high) = leaves.split_at(cut);
-        let split_key = claim_start(&high[0].1);
+        let split_key = high[0].1.start().unwrap_or(0);
         let lower = self.train_record(old.slot, old.first_key, split_key - 1, low, train_time)?;
         let upper = self.train_record(new_slot, split_key, old.last_key, high, train_time)?;
         Ok(Some(Built {
@@ -464,7 +464,7 @@ impl<E: Endpoint> Retrainer<E> {
         // The upper half's first key must lie strictly inside the slot's range (slot 0's first
         // key is the node's first, so every key of a chain is at least the slot's first key).
         let cut = (leaves.len() / 2..leaves.len()).find(|&i| {
-            let first = claim_start(&leaves[i].1);
+            let first = leaves[i].1.start().unwrap_or(0);
             first > old.first_key && first <= old.last_key
         });
         Ok(cut.map(|cut| (cut, count)))
@@ -489,7 +489,7 @@ impl<E: Endpoint> Retrainer<E> {
             .map(|(i, (_, l))| {
                 let mut keys: Vec<u64> = l.entries().iter().map(|e| e.0).collect();
                 if i > 0 {
-                    keys[0] = claim_start(l);
+                    keys[0] = l.start().unwrap_or(keys[0]);
                 }
                 keys
             })
@@ -640,11 +640,4 @@ pub(super) struct Written {
     split: Option<Split>,
     trained_leaves: u64,
     segments: u64,
-}
-
-/// Where a leaf's keys start: its claim's first key (an unclaimed leaf: its first key). `leaf`
-/// must hold a key.
-fn claim_start(leaf: &Leaf) -> u64 {
-    leaf.claim()
-        .map_or_else(|| leaf.first_key().unwrap_or(0), |(lo, _)| lo)
 }

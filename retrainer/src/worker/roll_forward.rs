@@ -172,15 +172,12 @@ impl<E: Endpoint> Retrainer<E> {
             .find(|leaf| !linked.contains(leaf));
         let redo = needs_redo(&self.layout, self.ep.packet_bytes());
         for (lock, plan) in held.iter().zip(&plans) {
+            done.claims_withdrawn += plan.withdrawals.len() as u64;
             if plan.damaged {
                 // Released as it is; only a claim an unfinished split left is withdrawn.
                 done.damaged_chains += 1;
-                done.claims_withdrawn += plan.withdrawals.len() as u64;
-                let mut verbs: Vec<Verb<'_>> = plan
-                    .withdrawals
-                    .iter()
-                    .map(|(leaf, image)| Verb::write(self.layout.leaf_addr(*leaf), image).fenced())
-                    .collect();
+                let mut verbs = Vec::new();
+                plan.push_withdrawals(&mut verbs, &self.layout);
                 if !verbs.is_empty() {
                     self.ep.batches(&mut verbs)?;
                 }
@@ -190,7 +187,6 @@ impl<E: Endpoint> Retrainer<E> {
                 continue;
             }
             done.splits_completed += u64::from(!plan.trims.is_empty());
-            done.claims_withdrawn += plan.withdrawals.len() as u64;
             // The bump first: readers whose cached tables predate the link refresh before any
             // key leaves a leaf they might read.
             let mut verbs: Vec<Verb<'_>> =
