@@ -5,8 +5,9 @@ use std::time::Duration;
 /// What a compute node caches of each model slot (`docs/ARCHITECTURE.md` §6, "Cache modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheMode {
-    /// The models, every trained leaf's LT entry and pivot: the owner leaf is known locally and a
-    /// GET reads only the owner's chain (about 16 bytes per trained leaf).
+    /// The models, every trained leaf's pivot and the LT entries that differ from the trained
+    /// layout: the owner leaf is known locally and a GET reads only the owner's chain (about 8
+    /// bytes per trained leaf).
     #[default]
     Pivots,
     /// The models and a compressed LT (a base leaf number per slot plus the entries that differ):

@@ -6,17 +6,41 @@ use rdma_transport::RemoteAddr;
 
 use crate::CacheMode;
 
-/// The leaf table as cached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CachedLt {
-    /// Every entry (pivots mode).
-    Full(Vec<LeafTableEntry>),
-    /// Lean mode: entry `i` is `base + i` with no synonym, except those listed (sorted by index).
-    Lean {
-        base: u64,
-        len: u64,
-        exceptions: Vec<(u64, LeafTableEntry)>,
-    },
+/// The leaf table as cached, in both modes: trained leaves are leaf-major (ARCHITECTURE §5), so
+/// entry `i` is `base + i` with no synonym, except those listed (sorted by index). Only chains
+/// that splits or unlinks changed cost bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct CachedLt {
+    base: u64,
+    exceptions: Vec<(u64, LeafTableEntry)>,
+}
+
+impl CachedLt {
+    /// The compressed form of `lt` (lock bits cleared).
+    fn of(lt: &[LeafTableEntry]) -> Self {
+        let base = lt.first().map_or(0, |e| e.leaf_num());
+        let exceptions = lt
+            .iter()
+            .map(|e| e.unlocked())
+            .enumerate()
+            .filter(|&(i, e)| LeafTableEntry::new(base + i as u64) != Some(e))
+            .map(|(i, e)| (i as u64, e))
+            .collect();
+        Self { base, exceptions }
+    }
+
+    /// Entry `i` (lock bit clear).
+    fn entry(&self, i: u64) -> LeafTableEntry {
+        match self.exceptions.binary_search_by_key(&i, |e| e.0) {
+            Ok(at) => self.exceptions[at].1,
+            Err(_) => LeafTableEntry::new(self.base + i).unwrap_or_default(),
+        }
+    }
+
+    /// Bytes it takes to cache: the base, and an index and entry per exception.
+    fn cache_bytes(&self) -> u64 {
+        8 + 16 * self.exceptions.len() as u64
+    }
 }
 
 /// A cached model record: enough to route a key to leaves and read them in one round trip.
@@ -109,12 +133,12 @@ impl SlotView {
             last_key: record.last_key,
             model: record.model,
             pivots: (mode == CacheMode::Pivots).then_some(record.pivots),
-            lt: CachedLt::Full(Vec::new()),
+            lt: CachedLt::default(),
             slt: Vec::new(),
             fetched_at: crate::sync::time::Instant::now(),
             validated: Validated::new(epoch),
         };
-        view.set_tables(record.header, &record.lt, &record.slt, mode);
+        view.set_tables(record.header, &record.lt, &record.slt);
         view
     }
 
@@ -125,43 +149,18 @@ impl SlotView {
         header: ModelHeader,
         lt: &[LeafTableEntry],
         slt: &[LeafTableEntry],
-        mode: CacheMode,
         epoch: u64,
     ) -> Self {
         let mut view = self.clone();
-        view.set_tables(header, lt, slt, mode);
+        view.set_tables(header, lt, slt);
         view.fetched_at = crate::sync::time::Instant::now();
         view.validated = Validated::new(epoch);
         view
     }
 
-    fn set_tables(
-        &mut self,
-        header: ModelHeader,
-        lt: &[LeafTableEntry],
-        slt: &[LeafTableEntry],
-        mode: CacheMode,
-    ) {
+    fn set_tables(&mut self, header: ModelHeader, lt: &[LeafTableEntry], slt: &[LeafTableEntry]) {
         self.header = header;
-        let unlocked = |e: &LeafTableEntry| e.unlocked();
-        self.lt = match mode {
-            CacheMode::Pivots => CachedLt::Full(lt.iter().map(unlocked).collect()),
-            CacheMode::Lean => {
-                let base = lt.first().map_or(0, |e| e.leaf_num());
-                let exceptions = lt
-                    .iter()
-                    .map(unlocked)
-                    .enumerate()
-                    .filter(|&(i, e)| LeafTableEntry::new(base + i as u64) != Some(e))
-                    .map(|(i, e)| (i as u64, e))
-                    .collect();
-                CachedLt::Lean {
-                    base,
-                    len: lt.len() as u64,
-                    exceptions,
-                }
-            }
-        };
+        self.lt = CachedLt::of(lt);
         let used = (header.slot_use() as usize).min(SLT_SLOTS - 1);
         self.slt = slt.iter().take(used + 1).copied().collect();
     }
@@ -173,15 +172,7 @@ impl SlotView {
 
     /// Trained leaf `i`'s LT entry (lock bit clear).
     pub(crate) fn lt_entry(&self, i: u64) -> LeafTableEntry {
-        match &self.lt {
-            CachedLt::Full(entries) => entries.get(i as usize).copied().unwrap_or_default(),
-            CachedLt::Lean {
-                base, exceptions, ..
-            } => match exceptions.binary_search_by_key(&i, |e| e.0) {
-                Ok(at) => exceptions[at].1,
-                Err(_) => LeafTableEntry::new(base + i).unwrap_or_default(),
-            },
-        }
+        self.lt.entry(i)
     }
 
     /// The entries of trained leaf `i`'s chain: its LT entry, then its synonyms. `None` if the
@@ -210,10 +201,7 @@ impl SlotView {
 
     /// Bytes this view holds that a compute node must cache (not counting allocator overhead).
     pub(crate) fn cache_bytes(&self) -> u64 {
-        let lt = match &self.lt {
-            CachedLt::Full(entries) => 8 * entries.len() as u64,
-            CachedLt::Lean { exceptions, .. } => 8 + 16 * exceptions.len() as u64,
-        };
+        let lt = self.lt.cache_bytes();
         let pivots = self.pivots.as_ref().map_or(0, |p| 8 * p.len() as u64);
         // Header word, first key, record address, and the model's segments.
         24 + 48 * self.model.segments().len() as u64

@@ -188,13 +188,7 @@ impl<E: Endpoint> Client<E> {
             .map(|c| LeafTableEntry::from_raw(le_word(c, 0)))
             .collect();
         let (lt, slt) = entries.split_at(stale.leaves() as usize);
-        Ok(stale.with_tables(
-            header,
-            lt,
-            slt,
-            self.caches.config.cache_mode,
-            self.op_epoch,
-        ))
+        Ok(stale.with_tables(header, lt, slt, self.op_epoch))
     }
 
     /// Reads slot `slot`'s current record from the slot table.
