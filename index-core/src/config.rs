@@ -50,6 +50,11 @@ pub enum SplitOrder {
 pub struct StoreConfig {
     /// What to cache per slot.
     pub cache_mode: CacheMode,
+    /// Bytes this compute node may cache in all (slot views and directories, as
+    /// [`crate::Store::cache_bytes`] counts them; default: no limit). Over it, views lose
+    /// their pivots (pivots mode), then the least recently used are evicted and read again
+    /// when next used (ARCHITECTURE §6, "Cache budget").
+    pub cache_budget: Option<u64>,
     /// How long a writer waits, with exponential backoff, for a leaf lock held by another compute
     /// node, or for a full slot to be retrained, before giving up with an error.
     pub wait_limit: Duration,
@@ -99,6 +104,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             cache_mode: CacheMode::Pivots,
+            cache_budget: None,
             wait_limit: Duration::from_secs(2),
             max_attempts: 10_000,
             retrain_threshold: 128,

@@ -105,6 +105,7 @@
 
 mod backoff;
 mod bootstrap;
+mod budget;
 mod client;
 mod config;
 mod epoch;
@@ -125,4 +126,4 @@ pub use config::{CacheMode, StoreConfig};
 pub use config::{GetsTrust, SplitOrder};
 pub use error::IndexError;
 pub use stats::{OpCounters, OpKind, OpStats};
-pub use store::Store;
+pub use store::{CacheStats, Store};

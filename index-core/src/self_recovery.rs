@@ -266,7 +266,7 @@ pub(crate) fn settle_group<E: Endpoint>(
         ep.batches(&mut settle)?;
     }
     drop(parked);
-    let _ = retrainer::queue::enqueue(ep, layout, slot);
+    let _ = leaf_store::queue::enqueue(ep, layout, slot);
     Ok(Settled::Done)
 }
 

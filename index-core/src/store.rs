@@ -48,6 +48,8 @@ pub(crate) struct Caches {
     /// Leaves allocated for a split that could not use them and that no leaf box could take
     /// back (see [`Store::leaves_forgotten`]).
     pub(crate) leaves_forgotten: crate::sync::atomic::AtomicU64,
+    /// What the views and directories may cache, and what they do.
+    pub(crate) budget: crate::budget::Budget,
 }
 
 impl Drop for Caches {
@@ -70,14 +72,28 @@ impl NodeCache {
         self.slots.get(usize::try_from(slot).ok()?)?.get()
     }
 
-    /// Slot `slot`'s cell, holding `view` if it had none (else `view` is dropped); `None` for a
-    /// slot beyond the table's capacity.
-    pub(crate) fn cell_or_install(&self, slot: u64, view: SlotView) -> Option<&ViewCell> {
-        Some(
-            self.slots
-                .get(usize::try_from(slot).ok()?)?
-                .get_or_init(|| ViewCell::new(view)),
-        )
+    /// Slot `slot`'s cell, holding `view` if it had none (else `view` is dropped), charged to
+    /// `budget`; `None` for a slot beyond the table's capacity.
+    ///
+    /// Nothing a seeded run schedules happens inside the initialisation: a thread blocked on a
+    /// `OnceLock` another thread is initialising waits outside the scheduler, so a sync point in
+    /// there hung the simulation. The view is charged before and credited back if another
+    /// thread's view got in first.
+    pub(crate) fn cell_or_install(
+        &self,
+        slot: u64,
+        view: SlotView,
+        budget: &crate::budget::Budget,
+    ) -> Option<&ViewCell> {
+        let once = self.slots.get(usize::try_from(slot).ok()?)?;
+        let charge = budget.charge_view(&view);
+        let mut ours = false;
+        let cell = once.get_or_init(|| {
+            ours = true;
+            ViewCell::new(view)
+        });
+        budget.installed(charge, ours, (self.position, slot));
+        Some(cell)
     }
 }
 
@@ -87,6 +103,31 @@ impl Caches {
         self.partition
             .partition_point(|&lo| lo <= key)
             .saturating_sub(1)
+    }
+}
+
+/// What a compute node caches (see [`Store::cache_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Bytes held, as [`Store::cache_bytes`] counts them.
+    pub bytes: u64,
+    /// The budget they must stay within ([`StoreConfig::cache_budget`]).
+    pub budget: Option<u64>,
+    /// Model slots known (over all memory nodes).
+    pub slots: u64,
+    /// Slots whose view holds pivots: a GET reads only the owner's chain.
+    pub views_with_pivots: u64,
+    /// Slots whose view holds no pivots (lean mode, or shrunk to fit the budget): a GET reads
+    /// every candidate chain.
+    pub lean_views: u64,
+}
+
+impl CacheStats {
+    /// Slots with no view held (evicted to fit the budget, or not loaded yet): their record is
+    /// read when next used.
+    pub fn views_not_held(&self) -> u64 {
+        self.slots
+            .saturating_sub(self.views_with_pivots + self.lean_views)
     }
 }
 
@@ -182,9 +223,17 @@ where
             }
         };
         let mut nodes = Vec::new();
+        let budget = crate::budget::Budget::new(config.cache_budget);
         for (i, (&(info, layout), slots)) in layouts.iter().zip(cells).enumerate() {
             let epoch = members.epochs.current();
-            match open_node(&mut load_ep, info, layout, &config, slots, epoch) {
+            match open_node(
+                &mut load_ep,
+                (i, info, layout),
+                &config,
+                &budget,
+                slots,
+                epoch,
+            ) {
                 Ok(mut node) => {
                     node.tag = tags[i];
                     node.position = i;
@@ -216,6 +265,7 @@ where
                 members,
                 renewer: Mutex::new(renewer),
                 leaves_forgotten: crate::sync::atomic::AtomicU64::new(0),
+                budget,
             }),
         })
     }
@@ -366,6 +416,33 @@ where
             .sum()
     }
 
+    /// What this compute node caches now, by kind of view, and its budget.
+    pub fn cache_stats(&self) -> CacheStats {
+        let guard = crate::view::pin();
+        let mut stats = CacheStats {
+            bytes: 0,
+            budget: self.caches.config.cache_budget,
+            ..CacheStats::default()
+        };
+        for n in &self.caches.nodes {
+            let directory = n.directory.load(&guard);
+            stats.bytes += directory.cache_bytes();
+            stats.slots += directory.count;
+            for cell in n.slots.iter().filter_map(|c| c.get()) {
+                let view = cell.load(&guard);
+                stats.bytes += view.cache_bytes();
+                if view.evicted {
+                    continue;
+                }
+                match view.pivots {
+                    Some(_) => stats.views_with_pivots += 1,
+                    None => stats.lean_views += 1,
+                }
+            }
+        }
+        stats
+    }
+
     /// Model slots over all memory nodes, as far as this compute node knows (retraining splits
     /// slots; a compute node learns of new ones when it routes a key to them).
     pub fn slots(&self) -> u64 {
@@ -378,29 +455,41 @@ where
     }
 }
 
-/// Reads memory node `info`'s slot table and every record it names into `slots`, as views
+/// Reads memory node `info` (at `position` in key order)'s slot table and every record it names into `slots`, as views
 /// validated in local epoch `epoch` (read before the slot table: the renewer may move on while
-/// the records are read, and their views then reload when first used).
+/// the records are read, and their views then reload when first used). Under a cache budget,
+/// views lose their pivots once those no longer fit, and once nothing more fits the remaining
+/// slots are left to be loaded when first used.
 fn open_node<E: Endpoint>(
     ep: &mut E,
-    info: MemoryNodeInfo,
-    layout: Layout,
+    (position, info, layout): (usize, MemoryNodeInfo, Layout),
     config: &StoreConfig,
+    budget: &crate::budget::Budget,
     slots: Arc<SlotCells>,
     epoch: u64,
 ) -> Result<NodeCache, IndexError> {
     let table = read_slot_table(ep, &layout)?;
+    let directory = Directory::new(&table)
+        .map_err(|e| IndexError::Config(format!("memory node {}: slot keys: {e}", info.id)))?;
+    budget.charge(directory.cache_bytes());
     for (slot, &(addr, _)) in table.iter().enumerate() {
+        if budget.full() {
+            break;
+        }
         // While a large pool is read, a slot may be retrained and its old record reclaimed and
         // overwritten (the renewer announces epochs meanwhile, and the open is no operation):
         // such a slot's view is left to be loaded when first used.
         if let Ok(record) = read_record(ep, &layout, slot as u64, addr) {
-            let view = SlotView::from_record(record, addr, config.cache_mode, epoch);
-            let _ = slots[slot].set(ViewCell::new(view));
+            let mut view = SlotView::from_record(record, addr, config.cache_mode, epoch);
+            budget.fit(&mut view);
+            if !budget.fits(view.cache_bytes()) {
+                break;
+            }
+            let charge = budget.charge_view(&view);
+            let ours = slots[slot].set(ViewCell::new(view)).is_ok();
+            budget.installed(charge, ours, (position, slot as u64));
         }
     }
-    let directory = Directory::new(&table)
-        .map_err(|e| IndexError::Config(format!("memory node {}: slot keys: {e}", info.id)))?;
     Ok(NodeCache {
         info,
         layout,

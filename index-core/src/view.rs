@@ -69,6 +69,11 @@ pub(crate) struct SlotView {
     /// The latest local epoch in which this view was known to name a record that is not retired
     /// (see `crate::membership`): an operation of a later epoch reloads it from the slot table.
     pub(crate) validated: Validated,
+    /// Used since the cache budget's CLOCK hand last passed (marked only under a budget).
+    pub(crate) referenced: crate::budget::Referenced,
+    /// An evicted stub (see `crate::budget`): no model or tables; reloaded before any use (from
+    /// its record's address, if still validated in the operation's epoch).
+    pub(crate) evicted: bool,
 }
 
 /// A view's validation epoch: an atomic, so the lease renewer can confirm a view in place.
@@ -137,6 +142,8 @@ impl SlotView {
             slt: Vec::new(),
             fetched_at: crate::sync::time::Instant::now(),
             validated: Validated::new(epoch),
+            referenced: crate::budget::Referenced::default(),
+            evicted: false,
         };
         view.set_tables(record.header, &record.lt, &record.slt);
         view
@@ -199,8 +206,37 @@ impl SlotView {
         Some(owner_among(pivots, &self.model, key))
     }
 
-    /// Bytes this view holds that a compute node must cache (not counting allocator overhead).
+    /// The stub that replaces this view when the cache budget evicts it: the slot's first key
+    /// and record (what the directory knows anyway), a one-leaf model and no tables. `None` if
+    /// even that model cannot be built.
+    pub(crate) fn evicted_stub(&self) -> Option<Self> {
+        let model = LeafModel::train(self.model.params(), [[self.first_key]]).ok()?;
+        Some(Self {
+            slot: self.slot,
+            record: self.record,
+            layout: self.layout,
+            header: self.header,
+            first_key: self.first_key,
+            last_key: self.last_key,
+            model,
+            pivots: None,
+            lt: CachedLt::default(),
+            slt: Vec::new(),
+            fetched_at: self.fetched_at,
+            // Its record stays as safe to read as the view's was: the epochs that keep it from
+            // reuse (`crate::epoch`) are the same, and the renewer confirms a stub as a view.
+            validated: self.validated.clone(),
+            referenced: crate::budget::Referenced::default(),
+            evicted: true,
+        })
+    }
+
+    /// Bytes this view holds that a compute node must cache (not counting allocator overhead);
+    /// none for an evicted stub, which holds only what the directory knows.
     pub(crate) fn cache_bytes(&self) -> u64 {
+        if self.evicted {
+            return 0;
+        }
         let lt = self.lt.cache_bytes();
         let pivots = self.pivots.as_ref().map_or(0, |p| 8 * p.len() as u64);
         // Header word, first key, record address, and the model's segments.

@@ -165,7 +165,7 @@ fn a_full_slot_refuses_splits_and_loses_nothing() {
     let layout = store.layouts()[0];
     let mut ep = transport.endpoint().expect("endpoint");
     assert!(
-        retrainer::queue::is_pending(&mut ep, &layout, 0).expect("read"),
+        leaf_store::queue::is_pending(&mut ep, &layout, 0).expect("read"),
         "slot 0 was never queued"
     );
 
@@ -195,8 +195,8 @@ fn a_full_slot_refuses_splits_and_loses_nothing() {
     ));
     let problems = leaf_store::members::MemberTable::new(&layout).problem_addr();
     assert_eq!(
-        retrainer::problem::decode(ep.read_word(problems).expect("read")),
-        Some((0, retrainer::problem::PutOff::LeafLocked { leaf: 0 }))
+        leaf_store::put_off::decode(ep.read_word(problems).expect("read")),
+        Some((0, leaf_store::put_off::PutOff::LeafLocked { leaf: 0 }))
     );
     leaf_store::unlock(&mut ep, lt_addr, held, None).expect("unlock");
     // The worker has not come back to the slot yet: a writer giving up now says why it waits.

@@ -80,7 +80,22 @@ impl Arbitrary for Case {
     }
 }
 
-fn run(case: &Case, mode: CacheMode) -> Result<(), String> {
+/// What each store may cache: all of it, or each its own budget (see [`budgets`]).
+#[derive(Debug, Clone, Copy)]
+enum Budgets {
+    Unlimited,
+    /// Store 0 unlimited, store 1 a few views, store 2 nothing (every view read when used).
+    Tight,
+}
+
+fn budgets(which: Budgets, store: usize) -> Option<u64> {
+    match which {
+        Budgets::Unlimited => None,
+        Budgets::Tight => [None, Some(600), Some(0)][store % 3],
+    }
+}
+
+fn run(case: &Case, mode: CacheMode, which: Budgets) -> Result<(), String> {
     let load = BulkLoadConfig {
         epsilon: 2,
         delta: 4,
@@ -100,8 +115,12 @@ fn run(case: &Case, mode: CacheMode) -> Result<(), String> {
         ..StoreConfig::default()
     };
     let mut clients: Vec<Client<SimEndpoint>> = (0..STORES)
-        .map(|_| {
-            Store::open(transport.clone(), config.clone())
+        .map(|s| {
+            let config = StoreConfig {
+                cache_budget: budgets(which, s),
+                ..config.clone()
+            };
+            Store::open(transport.clone(), config)
                 .and_then(|store| store.client())
                 .map_err(|e| e.to_string())
         })
@@ -182,8 +201,8 @@ fn run(case: &Case, mode: CacheMode) -> Result<(), String> {
     Ok(())
 }
 
-fn check(case: Case, mode: CacheMode) -> TestResult {
-    match run(&case, mode) {
+fn check(case: Case, mode: CacheMode, which: Budgets) -> TestResult {
+    match run(&case, mode, which) {
         Ok(()) => TestResult::passed(),
         Err(e) => TestResult::error(e),
     }
@@ -203,10 +222,21 @@ fn three_stores_and_retrainings_agree_with_a_btreemap_lean() {
         .quickcheck(check_lean as fn(Case) -> TestResult);
 }
 
+#[test]
+fn three_stores_within_cache_budgets_agree_with_a_btreemap() {
+    QuickCheck::new()
+        .tests(80)
+        .quickcheck(check_budgets as fn(Case) -> TestResult);
+}
+
 fn check_pivots(case: Case) -> TestResult {
-    check(case, CacheMode::Pivots)
+    check(case, CacheMode::Pivots, Budgets::Unlimited)
 }
 
 fn check_lean(case: Case) -> TestResult {
-    check(case, CacheMode::Lean)
+    check(case, CacheMode::Lean, Budgets::Unlimited)
+}
+
+fn check_budgets(case: Case) -> TestResult {
+    check(case, CacheMode::Pivots, Budgets::Tight)
 }

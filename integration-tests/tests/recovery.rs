@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use index_core::{Client, IndexError, Store, StoreConfig};
 use integration_tests::tiny;
+use leaf_store::queue::{enqueue, is_pending};
 use leaf_store::{BulkLoadConfig, Layout, ModelHeader, RingLayout, read_slot_table, verify};
 use rdma_transport::{Endpoint, Transport};
-use retrainer::queue::{enqueue, is_pending};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::{SimEndpoint, SimTransport};
 
@@ -384,7 +384,7 @@ fn a_starting_worker_requeues_exactly_the_queued_slots() {
             for &slot in &queued {
                 assert!(matches!(
                     enqueue(&mut ep, &p.layout, slot),
-                    Ok(retrainer::queue::Enqueued::At(_))
+                    Ok(leaf_store::queue::Enqueued::At(_))
                 ));
             }
             if consumed_by_a_dead_worker {

@@ -4,7 +4,9 @@
 //! bit/byte diagram: the [`Superblock`] at offset 0 (all a client needs to attach), the leaf region
 //! (`[alloc_num][capacity]` then fixed-size [`Leaf`]s, allocated with one FAA), the 64-bit
 //! [`LeafTableEntry`] of the LT and SLT (with its lock bit), the model slot table, the model
-//! records with their [`ModelHeader`] word, and the retraining ring.
+//! records with their [`ModelHeader`] word, and the retraining ring ([`RingLayout`]; compute nodes
+//! queue a slot with [`queue::enqueue`], and read why the memory node put one off in the
+//! [`put_off`] word).
 //!
 //! The memory-node side builds a pool with [`bulk_load`]; [`verify`] walks a whole pool through an
 //! `Endpoint` and checks every structural invariant, returning a report instead of panicking.
@@ -52,6 +54,8 @@ mod layout;
 mod leaf;
 mod lock;
 pub mod members;
+pub mod put_off;
+pub mod queue;
 mod record;
 pub mod redo;
 pub mod repair;
@@ -81,7 +85,7 @@ pub use verify::{Problem, VerifyReport, verify};
 pub use verify_values::ValueSpace;
 pub use walk::{
     TORN_READ_RETRIES, read_all_entries, read_all_entries_live, read_leaf, read_record,
-    read_slot_table, walk_chain,
+    read_record_if_current, read_slot_table, walk_chain,
 };
 
 /// Word `i` (8 bytes, little-endian, as every multi-byte value in remote memory) of bytes read

@@ -23,7 +23,7 @@
 //!   then 128 words          tag t's announced epoch at word t: every view it may still use was
 //!                           checked against the slot table after the epoch word showed this
 //!                           value (see `Retrainer::reclaim`); word 0: the retrainer's last
-//!                           put-off (`retrainer::problem`)
+//!                           put-off (`crate::put_off`)
 //!   then per tag t=1..127   CONNECTIONS_PER_MEMBER words: each client's value free word (v5) —
 //!                           the value block (`crate::value::ValueRef`) its write is replacing,
 //!                           set before the leaf WRITE and cleared after the block's free
@@ -292,7 +292,7 @@ impl MemberTable {
             + 8 * u64::from(tag))
     }
 
-    /// Address of the retrainer's last put-off word (`retrainer::problem`).
+    /// Address of the retrainer's last put-off word ([`crate::put_off`]).
     pub fn problem_addr(&self) -> RemoteAddr {
         self.announce_addr(0)
     }

@@ -1,10 +1,11 @@
 //! Reading the layout back: slot table, records, leaves and synonym chains.
 
-use rdma_transport::{Endpoint, RemoteAddr};
+use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::record::RECORD_FIXED_BYTES;
 use crate::{
-    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, SLT_SLOTS, le_word,
+    Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RecordLayout,
+    SLT_SLOTS, le_word,
 };
 
 /// How many times a torn leaf is re-read before giving up.
@@ -71,15 +72,69 @@ pub fn read_record<E: Endpoint>(
     let mut fixed = [0u8; RECORD_FIXED_BYTES as usize];
     ep.read(record, &mut fixed)?;
     let record_layout = ModelRecord::layout_of(&fixed, room).map_err(corrupt)?;
-    // Everything up to the SLT's used prefix (as the fixed part's header shows it, plus a
-    // margin), header first; SLT entries past `slot_use` mean nothing and stay zero. If the
-    // header read with the rest shows more slots in use, they are read after it.
+    let header = ModelHeader::from_raw(le_word(&fixed, 0));
     let mut bytes = vec![0u8; record_layout.total() as usize];
-    let used = |header: u64| (ModelHeader::from_raw(header).slot_use() + 1).min(SLT_SLOTS as u64);
-    let first = (used(le_word(&fixed, 0)) + SLT_READ_MARGIN).min(SLT_SLOTS as u64);
-    let first_end = record_layout.slt_entry(first) as usize;
+    let first_end = record_layout.slt_entry(first_slt_read(header)) as usize;
     ep.read(record, &mut bytes[..first_end])?;
-    let needed = used(le_word(&bytes, 0));
+    read_rest(ep, layout, slot, record, record_layout, header, bytes)
+}
+
+/// [`read_record`] for a compute node that cached the record and dropped it, and so knows its
+/// layout and a recent header word: one round trip instead of two. Its layout is trusted only
+/// if the record is still the one the compute node knew: the slot table's entry, READ in the
+/// same batch *after* the record (fenced), must still name `record`, and the header read must
+/// carry `header`'s generation. `None` otherwise (the record was replaced; its memory may hold
+/// another record now): read the slot table and the record afresh.
+pub fn read_record_if_current<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    slot: u64,
+    record: RemoteAddr,
+    record_layout: RecordLayout,
+    header: ModelHeader,
+) -> Result<Option<ModelRecord>, LeafStoreError> {
+    let mut bytes = vec![0u8; record_layout.total() as usize];
+    let first_end = record_layout.slt_entry(first_slt_read(header)) as usize;
+    let mut entry = [0u8; 8];
+    let mut verbs = [
+        Verb::read(record, &mut bytes[..first_end]),
+        Verb::read(layout.slot_entry_addr(slot), &mut entry).fenced(),
+    ];
+    ep.batches(&mut verbs)?;
+    let seen = ModelHeader::from_raw(le_word(&bytes, 0));
+    if RemoteAddr::unpack(le_word(&entry, 0)) != record || seen.generation() != header.generation()
+    {
+        return Ok(None);
+    }
+    read_rest(ep, layout, slot, record, record_layout, header, bytes).map(Some)
+}
+
+/// The SLT entries a first READ of a record covers: up to the used prefix as `header` shows it,
+/// plus a margin. Entries past `slot_use` mean nothing and stay zero.
+fn first_slt_read(header: ModelHeader) -> u64 {
+    (used_slt(header.raw()) + SLT_READ_MARGIN).min(SLT_SLOTS as u64)
+}
+
+fn used_slt(header: u64) -> u64 {
+    (ModelHeader::from_raw(header).slot_use() + 1).min(SLT_SLOTS as u64)
+}
+
+/// Decodes a record whose first READ (header first, up to the SLT entries of
+/// [`first_slt_read`]) is in `bytes`; if the header read with it shows more SLT entries in use,
+/// they are read after it.
+fn read_rest<E: Endpoint>(
+    ep: &mut E,
+    layout: &Layout,
+    slot: u64,
+    record: RemoteAddr,
+    record_layout: RecordLayout,
+    header: ModelHeader,
+    mut bytes: Vec<u8>,
+) -> Result<ModelRecord, LeafStoreError> {
+    let corrupt = |reason: String| LeafStoreError::CorruptRecord { slot, reason };
+    let first = first_slt_read(header);
+    let first_end = record_layout.slt_entry(first) as usize;
+    let needed = used_slt(le_word(&bytes, 0));
     if needed > first {
         let rest = record.checked_add(first_end as u64).unwrap_or(record);
         ep.read(

@@ -1,6 +1,7 @@
 //! Memory-node retraining with shadow redirection (`docs/ARCHITECTURE.md` §7).
 //!
-//! Compute nodes queue a model slot whose SLT reaches the threshold ([`queue::enqueue`]). The
+//! Compute nodes queue a model slot whose SLT reaches the threshold
+//! ([`leaf_store::queue::enqueue`]). The
 //! memory node's [`Retrainer`] (one core, beside an in-process pool or inside `rolex memnode`)
 //! takes the most urgent queued slot, walks its chains in key order, and trains a new model on the
 //! leaves as they stand — no data is moved: every non-empty leaf, trained or synonym, becomes a
@@ -16,9 +17,9 @@
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicBool, Ordering};
 //!
-//! use leaf_store::{BulkLoadConfig, Layout, bulk_load, required_pool_bytes};
+//! use leaf_store::{BulkLoadConfig, Layout, bulk_load, queue, required_pool_bytes};
 //! use rdma_transport::Transport;
-//! use retrainer::{RetrainConfig, Retrainer, queue};
+//! use retrainer::{RetrainConfig, Retrainer};
 //! use sim_transport::SimTransport;
 //!
 //! let config = BulkLoadConfig::default();
@@ -50,7 +51,6 @@
 //! ```
 
 pub mod problem;
-pub mod queue;
 mod sync;
 mod worker;
 

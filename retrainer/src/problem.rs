@@ -1,77 +1,19 @@
-//! The retrainer's last put-off, published for compute nodes: why a slot is not being retrained.
-//!
-//! A writer that gives up on a full slot (`IndexError::SltFull`) reads this word and, when it
-//! names the same slot, says why the memory node has not retrained it. One word, written by the
-//! worker only ([`leaf_store::members::MemberTable::problem_addr`]):
-//!
-//! ```text
-//!  63     60 59                                   24 23                      0
-//! +---------+---------------------------------------+------------------------+
-//! |  cause  |               slot (36)               |      detail (24)       |
-//! +---------+---------------------------------------+------------------------+
-//!   cause: 0 none, 1 model region full (detail: KiB needed), 2 a leaf lock stays held
-//!   (detail: the trained leaf), 3 another failure
-//! ```
+//! Why the worker put a slot off, as published in the put-off word for compute nodes
+//! ([`leaf_store::put_off`]): the mapping from the worker's error.
+
+use leaf_store::put_off::PutOff;
 
 use crate::RetrainError;
 
-const CAUSE_SHIFT: u32 = 60;
-const SLOT_SHIFT: u32 = 24;
-const SLOT_MASK: u64 = (1 << 36) - 1;
-const DETAIL_MASK: u64 = (1 << 24) - 1;
-
-/// Why the worker put a slot off, as compute nodes read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PutOff {
-    /// The model region has no room for the new record (this many KiB were needed).
-    ModelRegionFull {
-        /// KiB the record needed.
-        kib: u64,
-    },
-    /// The lock of trained leaf `leaf` stays held (a writer that died holding it, not yet
-    /// recovered?).
-    LeafLocked {
-        /// The trained leaf.
-        leaf: u64,
-    },
-    /// Another failure (a record that could not be read or trained, a transport fault).
-    Other,
-}
-
-impl std::fmt::Display for PutOff {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PutOff::ModelRegionFull { kib } => {
-                write!(f, "the model region is full ({kib} KiB needed)")
-            }
-            PutOff::LeafLocked { leaf } => {
-                write!(f, "the lock of its trained leaf {leaf} stays held")
-            }
-            PutOff::Other => write!(f, "its retraining keeps failing (see the memory node)"),
-        }
-    }
-}
-
-/// The word for `slot` put off by `error`.
-pub fn encode(slot: u64, error: &RetrainError) -> u64 {
-    let (cause, detail) = match error {
-        RetrainError::ModelRegionFull { needed } => (1, needed.div_ceil(1024)),
-        RetrainError::LeafLocked { leaf, .. } => (2, *leaf),
-        _ => (3, 0),
-    };
-    (cause << CAUSE_SHIFT) | ((slot & SLOT_MASK) << SLOT_SHIFT) | detail.min(DETAIL_MASK)
-}
-
-/// The slot and cause a word names; `None` for the empty word.
-pub fn decode(word: u64) -> Option<(u64, PutOff)> {
-    let detail = word & DETAIL_MASK;
-    let put_off = match word >> CAUSE_SHIFT {
-        0 => return None,
-        1 => PutOff::ModelRegionFull { kib: detail },
-        2 => PutOff::LeafLocked { leaf: detail },
+/// The put-off `error` stands for.
+pub fn put_off(error: &RetrainError) -> PutOff {
+    match error {
+        RetrainError::ModelRegionFull { needed } => PutOff::ModelRegionFull {
+            kib: needed.div_ceil(1024),
+        },
+        RetrainError::LeafLocked { leaf, .. } => PutOff::LeafLocked { leaf: *leaf },
         _ => PutOff::Other,
-    };
-    Some(((word >> SLOT_SHIFT) & SLOT_MASK, put_off))
+    }
 }
 
 #[cfg(test)]
@@ -79,13 +21,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn put_offs_round_trip() {
-        assert_eq!(decode(0), None);
-        let locked = encode(7, &RetrainError::LeafLocked { slot: 7, leaf: 3 });
-        assert_eq!(decode(locked), Some((7, PutOff::LeafLocked { leaf: 3 })));
-        let full = encode(9, &RetrainError::ModelRegionFull { needed: 5000 });
-        assert_eq!(decode(full), Some((9, PutOff::ModelRegionFull { kib: 5 })));
-        let other = encode(1 << 35, &RetrainError::Train("x".into()));
-        assert_eq!(decode(other), Some((1 << 35, PutOff::Other)));
+    fn errors_map_to_what_compute_nodes_are_told() {
+        assert_eq!(
+            put_off(&RetrainError::LeafLocked { slot: 7, leaf: 3 }),
+            PutOff::LeafLocked { leaf: 3 }
+        );
+        assert_eq!(
+            put_off(&RetrainError::ModelRegionFull { needed: 5000 }),
+            PutOff::ModelRegionFull { kib: 5 }
+        );
+        assert_eq!(put_off(&RetrainError::Train("x".into())), PutOff::Other);
     }
 }

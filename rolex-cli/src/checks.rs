@@ -45,6 +45,82 @@ impl std::fmt::Display for ValueSize {
     }
 }
 
+/// A compute node's cache budget: bytes per loaded key, or bytes in all.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheBudget {
+    /// This many bytes per key loaded (a fraction is fine).
+    PerKey(f64),
+    /// This many bytes per compute node.
+    Bytes(u64),
+}
+
+impl CacheBudget {
+    /// Bytes for a compute node of a store holding `keys` keys.
+    pub fn bytes(&self, keys: u64) -> u64 {
+        match *self {
+            // Truncation is the intent: a budget is an upper bound.
+            CacheBudget::PerKey(b) => (b * keys as f64) as u64,
+            CacheBudget::Bytes(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Display for CacheBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            CacheBudget::PerKey(b) => write!(f, "{b} bytes per key"),
+            CacheBudget::Bytes(b) => write!(f, "{:.2} MiB per compute node", b as f64 / MIB),
+        }
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The largest cache budget taken: 1 TiB per compute node, or 4,096 bytes per key.
+const MAX_BUDGET_MIB: f64 = 1024.0 * 1024.0;
+const MAX_BUDGET_PER_KEY: f64 = 4096.0;
+
+/// `--cache-budget`: `B` bytes per key (`0.5`), or `M` MiB per compute node (`64MiB`).
+pub fn cache_budget(s: &str) -> Result<CacheBudget, String> {
+    let t = s.trim();
+    let (number, per_node) = match t.strip_suffix("MiB") {
+        Some(n) => (n, true),
+        None => (t, false),
+    };
+    let x = finite_number(number)
+        .map_err(|e| format!("{e}: give bytes per key (0.5) or MiB per compute node (64MiB)"))?;
+    let max = if per_node {
+        MAX_BUDGET_MIB
+    } else {
+        MAX_BUDGET_PER_KEY
+    };
+    if !(0.0..=max).contains(&x) {
+        return Err(format!(
+            "{x} is outside 0..={max} ({})",
+            if per_node {
+                "MiB per compute node"
+            } else {
+                "bytes per key"
+            }
+        ));
+    }
+    Ok(if per_node {
+        // Truncation is the intent: a budget is an upper bound.
+        CacheBudget::Bytes((x * MIB) as u64)
+    } else {
+        CacheBudget::PerKey(x)
+    })
+}
+
+/// One budget of `rolex compare --budget-sweep`: bytes per key, in `0..=4096`.
+pub fn budget_per_key(s: &str) -> Result<f64, String> {
+    match cache_budget(s)? {
+        CacheBudget::PerKey(b) => Ok(b),
+        CacheBudget::Bytes(_) => Err(format!("'{s}': the sweep takes bytes per key (0.5)")),
+    }
+}
+
 /// `--value-size`: `N` bytes, or `MIN-MAX` (uniform), each at most 64 KiB.
 pub fn value_size(s: &str) -> Result<ValueSize, String> {
     let limit = leaf_store::value::MAX_VALUE_LEN;

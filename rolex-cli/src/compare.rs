@@ -48,6 +48,18 @@ pub struct CompareArgs {
     /// throughput as mean ± standard deviation, with error bars in the plots (at most 100).
     #[arg(long, default_value_t = 1, value_parser = crate::checks::runs)]
     pub runs: u64,
+    /// What each compute node may cache, for both indexes, in every case of the table:
+    /// bytes per key (`0.5`) or MiB per compute node (`64MiB`). Default: no limit.
+    #[arg(long, value_parser = crate::checks::cache_budget)]
+    pub cache_budget: Option<crate::checks::CacheBudget>,
+    /// The cache budgets (bytes per key) at which YCSB C and A (uniform requests) are run again
+    /// for the plot of throughput against the budget.
+    #[arg(long, value_delimiter = ',', default_value = "0.05,0.1,0.2,0.5,1,2",
+          value_parser = crate::checks::budget_per_key)]
+    pub budget_sweep: Vec<f64>,
+    /// Leave the budget sweep out.
+    #[arg(long)]
+    pub no_budget_sweep: bool,
     /// Hide progress.
     #[arg(long)]
     pub quiet: bool,
@@ -119,6 +131,26 @@ struct Comparison {
     cases: Vec<Case>,
     /// Modeled throughput of YCSB A and C (zipfian) for 1–64 modeled clients.
     clients_sweep: Vec<ClientPoint>,
+    /// The compute-side cache budget of the cases (absent: no limit).
+    cache_budget: Option<crate::checks::CacheBudget>,
+    /// YCSB C and A (uniform) at each budget of `--budget-sweep`.
+    budget_sweep: Vec<BudgetPoint>,
+}
+
+/// One workload at one cache budget: both indexes' modeled throughput at 64 clients and what
+/// each cached.
+#[derive(Debug, Clone, serde::Serialize)]
+struct BudgetPoint {
+    workload: String,
+    budget_bytes_per_key: f64,
+    rolex_ops_s: f64,
+    bplus_ops_s: f64,
+    rolex_cache_bytes_per_key: f64,
+    bplus_cache_bytes_per_key: f64,
+    rolex_rtts_per_op: f64,
+    bplus_rtts_per_op: f64,
+    rolex_bytes_per_op: f64,
+    bplus_bytes_per_op: f64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -172,7 +204,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     }
     // Printed as it grows, and written to `table.md` beside the plots at the end.
     let mut table = format!(
-        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}{}`\n\n",
+        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}{}{}`\n\n",
         args.keys,
         args.ops,
         args.threads,
@@ -184,8 +216,14 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             String::new()
         },
         args.value_size
-            .map_or(String::new(), |v| format!(" --value-size {}", v.flag()))
+            .map_or(String::new(), |v| format!(" --value-size {}", v.flag())),
+        args.cache_budget.map_or(String::new(), |b| match b {
+            crate::checks::CacheBudget::PerKey(x) => format!(" --cache-budget {x}"),
+            crate::checks::CacheBudget::Bytes(x) =>
+                format!(" --cache-budget {}MiB", x as f64 / (1024.0 * 1024.0)),
+        })
     );
+    emit_budget_line(&mut table, args.cache_budget);
     let mut emit = |line: String| {
         println!("{line}");
         table.push_str(&line);
@@ -220,6 +258,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 run.threads = args.threads;
                 run.seed = args.seed.wrapping_add(r);
                 run.value_size = args.value_size;
+                run.cache_budget = args.cache_budget;
                 if let Some(w) = workload {
                     run.workload = *w;
                 }
@@ -333,16 +372,26 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 .map_or("n/a".into(), |b| format!("{b:.1}")),
         ));
     }
+    let budget_sweep = if args.no_budget_sweep {
+        Vec::new()
+    } else {
+        budget_sweep(args, &defaults, &profile, &mut emit)?
+    };
     let table_path = args.out.join("table.md");
     std::fs::write(&table_path, &table).map_err(|e| failed!("{}: {e}", table_path.display()))?;
-    for (file, svg) in plots(&cases, &clients_sweep, args, &profile) {
+    for (file, svg) in plots(&cases, &clients_sweep, &budget_sweep, args, &profile) {
         let path = args.out.join(file);
         std::fs::write(&path, svg).map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     println!(
-        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, measured_throughput.svg, bytes_per_op.svg, rtts_per_op.svg, latency_cdf.svg); {} runs in {:.0} s",
+        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, {}measured_throughput.svg, bytes_per_op.svg, rtts_per_op.svg, latency_cdf.svg); {} runs in {:.0} s",
         args.out.display(),
-        2 * cases.len() as u64 * args.runs,
+        if budget_sweep.is_empty() {
+            ""
+        } else {
+            "throughput_vs_cache_budget.svg, "
+        },
+        2 * cases.len() as u64 * args.runs + 2 * budget_sweep.len() as u64,
         started.elapsed().as_secs_f64()
     );
     if let Some(path) = &args.json {
@@ -354,10 +403,102 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             value_size: args.value_size,
             cases,
             clients_sweep,
+            cache_budget: args.cache_budget,
+            budget_sweep,
         })?;
         std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// The table's line saying what the compute nodes may cache.
+fn emit_budget_line(table: &mut String, budget: Option<crate::checks::CacheBudget>) {
+    table.push_str(&match budget {
+        Some(b) => format!("compute-side cache budget, both indexes: {b}\n\n"),
+        None => "compute-side cache budget: none (each index caches what it uses)\n\n".into(),
+    });
+}
+
+/// YCSB C and A, uniform requests, at each budget of `--budget-sweep` (one run each, seed as
+/// given), printed as a second table.
+fn budget_sweep(
+    args: &CompareArgs,
+    defaults: &BenchArgs,
+    profile: &NetworkProfile,
+    emit: &mut dyn FnMut(String),
+) -> Result<Vec<BudgetPoint>, CliError> {
+    emit(String::new());
+    emit("Against the compute-side cache budget (uniform requests, modeled at 64 clients):".into());
+    emit(String::new());
+    emit("| budget, bytes/key | workload | ROLEX ops/s | B+-tree ops/s | ratio | ROLEX cache, bytes/key | B+-tree cache, bytes/key | RTT/op ROLEX | RTT/op B+-tree | bytes/op ROLEX | bytes/op B+-tree |".into());
+    emit("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".into());
+    let mut points = Vec::new();
+    for &budget in &args.budget_sweep {
+        for workload in [Workload::YcsbC, Workload::YcsbA] {
+            if !args.quiet {
+                eprintln!(
+                    "cache budget {budget} bytes per key: {}",
+                    workload::name(workload)
+                );
+            }
+            let mut reports = Vec::new();
+            for index in [IndexKind::Rolex, IndexKind::Bplus] {
+                let mut run = defaults.clone();
+                run.index = index;
+                run.page_size = args.page_size;
+                run.keys = args.keys;
+                run.ops = args.ops;
+                run.threads = args.threads;
+                run.seed = args.seed;
+                run.value_size = args.value_size;
+                run.cache_budget = Some(crate::checks::CacheBudget::PerKey(budget));
+                run.workload = workload;
+                run.insert_ratio = None;
+                run.request_dist = Some(RequestDist::Uniform);
+                run.quiet = true;
+                let report = bench::run(&run)?;
+                if !report.verify_clean {
+                    return Err(input!(
+                        "{} at a cache budget of {budget}: verify found problems after the {} run",
+                        workload::name(workload),
+                        index.name()
+                    ));
+                }
+                reports.push(report);
+            }
+            let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
+                return Err(failed!("a run produced no report"));
+            };
+            let point = BudgetPoint {
+                workload: workload::name(workload),
+                budget_bytes_per_key: budget,
+                rolex_ops_s: modeled_at(&rolex, 64, profile),
+                bplus_ops_s: modeled_at(&bplus, 64, profile),
+                rolex_cache_bytes_per_key: rolex.cache_bytes_per_key,
+                bplus_cache_bytes_per_key: bplus.cache_bytes_per_key,
+                rolex_rtts_per_op: weighted(&rolex, |o| o.rtts_per_op),
+                bplus_rtts_per_op: weighted(&bplus, |o| o.rtts_per_op),
+                rolex_bytes_per_op: weighted(&rolex, |o| o.bytes_per_op),
+                bplus_bytes_per_op: weighted(&bplus, |o| o.bytes_per_op),
+            };
+            emit(format!(
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.0} |",
+                point.budget_bytes_per_key,
+                point.workload,
+                point.rolex_ops_s,
+                point.bplus_ops_s,
+                point.rolex_ops_s / point.bplus_ops_s.max(1e-9),
+                point.rolex_cache_bytes_per_key,
+                point.bplus_cache_bytes_per_key,
+                point.rolex_rtts_per_op,
+                point.bplus_rtts_per_op,
+                point.rolex_bytes_per_op,
+                point.bplus_bytes_per_op,
+            ));
+            points.push(point);
+        }
+    }
+    Ok(points)
 }
 
 /// Modeled throughput of YCSB A and C (zipfian) at 1–64 modeled clients, from each run's counters.
@@ -390,6 +531,7 @@ fn modeled_at(report: &Report, clients: u64, profile: &NetworkProfile) -> f64 {
 fn plots(
     cases: &[Case],
     sweep: &[ClientPoint],
+    budgets: &[BudgetPoint],
     args: &CompareArgs,
     profile: &NetworkProfile,
 ) -> Vec<(&'static str, String)> {
@@ -471,6 +613,30 @@ fn plots(
             });
         }
     }
+    let mut by_budget = Vec::new();
+    for workload in ["ycsb-c", "ycsb-a"] {
+        for index in ["ROLEX", "B+-tree"] {
+            by_budget.push(Series {
+                name: format!("{index}, {workload}"),
+                points: budgets
+                    .iter()
+                    .filter(|p| p.workload == workload)
+                    .map(|p| {
+                        (
+                            p.budget_bytes_per_key,
+                            if index == "ROLEX" {
+                                p.rolex_ops_s
+                            } else {
+                                p.bplus_ops_s
+                            },
+                        )
+                    })
+                    .collect(),
+                dashed: index != "ROLEX",
+                err: Vec::new(),
+            });
+        }
+    }
     // Measured throughput of the zipfian cases, with their spread.
     let measured: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
     let measured_categories: Vec<String> = measured
@@ -530,7 +696,7 @@ fn plots(
             ""
         }
     );
-    vec![
+    let mut plots = vec![
         (
             "throughput_vs_write_ratio.svg",
             svg::line_chart(
@@ -600,7 +766,21 @@ fn plots(
             ),
         ),
         ("latency_cdf.svg", latency_cdf(cases, &sizes)),
-    ]
+    ];
+    if !budgets.is_empty() {
+        plots.push((
+            "throughput_vs_cache_budget.svg",
+            svg::line_chart(
+                "Modeled throughput, 64 clients, against the compute-side cache budget",
+                &format!("uniform requests; budget in bytes per key (log scale); {sizes}"),
+                "cache budget, bytes per key",
+                "modeled operations per second",
+                &by_budget,
+                true,
+            ),
+        ));
+    }
+    plots
 }
 
 /// The latency percentile spectrum of YCSB A (zipfian): GETs and UPDATEs of both indexes, every

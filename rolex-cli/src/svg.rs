@@ -244,7 +244,7 @@ pub fn line_chart(
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .collect();
-    let tx = |v: f64| if log2_x { v.max(1.0).log2() } else { v };
+    let tx = |v: f64| if log2_x { v.max(1e-9).log2() } else { v };
     let (x_lo, x_hi) = xs
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {

@@ -598,6 +598,20 @@ fn memory_node(world: &World, n: usize) -> Option<Retrainer<SimEndpoint>> {
     }
 }
 
+/// The cache budget of a compute node's incarnation: none for two in three, else none at all
+/// (every view read again when used), a few views' worth or a few dozen. Drawn from its own
+/// generator, so that a seed's other choices are those it made before budgets existed.
+fn cache_budget(seed: u64, incarnation: u64) -> Option<u64> {
+    let pick =
+        XorShift64::new((seed ^ 0xb0d6_e7ca_c4e0_0001).wrapping_add(incarnation) | 1).next_u64();
+    match pick % 9 {
+        0 => Some(0),
+        1 => Some(1 << 10),
+        2 => Some(8 << 10),
+        _ => None,
+    }
+}
+
 /// A compute node: opens a store on its process and runs its clients; killed or fenced, it
 /// starts again as a new member until its clients have run all their operations.
 fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, seed: u64) {
@@ -622,6 +636,7 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
             lease_renewal: RENEWAL,
             // Every split asks for its slot's retraining.
             retrain_threshold: 1,
+            cache_budget: cache_budget(seed, incarnation),
             ..StoreConfig::default()
         };
         let store = match Store::open(process.clone(), config) {

@@ -9,15 +9,15 @@
 //! the shrunk left page, then unlock, and insert the separator into the parent the same way, up
 //! to a new root installed by CAS of the root word.
 
+mod page_cache;
 mod read;
 mod scan;
 mod split;
 mod value;
 mod write;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rdma_transport::{Endpoint, Stats, Transport};
@@ -40,6 +40,9 @@ pub struct TreeConfig {
     /// page, the parents of leaves included, as Sherman does; 2 leaves the leaves' parents out,
     /// so a GET reads two pages; `u8::MAX` caches nothing).
     pub cache_from_level: u8,
+    /// Bytes of internal pages this compute node may cache, over all memory nodes (default: no
+    /// limit); over it, the least recently used go (CLOCK), as in Sherman and CHIME.
+    pub cache_budget: Option<u64>,
     /// Stripes of the local lock table (default 4,096).
     pub local_lock_stripes: usize,
     /// Loom builds only: whether a reader moves right past a page's high fence (always, outside
@@ -54,6 +57,7 @@ impl Default for TreeConfig {
             wait_limit: Duration::from_secs(2),
             max_attempts: 10_000,
             cache_from_level: 1,
+            cache_budget: None,
             local_lock_stripes: 4096,
             #[cfg(loom)]
             move_right: true,
@@ -67,8 +71,6 @@ struct NodeTree {
     layout: Layout,
     /// The root word as last read.
     root: AtomicU64,
-    /// Internal pages by number, as last read or written here.
-    cache: RwLock<HashMap<u64, Arc<Page>>>,
 }
 
 #[derive(Debug)]
@@ -76,6 +78,8 @@ struct Shared {
     config: TreeConfig,
     /// Memory nodes in key order.
     nodes: Vec<NodeTree>,
+    /// Internal pages of every node, as last read or written here.
+    cache: page_cache::PageCache,
     /// First key of each node.
     partition: Vec<u64>,
     locks: LocalLocks,
@@ -115,7 +119,6 @@ impl<T: Transport> Tree<T> {
             nodes.push(NodeTree {
                 layout,
                 root: AtomicU64::new(root),
-                cache: RwLock::new(HashMap::new()),
             });
         }
         nodes.sort_by_key(|n| n.layout.key_lo);
@@ -130,9 +133,11 @@ impl<T: Transport> Tree<T> {
             ));
         }
         let tag = (u64::from(std::process::id()) << 24) | NEXT_TAG.fetch_add(1, Ordering::Relaxed);
+        let page_size = nodes.first().map_or(1, |n| n.layout.page_size);
         Ok(Self {
             transport,
             shared: Arc::new(Shared {
+                cache: page_cache::PageCache::new(config.cache_budget, page_size),
                 partition: nodes.iter().map(|n| n.layout.key_lo).collect(),
                 values: nodes
                     .iter()
@@ -158,14 +163,7 @@ impl<T: Transport> Tree<T> {
 
     /// Bytes of internal pages cached now.
     pub fn cache_bytes(&self) -> u64 {
-        self.shared
-            .nodes
-            .iter()
-            .map(|n| {
-                let cache = n.cache.read().unwrap_or_else(|e| e.into_inner());
-                cache.len() as u64 * n.layout.page_size
-            })
-            .sum()
+        self.shared.cache.bytes()
     }
 
     /// The layouts of the memory nodes, in key order.

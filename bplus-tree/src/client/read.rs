@@ -63,42 +63,27 @@ impl<E: Endpoint> Client<E> {
     /// The internal page `page_no`: from the cache, else READ (and cached).
     pub(super) fn internal(&mut self, node: usize, page_no: u64) -> Result<Arc<Page>, TreeError> {
         let shared = Arc::clone(&self.shared);
-        let tree = &shared.nodes[node];
         // Only pages at or above the cached levels are ever put in the cache.
-        if let Some(page) = tree
-            .cache
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&page_no)
-        {
-            return Ok(Arc::clone(page));
+        if let Some(page) = shared.cache.get(node, page_no) {
+            return Ok(page);
         }
         self.stats.cache_misses += 1;
         let page = Arc::new(self.read_page(node, page_no)?);
         if !page.is_leaf() && page.level >= shared.config.cache_from_level {
-            tree.cache
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(page_no, Arc::clone(&page));
+            shared.cache.insert(node, page_no, Arc::clone(&page));
         }
         Ok(page)
     }
 
     pub(super) fn forget(&self, node: usize, page_no: u64) {
-        self.shared.nodes[node]
-            .cache
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&page_no);
+        self.shared.cache.remove(node, page_no);
     }
 
     pub(super) fn remember(&self, node: usize, page_no: u64, page: &Page) {
         if !page.is_leaf() && page.level >= self.shared.config.cache_from_level {
-            self.shared.nodes[node]
+            self.shared
                 .cache
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(page_no, Arc::new(page.clone()));
+                .insert(node, page_no, Arc::new(page.clone()));
         }
     }
 

@@ -5,9 +5,9 @@
 use leaf_store::{Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, SLT_SLOTS, le_word};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
+use crate::IndexError;
 use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView};
-use crate::{CacheMode, IndexError};
 
 use super::*;
 
@@ -106,7 +106,13 @@ impl<E: Endpoint> Client<E> {
                 reason: format!("slot first keys: {e}"),
             })
         })?;
-        node.directory.replace(&cached, fresh, guard);
+        let (added, removed) = (fresh.cache_bytes(), cached.cache_bytes());
+        self.caches.budget.charge(added);
+        if node.directory.replace(&cached, fresh, guard) {
+            self.caches.budget.refund(removed);
+        } else {
+            self.caches.budget.refund(added);
+        }
         Ok(true)
     }
 
@@ -139,9 +145,26 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), IndexError> {
         let fresh = self.fetch_view(node, stale)?;
         if let Some(cell) = node.cell(stale.slot) {
-            cell.replace(stale, fresh, guard);
+            self.install(node, cell, stale, fresh, guard);
         }
         Ok(())
+    }
+
+    /// Replaces `current` by `fresh` in `cell` (if it still holds it), within the cache budget:
+    /// `fresh` loses its pivots if they do not fit, and other views are shrunk while the budget
+    /// is exceeded (`crate::budget`).
+    pub(super) fn install(
+        &self,
+        node: &NodeCache,
+        cell: &crate::view::ViewCell,
+        current: &SlotView,
+        fresh: SlotView,
+        guard: &Guard,
+    ) {
+        let slot = fresh.slot;
+        let budget = &self.caches.budget;
+        budget.replace(cell, current, fresh, (node.position, slot), guard);
+        budget.shrink(&self.caches.nodes, (node.position, slot), guard);
     }
 
     /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
@@ -216,20 +239,54 @@ impl<E: Endpoint> Client<E> {
             let Some(cell) = node.cell(slot) else {
                 // First use of a slot published since this compute node started.
                 let fresh = self.reload(node, slot)?;
-                if node.cell_or_install(slot, fresh).is_none() {
+                if node
+                    .cell_or_install(slot, fresh, &self.caches.budget)
+                    .is_none()
+                {
                     return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
                         slot,
                         reason: "slot beyond the slot table's capacity".into(),
                     }));
                 }
+                self.caches
+                    .budget
+                    .shrink(&self.caches.nodes, (node.position, slot), guard);
                 continue;
             };
             let loaded = cell.load(guard);
-            if loaded.validated.get() >= self.op_epoch {
+            let current = loaded.validated.get() >= self.op_epoch;
+            if current && !loaded.evicted {
+                if self.caches.budget.limited() {
+                    loaded.referenced.mark();
+                }
                 return Ok(loaded);
             }
-            let fresh = self.reload(node, slot)?;
-            cell.replace(&loaded, fresh, guard);
+            let fresh = match current {
+                // An evicted view whose record is still safe to read: read it again with the
+                // slot-table entry that must still name it, one round trip (its layout and
+                // header are known).
+                true => match leaf_store::read_record_if_current(
+                    &mut self.ep,
+                    &node.layout,
+                    slot,
+                    loaded.record,
+                    loaded.layout,
+                    loaded.header,
+                ) {
+                    Ok(Some(record)) => SlotView::from_record(
+                        record,
+                        loaded.record,
+                        self.caches.config.cache_mode,
+                        self.op_epoch,
+                    ),
+                    Ok(None) | Err(LeafStoreError::CorruptRecord { .. }) => {
+                        self.reload(node, slot)?
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                false => self.reload(node, slot)?,
+            };
+            self.install(node, cell, &loaded, fresh, guard);
         }
         Err(IndexError::TooManyRetries(16))
     }
@@ -277,11 +334,12 @@ impl<E: Endpoint> Client<E> {
         Err(IndexError::TooManyRetries(attempts))
     }
 
-    /// The chains a GET of `key` reads: the owner's (pivots mode) or every candidate's (lean).
-    pub(super) fn chains_for(view: &SlotView, mode: CacheMode, key: u64) -> Option<ChainEntries> {
-        match (mode, view.owner(key)) {
-            (CacheMode::Pivots, Some(owner)) => view.chain(owner),
-            _ => {
+    /// The chains a GET of `key` reads: the owner's (a view with pivots) or every candidate's
+    /// (lean mode, or a view the cache budget shrank).
+    pub(super) fn chains_for(view: &SlotView, key: u64) -> Option<ChainEntries> {
+        match view.owner(key) {
+            Some(owner) => view.chain(owner),
+            None => {
                 let range = view.model.owner_candidates(key);
                 let mut all = ChainEntries::new();
                 for leaf in range.iter() {

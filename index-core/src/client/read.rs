@@ -28,7 +28,7 @@ impl<E: Endpoint> Client<E> {
         for _ in 0..caches.config.max_attempts {
             let routed = self.route(node, key, &guard)?;
             let view: &SlotView = &routed.view;
-            let Some(leaves) = Self::chains_for(view, caches.config.cache_mode, key) else {
+            let Some(leaves) = Self::chains_for(view, key) else {
                 self.refresh(node, view, &guard)?;
                 continue;
             };

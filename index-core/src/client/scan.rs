@@ -5,9 +5,9 @@ use std::sync::Arc;
 use leaf_store::{LeafStoreError, LeafTableEntry, ModelHeader};
 use rdma_transport::{Endpoint, RemoteAddr};
 
+use crate::IndexError;
 use crate::store::NodeCache;
 use crate::view::{Guard, SlotView, pin};
-use crate::{CacheMode, IndexError};
 
 use super::cache::Freshness;
 use super::*;
@@ -137,7 +137,6 @@ impl<E: Endpoint> Client<E> {
         want_leaves: usize,
         guard: &Guard,
     ) -> Result<Option<ScanRound>, IndexError> {
-        let mode = self.caches.config.cache_mode;
         let mut round = ScanRound {
             leaves: Vec::new(),
             limits: Vec::new(),
@@ -153,14 +152,14 @@ impl<E: Endpoint> Client<E> {
         round.known = routed.known;
         let mut end = routed.end;
         let mut loaded = routed.view;
-        let mut leaf = match loaded.owner(from) {
-            Some(owner) => owner,
-            None => loaded.model.owner_candidates(from).first,
-        };
-        // Lean mode does not know the owner: read every candidate, which includes it.
-        let mut must_reach = match mode {
-            CacheMode::Pivots => leaf,
-            CacheMode::Lean => loaded.model.owner_candidates(from).last,
+        // A view without pivots (lean mode, or one the cache budget shrank) does not know the
+        // owner: read every candidate, which includes it.
+        let (mut leaf, mut must_reach) = match loaded.owner(from) {
+            Some(owner) => (owner, owner),
+            None => {
+                let candidates = loaded.model.owner_candidates(from);
+                (candidates.first, candidates.last)
+            }
         };
         loop {
             let view: &SlotView = &loaded;

@@ -462,7 +462,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     pub(super) fn request_retraining(&mut self, node: &NodeCache, slot: u64) {
-        if retrainer::queue::enqueue(&mut self.ep, &node.layout, slot).is_err() {
+        if leaf_store::queue::enqueue(&mut self.ep, &node.layout, slot).is_err() {
             self.enqueue_failures += 1;
         }
     }

@@ -158,7 +158,7 @@ impl<E: Endpoint> Client<E> {
                 .ep
                 .read_word(node.members.problem_addr())
                 .ok()
-                .and_then(retrainer::problem::decode)
+                .and_then(leaf_store::put_off::decode)
                 .filter(|&(s, _)| s == slot as u64)
                 .map(|(_, why)| why.to_string());
             return Err(IndexError::SltFull {
@@ -346,7 +346,7 @@ impl<E: Endpoint> Client<E> {
             .then(|| fresh.chain(leaf))
             .flatten();
         if let Some(cell) = node.cell(slot as u64) {
-            cell.replace(view, fresh, guard);
+            self.install(node, cell, view, fresh, guard);
         }
         let Some(chain) = chain else {
             return Ok(None);

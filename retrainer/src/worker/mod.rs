@@ -474,9 +474,10 @@ impl<E: Endpoint> Retrainer<E> {
                     _ => self.stats.errors += 1,
                 }
                 // Published for writers that give up on the slot (best effort).
-                let _ = self
-                    .ep
-                    .write_word(problems, crate::problem::encode(slot, e));
+                let _ = self.ep.write_word(
+                    problems,
+                    leaf_store::put_off::encode(slot, crate::problem::put_off(e)),
+                );
                 self.published_problem = Some(slot);
                 self.last_problem = Some((slot, e.clone()));
                 self.defer(slot);

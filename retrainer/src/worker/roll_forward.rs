@@ -218,7 +218,7 @@ impl<E: Endpoint> Retrainer<E> {
             self.stuck.remove(&slot);
             // Queued on the ring (the queued bit and an entry), not only in this worker's
             // memory: a memory node that restarts after freeing the member still retrains it.
-            if crate::queue::enqueue(&mut self.ep, &self.layout, slot).is_err() {
+            if leaf_store::queue::enqueue(&mut self.ep, &self.layout, slot).is_err() {
                 self.queue_slot(slot);
             }
         }

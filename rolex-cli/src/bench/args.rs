@@ -112,6 +112,12 @@ pub struct BenchArgs {
     /// Compute-side cache mode.
     #[arg(long, value_enum, default_value_t = CliCacheMode::Pivots)]
     pub cache_mode: CliCacheMode,
+    /// What the compute node may cache, for either index: bytes per loaded key (`0.5`) or MiB
+    /// per compute node (`64MiB`). ROLEX keeps pivots where they fit and drops them, then
+    /// whole slot views, least recently used first; the B+-tree keeps the internal pages it used
+    /// most recently. Default: no limit.
+    #[arg(long, value_parser = crate::checks::cache_budget)]
+    pub cache_budget: Option<crate::checks::CacheBudget>,
     /// Memory nodes (embedded), range-partitioned (at most 64).
     #[arg(long, default_value_t = 1, value_parser = crate::checks::memory_nodes)]
     pub memory_nodes: u64,

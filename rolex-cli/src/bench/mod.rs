@@ -318,7 +318,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         (transport, set.loaded, set.to_insert, retrainers, stop)
     };
     let opening = std::time::Instant::now();
-    let store = open_rolex(args, transport)?;
+    let store = open_rolex(args, transport, loaded.len() as u64)?;
     let open_seconds = opening.elapsed().as_secs_f64();
     let mut report = match args.value_size {
         Some(size) => {
@@ -355,6 +355,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
 fn open_rolex<T: Transport + 'static>(
     args: &BenchArgs,
     transport: T,
+    keys: u64,
 ) -> Result<Arc<Store<T>>, CliError>
 where
     T::Endpoint: 'static,
@@ -367,6 +368,7 @@ where
         transport,
         StoreConfig {
             cache_mode,
+            cache_budget: args.cache_budget.map(|b| b.bytes(keys)),
             ..StoreConfig::default()
         },
     )
@@ -420,7 +422,7 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
     let loaded = existing_keys(&transport, args.quiet)?;
     let to_insert = fresh_keys(args.seed, expected_inserts);
     let opening = std::time::Instant::now();
-    let store = open_rolex(args, transport)?;
+    let store = open_rolex(args, transport, loaded.len() as u64)?;
     let open_seconds = opening.elapsed().as_secs_f64();
     let mut report = run_workload(
         args,

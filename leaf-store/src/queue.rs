@@ -1,12 +1,13 @@
 //! The retraining queue, compute side: enqueue a model slot for retraining.
 //!
-//! The ring's words are defined in `leaf_store::RingLayout`. Enqueueing a slot:
+//! The ring's words are defined in [`RingLayout`] (`ring.rs`); the memory node's worker (the
+//! `retrainer` crate) consumes them. Enqueueing a slot:
 //! 1. set the slot's bit in the queued bitmap by CAS (read the word, CAS it with the bit set;
 //!    if the bit is already set, the slot is pending and nothing more is done) — so no slot is
 //!    ever queued twice while pending;
 //! 2. FAA the tail to claim a position;
 //! 3. WRITE the entry at that position: the slot, tagged with the position's lap
-//!    (`leaf_store::RingEntry`), so the consumer tells it from an entry of an earlier lap.
+//!    ([`RingEntry`]), so the consumer tells it from an entry of an earlier lap.
 //!
 //! Because every pending slot holds its bit, at most `slots` entries are pending, and bulk load
 //! gives the ring at least one entry per slot: the ring cannot overflow. The memory node consumes
@@ -17,8 +18,9 @@
 //! unwritten for `RetrainConfig::ring_stall_limit` and then queues again every marked slot that
 //! no entry names, so neither stops retraining for good.
 
-use leaf_store::{Layout, LeafStoreError, RingEntry, RingLayout};
 use rdma_transport::Endpoint;
+
+use crate::{Layout, LeafStoreError, RingEntry, RingLayout};
 
 /// What [`enqueue`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +76,7 @@ pub fn is_pending<E: Endpoint>(
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use leaf_store::{BulkLoadConfig, bulk_load};
+    use crate::{BulkLoadConfig, bulk_load};
     use rdma_transport::Transport;
     use sim_transport::SimTransport;
 
@@ -110,10 +112,6 @@ mod tests {
         assert_eq!(entry.slot_at(1 + capacity, capacity), None);
         assert_eq!(ep.read_word(ring.tail()), Ok(3));
         assert!(enqueue(&mut ep, &layout, layout.slot_capacity()).is_err());
-        assert!(
-            leaf_store::verify(&mut ep, node)
-                .expect("verify")
-                .is_clean()
-        );
+        assert!(crate::verify(&mut ep, node).expect("verify").is_clean());
     }
 }

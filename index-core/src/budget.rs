@@ -1,0 +1,273 @@
+//! The compute-side cache budget (ARCHITECTURE §6, "Cache budget"): how many bytes a compute
+//! node's slot views and directories may hold, and how views are shrunk to stay within it.
+//!
+//! **Invariant.** `used` is the sum of [`SlotView::cache_bytes`] over the views installed in the
+//! cells of every node, plus every node's directory, as of the installs that have finished. An
+//! install adds its view's bytes *before* its compare-and-swap (and takes them back if the swap
+//! fails), and subtracts the bytes of the view it replaced only after the swap: so every
+//! subtraction follows the addition of the same view, and the counter never wraps.
+//!
+//! A view is never shrunk in place (readers hold it under an epoch guard): it is replaced, by a
+//! copy without pivots (a lean view, which reads every candidate chain) or by an evicted stub,
+//! which [`crate::Client`] reloads on its next use. Which views go is chosen as CLOCK does, over
+//! the ring of resident views (each installed, not evicted view once): a view used since the
+//! hand last passed keeps its place for one more round, and so does a view just installed.
+//! Pivots are dropped from every other view before any view is evicted: a lean view costs a few
+//! more leaves per GET, an evicted one a READ of its record.
+//!
+//! Without a limit none of this runs: no counter is touched and no view is marked, so the data
+//! path and the model checkers see nothing of it.
+
+use std::collections::VecDeque;
+
+use crate::store::NodeCache;
+use crate::sync::MembershipMutex as Mutex;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::view::{Guard, SlotView, ViewCell};
+
+/// A compute node's cache budget and what is charged against it.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    /// Bytes the views and directories may hold (`None`: no limit).
+    limit: Option<u64>,
+    /// Bytes they hold (see the module's invariant).
+    used: AtomicU64,
+    /// Installed views that have pivots (while another than the caller's has them, shrinking
+    /// drops pivots rather than evicting).
+    with_pivots: AtomicU64,
+    /// The resident views (node position, slot), each once, in CLOCK order; the front is
+    /// where the hand is.
+    resident: Mutex<VecDeque<(usize, u64)>>,
+}
+
+/// What [`Budget::charge_view`] charged.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Charge {
+    bytes: u64,
+    pivots: bool,
+}
+
+/// Whether a view was used since the CLOCK hand last passed it (set by readers only when a
+/// limit exists).
+#[derive(Debug, Default)]
+pub(crate) struct Referenced(AtomicBool);
+
+impl Referenced {
+    pub(crate) fn mark(&self) {
+        if !self.0.load(Ordering::Relaxed) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears the mark; whether it was set.
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
+}
+
+impl Clone for Referenced {
+    /// A copy starts unmarked: it has not been used yet.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Referenced {
+    /// Not part of what a view says about its record.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Budget {
+    pub(crate) fn new(limit: Option<u64>) -> Self {
+        Self {
+            limit,
+            used: AtomicU64::new(0),
+            with_pivots: AtomicU64::new(0),
+            resident: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Whether a limit exists (else nothing here runs).
+    pub(crate) fn limited(&self) -> bool {
+        self.limit.is_some()
+    }
+
+    /// Bytes charged now.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn over(&self) -> bool {
+        self.limit.is_some_and(|limit| self.used() > limit)
+    }
+
+    /// Whether nothing more fits.
+    pub(crate) fn full(&self) -> bool {
+        self.limit.is_some_and(|limit| self.used() >= limit)
+    }
+
+    /// Whether `bytes` more fit.
+    pub(crate) fn fits(&self, bytes: u64) -> bool {
+        self.limit
+            .is_none_or(|limit| self.used().saturating_add(bytes) <= limit)
+    }
+
+    /// Makes `view` fit what is left: its pivots go if the whole view does not fit.
+    pub(crate) fn fit(&self, view: &mut SlotView) {
+        if let Some(limit) = self.limit
+            && view.pivots.is_some()
+            && self.used().saturating_add(view.cache_bytes()) > limit
+        {
+            view.pivots = None;
+        }
+    }
+
+    /// Charges `bytes` (before the install they belong to).
+    pub(crate) fn charge(&self, bytes: u64) {
+        if self.limited() {
+            self.used.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes back `bytes` charged earlier (a replaced view's, or a failed install's).
+    pub(crate) fn refund(&self, bytes: u64) {
+        if self.limited() {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn resident(&self) -> impl std::ops::DerefMut<Target = VecDeque<(usize, u64)>> + '_ {
+        self.resident.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Charges `view`, about to be installed in an empty cell; then [`Self::installed`] says
+    /// whether it was.
+    pub(crate) fn charge_view(&self, view: &SlotView) -> Charge {
+        let charge = Charge {
+            bytes: view.cache_bytes(),
+            pivots: view.pivots.is_some(),
+        };
+        if self.limited() {
+            self.charge(charge.bytes);
+            if charge.pivots {
+                self.with_pivots.fetch_add(1, Ordering::Relaxed);
+            }
+            view.referenced.mark();
+        }
+        charge
+    }
+
+    /// After [`Self::charge_view`]: the view is resident in the cell of slot `at` (node
+    /// position, slot) if `ours`, else another thread's view got there first and the charge
+    /// is taken back.
+    pub(crate) fn installed(&self, charge: Charge, ours: bool, at: (usize, u64)) {
+        if !self.limited() {
+            return;
+        }
+        if ours {
+            self.resident().push_back(at);
+        } else {
+            self.refund(charge.bytes);
+            if charge.pivots {
+                self.with_pivots.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Replaces `current` by `new` in the cell of slot `at` (node position, slot), charging the
+    /// difference; whether it did. The new view goes in whole, even past the limit: its caller
+    /// is about to use it, and [`Self::shrink`] then makes room among the others.
+    pub(crate) fn replace(
+        &self,
+        cell: &ViewCell,
+        current: &SlotView,
+        new: SlotView,
+        at: (usize, u64),
+        guard: &Guard,
+    ) -> bool {
+        if !self.limited() {
+            return cell.replace(current, new, guard);
+        }
+        new.referenced.mark();
+        let came_back = current.evicted && !new.evicted;
+        if !self.swap(cell, current, new, guard) {
+            return false;
+        }
+        if came_back {
+            self.resident().push_back(at);
+        }
+        true
+    }
+
+    /// [`Self::replace`] without the ring (the caller keeps it).
+    fn swap(&self, cell: &ViewCell, current: &SlotView, new: SlotView, guard: &Guard) -> bool {
+        let (added, removed) = (new.cache_bytes(), current.cache_bytes());
+        let (gains, loses) = (new.pivots.is_some(), current.pivots.is_some());
+        self.charge(added);
+        if cell.replace(current, new, guard) {
+            self.refund(removed);
+            if gains && !loses {
+                self.with_pivots.fetch_add(1, Ordering::Relaxed);
+            } else if loses && !gains {
+                self.with_pivots.fetch_sub(1, Ordering::Relaxed);
+            }
+            true
+        } else {
+            self.refund(added);
+            false
+        }
+    }
+
+    /// While over the limit, moves the hand around the ring of resident views and shrinks them
+    /// (see the module's documentation). `keep` (node position, slot) is the view the caller is
+    /// about to use: it is left as it is. Gives up after four rounds (views used again and
+    /// again by other threads meanwhile): the next install tries again.
+    pub(crate) fn shrink(&self, nodes: &[NodeCache], keep: (usize, u64), guard: &Guard) {
+        if !self.over() {
+            return;
+        }
+        let cell_at = |(node, slot): (usize, u64)| nodes.get(node).and_then(|n| n.cell(slot));
+        let keep_has_pivots = cell_at(keep).is_some_and(|cell| cell.load(guard).pivots.is_some());
+        let mut ring = self.resident();
+        let mut steps = 4 * ring.len() + 4;
+        while steps > 0 && self.over() {
+            steps -= 1;
+            let Some(at) = ring.pop_front() else {
+                break;
+            };
+            let Some(cell) = cell_at(at) else {
+                continue;
+            };
+            let view = cell.load(guard);
+            if view.evicted {
+                // Not resident any more (a stale entry): drop it.
+                continue;
+            }
+            if at == keep || view.referenced.take() {
+                ring.push_back(at);
+                continue;
+            }
+            let others_with_pivots = self
+                .with_pivots
+                .load(Ordering::Relaxed)
+                .saturating_sub(u64::from(keep_has_pivots));
+            if others_with_pivots > 0 {
+                if view.pivots.is_some() {
+                    let mut lean = SlotView::clone(&view);
+                    lean.pivots = None;
+                    self.swap(cell, &view, lean, guard);
+                }
+                ring.push_back(at);
+                continue;
+            }
+            let evicted = view
+                .evicted_stub()
+                .is_some_and(|stub| self.swap(cell, &view, stub, guard));
+            if !evicted {
+                ring.push_back(at);
+            }
+        }
+    }
+}
