@@ -58,7 +58,7 @@ pub struct CompareArgs {
           value_parser = crate::checks::budget_per_key)]
     pub budget_sweep: Vec<f64>,
     /// Leave the budget sweep out.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "budget_sweep")]
     pub no_budget_sweep: bool,
     /// Hide progress.
     #[arg(long)]

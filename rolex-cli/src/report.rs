@@ -241,6 +241,8 @@ pub struct Report {
     pub ops: BTreeMap<String, OpReport>,
     pub cache_bytes: u64,
     pub cache_bytes_per_key: f64,
+    /// What the compute node could cache (`--cache-budget`; null: no limit).
+    pub cache_budget_bytes: Option<u64>,
     pub models: u64,
     pub leaves: u64,
     pub synonym_leaves: u64,
@@ -375,12 +377,14 @@ impl Report {
             text(&c["threads"]),
         ));
         out.push_str(&format!(
-            "measured on the simulator ({}): {:.0} ops/s over {}; cache {} bytes ({:.3} per key); {} {}, {} leaves ({} synonym){}\n",
+            "measured on the simulator ({}): {:.0} ops/s over {}; cache {} bytes ({:.3} per key{}); {} {}, {} leaves ({} synonym){}\n",
             self.index,
             self.throughput_ops_s,
             duration(self.wall_seconds),
             self.cache_bytes,
             self.cache_bytes_per_key,
+            self.cache_budget_bytes
+                .map_or(String::new(), |b| format!(", budget {b} bytes")),
             self.models,
             if self.index == "bplus" {
                 "internal pages"

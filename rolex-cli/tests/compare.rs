@@ -146,7 +146,23 @@ fn compare_writes_a_table_json_and_plots() {
         );
     }
     assert_eq!(r["clients_sweep"].as_array().expect("sweep").len(), 14);
+    // The budget sweep: YCSB C and A at six budgets, each index within its budget (ROLEX may
+    // exceed one smaller than its directories and one view).
+    let budgets = r["budget_sweep"].as_array().expect("budget sweep");
+    assert_eq!(budgets.len(), 12);
+    for p in budgets {
+        let budget = p["budget_bytes_per_key"].as_f64().expect("budget");
+        let bplus = p["bplus_cache_bytes_per_key"].as_f64().expect("cache");
+        let rolex = p["rolex_cache_bytes_per_key"].as_f64().expect("cache");
+        assert!(bplus <= budget + 1e-9, "{p}");
+        if budget * 5000.0 >= 2000.0 {
+            assert!(rolex <= budget + 1e-9, "{p}");
+        }
+        assert!(p["rolex_ops_s"].as_f64().expect("ops") > 0.0);
+    }
+    assert!(table_has_budget_sweep(&stdout));
     for svg in [
+        "throughput_vs_cache_budget.svg",
         "throughput_vs_write_ratio.svg",
         "throughput_vs_clients.svg",
         "bytes_per_op.svg",
@@ -163,6 +179,50 @@ fn compare_writes_a_table_json_and_plots() {
     );
     for line in stdout.lines().filter(|l| l.starts_with("| ")) {
         assert!(table.contains(line), "{line} missing from table.md");
+    }
+}
+
+fn table_has_budget_sweep(stdout: &str) -> bool {
+    stdout.contains("Against the compute-side cache budget")
+        && stdout.lines().any(|l| l.starts_with("| 0.05 | ycsb-c |"))
+}
+
+#[test]
+fn compare_holds_every_case_to_a_cache_budget_and_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("plots");
+    let report = dir.path().join("compare.json");
+    let (stdout, _) = run(&[
+        "compare",
+        "--keys",
+        "5000",
+        "--ops",
+        "2000",
+        "--quiet",
+        "--cache-budget",
+        "0.5",
+        "--no-budget-sweep",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(!table_has_budget_sweep(&stdout));
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md");
+    assert!(table.contains("--cache-budget 0.5"), "{table}");
+    assert!(
+        table.contains("compute-side cache budget, both indexes: 0.5 bytes per key"),
+        "{table}"
+    );
+    assert!(!out.join("throughput_vs_cache_budget.svg").exists());
+    let r = json(&report);
+    assert_eq!(r["cache_budget"]["per_key"], 0.5);
+    for case in r["cases"].as_array().expect("cases") {
+        for index in ["rolex", "bplus"] {
+            assert_eq!(case[index]["cache_budget_bytes"], 2500, "{index}");
+            let cache = case[index]["cache_bytes"].as_u64().expect("cache");
+            assert!(cache <= 2500, "{index}: {cache} bytes cached");
+        }
     }
 }
 

@@ -47,6 +47,27 @@ fn what_cannot_run_is_refused_with_its_limit() {
     refused(&["suite", "--keys", "0"], &["--keys"]);
     refused(&["compare", "--keys", "0"], &["--keys"]);
     refused(&["compare", "--threads", "500"], &["1..=128"]);
+    refused(
+        &["bench", "--cache-budget=-1"],
+        &["--cache-budget", "0..=4096"],
+    );
+    refused(
+        &["bench", "--cache-budget", "lots"],
+        &["--cache-budget", "64MiB"],
+    );
+    refused(
+        &["bench", "--cache-budget", "2e9MiB"],
+        &["MiB per compute node"],
+    );
+    refused(&["compare", "--cache-budget", "nan"], &["--cache-budget"]);
+    refused(
+        &["compare", "--budget-sweep", "0.1,8MiB"],
+        &["bytes per key"],
+    );
+    refused(
+        &["compare", "--budget-sweep", "0.1", "--no-budget-sweep"],
+        &["--no-budget-sweep"],
+    );
 }
 
 #[test]

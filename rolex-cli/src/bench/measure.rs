@@ -378,6 +378,7 @@ fn assemble<I: BenchIndex>(
         ops: ops_report,
         cache_bytes,
         cache_bytes_per_key: cache_bytes as f64 / loaded.len().max(1) as f64,
+        cache_budget_bytes: args.cache_budget.map(|b| b.bytes(loaded.len() as u64)),
         models,
         leaves,
         synonym_leaves: synonyms,
