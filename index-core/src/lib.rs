@@ -13,6 +13,10 @@
 //!   leaf splits into a new synonym leaf;
 //! * `scan` — the owner's chain and the following ones in one batch where possible.
 //!
+//! What a compute node caches can be held to a budget ([`StoreConfig::cache_budget`]): views lose
+//! their pivots first, then the least recently used are evicted and read back, in one round trip,
+//! when next used ([`Store::cache_stats`] says what is held).
+//!
 //! [`bootstrap`] bulk-loads one or more range-partitioned memory nodes. The protocols and their
 //! ordering arguments are in `docs/ARCHITECTURE.md` §6.
 //!
