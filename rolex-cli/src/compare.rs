@@ -129,7 +129,7 @@ struct Comparison {
     /// Byte values' length bounds (absent: 8-byte values).
     value_size: Option<crate::checks::ValueSize>,
     cases: Vec<Case>,
-    /// Modeled throughput of YCSB A and C (zipfian) for 1–64 modeled clients.
+    /// Modeled throughput of YCSB A and C (zipfian) for 1–256 modeled clients.
     clients_sweep: Vec<ClientPoint>,
     /// The compute-side cache budget of the cases (absent: no limit).
     cache_budget: Option<crate::checks::CacheBudget>,
@@ -501,7 +501,7 @@ fn budget_sweep(
     Ok(points)
 }
 
-/// Modeled throughput of YCSB A and C (zipfian) at 1–64 modeled clients, from each run's counters.
+/// Modeled throughput of YCSB A and C (zipfian) at 1–256 modeled clients (one request in flight each), from each run's counters.
 fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
     let mut out = Vec::new();
     for name in ["ycsb-a", "ycsb-c"] {
@@ -510,7 +510,7 @@ fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
         };
         let (rolex, rolex_ops) = totals(&case.rolex);
         let (bplus, bplus_ops) = totals(&case.bplus);
-        for clients in [1, 2, 4, 8, 16, 32, 64] {
+        for clients in [1, 2, 4, 8, 16, 32, 64, 128, 256] {
             out.push(ClientPoint {
                 workload: name.into(),
                 clients,

@@ -145,7 +145,7 @@ fn compare_writes_a_table_json_and_plots() {
                 > 0.0
         );
     }
-    assert_eq!(r["clients_sweep"].as_array().expect("sweep").len(), 14);
+    assert_eq!(r["clients_sweep"].as_array().expect("sweep").len(), 18);
     // The budget sweep: YCSB C and A at six budgets, each index within its budget (ROLEX may
     // exceed one smaller than its directories and one view).
     let budgets = r["budget_sweep"].as_array().expect("budget sweep");
