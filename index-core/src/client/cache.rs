@@ -11,6 +11,9 @@ use crate::view::{ChainEntries, Guard, SlotView};
 
 use super::*;
 
+/// The `keep` of a shrink that protects no view (no operation is about to use one).
+const NO_VIEW_KEPT: (usize, u64) = (usize::MAX, u64::MAX);
+
 impl<E: Endpoint> Client<E> {
     /// READs the leaves `leaves` of `layout`'s node, then the words at `words` (header words,
     /// and for a lean-mode scan a pivot before them), in one batch, into `self.buf` (leaf `i` at
@@ -110,6 +113,10 @@ impl<E: Endpoint> Client<E> {
         self.caches.budget.charge(added);
         if node.directory.replace(&cached, fresh, guard) {
             self.caches.budget.refund(removed);
+            // A larger directory (a slot split) makes room among the views.
+            self.caches
+                .budget
+                .shrink(&self.caches.nodes, NO_VIEW_KEPT, guard);
         } else {
             self.caches.budget.refund(added);
         }

@@ -1,6 +1,10 @@
 //! `rolex compare`: ROLEX and the B+-tree baseline on the same keys, the same operation streams
-//! and the same transport — YCSB A–F and a write-ratio sweep, under uniform and zipfian requests —
-//! with one table of ratios, a JSON report and SVG plots.
+//! and the same transport — YCSB A–F and a write-ratio sweep, under uniform and zipfian requests,
+//! then YCSB C and A at a range of compute-side cache budgets (`budget.rs`) — with a table of
+//! ratios, a JSON report and SVG plots (`plots.rs`).
+
+mod budget;
+mod plots;
 
 use crate::error::{CliError, failed, input};
 use std::io::Write as _;
@@ -13,7 +17,6 @@ use crate::bench::{self, BenchArgs};
 use crate::index::IndexKind;
 use crate::report::{Report, weighted};
 use crate::spread::Spread;
-use crate::svg::{self, Series};
 use crate::workload::{self, RequestDist, Workload};
 
 /// What `rolex compare` takes.
@@ -223,7 +226,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 format!(" --cache-budget {}MiB", x as f64 / (1024.0 * 1024.0)),
         })
     );
-    emit_budget_line(&mut table, args.cache_budget);
+    budget::emit_budget_line(&mut table, args.cache_budget);
     let mut emit = |line: String| {
         println!("{line}");
         table.push_str(&line);
@@ -375,11 +378,11 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     let budget_sweep = if args.no_budget_sweep {
         Vec::new()
     } else {
-        budget_sweep(args, &defaults, &profile, &mut emit)?
+        budget::budget_sweep(args, &defaults, &profile, &mut emit)?
     };
     let table_path = args.out.join("table.md");
     std::fs::write(&table_path, &table).map_err(|e| failed!("{}: {e}", table_path.display()))?;
-    for (file, svg) in plots(&cases, &clients_sweep, &budget_sweep, args, &profile) {
+    for (file, svg) in plots::plots(&cases, &clients_sweep, &budget_sweep, args, &profile) {
         let path = args.out.join(file);
         std::fs::write(&path, svg).map_err(|e| failed!("{}: {e}", path.display()))?;
     }
@@ -411,96 +414,6 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The table's line saying what the compute nodes may cache.
-fn emit_budget_line(table: &mut String, budget: Option<crate::checks::CacheBudget>) {
-    table.push_str(&match budget {
-        Some(b) => format!("compute-side cache budget, both indexes: {b}\n\n"),
-        None => "compute-side cache budget: none (each index caches what it uses)\n\n".into(),
-    });
-}
-
-/// YCSB C and A, uniform requests, at each budget of `--budget-sweep` (one run each, seed as
-/// given), printed as a second table.
-fn budget_sweep(
-    args: &CompareArgs,
-    defaults: &BenchArgs,
-    profile: &NetworkProfile,
-    emit: &mut dyn FnMut(String),
-) -> Result<Vec<BudgetPoint>, CliError> {
-    emit(String::new());
-    emit("Against the compute-side cache budget (uniform requests, modeled at 64 clients):".into());
-    emit(String::new());
-    emit("| budget, bytes/key | workload | ROLEX ops/s | B+-tree ops/s | ratio | ROLEX cache, bytes/key | B+-tree cache, bytes/key | RTT/op ROLEX | RTT/op B+-tree | bytes/op ROLEX | bytes/op B+-tree |".into());
-    emit("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".into());
-    let mut points = Vec::new();
-    for &budget in &args.budget_sweep {
-        for workload in [Workload::YcsbC, Workload::YcsbA] {
-            if !args.quiet {
-                eprintln!(
-                    "cache budget {budget} bytes per key: {}",
-                    workload::name(workload)
-                );
-            }
-            let mut reports = Vec::new();
-            for index in [IndexKind::Rolex, IndexKind::Bplus] {
-                let mut run = defaults.clone();
-                run.index = index;
-                run.page_size = args.page_size;
-                run.keys = args.keys;
-                run.ops = args.ops;
-                run.threads = args.threads;
-                run.seed = args.seed;
-                run.value_size = args.value_size;
-                run.cache_budget = Some(crate::checks::CacheBudget::PerKey(budget));
-                run.workload = workload;
-                run.insert_ratio = None;
-                run.request_dist = Some(RequestDist::Uniform);
-                run.quiet = true;
-                let report = bench::run(&run)?;
-                if !report.verify_clean {
-                    return Err(input!(
-                        "{} at a cache budget of {budget}: verify found problems after the {} run",
-                        workload::name(workload),
-                        index.name()
-                    ));
-                }
-                reports.push(report);
-            }
-            let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
-                return Err(failed!("a run produced no report"));
-            };
-            let point = BudgetPoint {
-                workload: workload::name(workload),
-                budget_bytes_per_key: budget,
-                rolex_ops_s: modeled_at(&rolex, 64, profile),
-                bplus_ops_s: modeled_at(&bplus, 64, profile),
-                rolex_cache_bytes_per_key: rolex.cache_bytes_per_key,
-                bplus_cache_bytes_per_key: bplus.cache_bytes_per_key,
-                rolex_rtts_per_op: weighted(&rolex, |o| o.rtts_per_op),
-                bplus_rtts_per_op: weighted(&bplus, |o| o.rtts_per_op),
-                rolex_bytes_per_op: weighted(&rolex, |o| o.bytes_per_op),
-                bplus_bytes_per_op: weighted(&bplus, |o| o.bytes_per_op),
-            };
-            emit(format!(
-                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.0} |",
-                point.budget_bytes_per_key,
-                point.workload,
-                point.rolex_ops_s,
-                point.bplus_ops_s,
-                point.rolex_ops_s / point.bplus_ops_s.max(1e-9),
-                point.rolex_cache_bytes_per_key,
-                point.bplus_cache_bytes_per_key,
-                point.rolex_rtts_per_op,
-                point.bplus_rtts_per_op,
-                point.rolex_bytes_per_op,
-                point.bplus_bytes_per_op,
-            ));
-            points.push(point);
-        }
-    }
-    Ok(points)
-}
-
 /// Modeled throughput of YCSB A and C (zipfian) at 1–256 modeled clients (one request in flight each), from each run's counters.
 fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
     let mut out = Vec::new();
@@ -526,327 +439,4 @@ fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
 fn modeled_at(report: &Report, clients: u64, profile: &NetworkProfile) -> f64 {
     let (net, ops) = totals(report);
     profile.throughput_ops_s(&net, ops, clients, 1)
-}
-
-fn plots(
-    cases: &[Case],
-    sweep: &[ClientPoint],
-    budgets: &[BudgetPoint],
-    args: &CompareArgs,
-    profile: &NetworkProfile,
-) -> Vec<(&'static str, String)> {
-    let runs = if args.runs > 1 {
-        format!("; mean of {} runs, bars ±1 standard deviation", args.runs)
-    } else {
-        String::new()
-    };
-    let sizes = format!(
-        "{} keys, {} operations per run{}",
-        args.keys,
-        args.ops,
-        args.value_size
-            .map_or(String::new(), |v| format!(", values of {v}"))
-    );
-    let subtitle = format!("{sizes}{runs}");
-    let by_ratio = |clients: u64| {
-        let mut series = Vec::new();
-        for dist in ["uniform", "zipfian"] {
-            for index in ["ROLEX", "B+-tree"] {
-                let figure = |c: &Case| -> (f64, f64) {
-                    match (&c.spread, index, clients) {
-                        (Some(s), "ROLEX", 64) => (
-                            s.rolex_modeled_64_clients_ops_s.mean,
-                            s.rolex_modeled_64_clients_ops_s.sd,
-                        ),
-                        (Some(s), _, 64) => (
-                            s.bplus_modeled_64_clients_ops_s.mean,
-                            s.bplus_modeled_64_clients_ops_s.sd,
-                        ),
-                        (Some(s), "ROLEX", _) => (
-                            s.rolex_modeled_2_clients_ops_s.mean,
-                            s.rolex_modeled_2_clients_ops_s.sd,
-                        ),
-                        (Some(s), _, _) => (
-                            s.bplus_modeled_2_clients_ops_s.mean,
-                            s.bplus_modeled_2_clients_ops_s.sd,
-                        ),
-                        (None, "ROLEX", _) => (modeled_at(&c.rolex, clients, profile), 0.0),
-                        (None, _, _) => (modeled_at(&c.bplus, clients, profile), 0.0),
-                    }
-                };
-                let picked: Vec<(f64, (f64, f64))> = cases
-                    .iter()
-                    .filter(|c| c.dist == dist)
-                    .filter_map(|c| c.insert_ratio.map(|r| (100.0 * r, figure(c))))
-                    .collect();
-                series.push(Series {
-                    name: format!("{index}, {dist}"),
-                    points: picked.iter().map(|&(x, (y, _))| (x, y)).collect(),
-                    err: picked.iter().map(|&(_, (_, e))| e).collect(),
-                    dashed: index != "ROLEX",
-                });
-            }
-        }
-        series
-    };
-    let mut by_clients = Vec::new();
-    for workload in ["ycsb-a", "ycsb-c"] {
-        for index in ["ROLEX", "B+-tree"] {
-            by_clients.push(Series {
-                name: format!("{index}, {workload}"),
-                points: sweep
-                    .iter()
-                    .filter(|p| p.workload == workload)
-                    .map(|p| {
-                        (
-                            p.clients as f64,
-                            if index == "ROLEX" {
-                                p.rolex_ops_s
-                            } else {
-                                p.bplus_ops_s
-                            },
-                        )
-                    })
-                    .collect(),
-                dashed: index != "ROLEX",
-                err: Vec::new(),
-            });
-        }
-    }
-    let mut by_budget = Vec::new();
-    for workload in ["ycsb-c", "ycsb-a"] {
-        for index in ["ROLEX", "B+-tree"] {
-            by_budget.push(Series {
-                name: format!("{index}, {workload}"),
-                points: budgets
-                    .iter()
-                    .filter(|p| p.workload == workload)
-                    .map(|p| {
-                        (
-                            p.budget_bytes_per_key,
-                            if index == "ROLEX" {
-                                p.rolex_ops_s
-                            } else {
-                                p.bplus_ops_s
-                            },
-                        )
-                    })
-                    .collect(),
-                dashed: index != "ROLEX",
-                err: Vec::new(),
-            });
-        }
-    }
-    // Measured throughput of the zipfian cases, with their spread.
-    let measured: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
-    let measured_categories: Vec<String> = measured
-        .iter()
-        .map(|c| match c.name.strip_prefix("ycsb-") {
-            Some(w) => format!("YCSB {}", w.to_uppercase()),
-            None => c.name.clone(),
-        })
-        .collect();
-    let measured_values = |rolex: bool| -> (Vec<f64>, Vec<f64>) {
-        measured
-            .iter()
-            .map(|c| match (&c.spread, rolex) {
-                (Some(s), true) => (s.rolex_throughput_ops_s.mean, s.rolex_throughput_ops_s.sd),
-                (Some(s), false) => (s.bplus_throughput_ops_s.mean, s.bplus_throughput_ops_s.sd),
-                (None, true) => (c.rolex.throughput_ops_s, 0.0),
-                (None, false) => (c.bplus.throughput_ops_s, 0.0),
-            })
-            .unzip()
-    };
-    let (rolex_measured, rolex_sd) = measured_values(true);
-    let (bplus_measured, bplus_sd) = measured_values(false);
-    // Per operation type, each from the zipfian run that shows it alone or mostly: GET from
-    // YCSB C, UPDATE from YCSB A, INSERT from the all-insert run, SCAN from YCSB E.
-    let pick = |name: &str| cases.iter().find(|c| c.name == name && c.dist == "zipfian");
-    let kinds = [
-        ("GET (YCSB C)", "ycsb-c", "read"),
-        ("UPDATE (YCSB A)", "ycsb-a", "update"),
-        ("INSERT (100% inserts)", "inserts 100%", "insert"),
-        ("SCAN (YCSB E)", "ycsb-e", "scan"),
-    ];
-    let per_op = |f: fn(&crate::report::OpReport) -> f64| -> Vec<(String, Vec<f64>)> {
-        ["ROLEX", "B+-tree"]
-            .iter()
-            .map(|&index| {
-                let values = kinds
-                    .iter()
-                    .map(|&(_, case, op)| {
-                        pick(case)
-                            .and_then(|c| {
-                                let r = if index == "ROLEX" { &c.rolex } else { &c.bplus };
-                                r.ops.get(op).map(f)
-                            })
-                            .unwrap_or(0.0)
-                    })
-                    .collect();
-                (index.to_string(), values)
-            })
-            .collect()
-    };
-    let categories: Vec<String> = kinds.iter().map(|k| k.0.to_string()).collect();
-    let op_subtitle = format!(
-        "measured on the simulator, zipfian, each type from the run named{}; {sizes}",
-        if args.runs > 1 {
-            " (its first run: these counts vary little)"
-        } else {
-            ""
-        }
-    );
-    let mut plots = vec![
-        (
-            "throughput_vs_write_ratio.svg",
-            svg::line_chart(
-                "Modeled throughput, 64 clients, against the share of inserts",
-                &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
-                "inserts, % of operations",
-                "modeled operations per second",
-                &by_ratio(64),
-                false,
-            ),
-        ),
-        (
-            "throughput_vs_write_ratio_2_clients.svg",
-            svg::line_chart(
-                "Modeled throughput, 2 clients, against the share of inserts",
-                &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
-                "inserts, % of operations",
-                "modeled operations per second",
-                &by_ratio(2),
-                false,
-            ),
-        ),
-        (
-            "throughput_vs_clients.svg",
-            svg::line_chart(
-                "Modeled throughput against compute clients (zipfian)",
-                "modeled from each run's round trips, verbs and bytes; one memory node",
-                "modeled compute clients",
-                "modeled operations per second",
-                &by_clients,
-                true,
-            ),
-        ),
-        (
-            "measured_throughput.svg",
-            svg::bar_chart_with_errors(
-                "Measured throughput on the simulator (zipfian)",
-                &format!("{} compute threads, wall clock; {subtitle}", args.threads),
-                "workload",
-                "operations per second",
-                &measured_categories,
-                &[
-                    ("ROLEX".into(), rolex_measured),
-                    ("B+-tree".into(), bplus_measured),
-                ],
-                &[rolex_sd, bplus_sd],
-            ),
-        ),
-        (
-            "bytes_per_op.svg",
-            svg::bar_chart(
-                "Bytes moved per operation",
-                &op_subtitle,
-                "bytes per operation",
-                &categories,
-                &per_op(|o| o.bytes_per_op),
-            ),
-        ),
-        (
-            "rtts_per_op.svg",
-            svg::bar_chart(
-                "Round trips per operation",
-                &op_subtitle,
-                "round trips per operation",
-                &categories,
-                &per_op(|o| o.rtts_per_op),
-            ),
-        ),
-        ("latency_cdf.svg", latency_cdf(cases, &sizes)),
-    ];
-    if !budgets.is_empty() {
-        plots.push((
-            "throughput_vs_cache_budget.svg",
-            svg::line_chart(
-                "Modeled throughput, 64 clients, against the compute-side cache budget",
-                &format!("uniform requests; budget in bytes per key (log scale); {sizes}"),
-                "cache budget, bytes per key",
-                "modeled operations per second",
-                &by_budget,
-                true,
-            ),
-        ));
-    }
-    plots
-}
-
-/// The latency percentile spectrum of YCSB A (zipfian): GETs and UPDATEs of both indexes, every
-/// run pooled.
-fn latency_cdf(cases: &[Case], subtitle: &str) -> String {
-    const QUANTILES: [f64; 9] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999];
-    let mut series = Vec::new();
-    if let Some(case) = cases
-        .iter()
-        .find(|c| c.name == "ycsb-a" && c.dist == "zipfian")
-    {
-        for (index, reports) in [
-            (
-                "ROLEX",
-                std::iter::once(&case.rolex)
-                    .chain(case.repeats.iter().map(|p| &p.rolex))
-                    .collect::<Vec<_>>(),
-            ),
-            (
-                "B+-tree",
-                std::iter::once(&case.bplus)
-                    .chain(case.repeats.iter().map(|p| &p.bplus))
-                    .collect(),
-            ),
-        ] {
-            for op in ["read", "update"] {
-                let mut pooled: Option<hdrhistogram::Histogram<u64>> = None;
-                for r in &reports {
-                    if let Some((_, h)) = r.latency_histograms.iter().find(|h| h.0 == op) {
-                        match &mut pooled {
-                            Some(p) => {
-                                let _ = p.add(h);
-                            }
-                            None => pooled = Some(h.clone()),
-                        }
-                    }
-                }
-                if let Some(h) = pooled {
-                    series.push(Series {
-                        name: format!("{index}, {}", if op == "read" { "GET" } else { "UPDATE" }),
-                        points: QUANTILES
-                            .iter()
-                            .map(|&q| (nines(q), h.value_at_quantile(q) as f64 / 1e3))
-                            .collect(),
-                        dashed: index != "ROLEX",
-                        err: Vec::new(),
-                    });
-                }
-            }
-        }
-    }
-    let ticks: Vec<(f64, String)> = [0.5, 0.9, 0.99, 0.999, 0.9999]
-        .iter()
-        .map(|&q| (nines(q), format!("{}%", 100.0 * q)))
-        .collect();
-    svg::latency_chart(
-        "Latency by percentile, YCSB A (zipfian)",
-        &format!("measured on the simulator, every run pooled; {subtitle}"),
-        "percentile",
-        "latency, µs (log scale)",
-        &series,
-        &ticks,
-    )
-}
-
-/// A quantile's position on a percentile axis: its number of nines.
-fn nines(q: f64) -> f64 {
-    -(1.0 - q).log10()
 }
