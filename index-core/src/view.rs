@@ -6,40 +6,57 @@ use rdma_transport::RemoteAddr;
 
 use crate::CacheMode;
 
-/// The leaf table as cached, in both modes: trained leaves are leaf-major (ARCHITECTURE §5), so
-/// entry `i` is `base + i` with no synonym, except those listed (sorted by index). Only chains
-/// that splits or unlinks changed cost bytes.
+/// The leaf table as cached, in both modes, in runs: a bulk-loaded record's trained leaves are
+/// leaf-major (ARCHITECTURE §5), so entry `i` is `base + i` with no synonym — one run; a
+/// retrained record's leaves are the old chains' leaves in key order (no data moves, §7), so
+/// they stay consecutive between the synonyms it absorbed — a run each. An entry that differs
+/// from its run (a chain that splits or unlinks changed) is listed apart. So only what changed
+/// costs bytes: 16 per run and per exception, against 8 per entry for the table itself.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct CachedLt {
-    base: u64,
+    /// `(first index, its leaf number)`, by index: entry `i` of the run starting at `s` is leaf
+    /// `leaf + (i - s)` with no synonym, unless listed in `exceptions`.
+    runs: Vec<(u64, u64)>,
+    /// Entries that differ from their run, by index.
     exceptions: Vec<(u64, LeafTableEntry)>,
 }
 
 impl CachedLt {
     /// The compressed form of `lt` (lock bits cleared).
     fn of(lt: &[LeafTableEntry]) -> Self {
-        let base = lt.first().map_or(0, |e| e.leaf_num());
-        let exceptions = lt
-            .iter()
-            .map(|e| e.unlocked())
-            .enumerate()
-            .filter(|&(i, e)| LeafTableEntry::new(base + i as u64) != Some(e))
-            .map(|(i, e)| (i as u64, e))
-            .collect();
-        Self { base, exceptions }
+        let mut cached = Self::default();
+        for (i, entry) in lt.iter().map(|e| e.unlocked()).enumerate() {
+            let i = i as u64;
+            if cached.from_runs(i) == Some(entry) {
+                continue;
+            }
+            if entry.synonym_ptr() == 0 && LeafTableEntry::new(entry.leaf_num()) == Some(entry) {
+                cached.runs.push((i, entry.leaf_num()));
+            } else {
+                cached.exceptions.push((i, entry));
+            }
+        }
+        cached
+    }
+
+    /// Entry `i` as its run says (`None` before the first run).
+    fn from_runs(&self, i: u64) -> Option<LeafTableEntry> {
+        let at = self.runs.partition_point(|&(start, _)| start <= i);
+        let (start, leaf) = *self.runs.get(at.checked_sub(1)?)?;
+        LeafTableEntry::new(leaf + (i - start))
     }
 
     /// Entry `i` (lock bit clear).
     fn entry(&self, i: u64) -> LeafTableEntry {
         match self.exceptions.binary_search_by_key(&i, |e| e.0) {
             Ok(at) => self.exceptions[at].1,
-            Err(_) => LeafTableEntry::new(self.base + i).unwrap_or_default(),
+            Err(_) => self.from_runs(i).unwrap_or_default(),
         }
     }
 
-    /// Bytes it takes to cache: the base, and an index and entry per exception.
+    /// Bytes it takes to cache: an index and a leaf number per run and per exception.
     fn cache_bytes(&self) -> u64 {
-        8 + 16 * self.exceptions.len() as u64
+        16 * (self.runs.len() + self.exceptions.len()) as u64
     }
 }
 
@@ -451,3 +468,54 @@ impl Directory {
 /// A node's slot views by slot id, as many as its slot table can hold; a slot's cell is filled
 /// when the slot is first used.
 pub(crate) type SlotCells = Vec<std::sync::OnceLock<ViewCell>>;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn entry(leaf: u64) -> LeafTableEntry {
+        LeafTableEntry::new(leaf).expect("fits")
+    }
+
+    /// Every entry comes back as it was (lock bits cleared), and the runs number `runs`.
+    fn round_trips(lt: &[LeafTableEntry], runs: usize, exceptions: usize) {
+        let cached = CachedLt::of(lt);
+        for (i, e) in lt.iter().enumerate() {
+            assert_eq!(cached.entry(i as u64), e.unlocked(), "entry {i}");
+        }
+        assert_eq!(
+            (cached.runs.len(), cached.exceptions.len()),
+            (runs, exceptions)
+        );
+        assert_eq!(cached.cache_bytes(), 16 * (runs + exceptions) as u64);
+    }
+
+    #[test]
+    fn a_bulk_loaded_table_is_one_run_and_changed_chains_are_listed() {
+        let mut lt: Vec<LeafTableEntry> = (100..164).map(entry).collect();
+        round_trips(&lt, 1, 0);
+        // Splits linked synonyms to two chains; a writer holds a lock.
+        lt[0] = lt[0].with_synonym(3);
+        lt[40] = lt[40].with_synonym(1);
+        lt[41] = lt[41].locked_by(9);
+        round_trips(&lt, 1, 2);
+    }
+
+    #[test]
+    fn a_retrained_table_is_a_run_between_absorbed_synonyms() {
+        // Chains [100, 900], [101], [102, 901, 902], [103] retrained into trained leaves in key
+        // order, the first with a synonym since.
+        let lt: Vec<LeafTableEntry> = [100, 900, 101, 102, 901, 902, 103]
+            .into_iter()
+            .map(entry)
+            .collect();
+        // Runs 100; 900; 101-102; 901-902; 103.
+        round_trips(&lt, 5, 0);
+        let mut linked = lt.clone();
+        linked[1] = linked[1].with_synonym(5);
+        // 900 is listed apart; 101 then starts a run of its own.
+        round_trips(&linked, 4, 1);
+        // An entry past a table's end is never asked for; an empty table has no run.
+        round_trips(&[], 0, 0);
+    }
+}

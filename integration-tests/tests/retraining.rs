@@ -232,22 +232,27 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
     ep.read(leaf_addr, &mut good).expect("read");
 
     // A writer holds the leaf's lock, half way through rewriting it (its checksum fails on every
-    // read), and finishes 50 ms later (or once it sees the record frozen): the worker's first
-    // snapshot sees the torn leaf; the worker waits for the lock before it freezes.
+    // read), and finishes 200 ms after the worker starts its retraining (or once it sees the
+    // record frozen): the worker's first snapshot sees the torn leaf; the worker waits for the
+    // lock (up to its 500 ms drain limit) before it freezes. (The 200 ms used to be 50 ms from
+    // the writer's own start, which a loaded machine could reach before the worker's first
+    // snapshot: the worker then saw no torn leaf and rebuilt nothing.)
     let held = leaf_store::try_lock(&mut ep, entry_addr, entry, 1)
         .expect("cas")
         .expect("unlocked");
     let mut torn = good.clone();
     *torn.last_mut().expect("bytes") ^= 1;
     ep.write(leaf_addr, &torn).expect("write");
+    let (go, started) = std::sync::mpsc::channel::<()>();
     let writer = {
         let transport = transport.clone();
         std::thread::spawn(move || {
             let mut ep = transport.endpoint().expect("endpoint");
+            started.recv().expect("the worker starts");
             let started = std::time::Instant::now();
             while !leaf_store::ModelHeader::from_raw(ep.read_word(record_addr).expect("read"))
                 .is_locked()
-                && started.elapsed() < Duration::from_millis(50)
+                && started.elapsed() < Duration::from_millis(200)
             {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -262,6 +267,7 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
         RetrainConfig::default(),
     )
     .expect("retrainer");
+    go.send(()).expect("the writer waits");
     let report = worker
         .retrain_slot(0)
         .expect("the worker goes on")

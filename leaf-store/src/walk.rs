@@ -82,9 +82,15 @@ pub fn read_record<E: Endpoint>(
 /// [`read_record`] for a compute node that cached the record and dropped it, and so knows its
 /// layout and a recent header word: one round trip instead of two. Its layout is trusted only
 /// if the record is still the one the compute node knew: the slot table's entry, READ in the
-/// same batch *after* the record (fenced), must still name `record`, and the header read must
-/// carry `header`'s generation. `None` otherwise (the record was replaced; its memory may hold
-/// another record now): read the slot table and the record afresh.
+/// same batch *before* the record (which is fenced behind it), must name `record`, and the
+/// header read must carry `header`'s generation. `None` otherwise (the record was replaced;
+/// its memory may hold another record now): read the slot table and the record afresh.
+///
+/// Entry first: a record is written whole before the slot table names it, so the bytes read
+/// after an entry naming it are that record's, not a half-written successor's at the same
+/// address (a READ is not atomic); the generation then tells an older incarnation from it. The
+/// other order proved only that the record was current once the batch ended (an adversarial
+/// review found the schedule, with generations that repeat).
 pub fn read_record_if_current<E: Endpoint>(
     ep: &mut E,
     layout: &Layout,
@@ -97,8 +103,8 @@ pub fn read_record_if_current<E: Endpoint>(
     let first_end = record_layout.slt_entry(first_slt_read(header)) as usize;
     let mut entry = [0u8; 8];
     let mut verbs = [
-        Verb::read(record, &mut bytes[..first_end]),
-        Verb::read(layout.slot_entry_addr(slot), &mut entry).fenced(),
+        Verb::read(layout.slot_entry_addr(slot), &mut entry),
+        Verb::read(record, &mut bytes[..first_end]).fenced(),
     ];
     ep.batches(&mut verbs)?;
     let seen = ModelHeader::from_raw(le_word(&bytes, 0));
