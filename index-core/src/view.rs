@@ -27,7 +27,7 @@ impl CachedLt {
         let mut cached = Self::default();
         for (i, entry) in lt.iter().map(|e| e.unlocked()).enumerate() {
             let i = i as u64;
-            if cached.from_runs(i) == Some(entry) {
+            if cached.run_entry(i) == Some(entry) {
                 continue;
             }
             if entry.synonym_ptr() == 0 && LeafTableEntry::new(entry.leaf_num()) == Some(entry) {
@@ -40,7 +40,7 @@ impl CachedLt {
     }
 
     /// Entry `i` as its run says (`None` before the first run).
-    fn from_runs(&self, i: u64) -> Option<LeafTableEntry> {
+    fn run_entry(&self, i: u64) -> Option<LeafTableEntry> {
         let at = self.runs.partition_point(|&(start, _)| start <= i);
         let (start, leaf) = *self.runs.get(at.checked_sub(1)?)?;
         LeafTableEntry::new(leaf + (i - start))
@@ -50,7 +50,7 @@ impl CachedLt {
     fn entry(&self, i: u64) -> LeafTableEntry {
         match self.exceptions.binary_search_by_key(&i, |e| e.0) {
             Ok(at) => self.exceptions[at].1,
-            Err(_) => self.from_runs(i).unwrap_or_default(),
+            Err(_) => self.run_entry(i).unwrap_or_default(),
         }
     }
 
