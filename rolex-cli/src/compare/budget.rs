@@ -3,7 +3,7 @@
 
 use sim_transport::cost_model::NetworkProfile;
 
-use super::{BudgetPoint, CompareArgs, modeled_at};
+use super::{BudgetPoint, CompareArgs, modeled_at, run_of};
 use crate::bench::{self, BenchArgs};
 use crate::error::{CliError, failed, input};
 use crate::index::IndexKind;
@@ -42,19 +42,11 @@ pub(super) fn budget_sweep(
             }
             let mut reports = Vec::new();
             for index in [IndexKind::Rolex, IndexKind::Bplus] {
-                let mut run = defaults.clone();
-                run.index = index;
-                run.page_size = args.page_size;
-                run.keys = args.keys;
-                run.ops = args.ops;
-                run.threads = args.threads;
-                run.seed = args.seed;
-                run.value_size = args.value_size;
+                let mut run = run_of(args, defaults, index, args.seed);
                 run.cache_budget = Some(crate::checks::CacheBudget::PerKey(budget));
                 run.workload = workload;
                 run.insert_ratio = None;
                 run.request_dist = Some(RequestDist::Uniform);
-                run.quiet = true;
                 let report = bench::run(&run)?;
                 if !report.verify_clean {
                     return Err(input!(

@@ -164,6 +164,21 @@ struct ClientPoint {
     bplus_ops_s: f64,
 }
 
+/// The bench run of `index` with seed `seed` that every case starts from: the comparison's
+/// sizes, threads, page size and values, quietly.
+fn run_of(args: &CompareArgs, defaults: &BenchArgs, index: IndexKind, seed: u64) -> BenchArgs {
+    let mut run = defaults.clone();
+    run.index = index;
+    run.page_size = args.page_size;
+    run.keys = args.keys;
+    run.ops = args.ops;
+    run.threads = args.threads;
+    run.seed = seed;
+    run.value_size = args.value_size;
+    run.quiet = true;
+    run
+}
+
 /// Totals of a report's operations as endpoint counters (for the cost model at other client
 /// counts): round trips, verbs and bytes.
 fn totals(report: &Report) -> (Stats, u64) {
@@ -253,21 +268,13 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         for r in 0..args.runs {
             let mut reports = Vec::new();
             for index in [IndexKind::Rolex, IndexKind::Bplus] {
-                let mut run = defaults.clone();
-                run.index = index;
-                run.page_size = args.page_size;
-                run.keys = args.keys;
-                run.ops = args.ops;
-                run.threads = args.threads;
-                run.seed = args.seed.wrapping_add(r);
-                run.value_size = args.value_size;
+                let mut run = run_of(args, &defaults, index, args.seed.wrapping_add(r));
                 run.cache_budget = args.cache_budget;
                 if let Some(w) = workload {
                     run.workload = *w;
                 }
                 run.insert_ratio = *ratio;
                 run.request_dist = Some(*dist);
-                run.quiet = true;
                 let report = bench::run(&run)?;
                 if !report.verify_clean {
                     return Err(input!(

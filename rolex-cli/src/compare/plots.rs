@@ -69,54 +69,28 @@ pub(super) fn plots(
         }
         series
     };
-    let mut by_clients = Vec::new();
-    for workload in ["ycsb-a", "ycsb-c"] {
-        for index in ["ROLEX", "B+-tree"] {
-            by_clients.push(Series {
-                name: format!("{index}, {workload}"),
-                points: sweep
-                    .iter()
-                    .filter(|p| p.workload == workload)
-                    .map(|p| {
-                        (
-                            p.clients as f64,
-                            if index == "ROLEX" {
-                                p.rolex_ops_s
-                            } else {
-                                p.bplus_ops_s
-                            },
-                        )
-                    })
-                    .collect(),
-                dashed: index != "ROLEX",
-                err: Vec::new(),
-            });
-        }
-    }
-    let mut by_budget = Vec::new();
-    for workload in ["ycsb-c", "ycsb-a"] {
-        for index in ["ROLEX", "B+-tree"] {
-            by_budget.push(Series {
-                name: format!("{index}, {workload}"),
-                points: budgets
-                    .iter()
-                    .filter(|p| p.workload == workload)
-                    .map(|p| {
-                        (
-                            p.budget_bytes_per_key,
-                            if index == "ROLEX" {
-                                p.rolex_ops_s
-                            } else {
-                                p.bplus_ops_s
-                            },
-                        )
-                    })
-                    .collect(),
-                dashed: index != "ROLEX",
-                err: Vec::new(),
-            });
-        }
-    }
+    let by_clients = per_index(
+        &["ycsb-a", "ycsb-c"],
+        sweep.iter().map(|p| {
+            (
+                p.workload.as_str(),
+                p.clients as f64,
+                p.rolex_ops_s,
+                p.bplus_ops_s,
+            )
+        }),
+    );
+    let by_budget = per_index(
+        &["ycsb-c", "ycsb-a"],
+        budgets.iter().map(|p| {
+            (
+                p.workload.as_str(),
+                p.budget_bytes_per_key,
+                p.rolex_ops_s,
+                p.bplus_ops_s,
+            )
+        }),
+    );
     // Measured throughput of the zipfian cases, with their spread.
     let measured: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
     let measured_categories: Vec<String> = measured
@@ -329,4 +303,28 @@ fn latency_cdf(cases: &[Case], subtitle: &str) -> String {
 /// A quantile's position on a percentile axis: its number of nines.
 fn nines(q: f64) -> f64 {
     -(1.0 - q).log10()
+}
+
+/// A series per workload and index from `(workload, x, ROLEX's y, the B+-tree's y)` points:
+/// ROLEX solid, the B+-tree dashed.
+fn per_index<'a>(
+    workloads: &[&str],
+    points: impl Iterator<Item = (&'a str, f64, f64, f64)> + Clone,
+) -> Vec<Series> {
+    let mut series = Vec::new();
+    for &workload in workloads {
+        for index in ["ROLEX", "B+-tree"] {
+            series.push(Series {
+                name: format!("{index}, {workload}"),
+                points: points
+                    .clone()
+                    .filter(|p| p.0 == workload)
+                    .map(|(_, x, rolex, bplus)| (x, if index == "ROLEX" { rolex } else { bplus }))
+                    .collect(),
+                dashed: index != "ROLEX",
+                err: Vec::new(),
+            });
+        }
+    }
+    series
 }
