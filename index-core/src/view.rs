@@ -6,58 +6,83 @@ use rdma_transport::RemoteAddr;
 
 use crate::CacheMode;
 
-/// The leaf table as cached, in both modes, in runs: a bulk-loaded record's trained leaves are
-/// leaf-major (ARCHITECTURE §5), so entry `i` is `base + i` with no synonym — one run; a
-/// retrained record's leaves are the old chains' leaves in key order (no data moves, §7), so
-/// they stay consecutive between the synonyms it absorbed — a run each. An entry that differs
-/// from its run (a chain that splits or unlinks changed) is listed apart. So only what changed
-/// costs bytes: 16 per run and per exception, against 8 per entry for the table itself.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct CachedLt {
-    /// `(first index, its leaf number)`, by index: entry `i` of the run starting at `s` is leaf
-    /// `leaf + (i - s)` with no synonym, unless listed in `exceptions`.
-    runs: Vec<(u64, u64)>,
-    /// Entries that differ from their run, by index.
-    exceptions: Vec<(u64, LeafTableEntry)>,
+/// The leaf table as cached, in both modes, in runs where that is smaller: a bulk-loaded
+/// record's trained leaves are leaf-major (ARCHITECTURE §5), so entry `i` is `base + i` with no
+/// synonym — one run; a retrained record's leaves are the old chains' leaves in key order (no
+/// data moves, §7), so they stay consecutive between the synonyms it absorbed — a run each. An
+/// entry that differs from its run (a chain that splits or unlinks changed) is listed apart, 16
+/// bytes per run and per exception. A table retrained so often that its runs would take more
+/// than the table itself (8 bytes per entry) is kept plain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CachedLt {
+    Runs {
+        /// `(first index, its leaf number)`, by index: entry `i` of the run starting at `s` is
+        /// leaf `leaf + (i - s)` with no synonym, unless listed in `exceptions`.
+        runs: Vec<(u64, u64)>,
+        /// Entries that differ from their run, by index.
+        exceptions: Vec<(u64, LeafTableEntry)>,
+    },
+    /// Every entry (lock bits cleared).
+    Plain(Vec<LeafTableEntry>),
+}
+
+impl Default for CachedLt {
+    fn default() -> Self {
+        CachedLt::Plain(Vec::new())
+    }
 }
 
 impl CachedLt {
-    /// The compressed form of `lt` (lock bits cleared).
+    /// The smaller cached form of `lt` (lock bits cleared).
     fn of(lt: &[LeafTableEntry]) -> Self {
-        let mut cached = Self::default();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut exceptions = Vec::new();
         for (i, entry) in lt.iter().map(|e| e.unlocked()).enumerate() {
             let i = i as u64;
-            if cached.run_entry(i) == Some(entry) {
+            if run_entry(&runs, i) == Some(entry) {
                 continue;
             }
             if entry.synonym_ptr() == 0 && LeafTableEntry::new(entry.leaf_num()) == Some(entry) {
-                cached.runs.push((i, entry.leaf_num()));
+                runs.push((i, entry.leaf_num()));
             } else {
-                cached.exceptions.push((i, entry));
+                exceptions.push((i, entry));
             }
         }
-        cached
-    }
-
-    /// Entry `i` as its run says (`None` before the first run).
-    fn run_entry(&self, i: u64) -> Option<LeafTableEntry> {
-        let at = self.runs.partition_point(|&(start, _)| start <= i);
-        let (start, leaf) = *self.runs.get(at.checked_sub(1)?)?;
-        LeafTableEntry::new(leaf + (i - start))
+        if 2 * (runs.len() + exceptions.len()) > lt.len() {
+            CachedLt::Plain(lt.iter().map(|e| e.unlocked()).collect())
+        } else {
+            CachedLt::Runs { runs, exceptions }
+        }
     }
 
     /// Entry `i` (lock bit clear).
     fn entry(&self, i: u64) -> LeafTableEntry {
-        match self.exceptions.binary_search_by_key(&i, |e| e.0) {
-            Ok(at) => self.exceptions[at].1,
-            Err(_) => self.run_entry(i).unwrap_or_default(),
+        match self {
+            CachedLt::Runs { runs, exceptions } => {
+                match exceptions.binary_search_by_key(&i, |e| e.0) {
+                    Ok(at) => exceptions[at].1,
+                    Err(_) => run_entry(runs, i).unwrap_or_default(),
+                }
+            }
+            CachedLt::Plain(entries) => entries.get(i as usize).copied().unwrap_or_default(),
         }
     }
 
-    /// Bytes it takes to cache: an index and a leaf number per run and per exception.
+    /// Bytes it takes to cache: an index and a leaf number per run and per exception, or 8 per
+    /// entry of a plain table.
     fn cache_bytes(&self) -> u64 {
-        16 * (self.runs.len() + self.exceptions.len()) as u64
+        match self {
+            CachedLt::Runs { runs, exceptions } => 16 * (runs.len() + exceptions.len()) as u64,
+            CachedLt::Plain(entries) => 8 * entries.len() as u64,
+        }
     }
+}
+
+/// Entry `i` as the run covering it says (`None` before the first run).
+fn run_entry(runs: &[(u64, u64)], i: u64) -> Option<LeafTableEntry> {
+    let at = runs.partition_point(|&(start, _)| start <= i);
+    let (start, leaf) = *runs.get(at.checked_sub(1)?)?;
+    LeafTableEntry::new(leaf + (i - start))
 }
 
 /// A cached model record: enough to route a key to leaves and read them in one round trip.
@@ -483,10 +508,13 @@ mod tests {
         for (i, e) in lt.iter().enumerate() {
             assert_eq!(cached.entry(i as u64), e.unlocked(), "entry {i}");
         }
-        assert_eq!(
-            (cached.runs.len(), cached.exceptions.len()),
-            (runs, exceptions)
-        );
+        match &cached {
+            CachedLt::Runs {
+                runs: r,
+                exceptions: e,
+            } => assert_eq!((r.len(), e.len()), (runs, exceptions)),
+            CachedLt::Plain(_) => panic!("plain, not {runs} runs and {exceptions} exceptions"),
+        }
         assert_eq!(cached.cache_bytes(), 16 * (runs + exceptions) as u64);
     }
 
@@ -509,13 +537,24 @@ mod tests {
             .into_iter()
             .map(entry)
             .collect();
-        // Runs 100; 900; 101-102; 901-902; 103.
-        round_trips(&lt, 5, 0);
-        let mut linked = lt.clone();
-        linked[1] = linked[1].with_synonym(5);
-        // 900 is listed apart; 101 then starts a run of its own.
+        // Runs 100; 900; 101-102; 901-902; 103: more than the table itself, so it stays plain.
+        let cached = CachedLt::of(&lt);
+        assert!(matches!(cached, CachedLt::Plain(_)));
+        assert_eq!(cached.cache_bytes(), 8 * lt.len() as u64);
+        for (i, e) in lt.iter().enumerate() {
+            assert_eq!(cached.entry(i as u64), *e);
+        }
+        // The same shape in a table of 64: four jumps, a run each.
+        let mut long: Vec<LeafTableEntry> = (100..130).map(entry).collect();
+        long.extend((900..902).map(entry));
+        long.extend((130..160).map(entry));
+        long.extend((902..904).map(entry));
+        round_trips(&long, 4, 0);
+        let mut linked = long.clone();
+        linked[30] = linked[30].with_synonym(5);
+        // 900 is listed apart; 901 then starts a run of its own.
         round_trips(&linked, 4, 1);
-        // An entry past a table's end is never asked for; an empty table has no run.
+        // An empty table has no run.
         round_trips(&[], 0, 0);
     }
 }
