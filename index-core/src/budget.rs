@@ -124,6 +124,13 @@ impl Budget {
         }
     }
 
+    /// Marks `view` used (the CLOCK hand passes it over once), under a limit.
+    pub(crate) fn touch(&self, view: &SlotView) {
+        if self.limited() {
+            view.referenced.mark();
+        }
+    }
+
     /// Charges `bytes` (before the install they belong to).
     pub(crate) fn charge(&self, bytes: u64) {
         if self.limited() {
@@ -154,7 +161,7 @@ impl Budget {
             if charge.pivots {
                 self.with_pivots.fetch_add(1, Ordering::Relaxed);
             }
-            view.referenced.mark();
+            self.touch(view);
         }
         charge
     }
@@ -190,7 +197,7 @@ impl Budget {
         if !self.limited() {
             return cell.replace(current, new, guard);
         }
-        new.referenced.mark();
+        self.touch(&new);
         let came_back = current.evicted && !new.evicted;
         if !self.swap(cell, current, new, guard) {
             return false;
@@ -201,23 +208,32 @@ impl Budget {
         true
     }
 
+    /// Runs `install`, which replaces something of `removed` bytes by something of `added` and
+    /// says whether it did, with the module's order: `added` charged before, `removed` credited
+    /// after (or `added` taken back if nothing was replaced). Whether it did.
+    pub(crate) fn exchange(
+        &self,
+        added: u64,
+        removed: u64,
+        install: impl FnOnce() -> bool,
+    ) -> bool {
+        self.charge(added);
+        let done = install();
+        self.refund(if done { removed } else { added });
+        done
+    }
+
     /// [`Self::replace`] without the ring (the caller keeps it).
     fn swap(&self, cell: &ViewCell, current: &SlotView, new: SlotView, guard: &Guard) -> bool {
         let (added, removed) = (new.cache_bytes(), current.cache_bytes());
         let (gains, loses) = (new.pivots.is_some(), current.pivots.is_some());
-        self.charge(added);
-        if cell.replace(current, new, guard) {
-            self.refund(removed);
-            if gains && !loses {
-                self.with_pivots.fetch_add(1, Ordering::Relaxed);
-            } else if loses && !gains {
-                self.with_pivots.fetch_sub(1, Ordering::Relaxed);
-            }
-            true
-        } else {
-            self.refund(added);
-            false
+        let done = self.exchange(added, removed, || cell.replace(current, new, guard));
+        if done && gains && !loses {
+            self.with_pivots.fetch_add(1, Ordering::Relaxed);
+        } else if done && loses && !gains {
+            self.with_pivots.fetch_sub(1, Ordering::Relaxed);
         }
+        done
     }
 
     /// While over the limit, moves the hand around the ring of resident views and shrinks them

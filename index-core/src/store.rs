@@ -400,20 +400,7 @@ where
     /// (models, LT knowledge, pivots in pivots mode, known SLT entries), without allocator
     /// overhead.
     pub fn cache_bytes(&self) -> u64 {
-        let guard = crate::view::pin();
-        self.caches
-            .nodes
-            .iter()
-            .map(|n| {
-                let top = n.directory.load(&guard).cache_bytes();
-                top + n
-                    .slots
-                    .iter()
-                    .filter_map(|c| c.get())
-                    .map(|c| c.load(&guard).cache_bytes())
-                    .sum::<u64>()
-            })
-            .sum()
+        self.cache_stats().bytes
     }
 
     /// What this compute node caches now, by kind of view, and its budget.

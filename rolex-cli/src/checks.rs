@@ -56,6 +56,14 @@ pub enum CacheBudget {
 }
 
 impl CacheBudget {
+    /// As `--cache-budget` takes it.
+    pub fn flag(&self) -> String {
+        match *self {
+            CacheBudget::PerKey(b) => b.to_string(),
+            CacheBudget::Bytes(b) => format!("{}MiB", b as f64 / MIB),
+        }
+    }
+
     /// Bytes for a compute node of a store holding `keys` keys.
     pub fn bytes(&self, keys: u64) -> u64 {
         match *self {

@@ -109,16 +109,13 @@ impl<E: Endpoint> Client<E> {
                 reason: format!("slot first keys: {e}"),
             })
         })?;
+        let budget = &self.caches.budget;
         let (added, removed) = (fresh.cache_bytes(), cached.cache_bytes());
-        self.caches.budget.charge(added);
-        if node.directory.replace(&cached, fresh, guard) {
-            self.caches.budget.refund(removed);
+        if budget.exchange(added, removed, || {
+            node.directory.replace(&cached, fresh, guard)
+        }) {
             // A larger directory (a slot split) makes room among the views.
-            self.caches
-                .budget
-                .shrink(&self.caches.nodes, NO_VIEW_KEPT, guard);
-        } else {
-            self.caches.budget.refund(added);
+            budget.shrink(&self.caches.nodes, NO_VIEW_KEPT, guard);
         }
         Ok(true)
     }
@@ -158,8 +155,8 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Replaces `current` by `fresh` in `cell` (if it still holds it), within the cache budget:
-    /// `fresh` loses its pivots if they do not fit, and other views are shrunk while the budget
-    /// is exceeded (`crate::budget`).
+    /// `fresh` goes in whole (this operation is about to use it), and the other views are shrunk
+    /// while the budget is exceeded (`crate::budget`).
     pub(super) fn install(
         &self,
         node: &NodeCache,
@@ -263,9 +260,7 @@ impl<E: Endpoint> Client<E> {
             let loaded = cell.load(guard);
             let current = loaded.validated.get() >= self.op_epoch;
             if current && !loaded.evicted {
-                if self.caches.budget.limited() {
-                    loaded.referenced.mark();
-                }
+                self.caches.budget.touch(&loaded);
                 return Ok(loaded);
             }
             let fresh = match current {

@@ -235,11 +235,8 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         },
         args.value_size
             .map_or(String::new(), |v| format!(" --value-size {}", v.flag())),
-        args.cache_budget.map_or(String::new(), |b| match b {
-            crate::checks::CacheBudget::PerKey(x) => format!(" --cache-budget {x}"),
-            crate::checks::CacheBudget::Bytes(x) =>
-                format!(" --cache-budget {}MiB", x as f64 / (1024.0 * 1024.0)),
-        })
+        args.cache_budget
+            .map_or(String::new(), |b| format!(" --cache-budget {}", b.flag()))
     );
     budget::emit_budget_line(&mut table, args.cache_budget);
     let mut emit = |line: String| {
