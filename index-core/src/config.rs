@@ -45,6 +45,19 @@ pub enum SplitOrder {
     ShrinkFirst,
 }
 
+/// Whether a writer's own structural change is applied to its compute node's cached view (loom
+/// builds only: the wrong variant exists so that a loom model can show it is caught).
+#[cfg(loom)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AdoptChanges {
+    /// Only when the header words the change's atomics returned show nothing else changed the
+    /// record since the view's header (ARCHITECTURE §6, "A writer's own changes").
+    #[default]
+    Checked,
+    /// Wrong: into whatever view of the record is cached, with the header the bump returned.
+    Unchecked,
+}
+
 /// How a [`crate::Store`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -98,6 +111,10 @@ pub struct StoreConfig {
     /// it off to show a slot split needs it).
     #[cfg(loom)]
     pub confirm_slot_count: bool,
+    /// Loom builds only: how a writer's own structural change reaches its cached view (always
+    /// checked, outside loom builds; loom models switch the check off to show it is needed).
+    #[cfg(loom)]
+    pub adopt_changes: AdoptChanges,
 }
 
 impl Default for StoreConfig {
@@ -121,6 +138,8 @@ impl Default for StoreConfig {
             confirm_slot_count: true,
             #[cfg(loom)]
             gets_trust: GetsTrust::Claims,
+            #[cfg(loom)]
+            adopt_changes: AdoptChanges::Checked,
         }
     }
 }

@@ -125,9 +125,9 @@ mod view;
 
 pub use bootstrap::{bootstrap, bootstrap_values, bootstrap_with_progress, partition};
 pub use client::Client;
-pub use config::{CacheMode, StoreConfig};
 #[cfg(loom)]
-pub use config::{GetsTrust, SplitOrder};
+pub use config::{AdoptChanges, GetsTrust, SplitOrder};
+pub use config::{CacheMode, StoreConfig};
 pub use error::IndexError;
 pub use stats::{OpCounters, OpKind, OpStats};
 pub use store::{CacheStats, Store};

@@ -68,6 +68,36 @@ impl CachedLt {
         }
     }
 
+    /// Sets entry `i` of a table of `len` entries (lock bit cleared), turning the runs plain when
+    /// they would take more than the table.
+    fn set(&mut self, i: u64, entry: LeafTableEntry, len: u64) {
+        let entry = entry.unlocked();
+        let too_big = match self {
+            CachedLt::Runs { runs, exceptions } => {
+                let at = exceptions.binary_search_by_key(&i, |e| e.0);
+                match (run_entry(runs, i) == Some(entry), at) {
+                    (true, Ok(at)) => {
+                        exceptions.remove(at);
+                    }
+                    (true, Err(_)) => {}
+                    (false, Ok(at)) => exceptions[at].1 = entry,
+                    (false, Err(at)) => exceptions.insert(at, (i, entry)),
+                }
+                2 * (runs.len() + exceptions.len()) as u64 > len
+            }
+            CachedLt::Plain(entries) => {
+                if let Some(slot) = entries.get_mut(i as usize) {
+                    *slot = entry;
+                }
+                false
+            }
+        };
+        if too_big {
+            let plain = (0..len).map(|j| self.entry(j)).collect();
+            *self = CachedLt::Plain(plain);
+        }
+    }
+
     /// Bytes it takes to cache: an index and a leaf number per run and per exception, or 8 per
     /// entry of a plain table.
     fn cache_bytes(&self) -> u64 {
@@ -212,6 +242,42 @@ impl SlotView {
         self.lt = CachedLt::of(lt);
         let used = (header.slot_use() as usize).min(SLT_SLOTS - 1);
         self.slt = slt.iter().take(used + 1).copied().collect();
+    }
+
+    /// This view after a structural change the caller made under trained leaf `leaf`'s lock:
+    /// `header` is the record's header just after the change's bump, `chain` the chain's entries
+    /// as the change left them (LT entry first), `freed` an SLT slot the change marked freed.
+    /// Only sound when the header the caller's own atomics returned shows that nothing else
+    /// changed the record between this view's header and the change (ARCHITECTURE §6, "A
+    /// writer's own changes"). `None` if the result does not hold together (the view then stays
+    /// as it is, and the next writer re-reads the tables).
+    pub(crate) fn after_change(
+        &self,
+        header: ModelHeader,
+        leaf: u64,
+        chain: &[LeafTableEntry],
+        freed: Option<(u64, LeafTableEntry)>,
+    ) -> Option<Self> {
+        if self.evicted || leaf >= self.leaves() || chain.is_empty() {
+            return None;
+        }
+        let mut view = self.clone();
+        view.header = header;
+        view.lt.set(leaf, chain[0], self.leaves());
+        let used = (header.slot_use() as usize).min(SLT_SLOTS - 1);
+        view.slt.resize(used + 1, LeafTableEntry::default());
+        let mut set_slt = |at: usize, entry: LeafTableEntry| -> Option<()> {
+            *view.slt.get_mut(at).filter(|_| at != 0)? = entry.unlocked();
+            Some(())
+        };
+        for pair in chain.windows(2) {
+            set_slt(usize::from(pair[0].synonym_ptr()), pair[1])?;
+        }
+        if let Some((at, entry)) = freed {
+            set_slt(at as usize, entry)?;
+        }
+        let unlocked: ChainEntries = chain.iter().map(|e| e.unlocked()).collect();
+        (view.chain(leaf)? == unlocked).then_some(view)
     }
 
     /// Number of trained leaves.
@@ -556,5 +622,31 @@ mod tests {
         round_trips(&linked, 4, 1);
         // An empty table has no run.
         round_trips(&[], 0, 0);
+    }
+
+    #[test]
+    fn setting_entries_keeps_runs_until_the_plain_table_is_smaller() {
+        let lt: Vec<LeafTableEntry> = (100..108).map(entry).collect();
+        let mut cached = CachedLt::of(&lt);
+        let mut expected = lt.clone();
+        // A link listed apart; undone, it falls back into its run.
+        cached.set(2, lt[2].with_synonym(4).locked_by(3), 8);
+        expected[2] = lt[2].with_synonym(4);
+        for (i, e) in expected.iter().enumerate() {
+            assert_eq!(cached.entry(i as u64), *e, "entry {i}");
+        }
+        assert_eq!(cached.cache_bytes(), 32);
+        cached.set(2, lt[2], 8);
+        assert_eq!(cached, CachedLt::of(&lt));
+        // Four exceptions and the run take more than the eight entries: plain.
+        for i in [1, 3, 5, 7] {
+            cached.set(i, lt[i as usize].with_synonym(9), 8);
+            expected[i as usize] = lt[i as usize].with_synonym(9);
+        }
+        expected[2] = lt[2];
+        assert!(matches!(cached, CachedLt::Plain(_)));
+        for (i, e) in expected.iter().enumerate() {
+            assert_eq!(cached.entry(i as u64), *e, "entry {i}");
+        }
     }
 }

@@ -45,6 +45,11 @@ pub struct Client<E: Endpoint> {
     directory_reloads: u64,
     /// GETs whose first READ found no leaf claiming the key (see [`Client::claim_misses`]).
     claim_misses: u64,
+    /// Writes whose lock batch found the record changed since the cached view.
+    write_rereads: u64,
+    /// The header a structural batch's bump returned, when that batch ran whole at its first
+    /// attempt (`release::run_ending_batch`).
+    bump_seen: Option<leaf_store::ModelHeader>,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
     /// The client's connection index in its store's memberships.
@@ -219,6 +224,8 @@ impl<E: Endpoint> Client<E> {
             enqueue_failures: 0,
             directory_reloads: 0,
             claim_misses: 0,
+            write_rereads: 0,
+            bump_seen: None,
             retired_stats: Stats::default(),
             connection_index,
             registered,
@@ -337,6 +344,13 @@ impl<E: Endpoint> Client<E> {
     /// record's header word: one round trip more than a GET needs (ARCHITECTURE §6).
     pub fn claim_misses(&self) -> u64 {
         self.claim_misses
+    }
+
+    /// Writes whose lock batch found the record's header changed since the cached view was
+    /// built (a split or unlink of another chain, or a retraining), and which then read the
+    /// tables and their chain again under the lock: two round trips more (ARCHITECTURE §6).
+    pub fn write_rereads(&self) -> u64 {
+        self.write_rereads
     }
 
     /// The endpoint's raw counters.

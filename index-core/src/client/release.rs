@@ -26,7 +26,7 @@
 //! except on a broken endpoint ([`rdma_transport::TransportError::Broken`]: a real queue pair whose
 //! batch timed out or failed), where nothing is known and the lock is treated as taken.
 
-use leaf_store::{LeafStoreError, LeafTableEntry};
+use leaf_store::{LeafStoreError, LeafTableEntry, ModelHeader};
 use rdma_transport::{Endpoint, RemoteAddr, TransportError, Verb};
 
 use crate::IndexError;
@@ -139,6 +139,7 @@ impl<E: Endpoint> Client<E> {
                 .and_then(Verb::old_value)
                 .is_some_and(|old| old != NOT_EXECUTED)
         };
+        self.bump_seen = None;
         let mut verbs = build(unlock, false);
         debug_assert!(
             bump_at.is_none_or(|at| matches!(verbs.get(at), Some(Verb::Faa { .. }))),
@@ -150,6 +151,11 @@ impl<E: Endpoint> Client<E> {
                 if unlock {
                     check_unlocked(&verbs)?;
                 }
+                self.bump_seen = bump_at
+                    .and_then(|at| verbs.get(at))
+                    .and_then(Verb::old_value)
+                    .filter(|&old| old != NOT_EXECUTED)
+                    .map(ModelHeader::from_raw);
                 return Ok(unlock);
             }
             Err(e) => e,

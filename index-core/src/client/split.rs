@@ -104,6 +104,57 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
+    /// After a structural change that ran whole at its first attempt: the cached view of the
+    /// record brought up to date with it, so that the next writer of the slot on this compute
+    /// node need not read the tables again — if the header words the change's own atomics
+    /// returned prove that nothing else changed the record since that view's header: the slot
+    /// claim (`slot_claim`, a split's) found `before`, and the bump found `before` plus the
+    /// claim (ARCHITECTURE §6, "A writer's own changes"). Otherwise the view stays as it is.
+    pub(super) fn adopt_change(
+        &mut self,
+        node: &NodeCache,
+        locked: &Locked,
+        before: ModelHeader,
+        slot_claim: Option<ModelHeader>,
+        freed: Option<(u64, LeafTableEntry)>,
+    ) {
+        let Some(bumped) = self.bump_seen.take() else {
+            return;
+        };
+        let checked = {
+            #[cfg(loom)]
+            {
+                self.caches.config.adopt_changes == crate::config::AdoptChanges::Checked
+            }
+            #[cfg(not(loom))]
+            {
+                true
+            }
+        };
+        let at_bump = match slot_claim {
+            Some(claimed_at) if claimed_at != before && checked => return,
+            Some(_) => before.raw().wrapping_add(ModelHeader::SLOT_USE_ONE),
+            None => before.raw(),
+        };
+        if bumped.raw() != at_bump && checked {
+            return;
+        }
+        let after = ModelHeader::from_raw(bumped.raw().wrapping_add(ModelHeader::CHANGE_ONE));
+        let guard = crate::view::pin();
+        let Some(cell) = node.cell(locked.slot) else {
+            return;
+        };
+        let current = cell.load(&guard);
+        if current.record != locked.record || (current.header != before && checked) {
+            return;
+        }
+        let chain: Vec<LeafTableEntry> = locked.chain.iter().map(|(entry, _)| *entry).collect();
+        if let Some(fresh) = current.after_change(after, locked.leaf, &chain, freed) {
+            crate::sync::step("write: view adopted");
+            self.install(node, cell, &current, fresh, &guard);
+        }
+    }
+
     /// Unlinks the emptied synonym leaf at chain position `pos` (> 0): written empty, linked
     /// around (in the LT entry, keeping the lock, or in the previous SLT entry), its SLT slot
     /// marked freed, the header bumped — one structural batch.
@@ -118,6 +169,7 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), IndexError> {
         let layout = node.layout;
         let delta = layout.delta();
+        let before = locked.header;
         let (gone, _) = locked.chain[pos];
         let empty = match Leaf::new().encode(gone.leaf_num(), delta) {
             Ok(bytes) => bytes,
@@ -176,6 +228,8 @@ impl<E: Endpoint> Client<E> {
             hand_over,
             held_slot,
         )?;
+        let freed = (slot_of_gone, LeafTableEntry::freed(gone.leaf_num()));
+        self.adopt_change(node, locked, before, None, Some(freed));
         Ok(())
     }
 
@@ -196,6 +250,7 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Option<()>, IndexError> {
         let layout = node.layout;
         let delta = layout.delta();
+        let before = locked.header;
         // Round trip 2: a leaf number (unless a spare is at hand) and an SLT slot.
         // The new leaf: a spare kept from an earlier split, else one from this client's leaf box
         // (it stays there until the batch that links it clears it), else a fresh one.
@@ -384,6 +439,8 @@ impl<E: Endpoint> Client<E> {
         if let Some((_, leaf)) = boxed {
             self.boxes[node.position].suspect.retain(|&l| l != leaf);
         }
+        let claimed_at = ModelHeader::from_raw(slot_use_raw);
+        self.adopt_change(node, locked, before, Some(claimed_at), None);
         if slt_slot == self.caches.config.retrain_threshold {
             self.request_retraining(node, locked.slot);
         }

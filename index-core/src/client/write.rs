@@ -305,6 +305,7 @@ impl<E: Endpoint> Client<E> {
             self.decode_leaves(&node.layout, &chain)
                 .map(|contents| Some((chain.clone(), contents)))
         } else {
+            self.write_rereads += 1;
             self.reread_locked_chain(node, view, slot, leaf, guard, &mut locked)
         };
         let (entries, contents) = match read {
