@@ -58,6 +58,21 @@ pub enum AdoptChanges {
     Unchecked,
 }
 
+/// What a writer trusts of a chain it locked through its view without reading the header (loom
+/// builds only: the wrong variants exist so that loom models can show they are caught).
+#[cfg(loom)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriterTrust {
+    /// A rewrite of a leaf that claims the key, its claim unchanged; a split whose slot claim
+    /// returns the view's header; anything else after a header READ (ARCHITECTURE §6, "Writes").
+    #[default]
+    Claims,
+    /// Wrong: a write that does not split trusts the view's chain without reading the header.
+    CachedChain,
+    /// Wrong: a split does not compare the header its slot claim returns.
+    SplitUnchecked,
+}
+
 /// How a [`crate::Store`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -115,6 +130,10 @@ pub struct StoreConfig {
     /// checked, outside loom builds; loom models switch the check off to show it is needed).
     #[cfg(loom)]
     pub adopt_changes: AdoptChanges,
+    /// Loom builds only: what a writer trusts of a chain it has not confirmed (always claims and
+    /// the split's header check, outside loom builds).
+    #[cfg(loom)]
+    pub writer_trust: WriterTrust,
 }
 
 impl Default for StoreConfig {
@@ -140,6 +159,8 @@ impl Default for StoreConfig {
             gets_trust: GetsTrust::Claims,
             #[cfg(loom)]
             adopt_changes: AdoptChanges::Checked,
+            #[cfg(loom)]
+            writer_trust: WriterTrust::Claims,
         }
     }
 }

@@ -30,6 +30,9 @@ pub(crate) struct HeldLock {
     pub(crate) chain: Vec<(LeafTableEntry, Leaf)>,
     /// The record header seen when the lock was taken or last changed by us.
     pub(crate) header: ModelHeader,
+    /// Whether `chain` was confirmed to be the record's (see `Locked::confirmed`): a chain that
+    /// was not stays unconfirmed for the next holder.
+    pub(crate) confirmed: bool,
     /// Hand-overs so far without a remote release.
     pub(crate) handovers: u32,
 }

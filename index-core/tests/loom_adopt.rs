@@ -10,14 +10,28 @@
 //! that includes both — lets the next write of that chain trust a chain without the new leaf: it
 //! grows a leaf's claim over keys the new leaf holds, and a reader loses them. That variant
 //! (`AdoptChanges::Unchecked`) must be caught.
+//!
+//! The writer's view then may lack the other split's new leaf, and its next writes of that chain
+//! lock it without reading the header (ARCHITECTURE §6, "Writes"): a write that trusts its cached
+//! chain although its leaf's claim would change (`WriterTrust::CachedChain`), and a split that
+//! ignores the header its slot claim returns (`WriterTrust::SplitUnchecked`), must be caught too.
 
 #![cfg(loom)]
 
-use index_core::{AdoptChanges, Store, StoreConfig, bootstrap};
+use index_core::{AdoptChanges, Store, StoreConfig, WriterTrust, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use sim_transport::SimTransport;
 
-fn scenario(adopt_changes: AdoptChanges) {
+/// What the writer does after the race: insert (`true`) or delete a key.
+type Op = (bool, u64);
+
+/// A rewrite whose claim would grow: 42 goes, then 46 comes to the leaf {40}, which claims up to
+/// 44 while the other split's new leaf {45, 47} follows it.
+const GROWS_A_CLAIM: &[Op] = &[(false, 42), (true, 46)];
+/// A split of the leaf {40, 42} whose successor the writer's view lacks.
+const SPLITS_A_STALE_LEAF: &[Op] = &[(true, 43)];
+
+fn scenario(adopt_changes: AdoptChanges, writer_trust: WriterTrust, after: &'static [Op]) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 100_000;
     builder.check(move || {
@@ -37,6 +51,7 @@ fn scenario(adopt_changes: AdoptChanges) {
         bootstrap(&transport, pairs, &load).expect("load");
         let config = StoreConfig {
             adopt_changes,
+            writer_trust,
             ..StoreConfig::default()
         };
         // Before the race: 45 splits the second leaf, so its chain is {30} → {40, 45}.
@@ -45,20 +60,29 @@ fn scenario(adopt_changes: AdoptChanges) {
         assert!(other.insert(45, 45).expect("insert"));
         let writer_store = Store::open(transport.clone(), config.clone()).expect("open");
         let mut writer = writer_store.client().expect("client");
-        // The writer's view of the slot, read after that split.
-        assert_eq!(writer.get(45).expect("get"), Some(45));
         let racing = loom::thread::spawn(move || {
-            // Splits the synonym leaf {40, 45}: only an SLT entry changes, not the LT entry.
+            // Splits the synonym leaf {40, 45} into {40} → {45, 47} (only an SLT entry changes,
+            // not the LT entry), then fills {40} again.
             assert!(other.insert(47, 47).expect("insert"));
+            assert!(other.insert(42, 42).expect("insert"));
         });
         // Splits the first leaf; its view takes the change.
         assert!(writer.insert(15, 15).expect("insert"));
         racing.join().expect("racing writer");
-        // A write of the second chain through that view.
-        assert!(writer.insert(46, 46).expect("insert"));
+        let mut keys = std::collections::BTreeSet::from([10, 15, 20, 30, 40, 42, 45, 47]);
+        // Writes of the second chain through that view, which may predate the other split.
+        for &(insert, key) in after {
+            if insert {
+                assert!(writer.insert(key, key).expect("insert"));
+                keys.insert(key);
+            } else {
+                assert!(writer.delete(key).expect("delete"));
+                keys.remove(&key);
+            }
+        }
         let reader_store = Store::open(transport, config).expect("open");
         let mut reader = reader_store.client().expect("client");
-        for key in [10, 15, 20, 30, 40, 45, 46, 47] {
+        for key in keys {
             assert_eq!(reader.get(key).expect("get"), Some(key), "key {key} lost");
         }
     });
@@ -66,10 +90,50 @@ fn scenario(adopt_changes: AdoptChanges) {
 
 #[test]
 fn a_writer_adopts_its_own_split_only_when_nothing_else_changed() {
-    scenario(AdoptChanges::Checked);
+    scenario(AdoptChanges::Checked, WriterTrust::Claims, GROWS_A_CLAIM);
+}
+
+#[test]
+fn a_writer_whose_view_missed_a_split_still_splits_right() {
+    scenario(
+        AdoptChanges::Checked,
+        WriterTrust::Claims,
+        SPLITS_A_STALE_LEAF,
+    );
 }
 
 #[test]
 fn loom_catches_a_view_that_adopts_a_change_without_checking_the_header() {
-    sim_transport::loom_support::assert_caught(|| scenario(AdoptChanges::Unchecked), "key 45 lost");
+    sim_transport::loom_support::assert_caught(
+        || scenario(AdoptChanges::Unchecked, WriterTrust::Claims, GROWS_A_CLAIM),
+        "lost",
+    );
+}
+
+#[test]
+fn loom_catches_a_writer_that_trusts_its_cached_chain_without_the_header() {
+    sim_transport::loom_support::assert_caught(
+        || {
+            scenario(
+                AdoptChanges::Checked,
+                WriterTrust::CachedChain,
+                GROWS_A_CLAIM,
+            )
+        },
+        "lost",
+    );
+}
+
+#[test]
+fn loom_catches_a_split_that_ignores_the_header_its_slot_claim_returns() {
+    sim_transport::loom_support::assert_caught(
+        || {
+            scenario(
+                AdoptChanges::Checked,
+                WriterTrust::SplitUnchecked,
+                SPLITS_A_STALE_LEAF,
+            )
+        },
+        "lost",
+    );
 }

@@ -259,13 +259,28 @@ fn a_frozen_record_blocks_writers_not_readers() {
     let record = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
     let header = ep.read_word(record).expect("read");
     let locked = leaf_store::ModelHeader::from_raw(header).locked().raw();
+    // Frozen as a retrainer freezes: the header's flag, then every LT lock with the freeze's tag.
+    let slot = leaf_store::read_record(&mut ep, &layout, 0, record).expect("record");
+    let lt: Vec<_> = (0..slot.lt.len() as u64)
+        .map(|i| record.checked_add(slot.layout().lt_entry(i)).expect("addr"))
+        .collect();
     assert_eq!(ep.cas(record, header, locked).expect("cas"), header);
+    for (&at, entry) in lt.iter().zip(&slot.lt) {
+        assert_eq!(
+            ep.cas(at, entry.raw(), entry.frozen().raw()).expect("cas"),
+            entry.raw()
+        );
+    }
     assert_eq!(c.get(1000).expect("get while frozen"), Some(1000));
     assert!(matches!(
         c.insert(1500, 1),
         Err(IndexError::RetrainingTimeout { slot: 0, .. })
     ));
     assert_eq!(c.get(1500).expect("get"), None);
+    for (&at, entry) in lt.iter().zip(&slot.lt) {
+        let frozen = entry.frozen().raw();
+        assert_eq!(ep.cas(at, frozen, entry.raw()).expect("cas"), frozen);
+    }
     assert_eq!(ep.cas(record, locked, header).expect("cas"), locked);
     assert!(c.insert(1500, 1).expect("insert after unfreezing"));
     assert_clean(&transport);

@@ -18,6 +18,9 @@
 //! record's unchanged header and misses the key the split moved. So must a reader that accepts a
 //! retired record without confirming that the slot table still names it.
 //!
+//! The freeze model races an insert into an emptied leaf against its slot's retraining: a freeze
+//! that does not take every LT lock must be caught.
+//!
 //! The third model races a *slot* split the same way: the retraining cuts the slot in two and
 //! publishes the upper half as a new slot, a writer on its own `Store` attaches once it is
 //! published and splits a leaf through it, and a reader whose directory predates the split GETs
@@ -91,6 +94,54 @@ fn scenario(carry_over: bool) {
             );
         }
     });
+}
+
+/// The freeze: an insert into an empty (but claimed) leaf races the retraining of its slot, which
+/// drops empty leaves. Writers do not read the header when their leaf claims the key, so the
+/// freeze must take every LT lock (ARCHITECTURE §7); a freeze by the header's flag alone lets the
+/// insert land after the frozen snapshot found the leaf empty, and the key is lost.
+fn freeze_scenario(freeze_leaves: bool) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 200_000;
+    builder.check(move || {
+        let (transport, _) = one_slot_pool();
+        let node = transport.memory_nodes()[0];
+        let config = RetrainConfig {
+            freeze_leaves,
+            ..RetrainConfig::default()
+        };
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
+            .expect("retrainer");
+        let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+        let mut client = store.client().expect("client");
+        // The second trained leaf emptied: it still claims [30, ..].
+        assert!(client.delete(30).expect("delete"));
+        assert!(client.delete(40).expect("delete"));
+        let retraining = loom::thread::spawn(move || {
+            worker.retrain_slot(0).expect("retrain");
+        });
+        assert!(client.insert(35, 35).expect("insert"));
+        retraining.join().expect("retrainer");
+        let fresh = Store::open(transport, StoreConfig::default()).expect("open");
+        let mut reader = fresh.client().expect("client");
+        for k in [10, 20, 35] {
+            assert_eq!(
+                reader.get(k).expect("get"),
+                Some(k),
+                "key {k} lost across the freeze"
+            );
+        }
+    });
+}
+
+#[test]
+fn an_insert_racing_a_freeze_loses_nothing() {
+    freeze_scenario(true);
+}
+
+#[test]
+fn loom_catches_a_freeze_that_leaves_the_leaf_locks_free() {
+    sim_transport::loom_support::assert_caught(|| freeze_scenario(false), "lost across the freeze");
 }
 
 #[test]

@@ -316,7 +316,8 @@ fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
         checkers.push(std::thread::spawn(move || {
             let mut rng = testkit::XorShift64::new(7);
             let mut reads = 0u64;
-            while !done.load(Ordering::Acquire) {
+            // At least a few checks even if the retrainings are over before this thread runs.
+            while !done.load(Ordering::Acquire) || reads < 50 {
                 let t = rng.next_u64() % 2;
                 let n = published[t as usize].load(Ordering::Acquire);
                 if n == 0 {
@@ -336,7 +337,7 @@ fn torn_stress_stale_readers_and_scanners_across_retrainings_miss_nothing() {
         checkers.push(std::thread::spawn(move || {
             let mut rng = testkit::XorShift64::new(11);
             let mut scans = 0u64;
-            while !done.load(Ordering::Acquire) {
+            while !done.load(Ordering::Acquire) || scans < 20 {
                 let counts = [
                     published[0].load(Ordering::Acquire),
                     published[1].load(Ordering::Acquire),

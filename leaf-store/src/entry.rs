@@ -12,10 +12,12 @@
 ///
 /// * `lock` — set while a writer holds the trained leaf and its whole synonym chain (only LT
 ///   entries are ever locked; SLT entries share their trained leaf's lock).
-/// * `owner` — while locked, the lock holder's member tag on this memory node (1..=127, see
-///   [`crate::members`]; 0 = a holder that did not join); 0 while unlocked. Recovery finds a
-///   dead compute node's locks by this tag, so taking a lock records its holder for free.
-///   (Layout v2 called these bits `leaf_region` and always kept them 0.)
+/// * `owner` — while locked, the lock holder's member tag on this memory node (1..=126, see
+///   [`crate::members`]; 0 = a holder that did not join; [`FREEZE_OWNER`], 127, = the
+///   retrainer, which holds every LT lock of a record it freezes, and never lets go of a
+///   record it replaced); 0 while unlocked. Recovery finds a dead compute node's locks by this
+///   tag, so taking a lock records its holder for free. (Layout v2 called these bits
+///   `leaf_region` and always kept them 0.)
 /// * `synonym_ptr` — the SLT slot (1..=255) of the next leaf in this chain; 0 = end of chain.
 /// * `leaf_num` — the leaf's number in its region (address = region base + 16 + num · leaf size).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -30,8 +32,11 @@ const LEAF_MASK: u64 = (1 << 48) - 1;
 
 /// Largest leaf number an entry can hold.
 pub const MAX_LEAF_NUM: u64 = LEAF_MASK;
-/// Largest owner tag an entry can hold (member tags are 1..=127).
+/// Largest owner tag an entry can hold (member tags are 1..=126).
 pub const MAX_OWNER: u8 = OWNER_MASK as u8;
+/// The owner tag of the locks a retrainer's freeze holds (no member has it): a writer whose lock
+/// CAS finds it knows the record is frozen or replaced (ARCHITECTURE §7).
+pub const FREEZE_OWNER: u8 = MAX_OWNER;
 
 impl LeafTableEntry {
     /// Marks an SLT slot that was handed out (its `slot_use` FAA happened) but holds no leaf: the
@@ -113,6 +118,21 @@ impl LeafTableEntry {
                 | (1 << LOCK_SHIFT)
                 | ((owner as u64 & OWNER_MASK) << OWNER_SHIFT),
         )
+    }
+
+    /// The same entry locked by a retrainer's freeze ([`FREEZE_OWNER`]).
+    pub const fn frozen(self) -> Self {
+        self.locked_by(FREEZE_OWNER)
+    }
+
+    /// Whether a retrainer's freeze holds this entry's lock.
+    pub const fn is_frozen(self) -> bool {
+        self.is_locked() && self.owner() == FREEZE_OWNER
+    }
+
+    /// Whether a writer (not a freeze) holds this entry's lock.
+    pub const fn is_held_by_writer(self) -> bool {
+        self.is_locked() && self.owner() != FREEZE_OWNER
     }
 
     /// The same entry unlocked: lock bit and owner tag clear.

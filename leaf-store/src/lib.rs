@@ -73,7 +73,7 @@ pub use bulk::{
     bulk_load_values, bulk_load_with_progress, grown_leaf_model_bytes, required_pool_bytes,
     slot_capacity_for,
 };
-pub use entry::{LeafTableEntry, MAX_LEAF_NUM, MAX_OWNER};
+pub use entry::{FREEZE_OWNER, LeafTableEntry, MAX_LEAF_NUM, MAX_OWNER};
 pub use error::LeafStoreError;
 pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
 pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};

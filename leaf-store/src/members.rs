@@ -70,15 +70,19 @@ use crate::{Layout, LeafStoreError, le_word};
 /// rest of the word is the connection id; ids never reach bit 63).
 pub const REVOKE: u64 = 1 << 63;
 
-/// Member tags are 1..=127 (the LT entry's 7-bit owner field; 0 = no owner). Loom builds keep a
-/// tiny table: every word of a loom pool is a model-checked atomic.
-pub const MEMBER_TAGS: u8 = if cfg!(loom) { 3 } else { 127 };
+/// Member tags are 1..=126 (the LT entry's 7-bit owner field; 0 = no owner, 127 = a retrainer's
+/// freeze, [`crate::FREEZE_OWNER`]). Loom builds keep a tiny table: every word of a loom pool is a
+/// model-checked atomic.
+pub const MEMBER_TAGS: u8 = if cfg!(loom) { 3 } else { 126 };
+/// Rows the table has room for: one more than there are member tags (layout v3 gave tag 127 a
+/// row before the freeze took that tag; the row stays, unused, so the layout is unchanged).
+const TAG_ROWS: u8 = if cfg!(loom) { 3 } else { 127 };
 /// Connection-id words per member: the compute node's own endpoint plus up to 127 clients.
 pub const CONNECTIONS_PER_MEMBER: u64 = if cfg!(loom) { 4 } else { 128 };
 /// Leaves in one client's leaf box.
 pub const LEAF_BOX: u64 = if cfg!(loom) { 2 } else { 4 };
 /// Lease words at the start of the region (tag t's at word t; word 0 unused).
-const LEASE_WORDS: u64 = MEMBER_TAGS as u64 + 1;
+const LEASE_WORDS: u64 = TAG_ROWS as u64 + 1;
 /// Words of one member's connection ids.
 const CONNECTION_WORDS: u64 = CONNECTIONS_PER_MEMBER;
 /// Words of one member's leaf boxes.
@@ -90,7 +94,7 @@ const FREE_WORDS: u64 = CONNECTIONS_PER_MEMBER;
 /// Bytes of the membership region.
 pub const MEMBERS_BYTES: u64 = 8
     * (2 * LEASE_WORDS
-        + (MEMBER_TAGS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS + FREE_WORDS));
+        + (TAG_ROWS as u64) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS + FREE_WORDS));
 
 const STATE_SHIFT: u32 = 62;
 const INCARNATION_SHIFT: u32 = 32;
@@ -275,7 +279,7 @@ impl MemberTable {
     pub fn box_addr(&self, tag: u8, index: u64, slot: u64) -> RemoteAddr {
         let tag = u64::from(tag.max(1)) - 1;
         self.layout.at(self.layout.superblock().members_offset
-            + 8 * (LEASE_WORDS + u64::from(MEMBER_TAGS) * CONNECTION_WORDS)
+            + 8 * (LEASE_WORDS + u64::from(TAG_ROWS) * CONNECTION_WORDS)
             + 8 * (tag * BOX_WORDS + index * LEAF_BOX + slot))
     }
 
@@ -288,7 +292,7 @@ impl MemberTable {
     pub fn announce_addr(&self, tag: u8) -> RemoteAddr {
         self.layout.at(self.layout.superblock().members_offset
             + 8 * (LEASE_WORDS
-                + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
+                + u64::from(TAG_ROWS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
             + 8 * u64::from(tag))
     }
 
@@ -336,7 +340,7 @@ impl MemberTable {
     pub fn unlink_addr(&self, tag: u8, index: u64) -> RemoteAddr {
         let tag = u64::from(tag.max(1)) - 1;
         self.layout.at(self.layout.superblock().members_offset
-            + 8 * (LEASE_WORDS + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS))
+            + 8 * (LEASE_WORDS + u64::from(TAG_ROWS) * (CONNECTION_WORDS + BOX_WORDS))
             + 8 * (tag * UNLINK_WORDS + index))
     }
 
@@ -345,7 +349,7 @@ impl MemberTable {
         let tag = u64::from(tag.max(1)) - 1;
         self.layout.at(self.layout.superblock().members_offset
             + 8 * (2 * LEASE_WORDS
-                + u64::from(MEMBER_TAGS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
+                + u64::from(TAG_ROWS) * (CONNECTION_WORDS + BOX_WORDS + UNLINK_WORDS))
             + 8 * (tag * FREE_WORDS + index))
     }
 

@@ -50,6 +50,9 @@ pub struct Client<E: Endpoint> {
     /// The header a structural batch's bump returned, when that batch ran whole at its first
     /// attempt (`release::run_ending_batch`).
     bump_seen: Option<leaf_store::ModelHeader>,
+    /// An SLT slot a split claimed before it found its chain stale, kept (with the lock) for the
+    /// same write's next attempt: record, its layout, slot.
+    preclaimed: Option<(RemoteAddr, leaf_store::RecordLayout, u64)>,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
     /// The client's connection index in its store's memberships.
@@ -226,6 +229,7 @@ impl<E: Endpoint> Client<E> {
             claim_misses: 0,
             write_rereads: 0,
             bump_seen: None,
+            preclaimed: None,
             retired_stats: Stats::default(),
             connection_index,
             registered,

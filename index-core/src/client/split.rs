@@ -234,8 +234,9 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Splits the leaf at chain position `pos`: a new synonym leaf after it takes `upper` (first
-    /// written as `moved`, the upper half without the new key, if there is one). `None` if the
-    /// slot's SLT is full (nothing changed, lock released).
+    /// written as `moved`, the upper half without the new key, if there is one). Round trip 2
+    /// claims an SLT slot; the header that claim returns must be the view's when the chain was
+    /// not confirmed (`Locked::confirmed`), else nothing is changed (`SplitEnd::Stale`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn split(
         &mut self,
@@ -247,7 +248,7 @@ impl<E: Endpoint> Client<E> {
         redo: Option<u64>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
-    ) -> Result<Option<()>, IndexError> {
+    ) -> Result<SplitEnd, IndexError> {
         let layout = node.layout;
         let delta = layout.delta();
         let before = locked.header;
@@ -265,6 +266,15 @@ impl<E: Endpoint> Client<E> {
             None
         };
         let spare = spare.or(boxed.map(|(_, leaf)| leaf));
+        // An SLT slot this writer claimed in an earlier attempt under the same lock, before it
+        // found its chain stale (see `SplitEnd::Stale`).
+        let preclaimed = match self.preclaimed {
+            Some((record, _, slot)) if record == locked.record => {
+                self.preclaimed = None;
+                Some(slot)
+            }
+            _ => None,
+        };
         let mut verbs = Vec::with_capacity(2);
         if spare.is_none() {
             verbs.push(release::unexecuted(
@@ -272,15 +282,25 @@ impl<E: Endpoint> Client<E> {
                 NOT_EXECUTED,
             ));
         }
-        verbs.push(release::unexecuted(
-            Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE),
-            NOT_EXECUTED,
-        ));
-        let outcome = self.ep.batch(&mut verbs);
-        let slot_use_raw = verbs
-            .last()
-            .and_then(Verb::old_value)
-            .unwrap_or(NOT_EXECUTED);
+        if preclaimed.is_none() {
+            verbs.push(release::unexecuted(
+                Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE),
+                NOT_EXECUTED,
+            ));
+        }
+        let outcome = if verbs.is_empty() {
+            Ok(())
+        } else {
+            self.ep.batch(&mut verbs)
+        };
+        let slot_use_raw = match preclaimed {
+            None => verbs
+                .last()
+                .and_then(Verb::old_value)
+                .unwrap_or(NOT_EXECUTED),
+            // As if the claim had just found the slot before it used.
+            Some(slot) => slot - 1,
+        };
         let allocated = if spare.is_none() {
             verbs[0].old_value().filter(|&old| old != NOT_EXECUTED)
         } else {
@@ -305,6 +325,10 @@ impl<E: Endpoint> Client<E> {
             // over-full claim undone), the leaf kept.
             keep_leaf(self);
             let cause = IndexError::from(e);
+            if let Some(slot) = preclaimed {
+                self.free_slot_and_release(locked, slot)?;
+                return Err(cause);
+            }
             if slot_use_raw == NOT_EXECUTED {
                 return Err(self.release_after(locked.lock_ref(), cause));
             }
@@ -317,16 +341,38 @@ impl<E: Endpoint> Client<E> {
             return Err(cause);
         }
         let slot_use_old = ModelHeader::from_raw(slot_use_raw).slot_use();
-        if slot_use_old >= MAX_SYNONYMS {
+        if preclaimed.is_none() && slot_use_old >= MAX_SYNONYMS {
             // SLT full: give the slot back, keep the leaf for later, release, ask for retraining.
             self.undo_slot_claim(locked.record);
             keep_leaf(self);
             self.release(locked.lock_ref())?;
             self.request_retraining(node, locked.slot);
-            return Ok(None);
+            return Ok(SplitEnd::SltFull);
         }
         let slt_slot = slot_use_old + 1;
         crate::sync::step("split: slot claimed");
+        let check_claim = {
+            #[cfg(loom)]
+            {
+                self.caches.config.writer_trust != crate::config::WriterTrust::SplitUnchecked
+            }
+            #[cfg(not(loom))]
+            {
+                true
+            }
+        };
+        if preclaimed.is_none()
+            && !locked.confirmed
+            && check_claim
+            && ModelHeader::from_raw(slot_use_raw) != locked.header
+        {
+            // The chain came from a view older than the record: it may lack a leaf, and the new
+            // leaf's claim would then reach over that leaf's keys. Keep the lock, the slot and the
+            // leaf; the writer reads the chain again and, if it still splits, uses them.
+            keep_leaf(self);
+            self.preclaimed = Some((locked.record, locked.layout, slt_slot));
+            return Ok(SplitEnd::Stale);
+        }
         let new_leaf = match (spare, allocated) {
             (Some(n), _) => n,
             (None, old) => match check_allocation(&mut self.ep, &layout, old.unwrap_or(u64::MAX)) {
@@ -405,12 +451,16 @@ impl<E: Endpoint> Client<E> {
         #[cfg(loom)]
         if self.caches.config.split_order != crate::config::SplitOrder::Safe {
             self.split_in_wrong_order(locked, writes, late, linked, pos)?;
-            return Ok(Some(()));
+            return Ok(SplitEnd::Done);
         }
         locked.chain[pos] = (linked, lower);
         locked.chain.insert(pos + 1, (new_entry, upper));
-        locked.header =
-            ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE));
+        // The claim counts in the header once: a slot claimed before a re-read is counted in the
+        // header that re-read found.
+        if locked.header.slot_use() < slt_slot {
+            locked.header =
+                ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE));
+        }
         let box_clear = boxed.map(|(box_slot, leaf)| {
             (
                 node.members
@@ -439,12 +489,14 @@ impl<E: Endpoint> Client<E> {
         if let Some((_, leaf)) = boxed {
             self.boxes[node.position].suspect.retain(|&l| l != leaf);
         }
-        let claimed_at = ModelHeader::from_raw(slot_use_raw);
-        self.adopt_change(node, locked, before, Some(claimed_at), None);
+        let claimed_at = preclaimed
+            .is_none()
+            .then(|| ModelHeader::from_raw(slot_use_raw));
+        self.adopt_change(node, locked, before, claimed_at, None);
         if slt_slot == self.caches.config.retrain_threshold {
             self.request_retraining(node, locked.slot);
         }
-        Ok(Some(()))
+        Ok(SplitEnd::Done)
     }
 
     /// Loom builds only: the split's third round trip in a deliberately wrong order (pos 0 only).
@@ -504,6 +556,18 @@ impl<E: Endpoint> Client<E> {
             .map(|_| ())
     }
 
+    /// Marks an SLT slot claimed in an earlier attempt and not used (the chain, read again, no
+    /// longer split) freed, as a split that fails does (best effort: a slot left unwritten below
+    /// `slot_use` is what a compute node that died between claim and link leaves too).
+    pub(super) fn free_preclaimed(&mut self) {
+        if let Some((record, layout, slot)) = self.preclaimed.take() {
+            let at = offset(record, layout.slt_entry(slot));
+            let _ = self
+                .ep
+                .write(at, &LeafTableEntry::FREED.raw().to_le_bytes());
+        }
+    }
+
     /// Gives back an SLT claim past the last slot (best effort: a count left above 255 only
     /// makes later claimers give theirs back too, until the retraining the full slot needs).
     fn undo_slot_claim(&mut self, record: RemoteAddr) {
@@ -523,4 +587,14 @@ impl<E: Endpoint> Client<E> {
             self.enqueue_failures += 1;
         }
     }
+}
+
+/// How a split ended.
+pub(super) enum SplitEnd {
+    Done,
+    /// The SLT is full: nothing changed, lock released, retraining requested.
+    SltFull,
+    /// The record changed since the view the chain came from: nothing written; the lock is still
+    /// held and the claimed SLT slot kept in `Client::preclaimed`.
+    Stale,
 }

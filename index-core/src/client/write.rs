@@ -12,6 +12,7 @@ use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView, pin};
 
 use super::release::{self, LockRef};
+use super::split::SplitEnd;
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -57,7 +58,7 @@ impl<E: Endpoint> Client<E> {
         let mut backoff = Backoff::new(caches.config.wait_limit);
         let mut slt_full = false;
         let mut slot = 0;
-        for _ in 0..caches.config.max_attempts {
+        'attempts: for _ in 0..caches.config.max_attempts {
             let loaded = self.route(node, key, &guard)?.view;
             let view: &SlotView = &loaded;
             slot = view.slot as usize;
@@ -104,6 +105,9 @@ impl<E: Endpoint> Client<E> {
                         lt_now: held.lt_now,
                         chain: held.chain,
                         header: held.header,
+                        // Held throughout: the chain is as the last holder left it, which is
+                        // the record's if that holder had confirmed it.
+                        confirmed: held.confirmed,
                         handovers: held.handovers + 1,
                     });
                 } else {
@@ -111,7 +115,7 @@ impl<E: Endpoint> Client<E> {
                     self.retiring(released)?;
                 }
             }
-            let locked = match locked {
+            let mut locked = match locked {
                 Some(locked) => locked,
                 None => {
                     let acquired = self.acquire(node, view, slot, owner, &guard, &mut backoff);
@@ -135,12 +139,61 @@ impl<E: Endpoint> Client<E> {
                 }
             };
             crate::sync::step("write: locked");
-            let outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
-            let old = locked.chain.iter().find_map(|(_, leaf)| leaf.get(key));
-            self.arm_value(node, !matches!(outcome, Outcome::Unchanged(_)), old);
-            let committed = self.commit(node, locked, outcome, stripe, &mut held_slot);
+            let trust_cached = {
+                #[cfg(loom)]
+                {
+                    caches.config.writer_trust == crate::config::WriterTrust::CachedChain
+                }
+                #[cfg(not(loom))]
+                {
+                    false
+                }
+            };
+            // A split that finds the chain stale hands the lock back (`Committed::Stale`): the
+            // chain is then confirmed, and the write computed again.
+            let mut stale = false;
+            let committed = loop {
+                let mut outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
+                if !locked.confirmed
+                    && (stale
+                        || (!trust_cached && !trusted_unconfirmed(&locked.chain, key, &outcome)))
+                {
+                    match self.confirm_chain(node, view, slot, &guard, &mut locked) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            self.free_preclaimed();
+                            let released = self.release(locked.lock_ref());
+                            self.retiring(released)?;
+                            continue 'attempts;
+                        }
+                        Err(e) => {
+                            self.free_preclaimed();
+                            let failed: Result<bool, IndexError> =
+                                Err(self.release_after(locked.lock_ref(), e));
+                            return self.retiring(failed);
+                        }
+                    }
+                    outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
+                }
+                let old = locked.chain.iter().find_map(|(_, leaf)| leaf.get(key));
+                self.arm_value(node, !matches!(outcome, Outcome::Unchanged(_)), old);
+                match self.commit(node, locked, outcome, stripe, &mut held_slot) {
+                    Ok(Committed::Stale(back)) => {
+                        locked = *back;
+                        stale = true;
+                    }
+                    other => break other,
+                }
+            };
+            // A slot claimed for a split the chain, read again, did not need.
+            self.free_preclaimed();
             match self.retiring(committed)? {
                 Committed::Done(result) => return Ok(result),
+                Committed::Stale(back) => {
+                    // Not returned by the loop above; were it, the lock is let go.
+                    let released = self.release(back.lock_ref());
+                    self.retiring(released)?;
+                }
                 Committed::SltFull => {
                     slt_full = true;
                     drop(held_slot);
@@ -209,9 +262,8 @@ impl<E: Endpoint> Client<E> {
             0
         };
         self.buf.clear();
-        self.buf.resize(chain.len() * leaf_bytes + 8 + box_bytes, 0);
-        let (leaf_buf, rest) = self.buf.split_at_mut(chain.len() * leaf_bytes);
-        let (header_buf, box_buf) = rest.split_at_mut(8);
+        self.buf.resize(chain.len() * leaf_bytes + box_bytes, 0);
+        let (leaf_buf, box_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
         let mut verbs: release::Verbs<'_> = smallvec::smallvec![release::unexecuted(
             Verb::cas(lt_addr, expected.raw(), expected.locked_by(node.tag).raw()),
             !expected.raw(),
@@ -219,7 +271,6 @@ impl<E: Endpoint> Client<E> {
         for (entry, chunk) in chain.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
         }
-        verbs.push(Verb::read(view.record, header_buf).fenced());
         if read_box {
             let at = node.members.box_addr(node.tag, self.connection_index, 0);
             verbs.push(Verb::read(at, box_buf));
@@ -246,7 +297,7 @@ impl<E: Endpoint> Client<E> {
         let old = verbs[0].old_value().unwrap_or_default();
         drop(verbs);
         if read_box {
-            let at = chain.len() * leaf_bytes + 8;
+            let at = chain.len() * leaf_bytes;
             let slots = (0..leaf_store::members::LEAF_BOX as usize)
                 .map(|i| le_word(&self.buf[at..], i))
                 .collect();
@@ -256,6 +307,18 @@ impl<E: Endpoint> Client<E> {
         }
         if old != expected.raw() {
             let seen = LeafTableEntry::from_raw(old);
+            if seen.is_frozen() {
+                // A retrainer froze the record (or replaced it, and holds its locks for good):
+                // wait for the new one.
+                self.refresh(node, view, guard)?;
+                if !backoff.wait() {
+                    return Err(IndexError::RetrainingTimeout {
+                        node: node.info.id,
+                        slot: slot as u64,
+                    });
+                }
+                return Ok(None);
+            }
             if seen.is_locked() && node.tag != 0 && seen.owner() == node.tag {
                 // Held by this compute node although this thread holds the stripe: a lock a
                 // broken operation left, which the store recovers under this stripe.
@@ -276,7 +339,6 @@ impl<E: Endpoint> Client<E> {
             return Ok(None);
         }
         let held = expected.locked_by(node.tag);
-        let header = ModelHeader::from_raw(le_word(&self.buf[chain.len() * leaf_bytes..], 0));
         let mut locked = Locked {
             slot: slot as u64,
             record: view.record,
@@ -285,47 +347,90 @@ impl<E: Endpoint> Client<E> {
             lt_addr,
             lt_now: held,
             chain: Vec::new(),
-            header,
+            // Not read: what the view says, until a write that needs it confirms it.
+            header: view.header,
+            confirmed: false,
             handovers: 0,
         };
         // The lock is held from here: every error releases it (or says it may remain).
-        if header != view.header && (header.is_locked() || header.is_retired()) {
-            // Frozen or being replaced by a retraining: let go and wait for the new record.
-            self.release(locked.lock_ref())?;
-            self.refresh(node, view, guard)?;
-            if !backoff.wait() {
-                return Err(IndexError::RetrainingTimeout {
-                    node: node.info.id,
-                    slot: slot as u64,
-                });
-            }
-            return Ok(None);
-        }
-        let read = if header == view.header {
-            self.decode_leaves(&node.layout, &chain)
-                .map(|contents| Some((chain.clone(), contents)))
-        } else {
-            self.write_rereads += 1;
-            self.reread_locked_chain(node, view, slot, leaf, guard, &mut locked)
-        };
-        let (entries, contents) = match read {
-            Ok(Some(read)) => read,
+        let contents = match self.decode_leaves(&node.layout, &chain) {
+            Ok(Some(contents)) => contents,
             Ok(None) => {
-                // The chain is not in this record any more: let go and start over.
-                self.release(locked.lock_ref())?;
-                return Ok(None);
+                // Torn: damage under the lock, unless the view is stale and the leaf no longer
+                // ours; the header says which.
+                match self.confirm_chain(node, view, slot, guard, &mut locked) {
+                    Ok(true) => return Ok(Some(locked)),
+                    Ok(false) => {
+                        self.release(locked.lock_ref())?;
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
+                }
             }
             Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
         };
+        locked.chain = chain.into_iter().zip(contents).collect();
+        Ok(Some(locked))
+    }
+
+    /// Makes sure the locked chain is the record's chain as it stands (the lock batch trusts the
+    /// view's, and the leaves' claims say whether that is enough for a given write; ARCHITECTURE
+    /// §6, "Writes"): READs the header; the same as the view's, nothing changed the record since
+    /// the view was read, and `chain` (the view's) is current; otherwise the tables and the chain
+    /// are read again under the lock. Fills `locked`'s chain and header. `false`: the record no
+    /// longer has this chain (it was replaced) — let go and start over.
+    pub(super) fn confirm_chain(
+        &mut self,
+        node: &NodeCache,
+        view: &SlotView,
+        slot: usize,
+        guard: &Guard,
+        locked: &mut Locked,
+    ) -> Result<bool, IndexError> {
+        // The view's chain, which the header can vouch for (a lock handed over carries the chain
+        // of the view its first holder used, which may be another).
+        let chain = match view.chain(locked.leaf) {
+            Some(chain) if view.record == locked.record => chain,
+            _ => {
+                self.write_rereads += 1;
+                let read =
+                    self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)?;
+                return self.confirmed_from(read, locked);
+            }
+        };
+        let words = self.read_batch(&node.layout, &chain, &[view.record])?;
+        let header = ModelHeader::from_raw(words[0]);
+        let read = if header == view.header {
+            locked.header = header;
+            self.decode_leaves(&node.layout, &chain)
+                .map(|contents| Some((chain, contents)))
+        } else {
+            self.write_rereads += 1;
+            self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)
+        }?;
+        self.confirmed_from(read, locked)
+    }
+
+    /// Installs a confirmed chain in `locked` (see [`Self::confirm_chain`]).
+    #[allow(clippy::type_complexity)]
+    fn confirmed_from(
+        &mut self,
+        read: Option<(ChainEntries, Option<Vec<Leaf>>)>,
+        locked: &mut Locked,
+    ) -> Result<bool, IndexError> {
+        let Some((entries, contents)) = read else {
+            return Ok(false);
+        };
         let Some(contents) = contents else {
             // Under the lock nothing writes these leaves: a failed checksum is damage.
-            let torn = LeafStoreError::TornLeaf {
+            return Err(LeafStoreError::TornLeaf {
                 leaf_num: entries[0].leaf_num(),
-            };
-            return Err(self.release_after(locked.lock_ref(), torn.into()));
+            }
+            .into());
         };
         locked.chain = entries.into_iter().zip(contents).collect();
-        Ok(Some(locked))
+        locked.confirmed = true;
+        Ok(true)
     }
 
     /// The record changed since the view was built (another chain split, or ours did). We hold
@@ -422,8 +527,9 @@ impl<E: Endpoint> Client<E> {
                 hand_over,
                 held_slot,
             )? {
-                Some(()) => result,
-                None => return Ok(Committed::SltFull),
+                SplitEnd::Done => result,
+                SplitEnd::SltFull => return Ok(Committed::SltFull),
+                SplitEnd::Stale => return Ok(Committed::Stale(Box::new(locked))),
             },
         };
         Ok(Committed::Done(result))
@@ -630,7 +736,13 @@ pub(super) struct Locked {
     /// The LT entry's current value (lock bit set).
     pub(super) lt_now: LeafTableEntry,
     pub(super) chain: Vec<(LeafTableEntry, Leaf)>,
+    /// The header as last known: read (or, for a lock handed over, as the last holder left it)
+    /// when `confirmed`; the view's otherwise.
     pub(super) header: ModelHeader,
+    /// Whether `chain` is known to be the record's chain as it stands: read after a header READ
+    /// that agreed with the view, or re-read from the tables, or handed over. Until then a write
+    /// may trust only what the leaves' claims prove (`trusted_unconfirmed`).
+    pub(super) confirmed: bool,
     pub(super) handovers: u32,
 }
 
@@ -645,14 +757,53 @@ impl Locked {
             lt_now: self.lt_now,
             chain: std::mem::take(&mut self.chain),
             header: self.header,
+            confirmed: self.confirmed,
             handovers: self.handovers,
         }
+    }
+}
+
+/// Whether `outcome`, computed on a locked chain that came from the view and was not confirmed
+/// (no header read), is right whatever the record's chain is now (ARCHITECTURE §6, "Writes").
+/// Under the lock nothing changes the chain, and no leaf of a stale chain can have moved to
+/// another (leaves change chains only through a retraining, whose freeze this lock excludes):
+/// every leaf read either is in the chain or left it unclaimed. So a leaf that claims `key`
+/// answers for it (R1), and rewriting it in place is right as long as its claim stays as it is
+/// (a claim grown from a stale chain could cover keys of a leaf the chain lacks). A split is
+/// checked by the header its slot claim returns (`Client::split`); an unlink, a grown claim and
+/// a key no leaf claims need the header first.
+fn trusted_unconfirmed(chain: &[(LeafTableEntry, Leaf)], key: u64, outcome: &Outcome) -> bool {
+    let claimed = |pos: usize| chain.get(pos).is_some_and(|(_, l)| l.claims(key));
+    match outcome {
+        // The leaf that claims the key must say what the outcome says: present (an insert of a
+        // key held) or absent (an update or delete of a key no leaf holds). A leaf of a stale
+        // chain that holds the key without claiming it — a stray a recovery withdrew — says
+        // nothing.
+        Outcome::Unchanged(_) => {
+            let held = chain.iter().any(|(_, l)| l.get(key).is_some());
+            chain
+                .iter()
+                .find(|(_, l)| l.claims(key))
+                .is_some_and(|(_, l)| l.get(key).is_some() == held)
+        }
+        Outcome::Rewrite { pos, leaf, .. } => {
+            claimed(*pos)
+                && chain
+                    .get(*pos)
+                    .is_some_and(|(_, l)| l.claim() == leaf.claim())
+        }
+        Outcome::Split { .. } => true,
+        Outcome::Unlink { .. } => false,
     }
 }
 
 /// How a commit ended.
 pub(super) enum Committed {
     Done(bool),
+    /// A split found the record changed since the view its unconfirmed chain came from: nothing
+    /// written, the lock (handed back) still held, the claimed SLT slot kept; confirm the chain
+    /// and compute the write again.
+    Stale(Box<Locked>),
     /// The slot's SLT is full: nothing changed, lock released; wait for retraining.
     SltFull,
 }

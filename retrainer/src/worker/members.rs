@@ -489,11 +489,21 @@ impl<E: Endpoint> Retrainer<E> {
             let mut held_anywhere: HashSet<u64> = linked;
             held_anywhere.extend(self.free_leaves.iter().copied());
             held_anywhere.extend(self.boxed_leaves(&watch.table)?);
-            let freed: Vec<u64> = unlinked
-                .iter()
-                .copied()
-                .filter(|&leaf| held_anywhere.insert(leaf))
-                .collect();
+            let mut freed = Vec::new();
+            for leaf in unlinked {
+                if !held_anywhere.insert(leaf) {
+                    continue;
+                }
+                // Its SLT slot still names it: marked freed, the header bumped (the retraining
+                // frees it). Handed out at once instead, a compute node whose view still links it
+                // could write it as a leaf of this chain after the header check said the chain
+                // was current, while it serves another (an adversarial review found that).
+                if self.mark_unlinked(&held, leaf)? {
+                    done.unlinks_completed += 1;
+                } else {
+                    freed.push(leaf);
+                }
+            }
             // On the free list before the WRITE that zeroes their words, for the same reason as
             // the box leaves above.
             let before = self.free_leaves.len();

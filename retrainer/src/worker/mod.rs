@@ -74,6 +74,11 @@ pub struct RetrainConfig {
     /// outside loom builds; loom models switch it off to show swap-then-retire is caught).
     #[cfg(loom)]
     pub retire_first: bool,
+    /// Whether the freeze takes every LT lock of the record (always, outside loom builds; loom
+    /// models switch it off — the header's locked flag alone, which writers no longer read — to
+    /// show a write then lands in a record being replaced).
+    #[cfg(loom)]
+    pub freeze_leaves: bool,
 }
 
 impl Default for RetrainConfig {
@@ -92,6 +97,8 @@ impl Default for RetrainConfig {
             carry_over: true,
             #[cfg(loom)]
             retire_first: true,
+            #[cfg(loom)]
+            freeze_leaves: true,
         }
     }
 }
@@ -643,10 +650,125 @@ impl<E: Endpoint> Retrainer<E> {
         Ok(())
     }
 
-    /// Lifts the freeze of `record`, which stays the slot's, and clears the in-flight word.
-    fn unfreeze(&mut self, record: RemoteAddr) -> Result<(), RetrainError> {
-        self.clear_flag(record, ModelHeader::new(0).locked().raw())?;
+    /// Lifts the freeze of `record` (at `addr`), which stays the slot's, and clears the in-flight
+    /// word.
+    fn unfreeze(&mut self, record: &ModelRecord, addr: RemoteAddr) -> Result<(), RetrainError> {
+        self.lift_freeze(record, addr, ModelHeader::new(0).locked().raw())?;
         self.ep.write_word(self.ring.in_flight(), 0)?;
+        Ok(())
+    }
+
+    /// Lifts a freeze of `record` (at `addr`): the leaf locks the freeze holds first, then
+    /// `flags` of its header (the locked flag, and the retired one where a rolled-back
+    /// retraining had set it).
+    pub(super) fn lift_freeze(
+        &mut self,
+        record: &ModelRecord,
+        addr: RemoteAddr,
+        flags: u64,
+    ) -> Result<(), RetrainError> {
+        self.thaw_leaves(record, addr)?;
+        self.clear_flag(addr, flags)
+    }
+
+    /// Address of trained leaf `leaf`'s LT entry in `record` at `addr`.
+    fn lt_addr(record: &ModelRecord, addr: RemoteAddr, leaf: u64) -> RemoteAddr {
+        addr.checked_add(record.layout().lt_entry(leaf))
+            .unwrap_or(addr)
+    }
+
+    /// `record`'s LT entries as they are now (one READ).
+    pub(super) fn read_lt(
+        &mut self,
+        record: &ModelRecord,
+        addr: RemoteAddr,
+    ) -> Result<Vec<LeafTableEntry>, RetrainError> {
+        let mut lt = vec![0u8; 8 * record.lt.len()];
+        self.ep.read(Self::lt_addr(record, addr, 0), &mut lt)?;
+        Ok(lt
+            .chunks_exact(8)
+            .map(|c| LeafTableEntry::from_raw(le_word(c, 0)))
+            .collect())
+    }
+
+    /// Takes every LT lock of `record` (at `addr`) with the freeze's owner tag
+    /// ([`leaf_store::FREEZE_OWNER`]), waiting for writers that hold one to let go: from then
+    /// on no writer can lock a chain of the record, and none is inside one (ARCHITECTURE §7).
+    /// A leaf a writer held throughout the drain limit is returned (its freeze is then to be
+    /// lifted by the caller); `None` once every lock is the freeze's.
+    pub(super) fn freeze_leaves(
+        &mut self,
+        record: &ModelRecord,
+        addr: RemoteAddr,
+    ) -> Result<Option<u64>, RetrainError> {
+        let freeze = {
+            #[cfg(loom)]
+            {
+                self.config.freeze_leaves
+            }
+            #[cfg(not(loom))]
+            {
+                true
+            }
+        };
+        let deadline = Instant::now() + self.config.drain_limit;
+        loop {
+            let lt = self.read_lt(record, addr)?;
+            let free: Vec<u64> = (0..lt.len() as u64)
+                .filter(|&i| freeze && !lt[i as usize].is_locked())
+                .collect();
+            let mut verbs: Vec<Verb<'_>> = free
+                .iter()
+                .map(|&i| {
+                    let e = lt[i as usize];
+                    Verb::cas(Self::lt_addr(record, addr, i), e.raw(), e.frozen().raw())
+                })
+                .collect();
+            if !verbs.is_empty() {
+                self.ep.batches(&mut verbs)?;
+            }
+            let taken: HashSet<u64> = free
+                .iter()
+                .zip(&verbs)
+                .filter(|&(&i, v)| v.old_value() == Some(lt[i as usize].raw()))
+                .map(|(&i, _)| i)
+                .collect();
+            drop(verbs);
+            let pending = lt.iter().enumerate().find(|&(i, e)| {
+                if freeze {
+                    !e.is_frozen() && !taken.contains(&(i as u64))
+                } else {
+                    e.is_locked()
+                }
+            });
+            let Some((leaf, _)) = pending else {
+                return Ok(None);
+            };
+            if Instant::now() >= deadline {
+                return Ok(Some(leaf as u64));
+            }
+            pause();
+        }
+    }
+
+    /// Releases every LT lock of `record` (at `addr`) that a freeze holds.
+    fn thaw_leaves(&mut self, record: &ModelRecord, addr: RemoteAddr) -> Result<(), RetrainError> {
+        let lt = self.read_lt(record, addr)?;
+        let mut verbs: Vec<Verb<'_>> = lt
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_frozen())
+            .map(|(i, e)| {
+                Verb::cas(
+                    Self::lt_addr(record, addr, i as u64),
+                    e.raw(),
+                    e.unlocked().raw(),
+                )
+            })
+            .collect();
+        if !verbs.is_empty() {
+            self.ep.batches(&mut verbs)?;
+        }
         Ok(())
     }
 

@@ -41,7 +41,26 @@ impl<E: Endpoint> Retrainer<E> {
         let generation = newest_generation(&fixed);
         // The retirement epoch: kept in the pool, so that records retired before a restart are
         // stamped with an epoch compute nodes have not yet announced they are past.
-        let epoch = ep.read_word(leaf_store::members::MemberTable::new(&layout).epoch_addr())?;
+        let members = leaf_store::members::MemberTable::new(&layout);
+        let epoch = ep.read_word(members.epoch_addr())?;
+        // Tag 127 is the freeze's (`leaf_store::FREEZE_OWNER`): a pool an older version left with
+        // a member there would have its locks taken for a freeze's, and never recovered.
+        // (Loom builds' tables have no row there.)
+        let last = match cfg!(loom) {
+            true => leaf_store::members::Lease::from_raw(0),
+            false => leaf_store::members::Lease::from_raw(
+                ep.read_word(members.lease_addr(leaf_store::FREEZE_OWNER))?,
+            ),
+        };
+        if last.state() != leaf_store::members::MemberState::Free {
+            return Err(RetrainError::Layout(LeafStoreError::InvalidConfig(
+                format!(
+                    "membership entry {} is in use (an older version's member): the retrainer's freeze \
+                 owns that tag now; let every compute node leave, or load the pool again",
+                    leaf_store::FREEZE_OWNER
+                ),
+            )));
+        }
         let mut worker = Self {
             ep,
             layout,
@@ -139,7 +158,7 @@ impl<E: Endpoint> Retrainer<E> {
                 self.ep.write_word(self.ring.split_slot(), 0)?;
             }
             self.mend_torn_unclaims(old_addr, &old)?;
-            self.clear_flag(old_addr, ModelHeader::new(0).locked().retired().raw())?;
+            self.lift_freeze(&old, old_addr, ModelHeader::new(0).locked().retired().raw())?;
             Settled::RolledBack(slot)
         } else {
             self.set_flag(old_addr, ModelHeader::new(0).retired().raw())?;
@@ -168,9 +187,9 @@ impl<E: Endpoint> Retrainer<E> {
     /// Such a tear mixes two images of an empty leaf: word 0 counts no entry and no slot holds
     /// anything. Any other torn leaf is left alone (a compute node's leaf torn with no image to
     /// restore it, which `verify` reports; a tear cut inside the head of an insert into an empty
-    /// leaf shows a count of one). Only while the record is still frozen (nothing else writes its
-    /// leaves then: writers that lock see the freeze and let go, after a moment this waits out),
-    /// so never under a live writer's WRITE.
+    /// leaf shows a count of one). Only while the record is still frozen, and only a leaf whose
+    /// chain's lock the freeze holds (taken here if the stopped worker had not taken it yet, after
+    /// a writer that holds it lets go), so never under a live writer's WRITE.
     fn mend_torn_unclaims(
         &mut self,
         old_addr: RemoteAddr,
@@ -211,9 +230,11 @@ impl<E: Endpoint> Retrainer<E> {
         Ok(())
     }
 
-    /// Whether trained leaf `leaf`'s LT entry in frozen record `old` is (or, within 50 ms,
-    /// becomes) unlocked: a writer that locks a frozen record's leaf sees the freeze and lets
-    /// go at once; one that does not is a dead compute node's, whose recovery restores its leaf.
+    /// Whether trained leaf `leaf`'s LT lock in frozen record `old` is the freeze's, or can be
+    /// made so within 50 ms: a worker that stopped inside its freeze may have left it untaken,
+    /// and a writer may hold it (one that does not let go is a dead compute node's, whose
+    /// recovery restores its leaf). Taken, no writer can write the leaf until the freeze is
+    /// lifted.
     fn lock_lets_go(
         &mut self,
         old_addr: RemoteAddr,
@@ -224,7 +245,13 @@ impl<E: Endpoint> Retrainer<E> {
             .checked_add(old.layout().lt_entry(leaf as u64))
             .unwrap_or(old_addr);
         for _ in 0..50 {
-            if !LeafTableEntry::from_raw(self.ep.read_word(at)?).is_locked() {
+            let entry = LeafTableEntry::from_raw(self.ep.read_word(at)?);
+            if entry.is_frozen() {
+                return Ok(true);
+            }
+            if !entry.is_locked()
+                && self.ep.cas(at, entry.raw(), entry.frozen().raw())? == entry.raw()
+            {
                 return Ok(true);
             }
             crate::sync::thread::sleep(Duration::from_millis(1));

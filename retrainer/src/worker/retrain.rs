@@ -10,8 +10,9 @@ impl<E: Endpoint> Retrainer<E> {
     /// 2. wait, without freezing, until no leaf of the slot has stayed locked throughout (a lock
     ///    whose holder died would otherwise freeze every writer of the slot for the drain limit,
     ///    again and again): [`RetrainError::LeafLocked`] names it;
-    /// 3. freeze the old record (its header's locked flag): writers that lock a leaf and see it
-    ///    release and wait; wait for held leaf locks to drain;
+    /// 3. freeze the old record: its header's locked flag, then every LT lock, taken with the
+    ///    freeze's owner tag as writers let go of them (a writer's lock CAS then fails, and the
+    ///    record stays locked so for good once replaced);
     /// 4. snapshot again: if any chain changed since step 1 (inserts, splits, deletes that landed
     ///    meanwhile), rebuild the record from the frozen state, which carries every leaf created
     ///    meanwhile (as a trained leaf);
@@ -167,9 +168,10 @@ impl<E: Endpoint> Retrainer<E> {
         self.ep.write_word(self.ring.in_flight(), old_addr.pack())?;
         step("retrain: in flight");
         self.set_flag(old_addr, locked)?;
+        let stuck = self.freeze_leaves(&old, old_addr)?;
         step("retrain: frozen");
-        if let Some(leaf) = self.drain(&old, old_addr)? {
-            self.unfreeze(old_addr)?;
+        if let Some(leaf) = stuck {
+            self.unfreeze(&old, old_addr)?;
             self.stats.drain_timeouts += 1;
             self.stuck.insert(slot, leaf);
             return Err(RetrainError::LeafLocked { slot, leaf });
@@ -201,7 +203,7 @@ impl<E: Endpoint> Retrainer<E> {
                 // Under the freeze no writer is inside: the chains are consistent.
                 let Some(built) = self.build(&frozen, &frozen_chains, &mut train_time)? else {
                     // Everything was deleted meanwhile: keep the old record, unfrozen.
-                    self.unfreeze(old_addr)?;
+                    self.unfreeze(&old, old_addr)?;
                     self.clear_queued(slot)?;
                     self.stats.skipped_empty += 1;
                     return Ok(None);
@@ -558,25 +560,6 @@ impl<E: Endpoint> Retrainer<E> {
         Ok(())
     }
 
-    /// Waits until no LT entry of `record` is locked; after the drain limit, a leaf still locked.
-    pub(super) fn drain(
-        &mut self,
-        record: &ModelRecord,
-        addr: RemoteAddr,
-    ) -> Result<Option<u64>, RetrainError> {
-        let deadline = Instant::now() + self.config.drain_limit;
-        loop {
-            let locked = self.locked_leaves(record, addr)?;
-            let Some(&first) = locked.first() else {
-                return Ok(None);
-            };
-            if Instant::now() >= deadline {
-                return Ok(Some(first));
-            }
-            pause();
-        }
-    }
-
     /// A trained leaf of `record` whose LT lock stayed held through every look within the
     /// drain limit (`None` as soon as each lock seen held has been seen free once).
     fn held_throughout(
@@ -597,22 +580,17 @@ impl<E: Endpoint> Retrainer<E> {
         Ok(None)
     }
 
-    /// The trained leaves of `record` whose LT entry is locked now, ascending (one READ).
+    /// The trained leaves of `record` whose LT lock a writer holds now, ascending (one READ).
     fn locked_leaves(
         &mut self,
         record: &ModelRecord,
         addr: RemoteAddr,
     ) -> Result<Vec<u64>, RetrainError> {
-        let mut lt = vec![0u8; 8 * record.lt.len()];
-        self.ep.read(
-            addr.checked_add(record.layout().lt_entry(0))
-                .unwrap_or(addr),
-            &mut lt,
-        )?;
-        Ok(lt
-            .chunks_exact(8)
+        Ok(self
+            .read_lt(record, addr)?
+            .iter()
             .enumerate()
-            .filter(|(_, c)| LeafTableEntry::from_raw(le_word(c, 0)).is_locked())
+            .filter(|(_, e)| e.is_held_by_writer())
             .map(|(i, _)| i as u64)
             .collect())
     }

@@ -200,6 +200,40 @@ impl<E: Endpoint> Retrainer<E> {
     /// Releases the locks [`Self::trace_member`] found (their chains repaired by
     /// [`Self::repair_held`]), and queues their slots for retraining. Each release is idempotent
     /// (the unlock CAS expects the dead owner's tag).
+    /// A leaf a dead member's unlink took out of its chain but did not get to mark: marks the
+    /// SLT slot that still names it freed (naming it, so the retraining that rebuilds the record
+    /// hands it out again) and bumps the header, as the unlink batch would have — compute nodes
+    /// whose views still link it then re-read the tables before they write through that chain
+    /// (ARCHITECTURE §6, "Writes"). `false` if no held chain's record names it (it is then free
+    /// now). Before the member's locks are released, so nothing changed the record since
+    /// [`Self::trace_member`] read it.
+    pub(super) fn mark_unlinked(
+        &mut self,
+        held: &[HeldLeaf],
+        gone: u64,
+    ) -> Result<bool, RetrainError> {
+        for lock in held {
+            let record = &lock.record;
+            let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
+            let Some(slot) =
+                (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone)
+            else {
+                continue;
+            };
+            let freed = LeafTableEntry::freed(gone).raw().to_le_bytes();
+            let mut verbs = [
+                Verb::write(
+                    at(lock.record_addr, record.layout().slt_entry(slot as u64)),
+                    &freed,
+                ),
+                Verb::faa(lock.record_addr, leaf_store::ModelHeader::CHANGE_ONE).fenced(),
+            ];
+            self.ep.batch(&mut verbs)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     pub(super) fn release_held(
         &mut self,
         held: Vec<HeldLeaf>,
