@@ -71,6 +71,12 @@ pub enum WriterTrust {
     CachedChain,
     /// Wrong: a split does not compare the header its slot claim returns.
     SplitUnchecked,
+    /// Wrong: a split that found its chain stale, and computes the write again on a slot it
+    /// claimed then, does not confirm its chain first.
+    ClaimedSplitUnconfirmed,
+    /// Wrong: an insert whose lock batch claimed a slot foreseeing a split takes its chain as
+    /// confirmed whatever header the claim found.
+    ForeseenUnchecked,
 }
 
 /// How a [`crate::Store`] behaves.

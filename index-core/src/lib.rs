@@ -114,6 +114,7 @@ mod client;
 mod config;
 mod epoch;
 mod error;
+mod full_leaves;
 mod locks;
 mod membership;
 mod self_recovery;

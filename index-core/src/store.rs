@@ -31,6 +31,9 @@ pub(crate) struct NodeCache {
     pub(crate) position: usize,
     /// Its value region's allocator, in a pool with byte values.
     pub(crate) values: Option<Arc<crate::values::NodeValues>>,
+    /// The leaves last seen full, by which inserts foresee their splits (none under a cache
+    /// budget: the budget goes to views).
+    pub(crate) full: Option<crate::full_leaves::FullLeaves>,
 }
 
 /// Everything the clients of one compute node share.
@@ -414,6 +417,7 @@ where
         for n in &self.caches.nodes {
             let directory = n.directory.load(&guard);
             stats.bytes += directory.cache_bytes();
+            stats.bytes += n.full.as_ref().map_or(0, |f| f.cache_bytes());
             stats.slots += directory.count;
             for cell in n.slots.iter().filter_map(|c| c.get()) {
                 let view = cell.load(&guard);
@@ -486,5 +490,9 @@ fn open_node<E: Endpoint>(
         members: leaf_store::members::MemberTable::new(&layout),
         position: 0,
         values: None,
+        full: config
+            .cache_budget
+            .is_none()
+            .then(|| crate::full_leaves::FullLeaves::new(layout.leaf_capacity())),
     })
 }

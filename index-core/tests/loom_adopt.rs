@@ -14,7 +14,11 @@
 //! The writer's view then may lack the other split's new leaf, and its next writes of that chain
 //! lock it without reading the header (ARCHITECTURE §6, "Writes"): a write that trusts its cached
 //! chain although its leaf's claim would change (`WriterTrust::CachedChain`), and a split that
-//! ignores the header its slot claim returns (`WriterTrust::SplitUnchecked`), must be caught too.
+//! ignores the header its slot claim returns (`WriterTrust::SplitUnchecked`), must be caught too;
+//! so must a split that found its chain stale and, computing the write again on the slot it
+//! claimed, does not confirm the chain (`WriterTrust::ClaimedSplitUnconfirmed`), and an insert
+//! that foresees its split and takes its chain as current whatever its lock batch's claim found
+//! (`WriterTrust::ForeseenUnchecked`).
 
 #![cfg(loom)]
 
@@ -22,14 +26,24 @@ use index_core::{AdoptChanges, Store, StoreConfig, WriterTrust, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use sim_transport::SimTransport;
 
-/// What the writer does after the race: insert (`true`) or delete a key.
-type Op = (bool, u64);
+/// What the writer does after the race.
+#[derive(Clone, Copy)]
+enum Op {
+    Insert(u64),
+    Delete(u64),
+    /// An insert of a key already present (it changes nothing, and sees the leaf).
+    Present(u64),
+}
 
 /// A rewrite whose claim would grow: 42 goes, then 46 comes to the leaf {40}, which claims up to
 /// 44 while the other split's new leaf {45, 47} follows it.
-const GROWS_A_CLAIM: &[Op] = &[(false, 42), (true, 46)];
+const GROWS_A_CLAIM: &[Op] = &[Op::Delete(42), Op::Insert(46)];
 /// A split of the leaf {40, 42} whose successor the writer's view lacks.
-const SPLITS_A_STALE_LEAF: &[Op] = &[(true, 43)];
+const SPLITS_A_STALE_LEAF: &[Op] = &[Op::Insert(43)];
+/// The same split, foreseen: the writer sees the leaf {40, 42} full first, so its insert of 43
+/// claims the SLT slot in its lock batch, where the header the claim finds is all that tells it
+/// whether its chain is current.
+const FORESEES_A_STALE_SPLIT: &[Op] = &[Op::Present(42), Op::Insert(43)];
 
 fn scenario(adopt_changes: AdoptChanges, writer_trust: WriterTrust, after: &'static [Op]) {
     let mut builder = loom::model::Builder::new();
@@ -71,13 +85,17 @@ fn scenario(adopt_changes: AdoptChanges, writer_trust: WriterTrust, after: &'sta
         racing.join().expect("racing writer");
         let mut keys = std::collections::BTreeSet::from([10, 15, 20, 30, 40, 42, 45, 47]);
         // Writes of the second chain through that view, which may predate the other split.
-        for &(insert, key) in after {
-            if insert {
-                assert!(writer.insert(key, key).expect("insert"));
-                keys.insert(key);
-            } else {
-                assert!(writer.delete(key).expect("delete"));
-                keys.remove(&key);
+        for &op in after {
+            match op {
+                Op::Insert(key) => {
+                    assert!(writer.insert(key, key).expect("insert"));
+                    keys.insert(key);
+                }
+                Op::Delete(key) => {
+                    assert!(writer.delete(key).expect("delete"));
+                    keys.remove(&key);
+                }
+                Op::Present(key) => assert!(!writer.insert(key, key).expect("insert")),
             }
         }
         let reader_store = Store::open(transport, config).expect("open");
@@ -99,6 +117,29 @@ fn a_writer_whose_view_missed_a_split_still_splits_right() {
         AdoptChanges::Checked,
         WriterTrust::Claims,
         SPLITS_A_STALE_LEAF,
+    );
+}
+
+#[test]
+fn a_writer_whose_view_missed_a_split_still_splits_right_when_it_foresees_its_own() {
+    scenario(
+        AdoptChanges::Checked,
+        WriterTrust::Claims,
+        FORESEES_A_STALE_SPLIT,
+    );
+}
+
+#[test]
+fn loom_catches_a_foreseen_split_that_ignores_the_header_its_claim_found() {
+    sim_transport::loom_support::assert_caught(
+        || {
+            scenario(
+                AdoptChanges::Checked,
+                WriterTrust::ForeseenUnchecked,
+                FORESEES_A_STALE_SPLIT,
+            )
+        },
+        "lost",
     );
 }
 
@@ -131,6 +172,20 @@ fn loom_catches_a_split_that_ignores_the_header_its_slot_claim_returns() {
             scenario(
                 AdoptChanges::Checked,
                 WriterTrust::SplitUnchecked,
+                SPLITS_A_STALE_LEAF,
+            )
+        },
+        "lost",
+    );
+}
+
+#[test]
+fn loom_catches_a_split_on_a_slot_claimed_before_a_reread_that_skips_confirming_its_chain() {
+    sim_transport::loom_support::assert_caught(
+        || {
+            scenario(
+                AdoptChanges::Checked,
+                WriterTrust::ClaimedSplitUnconfirmed,
                 SPLITS_A_STALE_LEAF,
             )
         },

@@ -489,9 +489,14 @@ impl<E: Endpoint> Client<E> {
         if let Some((_, leaf)) = boxed {
             self.boxes[node.position].suspect.retain(|&l| l != leaf);
         }
-        let claimed_at = preclaimed
-            .is_none()
-            .then(|| ModelHeader::from_raw(slot_use_raw));
+        // The header the slot claim found: this call's, or a foreseeing claim's whose header was
+        // the view's (`before`, not counting the claim); a claim counted in `before` already (a
+        // re-read found it) leaves the bump to find `before`.
+        let claimed_at = match preclaimed {
+            None => Some(ModelHeader::from_raw(slot_use_raw)),
+            Some(slot) if before.slot_use() < slot => Some(before),
+            Some(_) => None,
+        };
         self.adopt_change(node, locked, before, claimed_at, None);
         if slt_slot == self.caches.config.retrain_threshold {
             self.request_retraining(node, locked.slot);

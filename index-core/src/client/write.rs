@@ -2,7 +2,7 @@
 use crate::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, le_word};
+use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, check_allocation, le_word};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
@@ -11,7 +11,7 @@ use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView, pin};
 
-use super::release::{self, LockRef};
+use super::release::{self, LockRef, NOT_EXECUTED};
 use super::split::SplitEnd;
 use super::*;
 
@@ -118,7 +118,9 @@ impl<E: Endpoint> Client<E> {
             let mut locked = match locked {
                 Some(locked) => locked,
                 None => {
-                    let acquired = self.acquire(node, view, slot, owner, &guard, &mut backoff);
+                    let may_split = matches!(change, Change::Insert(_) | Change::Upsert(_));
+                    let acquired =
+                        self.acquire(node, view, slot, owner, &guard, &mut backoff, may_split);
                     match self.retiring(acquired)? {
                         Some(locked) => locked,
                         None if std::mem::take(&mut self.wait_unstriped) => {
@@ -139,23 +141,30 @@ impl<E: Endpoint> Client<E> {
                 }
             };
             crate::sync::step("write: locked");
-            let trust_cached = {
+            let (trust_cached, check_splits) = {
                 #[cfg(loom)]
                 {
-                    caches.config.writer_trust == crate::config::WriterTrust::CachedChain
+                    let trust = caches.config.writer_trust;
+                    (
+                        trust == crate::config::WriterTrust::CachedChain,
+                        trust != crate::config::WriterTrust::ClaimedSplitUnconfirmed,
+                    )
                 }
                 #[cfg(not(loom))]
                 {
-                    false
+                    (false, true)
                 }
             };
-            // A split that finds the chain stale hands the lock back (`Committed::Stale`): the
-            // chain is then confirmed, and the write computed again.
-            let mut stale = false;
+            // A split that finds the chain stale hands the lock back (`Committed::Stale`), keeping
+            // its slot claimed; a split with a slot claimed beforehand (that, or an insert's
+            // foreseeing claim) does not check the header, so its chain is confirmed first.
             let committed = loop {
                 let mut outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
+                let split_on_claim = check_splits
+                    && self.preclaimed.is_some()
+                    && matches!(outcome, Outcome::Split { .. });
                 if !locked.confirmed
-                    && (stale
+                    && (split_on_claim
                         || (!trust_cached && !trusted_unconfirmed(&locked.chain, key, &outcome)))
                 {
                     match self.confirm_chain(node, view, slot, &guard, &mut locked) {
@@ -178,10 +187,7 @@ impl<E: Endpoint> Client<E> {
                 let old = locked.chain.iter().find_map(|(_, leaf)| leaf.get(key));
                 self.arm_value(node, !matches!(outcome, Outcome::Unchanged(_)), old);
                 match self.commit(node, locked, outcome, stripe, &mut held_slot) {
-                    Ok(Committed::Stale(back)) => {
-                        locked = *back;
-                        stale = true;
-                    }
+                    Ok(Committed::Stale(back)) => locked = *back,
                     other => break other,
                 }
             };
@@ -237,6 +243,7 @@ impl<E: Endpoint> Client<E> {
 
     /// Takes trained leaf `leaf`'s lock and reads its chain behind the CAS in the same batch.
     /// `None`: not taken (contention: waited; or a stale cache: refreshed) — try again.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn acquire(
         &mut self,
         node: &NodeCache,
@@ -245,6 +252,7 @@ impl<E: Endpoint> Client<E> {
         leaf: u64,
         guard: &Guard,
         backoff: &mut Backoff,
+        may_split: bool,
     ) -> Result<Option<Locked>, IndexError> {
         let Some(chain) = view.chain(leaf) else {
             self.refresh(node, view, guard)?;
@@ -271,15 +279,62 @@ impl<E: Endpoint> Client<E> {
         for (entry, chunk) in chain.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
         }
+        // An insert into a chain with a leaf last seen full foresees its split: its SLT slot is
+        // claimed here, saving the split's own round trip (ARCHITECTURE §6, "Splits foreseen").
+        // The claim is a CAS from the view's header: it takes the slot only if no split, unlink or
+        // freeze changed the record since the view was read — then the chain is the record's — and
+        // otherwise takes nothing (a guess made stale by another compute node's split costs no
+        // slot).
+        let foresee = may_split
+            && view.header.slot_use() < leaf_store::MAX_SYNONYMS
+            && node
+                .full
+                .as_ref()
+                .is_some_and(|full| chain.iter().any(|e| full.is_full(e.leaf_num())));
+        let claim_at = verbs.len();
+        let claiming = view.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE);
+        if foresee {
+            verbs.push(release::unexecuted(
+                Verb::cas(view.record, view.header.raw(), claiming).fenced(),
+                NOT_EXECUTED,
+            ));
+        }
+        // And its new leaf, if neither a spare nor the leaf box has one: allocated here too (a
+        // spare kept for the next split if this one does not come).
+        let alloc_at = verbs.len();
+        let allocate = foresee
+            && !self.spare_leaves.iter().any(|&(n, _)| n == node.info.id)
+            && self.boxes[node.position].leaf(redo).is_none();
+        if allocate {
+            verbs.push(release::unexecuted(
+                leaf_store::alloc_leaf_verb(&node.layout),
+                NOT_EXECUTED,
+            ));
+        }
         if read_box {
             let at = node.members.box_addr(node.tag, self.connection_index, 0);
             verbs.push(Verb::read(at, box_buf));
         }
-        if let Err(e) = self.ep.batches(&mut verbs) {
+        let batch = self.ep.batches(&mut verbs);
+        let allocated = allocate
+            .then(|| verbs[alloc_at].old_value())
+            .flatten()
+            .filter(|&old| old != NOT_EXECUTED);
+        // Whether the foreseeing claim took the slot (its CAS found the view's header).
+        let claimed = foresee
+            && verbs[claim_at].old_value() == Some(view.header.raw())
+            && view.header.raw() != NOT_EXECUTED;
+        if let Err(e) = batch {
             // A lock that may be held is released — which fails on a broken endpoint, and then
             // says so (LockMayRemain).
             let took = release::may_hold_lock(&verbs, &e);
             drop(verbs);
+            if claimed {
+                self.give_back_claim(view);
+            }
+            if let Some(n) = allocated.filter(|&n| n < node.layout.leaf_capacity()) {
+                self.spare_leaves.push((node.info.id, n));
+            }
             let lock = LockRef {
                 node: node.info.id,
                 slot: slot as u64,
@@ -296,6 +351,11 @@ impl<E: Endpoint> Client<E> {
         }
         let old = verbs[0].old_value().unwrap_or_default();
         drop(verbs);
+        if let Some(n) =
+            allocated.and_then(|old| check_allocation(&mut self.ep, &node.layout, old).ok())
+        {
+            self.spare_leaves.push((node.info.id, n));
+        }
         if read_box {
             let at = chain.len() * leaf_bytes;
             let slots = (0..leaf_store::members::LEAF_BOX as usize)
@@ -306,6 +366,10 @@ impl<E: Endpoint> Client<E> {
             lbox.read_at = Some(crate::sync::time::Instant::now());
         }
         if old != expected.raw() {
+            // Not locked: a slot the batch claimed is given back.
+            if claimed {
+                self.give_back_claim(view);
+            }
             let seen = LeafTableEntry::from_raw(old);
             if seen.is_frozen() {
                 // A retrainer froze the record (or replaced it, and holds its locks for good):
@@ -352,9 +416,35 @@ impl<E: Endpoint> Client<E> {
             confirmed: false,
             handovers: 0,
         };
+        let check = {
+            #[cfg(loom)]
+            {
+                self.caches.config.writer_trust != crate::config::WriterTrust::ForeseenUnchecked
+            }
+            #[cfg(not(loom))]
+            {
+                true
+            }
+        };
+        if claimed {
+            // The record is as the view read it: its chain is the record's (as the split's own
+            // claim would have shown), and the slot after the view's last is this write's.
+            locked.confirmed = true;
+            self.preclaimed = Some((view.record, view.layout, view.header.slot_use() + 1));
+        } else if foresee && !check {
+            locked.confirmed = true;
+        }
         // The lock is held from here: every error releases it (or says it may remain).
         let contents = match self.decode_leaves(&node.layout, &chain) {
-            Ok(Some(contents)) => contents,
+            Ok(Some(contents)) => {
+                if let Some(full) = &node.full {
+                    let delta = node.layout.delta() as usize;
+                    for (entry, leaf) in chain.iter().zip(&contents) {
+                        full.set(entry.leaf_num(), leaf.len() >= delta);
+                    }
+                }
+                contents
+            }
             Ok(None) => {
                 // Torn: damage under the lock, unless the view is stale and the leaf no longer
                 // ours; the header says which.
@@ -433,6 +523,18 @@ impl<E: Endpoint> Client<E> {
         Ok(true)
     }
 
+    /// Gives back the SLT slot a foreseeing claim took (the slot after `view`'s header's last)
+    /// when the write could not lock: marked freed (best effort, as a split that fails does).
+    fn give_back_claim(&mut self, view: &SlotView) {
+        let slot = offset(
+            view.record,
+            view.layout.slt_entry(view.header.slot_use() + 1),
+        );
+        let _ = self
+            .ep
+            .write(slot, &LeafTableEntry::FREED.raw().to_le_bytes());
+    }
+
     /// The record changed since the view was built (another chain split, or ours did). We hold
     /// the lock, so our chain is stable now: read the tables ourselves (not the cell's view, which
     /// may predate our lock), install them, and re-read the chain. `None` if the record no longer
@@ -486,6 +588,16 @@ impl<E: Endpoint> Client<E> {
                 Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
             }
         };
+        // What this write leaves full or not, for the next insert's guess.
+        if let Some(full) = &node.full {
+            match &outcome {
+                Outcome::Rewrite { pos, leaf, .. } => {
+                    full.set(locked.chain[*pos].0.leaf_num(), leaf.len() as u64 >= delta);
+                }
+                Outcome::Split { pos, .. } => full.set(locked.chain[*pos].0.leaf_num(), false),
+                Outcome::Unchanged(_) | Outcome::Unlink { .. } => {}
+            }
+        }
         let result = match outcome {
             Outcome::Unchanged(result) => {
                 self.finish(&mut locked, Vec::new(), None, hand_over, held_slot)?;
@@ -548,6 +660,15 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
         let value = std::mem::take(&mut self.value_io);
+        // A slot an insert claimed foreseeing a split that did not come: marked freed here.
+        let unused = match self.preclaimed {
+            Some((record, layout, slot)) if record == locked.record => {
+                self.preclaimed = None;
+                Some(offset(record, layout.slt_entry(slot)))
+            }
+            _ => None,
+        };
+        let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let build = |unlock: bool, _after_bump: bool| {
             let mut verbs: release::Verbs<'_> = release::Verbs::new();
             value.prefix(&mut verbs);
@@ -555,6 +676,9 @@ impl<E: Endpoint> Client<E> {
                 leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
             }
             value.suffix(&mut verbs);
+            if let Some(at) = unused {
+                verbs.push(Verb::write(at, &freed));
+            }
             if unlock {
                 verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }
