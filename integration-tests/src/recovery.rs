@@ -338,3 +338,24 @@ pub fn assert_before_or_after(p: &Prepared, what: &str) -> bool {
     );
     now == after && before != after
 }
+
+/// Runs the memory node's orphan sweep to its end (lease checks between its scans, at most about
+/// two seconds): the leaves it freed — those nobody holds, such as a leaf a compute node
+/// allocated in its lock batch for a split it foresaw and then died, or was paused, holding, or
+/// a spare it had nowhere to park (`Store::leaves_forgotten`).
+pub fn reclaim_orphans(worker: &mut Retrainer<SimEndpoint>, what: &str) -> u64 {
+    let mut freed = worker.sweep_orphans().expect("first scan");
+    for _ in 0..2_000 {
+        if !worker.orphan_scan_pending() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        worker.check_members().expect("check");
+        freed += worker.sweep_orphans().expect("sweep");
+    }
+    assert!(
+        !worker.orphan_scan_pending(),
+        "{what}: the orphan sweep finished"
+    );
+    freed
+}

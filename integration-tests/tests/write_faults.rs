@@ -194,8 +194,23 @@ fn a_lost_completion_after_the_lock_cas_is_reported_as_a_lock_that_may_remain() 
             }
             other => panic!("{}: {other:?}", scenario.name),
         }
+        // A splitting insert that foresaw its split also claimed an SLT slot in that batch: left
+        // unwritten, as by a split cut between its claim and its link, until the retraining.
+        let found: Vec<Problem> = problems(&p.transport)
+            .into_iter()
+            .filter(|problem| {
+                let claimed_slot = matches!(
+                    problem,
+                    Problem::OrphanSynonym {
+                        slot: TARGET_SLOT,
+                        ..
+                    }
+                );
+                !(scenario.name == "splitting insert" && claimed_slot)
+            })
+            .collect();
         assert_eq!(
-            problems(&p.transport),
+            found,
             [Problem::LockHeld {
                 slot: TARGET_SLOT,
                 leaf: TARGET_LEAF,

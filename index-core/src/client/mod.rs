@@ -390,6 +390,8 @@ impl<E: Endpoint> Client<E> {
         let running = Running(Arc::clone(&self.active));
         let before = self.ep.stats();
         let result = op(self);
+        // A slot claimed for a split that did not come, left by a path that returned early.
+        self.free_preclaimed();
         if !self.spare_leaves.is_empty()
             && let Some(lost) = self.park_spare_leaves()
         {

@@ -371,6 +371,9 @@ impl<E: Endpoint> Client<E> {
             // leaf; the writer reads the chain again and, if it still splits, uses them.
             keep_leaf(self);
             self.preclaimed = Some((locked.record, locked.layout, slt_slot));
+            if slt_slot == self.caches.config.retrain_threshold {
+                self.request_retraining(node, locked.slot);
+            }
             return Ok(SplitEnd::Stale);
         }
         let new_leaf = match (spare, allocated) {
@@ -498,7 +501,8 @@ impl<E: Endpoint> Client<E> {
             Some(_) => None,
         };
         self.adopt_change(node, locked, before, claimed_at, None);
-        if slt_slot == self.caches.config.retrain_threshold {
+        // (A slot claimed beforehand asked for it when it was claimed, or in its own split.)
+        if slt_slot == self.caches.config.retrain_threshold && preclaimed.is_none() {
             self.request_retraining(node, locked.slot);
         }
         Ok(SplitEnd::Done)

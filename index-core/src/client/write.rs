@@ -299,10 +299,14 @@ impl<E: Endpoint> Client<E> {
                 NOT_EXECUTED,
             ));
         }
-        // And its new leaf, if neither a spare nor the leaf box has one: allocated here too (a
-        // spare kept for the next split if this one does not come).
+        // And its new leaf, if neither a spare nor the leaf box has one (and the box is not being
+        // read in this batch): allocated here too (parked as a spare if the split does not come —
+        // or forgotten, for the orphan sweep, if the box is full: so only by a member, whose
+        // memory node sweeps).
         let alloc_at = verbs.len();
         let allocate = foresee
+            && node.tag != 0
+            && !read_box
             && !self.spare_leaves.iter().any(|&(n, _)| n == node.info.id)
             && self.boxes[node.position].leaf(redo).is_none();
         if allocate {
@@ -332,7 +336,9 @@ impl<E: Endpoint> Client<E> {
             if claimed {
                 self.give_back_claim(view);
             }
-            if let Some(n) = allocated.filter(|&n| n < node.layout.leaf_capacity()) {
+            if let Some(n) =
+                allocated.and_then(|old| check_allocation(&mut self.ep, &node.layout, old).ok())
+            {
                 self.spare_leaves.push((node.info.id, n));
             }
             let lock = LockRef {
@@ -430,7 +436,12 @@ impl<E: Endpoint> Client<E> {
             // The record is as the view read it: its chain is the record's (as the split's own
             // claim would have shown), and the slot after the view's last is this write's.
             locked.confirmed = true;
-            self.preclaimed = Some((view.record, view.layout, view.header.slot_use() + 1));
+            let claimed_slot = view.header.slot_use() + 1;
+            self.preclaimed = Some((view.record, view.layout, claimed_slot));
+            if claimed_slot == self.caches.config.retrain_threshold {
+                // Queued by the claim, whether a split uses the slot or not.
+                self.request_retraining(node, slot as u64);
+            }
         } else if foresee && !check {
             locked.confirmed = true;
         }
@@ -451,13 +462,20 @@ impl<E: Endpoint> Client<E> {
                 match self.confirm_chain(node, view, slot, guard, &mut locked) {
                     Ok(true) => return Ok(Some(locked)),
                     Ok(false) => {
+                        self.free_preclaimed();
                         self.release(locked.lock_ref())?;
                         return Ok(None);
                     }
-                    Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
+                    Err(e) => {
+                        self.free_preclaimed();
+                        return Err(self.release_after(locked.lock_ref(), e));
+                    }
                 }
             }
-            Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
+            Err(e) => {
+                self.free_preclaimed();
+                return Err(self.release_after(locked.lock_ref(), e));
+            }
         };
         locked.chain = chain.into_iter().zip(contents).collect();
         Ok(Some(locked))
