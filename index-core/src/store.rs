@@ -460,6 +460,9 @@ fn open_node<E: Endpoint>(
     epoch: u64,
 ) -> Result<NodeCache, IndexError> {
     let table = read_slot_table(ep, &layout)?;
+    let allocated = ep
+        .read_word(layout.alloc_num_addr())?
+        .min(layout.leaf_capacity());
     let directory = Directory::new(&table)
         .map_err(|e| IndexError::Config(format!("memory node {}: slot keys: {e}", info.id)))?;
     budget.charge(directory.cache_bytes());
@@ -493,6 +496,6 @@ fn open_node<E: Endpoint>(
         full: config
             .cache_budget
             .is_none()
-            .then(|| crate::full_leaves::FullLeaves::new(layout.leaf_capacity())),
+            .then(|| crate::full_leaves::FullLeaves::new(allocated, layout.leaf_capacity())),
     })
 }
