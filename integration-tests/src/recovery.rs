@@ -140,6 +140,34 @@ pub fn traces_of(transport: &SimTransport, tag: u8) -> (bool, bool) {
     (unlinking, boxed_and_linked)
 }
 
+/// The leaf member `tag`'s client 1 was unlinking, if its unlink took it out of its chain but
+/// did not yet mark its SLT slot freed: linked nowhere, named by no freed slot.
+pub fn half_unlinked(transport: &SimTransport, tag: u8) -> Option<u64> {
+    use rdma_transport::Endpoint;
+    let mut ep = transport.endpoint().expect("endpoint");
+    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+    let table = leaf_store::members::MemberTable::new(&layout);
+    let word = ep.read_word(table.unlink_addr(tag, 1)).expect("read");
+    let leaf = leaf_store::members::word_leaf(word)?;
+    let records = current_records(&mut ep, &layout);
+    let linked = records.iter().flat_map(chained_leaves).any(|l| l == leaf);
+    let marked = records
+        .iter()
+        .flat_map(|r| r.slt.iter())
+        .any(|e| e.freed_leaf() == Some(leaf));
+    (!linked && !marked).then_some(leaf)
+}
+
+/// Whether a freed SLT slot of a current record names `leaf`.
+pub fn named_by_a_freed_slot(transport: &SimTransport, leaf: u64) -> bool {
+    let mut ep = transport.endpoint().expect("endpoint");
+    let layout = leaf_store::Layout::attach(&mut ep, transport.memory_nodes()[0]).expect("layout");
+    current_records(&mut ep, &layout)
+        .iter()
+        .flat_map(|r| r.slt.iter())
+        .any(|e| e.freed_leaf() == Some(leaf))
+}
+
 /// The memory node `worker` serves.
 ///
 /// # Panics

@@ -84,9 +84,24 @@ fn a_compute_node_dying_at_any_verb_of_a_write_costs_a_waiter_a_pause_and_loses_
                         (result, started.elapsed())
                     })
                 };
+                let half_unlinked = integration_tests::recovery::half_unlinked(&p.transport, tag);
                 recover_dead_member(&mut worker);
                 let (result, waited) = waiter.join().expect("waiter");
                 assert_eq!(result, Ok(true), "{what}: the waiter's insert");
+                // A leaf its unlink took out of the chain unmarked: recovery marks its slot freed
+                // (and bumps the header), and the leaf waits for the retraining. Handed out at once,
+                // a compute node whose view still links it would write it as this chain's after
+                // its header check passed, while it served another.
+                if let Some(leaf) = half_unlinked {
+                    assert!(
+                        integration_tests::recovery::named_by_a_freed_slot(&p.transport, leaf),
+                        "{what}: leaf {leaf} unlinked but its slot not marked freed"
+                    );
+                    assert!(
+                        !worker.free_leaves().contains(&leaf),
+                        "{what}: leaf {leaf} handed out while its record still names it"
+                    );
+                }
                 longest_pause = longest_pause.max(waited);
 
                 applied += u64::from(assert_before_or_after(&p, &what));

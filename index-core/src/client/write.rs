@@ -1024,6 +1024,33 @@ mod tests {
     }
 
     #[test]
+    fn an_unconfirmed_chain_is_trusted_only_where_a_claiming_leaf_vouches() {
+        // A stale chain: a stray that still holds 360 but claims nothing (a recovery withdrew its
+        // claim), before the leaf that claims 350..=399 and no longer holds 360.
+        let stray = Leaf::from_entries(vec![(360, 1)]).expect("sorted");
+        let claiming = full_leaf([350u64, 370].into_iter(), 350, 399);
+        let leaves = chain(vec![
+            full_leaf([300u64].into_iter(), 300, 349),
+            stray,
+            claiming,
+        ]);
+        // Insert 360: `apply` finds it in the stray; only the claiming leaf can say it is absent.
+        let outcome = apply(&leaves, 360, Change::Insert(9), 16, (300, 399));
+        assert!(matches!(outcome, Outcome::Unchanged(false)));
+        assert!(!trusted_unconfirmed(&leaves, 360, &outcome));
+        // Insert 370, which the claiming leaf holds: trusted.
+        let outcome = apply(&leaves, 370, Change::Insert(9), 16, (300, 399));
+        assert!(trusted_unconfirmed(&leaves, 370, &outcome));
+        // A rewrite whose claim would grow (a key past every claim of a chain that may lack the
+        // next leaf) is not; one inside the claim, unchanged, is.
+        let short = chain(vec![full_leaf([300u64].into_iter(), 300, 349)]);
+        let outcome = apply(&short, 360, Change::Insert(9), 16, (300, 499));
+        assert!(!trusted_unconfirmed(&short, 360, &outcome));
+        let outcome = apply(&short, 340, Change::Insert(9), 16, (300, 349));
+        assert!(trusted_unconfirmed(&short, 340, &outcome));
+    }
+
+    #[test]
     fn a_rewrite_grows_its_claim_over_keys_no_leaf_claims() {
         // Leaf 1 (an unlinked synonym's keys, 100..=149) claims nothing; leaf 2 claims 150..
         let leaves = vec![
