@@ -22,9 +22,10 @@
 
 #![cfg(loom)]
 
-use index_core::{AdoptChanges, Store, StoreConfig, WriterTrust, bootstrap};
-use leaf_store::{BulkLoadConfig, required_pool_bytes};
-use sim_transport::SimTransport;
+mod common;
+
+use index_core::{AdoptChanges, Store, StoreConfig, WriterTrust};
+use sim_transport::SimConfig;
 
 /// What the writer does after the race.
 #[derive(Clone, Copy)]
@@ -50,19 +51,7 @@ fn scenario(adopt_changes: AdoptChanges, writer_trust: WriterTrust, after: &'sta
     builder.max_branches = 100_000;
     builder.check(move || {
         // δ = 2, two full leaves {10, 20} {30, 40} in one slot.
-        let load = BulkLoadConfig {
-            epsilon: 1,
-            delta: 2,
-            fill: 2,
-            slot_leaves: 2,
-            ring_capacity: Some(1),
-            model_region_factor: 2,
-            ..BulkLoadConfig::default()
-        };
-        let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
-        let size = required_pool_bytes(16, &load, 2).next_multiple_of(8);
-        let transport = SimTransport::anonymous(&[size]).expect("pool");
-        bootstrap(&transport, pairs, &load).expect("load");
+        let transport = common::two_full_leaves(16, SimConfig::default());
         let config = StoreConfig {
             adopt_changes,
             writer_trust,

@@ -15,9 +15,9 @@
 
 #![cfg(loom)]
 
-use index_core::{GetsTrust, SplitOrder, Store, StoreConfig, bootstrap};
-use leaf_store::{BulkLoadConfig, required_pool_bytes};
-use sim_transport::SimTransport;
+mod common;
+
+use index_core::{GetsTrust, SplitOrder, Store, StoreConfig};
 use sim_transport::{Reordering, SimConfig};
 
 fn scenario(order: SplitOrder) {
@@ -50,23 +50,11 @@ fn scenario_trusting(
     builder.check(move || {
         // δ = 2, two full leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first and
         // moves 20 into a new synonym leaf.
-        let load = BulkLoadConfig {
-            epsilon: 1,
-            delta: 2,
-            fill: 2,
-            slot_leaves: 2,
-            ring_capacity: Some(1),
-            model_region_factor: 2,
-            ..BulkLoadConfig::default()
-        };
-        let pairs: Vec<(u64, u64)> = [10, 20, 30, 40].iter().map(|&k| (k, k)).collect();
-        let size = required_pool_bytes(4, &load, 2).next_multiple_of(8);
         let sim = SimConfig {
             reordering,
             ..SimConfig::default()
         };
-        let transport = SimTransport::anonymous_with(&[size], sim).expect("pool");
-        bootstrap(&transport, pairs, &load).expect("load");
+        let transport = common::two_full_leaves(4, sim);
         let config = StoreConfig {
             split_order: order,
             fence_shrink,

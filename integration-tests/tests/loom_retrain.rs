@@ -33,7 +33,7 @@ use index_core::{GetsTrust, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
-use sim_transport::SimTransport;
+use sim_transport::{SimEndpoint, SimTransport};
 
 /// δ = 2, leaves {10, 20} {30, 40} in one slot: inserting 15 splits the first leaf and moves 20
 /// (with 15) into a new synonym leaf. Returns the pool and its layout.
@@ -59,18 +59,24 @@ fn pool_with_ring(ring: u64) -> (SimTransport, leaf_store::Layout) {
     (transport, layout)
 }
 
+/// The retraining worker of `transport`'s memory node.
+fn retrainer_of(transport: &SimTransport, config: RetrainConfig) -> Retrainer<SimEndpoint> {
+    let node = transport.memory_nodes()[0];
+    Retrainer::new(transport.endpoint().expect("endpoint"), node, config).expect("retrainer")
+}
+
 fn scenario(carry_over: bool) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 200_000;
     builder.check(move || {
         let (transport, _) = one_slot_pool();
-        let node = transport.memory_nodes()[0];
-        let config = RetrainConfig {
-            carry_over,
-            ..RetrainConfig::default()
-        };
-        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
-            .expect("retrainer");
+        let mut worker = retrainer_of(
+            &transport,
+            RetrainConfig {
+                carry_over,
+                ..RetrainConfig::default()
+            },
+        );
         let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
         let retraining = loom::thread::spawn(move || {
             worker.retrain_slot(0).expect("retrain");
@@ -105,13 +111,13 @@ fn freeze_scenario(freeze_leaves: bool) {
     builder.max_branches = 200_000;
     builder.check(move || {
         let (transport, _) = one_slot_pool();
-        let node = transport.memory_nodes()[0];
-        let config = RetrainConfig {
-            freeze_leaves,
-            ..RetrainConfig::default()
-        };
-        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
-            .expect("retrainer");
+        let mut worker = retrainer_of(
+            &transport,
+            RetrainConfig {
+                freeze_leaves,
+                ..RetrainConfig::default()
+            },
+        );
         let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
         let mut client = store.client().expect("client");
         // The second trained leaf emptied: it still claims [30, ..].
@@ -159,13 +165,13 @@ fn three_caches(retire_first: bool, confirm_retired: bool, gets_trust: GetsTrust
     builder.max_branches = 500_000;
     builder.check(move || {
         let (transport, layout) = one_slot_pool();
-        let node = transport.memory_nodes()[0];
-        let config = RetrainConfig {
-            retire_first,
-            ..RetrainConfig::default()
-        };
-        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
-            .expect("retrainer");
+        let mut worker = retrainer_of(
+            &transport,
+            RetrainConfig {
+                retire_first,
+                ..RetrainConfig::default()
+            },
+        );
         // The reader's cache holds the record that is about to be replaced.
         let reader_config = StoreConfig {
             confirm_retired,
@@ -247,15 +253,15 @@ fn slot_split(confirm_slot_count: bool, gets_trust: GetsTrust) {
     builder.max_branches = 500_000;
     builder.check(move || {
         let (transport, layout) = splittable_pool();
-        let node = transport.memory_nodes()[0];
         // Two trained leaves are past a bound of one: the slot splits into {10, 20} and a new
         // slot 1 serving {30, 40} and everything above.
-        let config = RetrainConfig {
-            split_leaves: Some(1),
-            ..RetrainConfig::default()
-        };
-        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, config)
-            .expect("retrainer");
+        let mut worker = retrainer_of(
+            &transport,
+            RetrainConfig {
+                split_leaves: Some(1),
+                ..RetrainConfig::default()
+            },
+        );
         let reader_config = StoreConfig {
             confirm_slot_count,
             gets_trust,

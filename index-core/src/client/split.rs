@@ -570,11 +570,21 @@ impl<E: Endpoint> Client<E> {
     /// `slot_use` is what a compute node that died between claim and link leaves too).
     pub(super) fn free_preclaimed(&mut self) {
         if let Some((record, layout, slot)) = self.preclaimed.take() {
-            let at = offset(record, layout.slt_entry(slot));
-            let _ = self
-                .ep
-                .write(at, &LeafTableEntry::FREED.raw().to_le_bytes());
+            self.mark_slot_freed(record, layout, slot);
         }
+    }
+
+    /// Marks SLT slot `slot` of `record` freed: claimed, and to hold no leaf (best effort).
+    pub(super) fn mark_slot_freed(
+        &mut self,
+        record: RemoteAddr,
+        layout: leaf_store::RecordLayout,
+        slot: u64,
+    ) {
+        let at = offset(record, layout.slt_entry(slot));
+        let _ = self
+            .ep
+            .write(at, &LeafTableEntry::FREED.raw().to_le_bytes());
     }
 
     /// Gives back an SLT claim past the last slot (best effort: a count left above 255 only

@@ -59,6 +59,9 @@ impl<E: Endpoint> Client<E> {
         let mut slt_full = false;
         let mut slot = 0;
         'attempts: for _ in 0..caches.config.max_attempts {
+            // A slot an earlier attempt claimed and did not use (every exit of the operation
+            // itself frees one too: `Client::counted`).
+            self.free_preclaimed();
             let loaded = self.route(node, key, &guard)?.view;
             let view: &SlotView = &loaded;
             slot = view.slot as usize;
@@ -170,13 +173,11 @@ impl<E: Endpoint> Client<E> {
                     match self.confirm_chain(node, view, slot, &guard, &mut locked) {
                         Ok(true) => {}
                         Ok(false) => {
-                            self.free_preclaimed();
                             let released = self.release(locked.lock_ref());
                             self.retiring(released)?;
                             continue 'attempts;
                         }
                         Err(e) => {
-                            self.free_preclaimed();
                             let failed: Result<bool, IndexError> =
                                 Err(self.release_after(locked.lock_ref(), e));
                             return self.retiring(failed);
@@ -191,8 +192,6 @@ impl<E: Endpoint> Client<E> {
                     other => break other,
                 }
             };
-            // A slot claimed for a split the chain, read again, did not need.
-            self.free_preclaimed();
             match self.retiring(committed)? {
                 Committed::Done(result) => return Ok(result),
                 Committed::Stale(back) => {
@@ -328,18 +327,23 @@ impl<E: Endpoint> Client<E> {
         let claimed = foresee
             && verbs[claim_at].old_value() == Some(view.header.raw())
             && view.header.raw() != NOT_EXECUTED;
+        // A lock that may be held after a failed batch is released — which fails on a broken
+        // endpoint, and then says so (LockMayRemain).
+        let took = batch
+            .as_ref()
+            .err()
+            .is_some_and(|e| release::may_hold_lock(&verbs, e));
+        let old = verbs[0].old_value().unwrap_or_default();
+        drop(verbs);
+        // A leaf allocated here is kept as a spare whatever happens next.
+        if let Some(n) =
+            allocated.and_then(|old| check_allocation(&mut self.ep, &node.layout, old).ok())
+        {
+            self.spare_leaves.push((node.info.id, n));
+        }
         if let Err(e) = batch {
-            // A lock that may be held is released — which fails on a broken endpoint, and then
-            // says so (LockMayRemain).
-            let took = release::may_hold_lock(&verbs, &e);
-            drop(verbs);
             if claimed {
                 self.give_back_claim(view);
-            }
-            if let Some(n) =
-                allocated.and_then(|old| check_allocation(&mut self.ep, &node.layout, old).ok())
-            {
-                self.spare_leaves.push((node.info.id, n));
             }
             let lock = LockRef {
                 node: node.info.id,
@@ -354,13 +358,6 @@ impl<E: Endpoint> Client<E> {
             } else {
                 e.into()
             });
-        }
-        let old = verbs[0].old_value().unwrap_or_default();
-        drop(verbs);
-        if let Some(n) =
-            allocated.and_then(|old| check_allocation(&mut self.ep, &node.layout, old).ok())
-        {
-            self.spare_leaves.push((node.info.id, n));
         }
         if read_box {
             let at = chain.len() * leaf_bytes;
@@ -462,20 +459,13 @@ impl<E: Endpoint> Client<E> {
                 match self.confirm_chain(node, view, slot, guard, &mut locked) {
                     Ok(true) => return Ok(Some(locked)),
                     Ok(false) => {
-                        self.free_preclaimed();
                         self.release(locked.lock_ref())?;
                         return Ok(None);
                     }
-                    Err(e) => {
-                        self.free_preclaimed();
-                        return Err(self.release_after(locked.lock_ref(), e));
-                    }
+                    Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
                 }
             }
-            Err(e) => {
-                self.free_preclaimed();
-                return Err(self.release_after(locked.lock_ref(), e));
-            }
+            Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
         };
         locked.chain = chain.into_iter().zip(contents).collect();
         Ok(Some(locked))
@@ -500,7 +490,6 @@ impl<E: Endpoint> Client<E> {
         let chain = match view.chain(locked.leaf) {
             Some(chain) if view.record == locked.record => chain,
             _ => {
-                self.write_rereads += 1;
                 let read =
                     self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)?;
                 return self.confirmed_from(read, locked);
@@ -513,7 +502,6 @@ impl<E: Endpoint> Client<E> {
             self.decode_leaves(&node.layout, &chain)
                 .map(|contents| Some((chain, contents)))
         } else {
-            self.write_rereads += 1;
             self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)
         }?;
         self.confirmed_from(read, locked)
@@ -544,13 +532,7 @@ impl<E: Endpoint> Client<E> {
     /// Gives back the SLT slot a foreseeing claim took (the slot after `view`'s header's last)
     /// when the write could not lock: marked freed (best effort, as a split that fails does).
     fn give_back_claim(&mut self, view: &SlotView) {
-        let slot = offset(
-            view.record,
-            view.layout.slt_entry(view.header.slot_use() + 1),
-        );
-        let _ = self
-            .ep
-            .write(slot, &LeafTableEntry::FREED.raw().to_le_bytes());
+        self.mark_slot_freed(view.record, view.layout, view.header.slot_use() + 1);
     }
 
     /// The record changed since the view was built (another chain split, or ours did). We hold
@@ -567,6 +549,7 @@ impl<E: Endpoint> Client<E> {
         guard: &Guard,
         locked: &mut Locked,
     ) -> Result<Option<(ChainEntries, Option<Vec<Leaf>>)>, IndexError> {
+        self.write_rereads += 1;
         let fresh = self.fetch_view(node, view)?;
         let chain = (fresh.record == view.record)
             .then(|| fresh.chain(leaf))

@@ -672,7 +672,7 @@ impl<E: Endpoint> Retrainer<E> {
     }
 
     /// Address of trained leaf `leaf`'s LT entry in `record` at `addr`.
-    fn lt_addr(record: &ModelRecord, addr: RemoteAddr, leaf: u64) -> RemoteAddr {
+    pub(super) fn lt_addr(record: &ModelRecord, addr: RemoteAddr, leaf: u64) -> RemoteAddr {
         addr.checked_add(record.layout().lt_entry(leaf))
             .unwrap_or(addr)
     }

@@ -241,9 +241,7 @@ impl<E: Endpoint> Retrainer<E> {
         old: &ModelRecord,
         leaf: usize,
     ) -> Result<bool, RetrainError> {
-        let at = old_addr
-            .checked_add(old.layout().lt_entry(leaf as u64))
-            .unwrap_or(old_addr);
+        let at = Self::lt_addr(old, old_addr, leaf as u64);
         for _ in 0..50 {
             let entry = LeafTableEntry::from_raw(self.ep.read_word(at)?);
             if entry.is_frozen() {
