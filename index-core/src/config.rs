@@ -90,7 +90,8 @@ pub struct StoreConfig {
     /// when next used (ARCHITECTURE §6, "Cache budget").
     pub cache_budget: Option<u64>,
     /// How long a writer waits, with exponential backoff, for a leaf lock held by another compute
-    /// node, or for a full slot to be retrained, before giving up with an error.
+    /// node, for a full slot to be retrained, or for freed value blocks to pass the memory node's
+    /// reuse horizon, before giving up with an error.
     pub wait_limit: Duration,
     /// Attempts a read makes when data keeps changing under it (stale cache, torn leaves).
     pub max_attempts: u32,

@@ -94,6 +94,10 @@ struct ClassSpace {
     returned: Vec<u64>,
     /// The next owned chunk a scan starts at.
     cursor: usize,
+    /// Owned chunks scanned, in all.
+    scanned: usize,
+    /// `scanned` when a scan last found a block freed or a block was last handed out.
+    progress_at: usize,
     scanned_at: Option<Instant>,
 }
 
@@ -189,14 +193,15 @@ impl NodeValues {
         let (mut scanned, mut adopted) = (false, false);
         for _ in 0..8 {
             inner.promote();
-            if let Some(block) = inner.take_returned(class) {
-                return Ok(block);
-            }
-            if let Some(block) = inner.take_ready(class) {
-                self.reused.fetch_add(1, Ordering::Relaxed);
-                return Ok(block);
-            }
-            if let Some(block) = inner.take_fresh(class) {
+            let block = match inner.take_returned(class) {
+                Some(block) => Some(block),
+                None => inner.take_ready(class).inspect(|_| {
+                    self.reused.fetch_add(1, Ordering::Relaxed);
+                }),
+            };
+            if let Some(block) = block.or_else(|| inner.take_fresh(class)) {
+                let space = &mut inner.classes[class];
+                space.progress_at = space.scanned;
                 return Ok(block);
             }
             let due = inner.classes[class]
@@ -230,6 +235,27 @@ impl NodeValues {
             node: self.region.node(),
             chunks: self.region.chunks(),
         })
+    }
+
+    /// Owned chunks of `class` scanned so far, in all: what [`NodeValues::may_free`] counts from.
+    pub(crate) fn scanned(&self, class: usize) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.classes[class].scanned
+    }
+
+    /// Whether waiting may yet give this compute node a block of `class` after
+    /// [`IndexError::ValuesExhausted`]: some wait in limbo for the memory node's horizon, or the
+    /// scans since `waiting_since` (a [`NodeValues::scanned`] count), and since one last found a
+    /// block freed or a block was handed out, have not yet looked at every owned chunk of the
+    /// class (scans are at least [`RESCAN_AFTER`] apart). False once a whole round of scans found
+    /// the region full of values this compute node sees named.
+    pub(crate) fn may_free(&self, class: usize, waiting_since: usize) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let space = &inner.classes[class];
+        !space.ready.is_empty()
+            || !space.returned.is_empty()
+            || space.scanned - space.progress_at.max(waiting_since) < space.chunks.len()
+            || inner.limbo.iter().any(|(_, block)| block.class == class)
     }
 
     /// The operation holding `block` ended with a leaf naming it.
@@ -307,12 +333,14 @@ impl NodeValues {
         }
         let epoch = leaf_store::le_word(&words, 0);
         inner.horizon = inner.horizon.max(leaf_store::le_word(&words, 1));
+        let mut found = false;
         for (k, &i) in picked.iter().enumerate() {
             let chunk = &mut inner.classes[class].chunks[i];
             let seen = &states[k * per_chunk..(k + 1) * per_chunk];
             for (index, held) in chunk.held.iter_mut().enumerate() {
                 if candidates[k][index] && *held == Held::Used && seen[index] != STATE_USED {
                     *held = Held::Limbo;
+                    found = true;
                     inner.limbo.push_back((
                         epoch,
                         Block {
@@ -323,6 +351,11 @@ impl NodeValues {
                     ));
                 }
             }
+        }
+        let space = &mut inner.classes[class];
+        space.scanned += picked.len();
+        if found {
+            space.progress_at = space.scanned;
         }
         inner.promote();
         if !inner.limbo.is_empty() {

@@ -479,3 +479,131 @@ fn a_block_handed_to_a_paused_write_is_not_taken_for_free_by_its_own_store() {
     assert_eq!(a.get_value(395), Ok(Some(value(395, 1))));
     space(&transport);
 }
+
+/// A pool of `keys` values in a value region of a few chunks only.
+fn loaded_small(keys: u64, region_bytes: u64) -> SimTransport {
+    let load = BulkLoadConfig {
+        values: Some(ValueConfig {
+            bytes: region_bytes,
+            chunk_bytes: 8 * 1024,
+        }),
+        ..load_config()
+    };
+    let size = required_pool_bytes(keys, &load, 2_000).next_multiple_of(4096);
+    let transport = SimTransport::anonymous_with(&[size], SimConfig::default()).expect("pool");
+    let pairs = (0..keys).map(|k| (k * 10, value(k * 10, 0))).collect();
+    bootstrap_values(&transport, pairs, &load, |_, _, _, _| {}).expect("load");
+    transport
+}
+
+/// The memory node checking leases every 2 ms on its own thread until `stop`.
+fn watching(
+    transport: &SimTransport,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let mut worker = watcher(transport);
+    let stop = std::sync::Arc::clone(stop);
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            worker.check_members().expect("check");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+#[test]
+fn a_writer_that_outruns_the_reuse_horizon_waits_for_it_instead_of_failing() {
+    // Three chunks of 63 blocks for 40 live values: updates without a pause hand out every block
+    // long before the memory node's horizon passes the first ones freed. Each such write waits
+    // for the horizon (outside its own epoch, which would hold it back) and goes on.
+    let transport = loaded_small(40, 3 * 8 * 1024 + 4096);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let memory_node = watching(&transport, &stop);
+    let store = Store::open(transport.clone(), config()).expect("open");
+    let mut c = store.client().expect("client");
+    for round in 1..=30u64 {
+        for k in 0..40 {
+            assert_eq!(
+                c.update_value(k * 10, &value(k * 10, round)),
+                Ok(true),
+                "key {} round {round}",
+                k * 10
+            );
+        }
+    }
+    for k in 0..40 {
+        assert_eq!(c.get_value(k * 10), Ok(Some(value(k * 10, 30))));
+    }
+    assert!(
+        store.value_blocks_reused() > 1_000,
+        "reused {}",
+        store.value_blocks_reused()
+    );
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    memory_node.join().expect("memory node");
+    drop((c, store));
+    space(&transport);
+}
+
+#[test]
+fn a_region_full_of_live_values_refuses_the_next_one_at_once_and_takes_values_again_once_some_go() {
+    let transport = loaded_small(40, 3 * 8 * 1024 + 4096);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let memory_node = watching(&transport, &stop);
+    let limit = Duration::from_secs(10);
+    let store = Store::open(
+        transport.clone(),
+        StoreConfig {
+            wait_limit: limit,
+            ..config()
+        },
+    )
+    .expect("open");
+    let mut c = store.client().expect("client");
+    let mut inserted = 0u64;
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let key = 5 + 10 * inserted;
+        match c.insert_value(key, &value(key, 0)) {
+            Ok(true) => inserted += 1,
+            other => break other,
+        }
+        assert!(
+            inserted < 1_000,
+            "a region of three chunks took {inserted} values"
+        );
+    };
+    assert!(
+        matches!(refused, Err(index_core::IndexError::ValuesExhausted { .. })),
+        "{refused:?}"
+    );
+    // Every block of the region holds a live value: nothing could free one, so the writer did
+    // not wait for one.
+    assert!(started.elapsed() < limit, "waited {:?}", started.elapsed());
+    let live = 40 + inserted;
+    assert!(
+        live >= 3 * 63 - 3,
+        "{live} live values in three chunks of 63 blocks"
+    );
+    for k in 0..inserted {
+        let key = 5 + 10 * k;
+        assert_eq!(c.get_value(key), Ok(Some(value(key, 0))));
+    }
+    // Deletes free blocks (without scanning for them): the next inserts find them freed in their
+    // own operation, and wait for the horizon to pass the epoch they found them in — which their
+    // operation would hold back, were it not out of its epoch while it waits.
+    for k in 0..20 {
+        assert_eq!(c.delete(k * 10), Ok(true));
+    }
+    for k in 0..20 {
+        let key = 7 + 10 * k;
+        assert_eq!(c.insert_value(key, &value(key, 1)), Ok(true), "key {key}");
+    }
+    for k in 0..20 {
+        assert_eq!(c.get_value(7 + 10 * k), Ok(Some(value(7 + 10 * k, 1))));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    memory_node.join().expect("memory node");
+    drop((c, store));
+    space(&transport);
+}

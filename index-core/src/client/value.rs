@@ -19,6 +19,7 @@ use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef, check_block, encode_bl
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
+use crate::backoff::Backoff;
 use crate::stats::OpKind;
 use crate::store::NodeCache;
 use crate::values::{Block, NodeValues};
@@ -270,7 +271,7 @@ impl<E: Endpoint> Client<E> {
                 len,
                 limit: values.region.max_value_len(),
             })?;
-        let block = values.alloc(&mut self.ep, class)?;
+        let block = self.alloc_block(&values, class)?;
         let Some(reference) = values.reference(block, len) else {
             values.unused(block);
             return Err(IndexError::ValueTooLarge {
@@ -291,6 +292,37 @@ impl<E: Endpoint> Client<E> {
         let io = std::mem::take(&mut self.value_io);
         self.settle_block(&values, block, &io, result.is_ok());
         result
+    }
+
+    /// A block of `class` for this operation. When the region has none free but blocks freed
+    /// here wait for the memory node's reuse horizon (or may be found freed by the next scans),
+    /// waits for them with backoff up to [`crate::StoreConfig::wait_limit`] — *outside* the
+    /// operation's epoch, which would otherwise hold that horizon back itself (nothing has been
+    /// read yet that the epoch protects). Then, or at once when nothing could free a block,
+    /// [`IndexError::ValuesExhausted`].
+    fn alloc_block(&mut self, values: &NodeValues, class: usize) -> Result<Block, IndexError> {
+        let mut waiting: Option<(Backoff, usize)> = None;
+        loop {
+            let e = match values.alloc(&mut self.ep, class) {
+                Err(e @ IndexError::ValuesExhausted { .. }) => e,
+                other => return other,
+            };
+            let (backoff, since) = waiting.get_or_insert_with(|| {
+                (
+                    Backoff::new(self.caches.config.wait_limit),
+                    values.scanned(class),
+                )
+            });
+            if !values.may_free(class, *since) {
+                return Err(e);
+            }
+            self.active.leave();
+            let waited = backoff.wait();
+            self.op_epoch = self.caches.members.epochs.enter(&self.active);
+            if !waited {
+                return Err(e);
+            }
+        }
     }
 
     fn settle_block(&self, values: &NodeValues, block: Block, io: &ValueIo, ok: bool) {
