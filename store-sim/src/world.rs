@@ -6,8 +6,10 @@
 //!   a retrainer that also watches leases, fences and recovers — on a process of its own.
 //! - **Compute nodes.** Two or three `Store`s, each on a process of its own (its own caches,
 //!   renewer and connections) with one or two client threads running random operations on a few
-//!   dozen keys (in a third of the runs on 16 hot keys of one or two slots), each write with a
-//!   value never written before.
+//!   dozen keys (in a third of the runs on 16 hot keys of one or two slots; in a fifth, three
+//!   client threads each on 4 keys of one leaf, which hand its lock over), each write with a
+//!   value never written before; with byte values, in a third of the runs in a value region too
+//!   small for every compute node to keep a chunk of every size class.
 //! - **Faults**, drawn from the seed by a thread of their own: a compute node killed wherever its
 //!   threads are (a WRITE in flight lands a prefix of its packets), a compute node paused past
 //!   its lease (wherever it is, or at a named step of a write or split), transient verb
@@ -327,7 +329,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     let transport = load(&keys, memory_nodes, &config, sim);
     let initial: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
     let compute_nodes = 2 + (rng.next_u64() % 2) as usize;
-    let clients = 1 + (rng.next_u64() % 2) as usize;
+    let mut clients = 1 + (rng.next_u64() % 2) as usize;
     // A third of the runs top leaf boxes up rarely: splits allocate from the counter, and leaves
     // a split could not use become spares.
     let box_fill_interval = if rng.next_u64().is_multiple_of(3) {
@@ -337,11 +339,23 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     };
     // Hot keys in a third of the runs: 16 keys of one or two slots instead of 60 keys of all of
     // them, so that every retraining meets operations routed by the views it makes stale.
-    let key_space = if rng.next_u64().is_multiple_of(3) {
+    let mut key_space = if rng.next_u64().is_multiple_of(3) {
         (100, 8)
     } else {
         (0, 30)
     };
+    // A fifth of the runs are contended instead: three clients on each compute node and 4 keys
+    // of one leaf, so that writers of one compute node queue on its local lock and hand the leaf
+    // lock over (8 to 24 times a run in seeds 0-30, against 0 to 3 in the others; with 8 keys,
+    // 0 to 14), and the leaf's splits and unlinks meet every other write. Drawn from a generator
+    // of its own, so that a seed's other choices are those it made before.
+    if XorShift64::new(seed ^ 0xc0e7_e57e_d000_0001 | 1)
+        .next_u64()
+        .is_multiple_of(5)
+    {
+        clients = 3;
+        key_space = (100, 2);
+    }
     let shape = format!(
         "{compute_nodes} compute nodes x {clients} clients, {} keys{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
         key_space.1 * 2,

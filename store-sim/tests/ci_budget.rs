@@ -17,8 +17,9 @@ const CI_SEEDS: u64 = 1000;
 /// anyway). Under today's faults: leaves longer than a packet written in place without their
 /// redo leaf (1067, 1188); recovery going on while a fenced batch is in flight (1067, 1073);
 /// a retraining that swaps a slot's record in before it retires the old one (1420, 1608); a
-/// view confirmed into a new epoch by its record's address alone (4548).
-const REGRESSIONS: &[u64] = &[1067, 1073, 1188, 1420, 1608, 4548];
+/// view confirmed into a new epoch by its record's address alone (4548); a leaf lock handed over
+/// between two clients of a compute node and confirmed against the next holder's view (382).
+const REGRESSIONS: &[u64] = &[382, 1067, 1073, 1188, 1420, 1608, 4548];
 
 #[test]
 fn the_ci_budget_of_seeds_passes_every_check() {
