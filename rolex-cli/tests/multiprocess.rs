@@ -415,24 +415,27 @@ fn a_compute_process_killed_while_inserting_blocks_nobody() {
         }
     };
 
-    let bench = |seed: &str, ops: &str| {
+    let bench = |seed: &str, seconds: &str| {
         let mut command = Command::new(ROLEX);
         command
             .args(["bench", "--attach"])
             .arg(&pool)
             .args(["--workload", "write50", "--threads", "2", "--quiet"])
-            .args(["--ops", ops, "--seed", seed])
+            .args(["--duration", seconds, "--seed", seed])
             .stdout(Stdio::null());
         command
     };
     // The victim would insert far longer than the survivor; both start at once, from the same
-    // 200,000 keys, and insert into the same key space.
-    let mut victim = bench("7", "3000000")
+    // 200,000 keys, and insert into the same key space. The survivor runs for a time, not a
+    // number of operations: it must outlast the memnode's next status line (once a second),
+    // the kill, and the lease (a second) after it, in release builds as in debug ones (a fixed
+    // 300,000 operations ended before the first status line in release).
+    let mut victim = bench("7", "600")
         .stderr(Stdio::null())
         .spawn()
         .expect("victim");
     let report = dir.path().join("survivor.json");
-    let survivor = bench("8", "300000")
+    let survivor = bench("8", "5")
         .args(["--check-inserts", "--json"])
         .arg(&report)
         .stderr(Stdio::piped())
