@@ -1,14 +1,16 @@
 //! Round trips, verbs and bytes per operation type, on a simulated pool of uniform keys.
 //!
 //! ```text
-//! cargo run --release -p index-core --example op_costs -- [--keys N] [--ops M] [--mode pivots|lean|both]
+//! cargo run --release -p index-core --example op_costs -- [--keys N] [--ops M] [--mode pivots|lean|both] [--fill F]
 //! ```
 //!
-//! Defaults: 10^6 bulk-loaded uniform 64-bit keys (default layout: ε = δ = 16, fill 12), then with
+//! Defaults: 10^6 bulk-loaded uniform 64-bit keys (default layout: ε = δ = 16, fill 12, or `F`
+//! keys per leaf with `--fill`), then with
 //! a client whose cache was just built: M (default 100,000) GETs of present keys, M INSERTs of new
 //! keys, M UPDATEs and M DELETEs of present keys, M/10 SCANs of 100 keys, and again M GETs.
-//! Counts include every cache refresh and retry the operations needed. Prints a table, then one
-//! JSON object per mode. Heap allocations per operation are counted by a counting global
+//! Counts include every cache refresh and retry the operations needed. Prints a table, how many
+//! INSERTs took how many verbs (4 for a write; a split adds its own), then one JSON object per
+//! mode. Heap allocations per operation are counted by a counting global
 //! allocator (this process's only allocator; the client runs on this thread alone).
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -61,14 +63,17 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
+fn run(keys: usize, ops: usize, mode: CacheMode, fill: u64) -> Result<String, String> {
     let mut rng = StdRng::seed_from_u64(7);
     let mut all: Vec<u64> = (0..keys + ops).map(|_| rng.random::<u64>()).collect();
     all.sort_unstable();
     all.dedup();
     all.shuffle(&mut rng);
     let (loaded, fresh) = all.split_at(keys.min(all.len()));
-    let load = BulkLoadConfig::default();
+    let load = BulkLoadConfig {
+        fill,
+        ..BulkLoadConfig::default()
+    };
     let size = required_pool_bytes(keys as u64, &load, 2 * ops as u64).next_multiple_of(4096);
     let transport = SimTransport::anonymous(&[size]).map_err(|e| e.to_string())?;
     bootstrap(&transport, loaded.iter().map(|&k| (k, k)).collect(), &load)
@@ -93,8 +98,13 @@ fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
     let get_allocs = allocations() - at_start;
     let gets_fresh = client.stats().get(OpKind::Get);
     let at_start = allocations();
+    let mut insert_verbs = std::collections::BTreeMap::<u64, u64>::new();
     for &k in fresh.iter().take(ops) {
+        let before = client.stats().get(OpKind::Insert).net.verbs();
         client.insert(k, k).map_err(e)?;
+        *insert_verbs
+            .entry(client.stats().get(OpKind::Insert).net.verbs() - before)
+            .or_default() += 1;
     }
     let insert_allocs = allocations() - at_start;
     for &k in loaded.iter().skip(ops).take(ops) {
@@ -154,6 +164,22 @@ fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
             c.bytes_per_op()
         ));
     }
+    rows.push(format!(
+        "inserts by verbs: {}",
+        insert_verbs
+            .iter()
+            .map(|(verbs, n)| format!("{verbs} × {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    json.push(format!(
+        "\"insert_verbs\": {{{}}}",
+        insert_verbs
+            .iter()
+            .map(|(verbs, n)| format!("\"{verbs}\": {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     let per_op = |n: u64| n as f64 / ops.max(1) as f64;
     rows.push(format!(
         "heap allocations per op: get (fresh cache) {:.2}, insert {:.2}",
@@ -181,12 +207,36 @@ fn run(keys: usize, ops: usize, mode: CacheMode) -> Result<String, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    // Every flag takes a value: flags at odd positions, each known.
+    let known = ["--keys", "--ops", "--mode", "--fill"];
+    if let Some(bad) = args
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .find(|a| !known.contains(&a.as_str()))
+    {
+        eprintln!(
+            "op_costs: unknown argument {bad:?} (--keys N, --ops M, --mode pivots|lean|both, --fill F)"
+        );
+        return ExitCode::from(2);
+    }
+    if args.len() % 2 == 0 {
+        eprintln!("op_costs: {} needs a value", args[args.len() - 1]);
+        return ExitCode::from(2);
+    }
     let keys = arg(&args, "--keys").map_or(Ok(1_000_000), |v| v.parse::<usize>());
     let ops = arg(&args, "--ops").map_or(Ok(100_000), |v| v.parse::<usize>());
-    let (Ok(keys), Ok(ops)) = (keys, ops) else {
-        eprintln!("op_costs: --keys and --ops take whole numbers");
+    let fill =
+        arg(&args, "--fill").map_or(Ok(BulkLoadConfig::default().fill), |v| v.parse::<u64>());
+    let (Ok(keys), Ok(ops), Ok(fill)) = (keys, ops, fill) else {
+        eprintln!("op_costs: --keys, --ops and --fill take whole numbers");
         return ExitCode::from(2);
     };
+    let delta = BulkLoadConfig::default().delta;
+    if fill == 0 || fill > delta {
+        eprintln!("op_costs: --fill must be 1 to {delta} (keys per leaf at load)");
+        return ExitCode::from(2);
+    }
     let modes = match arg(&args, "--mode").as_deref() {
         None | Some("both") => vec![CacheMode::Pivots, CacheMode::Lean],
         Some("pivots") => vec![CacheMode::Pivots],
@@ -201,7 +251,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     for mode in modes {
-        match run(keys, ops, mode) {
+        match run(keys, ops, mode, fill) {
             Ok(out) => println!("{out}\n"),
             Err(e) => {
                 eprintln!("op_costs: {e}");
