@@ -220,7 +220,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         eprintln!("op_costs: {} needs a value", args[args.len() - 1]);
         return ExitCode::from(2);
     }

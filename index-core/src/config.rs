@@ -91,7 +91,8 @@ pub struct StoreConfig {
     pub cache_budget: Option<u64>,
     /// How long a writer waits, with exponential backoff, for a leaf lock held by another compute
     /// node, for a full slot to be retrained, or for freed value blocks to pass the memory node's
-    /// reuse horizon, before giving up with an error.
+    /// reuse horizon (which stands still while no worker watches leases or a dead member waits
+    /// for recovery), before giving up with an error.
     pub wait_limit: Duration,
     /// Attempts a read makes when data keeps changing under it (stale cache, torn leaves).
     pub max_attempts: u32,

@@ -35,7 +35,8 @@ use crate::sync::time::{Duration, Instant};
 const SCAN_CHUNKS: usize = 8;
 /// How many chunks left by others one allocation that needs a chunk takes at most.
 const ADOPT_CHUNKS: usize = 8;
-/// How soon a class is scanned again after a scan that found nothing ready.
+/// How soon a class with no block in limbo is scanned again, and the chunk table read again
+/// once no fresh chunk is left.
 const RESCAN_AFTER: Duration = Duration::from_millis(1);
 
 /// The state byte of the block a leaf's value word `raw` names on the pool of `layout`, if it
@@ -90,8 +91,8 @@ struct ClassSpace {
     with_fresh: Vec<usize>,
     /// Blocks freed and past the horizon (packed chunk << 32 | index).
     ready: Vec<u64>,
-    /// Blocks handed out and given back unwritten.
-    returned: Vec<u64>,
+    /// Blocks of the class waiting in `Inner::limbo`.
+    in_limbo: usize,
     /// The next owned chunk a scan starts at.
     cursor: usize,
     /// Owned chunks scanned, in all.
@@ -111,6 +112,8 @@ struct Inner {
     /// carved.
     unowned: Vec<Vec<u64>>,
     table_read: bool,
+    /// When the chunk table was last read.
+    table_read_at: Option<Instant>,
     fresh_exhausted: bool,
 }
 
@@ -146,6 +149,7 @@ impl NodeValues {
                 horizon: 0,
                 unowned: vec![Vec::new(); CLASSES + 1],
                 table_read: false,
+                table_read_at: None,
                 fresh_exhausted: false,
             }),
             forgotten: AtomicU64::new(0),
@@ -193,12 +197,9 @@ impl NodeValues {
         let (mut scanned, mut adopted) = (false, false);
         for _ in 0..8 {
             inner.promote();
-            let block = match inner.take_returned(class) {
-                Some(block) => Some(block),
-                None => inner.take_ready(class).inspect(|_| {
-                    self.reused.fetch_add(1, Ordering::Relaxed);
-                }),
-            };
+            let block = inner.take_ready(class).inspect(|_| {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+            });
             if let Some(block) = block.or_else(|| inner.take_fresh(class)) {
                 let space = &mut inner.classes[class];
                 space.progress_at = space.scanned;
@@ -207,7 +208,8 @@ impl NodeValues {
             let due = inner.classes[class]
                 .scanned_at
                 .is_none_or(|at| at.elapsed() >= RESCAN_AFTER);
-            if !scanned && (due || !inner.limbo.is_empty()) {
+            // Blocks of the class in limbo: scanned at once, for the horizon that frees them.
+            if !scanned && (due || inner.classes[class].in_limbo > 0) {
                 scanned = true;
                 self.scan(ep, &mut inner, class)?;
                 continue;
@@ -247,15 +249,14 @@ impl NodeValues {
     /// [`IndexError::ValuesExhausted`]: some wait in limbo for the memory node's horizon, or the
     /// scans since `waiting_since` (a [`NodeValues::scanned`] count), and since one last found a
     /// block freed or a block was handed out, have not yet looked at every owned chunk of the
-    /// class (scans are at least [`RESCAN_AFTER`] apart). False once a whole round of scans found
-    /// the region full of values this compute node sees named.
+    /// class (with none of the class in limbo, scans are at least [`RESCAN_AFTER`] apart). False
+    /// once a whole round of scans found the region full of values this compute node sees named.
     pub(crate) fn may_free(&self, class: usize, waiting_since: usize) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let space = &inner.classes[class];
         !space.ready.is_empty()
-            || !space.returned.is_empty()
+            || space.in_limbo > 0
             || space.scanned - space.progress_at.max(waiting_since) < space.chunks.len()
-            || inner.limbo.iter().any(|(_, block)| block.class == class)
     }
 
     /// The operation holding `block` ended with a leaf naming it.
@@ -333,14 +334,14 @@ impl NodeValues {
         }
         let epoch = leaf_store::le_word(&words, 0);
         inner.horizon = inner.horizon.max(leaf_store::le_word(&words, 1));
-        let mut found = false;
+        let mut found = 0;
         for (k, &i) in picked.iter().enumerate() {
             let chunk = &mut inner.classes[class].chunks[i];
             let seen = &states[k * per_chunk..(k + 1) * per_chunk];
             for (index, held) in chunk.held.iter_mut().enumerate() {
                 if candidates[k][index] && *held == Held::Used && seen[index] != STATE_USED {
                     *held = Held::Limbo;
-                    found = true;
+                    found += 1;
                     inner.limbo.push_back((
                         epoch,
                         Block {
@@ -354,7 +355,8 @@ impl NodeValues {
         }
         let space = &mut inner.classes[class];
         space.scanned += picked.len();
-        if found {
+        space.in_limbo += found;
+        if found > 0 {
             space.progress_at = space.scanned;
         }
         inner.promote();
@@ -415,9 +417,13 @@ impl NodeValues {
             let chunk = match inner.unowned[CLASSES].pop() {
                 Some(chunk) => chunk,
                 None if inner.fresh_exhausted => {
-                    // Chunks may have been left since (a compute node went): read again once.
-                    if inner.table_read {
-                        inner.table_read = false;
+                    // Chunks may have been left since (a compute node went): the table is read
+                    // again, at most once per `RESCAN_AFTER` (a write waiting for freed blocks
+                    // asks often).
+                    let due = inner
+                        .table_read_at
+                        .is_none_or(|at| at.elapsed() >= RESCAN_AFTER);
+                    if due {
                         self.read_table(ep, inner)?;
                         if !inner.unowned[CLASSES].is_empty() || !inner.unowned[class].is_empty() {
                             return Ok(true);
@@ -476,6 +482,7 @@ impl NodeValues {
             }
         }
         inner.table_read = true;
+        inner.table_read_at = Some(Instant::now());
         Ok(())
     }
 }
@@ -493,11 +500,6 @@ impl ClassSpace {
 }
 
 impl Inner {
-    fn take_returned(&mut self, class: usize) -> Option<Block> {
-        let packed = self.classes[class].returned.pop()?;
-        self.in_flight(class, packed)
-    }
-
     fn take_ready(&mut self, class: usize) -> Option<Block> {
         let packed = self.classes[class].ready.pop()?;
         self.in_flight(class, packed)
@@ -540,6 +542,7 @@ impl Inner {
                 break;
             }
             self.limbo.pop_front();
+            self.classes[block.class].in_limbo -= 1;
             if self.set(block, Held::Free) {
                 self.classes[block.class]
                     .ready
