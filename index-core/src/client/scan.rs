@@ -161,6 +161,10 @@ impl<E: Endpoint> Client<E> {
                 (candidates.first, candidates.last)
             }
         };
+        // Leaves that may hold keys from `from` on: the candidates before the last one may all
+        // lie below it, so they do not count towards `want_leaves` (counted, a round of a view
+        // without pivots stopped short of `n` keys about half the time and took a second round).
+        let mut counted = 0;
         loop {
             let view: &SlotView = &loaded;
             // Chain 0 owns keys from the slot's first key, whatever its pivot: a record ends
@@ -180,7 +184,7 @@ impl<E: Endpoint> Client<E> {
                     round.bound = node_end.map_or(Bound::End, Bound::Key);
                     break;
                 };
-                if round.leaves.len() >= want_leaves {
+                if counted >= want_leaves {
                     round.bound = Bound::Key(next);
                     break;
                 }
@@ -192,7 +196,7 @@ impl<E: Endpoint> Client<E> {
                 must_reach = 0;
                 continue;
             }
-            if round.leaves.len() >= want_leaves && leaf > must_reach {
+            if counted >= want_leaves && leaf > must_reach {
                 // The next chain's pivot bounds what this round owns.
                 match &view.pivots {
                     Some(pivots) => round.bound = Bound::Key(pivots[leaf as usize]),
@@ -214,6 +218,9 @@ impl<E: Endpoint> Client<E> {
                     header: view.header,
                     record: view.record,
                 });
+            }
+            if leaf >= must_reach {
+                counted += chain.len();
             }
             round.limits.extend(std::iter::repeat_n(end, chain.len()));
             round.leaves.extend(chain);
