@@ -164,21 +164,20 @@ fn run(keys: usize, ops: usize, mode: CacheMode, fill: u64) -> Result<String, St
             c.bytes_per_op()
         ));
     }
-    rows.push(format!(
-        "inserts by verbs: {}",
+    let histogram = |entry: fn(&u64, &u64) -> String| {
         insert_verbs
             .iter()
-            .map(|(verbs, n)| format!("{verbs} × {n}"))
+            .map(|(verbs, n)| entry(verbs, n))
             .collect::<Vec<_>>()
             .join(", ")
+    };
+    rows.push(format!(
+        "inserts by verbs: {}",
+        histogram(|verbs, n| format!("{verbs} × {n}"))
     ));
     json.push(format!(
         "\"insert_verbs\": {{{}}}",
-        insert_verbs
-            .iter()
-            .map(|(verbs, n)| format!("\"{verbs}\": {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        histogram(|verbs, n| format!("\"{verbs}\": {n}"))
     ));
     let per_op = |n: u64| n as f64 / ops.max(1) as f64;
     rows.push(format!(

@@ -111,8 +111,7 @@ struct Inner {
     /// Unowned chunks the chunk table showed when last read, by class; index [`CLASSES`]: never
     /// carved.
     unowned: Vec<Vec<u64>>,
-    table_read: bool,
-    /// When the chunk table was last read.
+    /// When the chunk table was last read (`None`: never).
     table_read_at: Option<Instant>,
     fresh_exhausted: bool,
 }
@@ -148,7 +147,6 @@ impl NodeValues {
                 limbo: VecDeque::new(),
                 horizon: 0,
                 unowned: vec![Vec::new(); CLASSES + 1],
-                table_read: false,
                 table_read_at: None,
                 fresh_exhausted: false,
             }),
@@ -376,7 +374,7 @@ impl NodeValues {
         inner: &mut Inner,
         class: usize,
     ) -> Result<bool, IndexError> {
-        if !inner.table_read {
+        if inner.table_read_at.is_none() {
             self.read_table(ep, inner)?;
         }
         while let Some(chunk) = inner.unowned[class].pop() {
@@ -481,7 +479,6 @@ impl NodeValues {
                 _ => {}
             }
         }
-        inner.table_read = true;
         inner.table_read_at = Some(Instant::now());
         Ok(())
     }

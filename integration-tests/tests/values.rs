@@ -43,7 +43,11 @@ fn value(key: u64, version: u64) -> Vec<u8> {
 }
 
 fn loaded(keys: u64, sim: SimConfig) -> SimTransport {
-    let load = load_config();
+    loaded_in(keys, sim, load_config())
+}
+
+/// As [`loaded`], with the layout (and value region) of `load`.
+fn loaded_in(keys: u64, sim: SimConfig, load: BulkLoadConfig) -> SimTransport {
     let size = required_pool_bytes(keys, &load, 2_000).next_multiple_of(4096);
     let transport = SimTransport::anonymous_with(&[size], sim).expect("pool");
     let pairs = (0..keys).map(|k| (k * 10, value(k * 10, 0))).collect();
@@ -489,11 +493,7 @@ fn loaded_small(keys: u64, region_bytes: u64) -> SimTransport {
         }),
         ..load_config()
     };
-    let size = required_pool_bytes(keys, &load, 2_000).next_multiple_of(4096);
-    let transport = SimTransport::anonymous_with(&[size], SimConfig::default()).expect("pool");
-    let pairs = (0..keys).map(|k| (k * 10, value(k * 10, 0))).collect();
-    bootstrap_values(&transport, pairs, &load, |_, _, _, _| {}).expect("load");
-    transport
+    loaded_in(keys, SimConfig::default(), load)
 }
 
 /// The memory node checking leases every 2 ms on its own thread until `stop`.

@@ -105,16 +105,19 @@ fn value_number(key: u64, bytes: &[u8]) -> u64 {
 /// the size classes in use times the compute nodes, so that writers run out of fresh chunks and
 /// wait for freed blocks to pass the reuse horizon, and some get `ValuesExhausted` (a chunk
 /// another compute node owns is not theirs to carve): in 35 such runs of seeds 0–120, 15 waited
-/// and 11 were refused. Drawn from its own generator, so that a seed's other choices are those it
-/// made before small regions existed.
+/// and 11 were refused.
 fn value_region(seed: u64) -> leaf_store::ValueConfig {
-    let small = XorShift64::new(seed ^ 0x7a1e_e5e9_10b5_0001 | 1)
-        .next_u64()
-        .is_multiple_of(3);
+    let small = side_draw(seed, 0x7a1e_e5e9_10b5_0001).is_multiple_of(3);
     leaf_store::ValueConfig {
         bytes: if small { 32 * 2048 } else { 1 << 20 },
         chunk_bytes: 2048,
     }
+}
+
+/// A number drawn from the run's `seed` by a generator of its own (`salt` tells choices apart):
+/// a choice added to the simulation leaves every choice a seed made before it as it was.
+fn side_draw(seed: u64, salt: u64) -> u64 {
+    XorShift64::new(seed ^ salt | 1).next_u64()
 }
 
 /// Faults injected in a run, by kind.
@@ -347,12 +350,8 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     // A fifth of the runs are contended instead: three clients on each compute node and 4 keys
     // of one leaf, so that writers of one compute node queue on its local lock and hand the leaf
     // lock over (8 to 24 times a run in seeds 0-30, against 0 to 3 in the others; with 8 keys,
-    // 0 to 14), and the leaf's splits and unlinks meet every other write. Drawn from a generator
-    // of its own, so that a seed's other choices are those it made before.
-    if XorShift64::new(seed ^ 0xc0e7_e57e_d000_0001 | 1)
-        .next_u64()
-        .is_multiple_of(5)
-    {
+    // 0 to 14), and the leaf's splits and unlinks meet every other write.
+    if side_draw(seed, 0xc0e7_e57e_d000_0001).is_multiple_of(5) {
         clients = 3;
         key_space = (100, 2);
     }

@@ -9,11 +9,11 @@
 //! commute, so the history is checked one key at a time (linearizability is local: Herlihy &
 //! Wing), which keeps each search small.
 //!
-//! Two reductions keep histories with many failed operations small (a run of a few dozen
+//! Three reductions keep histories with many failed operations small (a run of a few dozen
 //! failed writes on one key made the search exponential): a failed GET is left out (it changes
-//! nothing and returned nothing), and a value no GET returned is replaced by one stand-in (only a
-//! GET tells values apart), so failed writes of the same kind become interchangeable, and one is
-//! only linearized after every earlier such one is (taking a later one instead leads to the same
+//! nothing and returned nothing); a value no GET returned is replaced by one stand-in (only a
+//! GET tells values apart), so failed writes of the same kind become interchangeable; and of
+//! two such, the earlier is linearized first (taking the later one instead leads to the same
 //! histories).
 //!
 //! Times are any totally ordered stamps taken from one clock shared by all threads (a global
@@ -140,12 +140,6 @@ pub fn check_key(
     mut events: Vec<KvEvent>,
 ) -> Result<(), Violation> {
     events.sort_by_key(|e| e.call);
-    let original = events.clone();
-    let violation = || Violation {
-        key,
-        initial,
-        events: original.clone(),
-    };
     // The values some GET returned; every other value is `unseen`, a number none of them is.
     let seen_values: HashSet<u64> = events
         .iter()
@@ -159,23 +153,27 @@ pub fn check_key(
         .find(|v| !seen_values.contains(v))
         .unwrap_or(u64::MAX);
     let canonical = |v: u64| if seen_values.contains(&v) { v } else { unseen };
-    events.retain(|e| !(e.ret.is_none() && e.op == KvOp::Get));
-    for e in &mut events {
-        e.op = match e.op {
-            KvOp::Insert(v) => KvOp::Insert(canonical(v)),
-            KvOp::Update(v) => KvOp::Update(canonical(v)),
-            KvOp::Upsert(v) => KvOp::Upsert(canonical(v)),
-            other => other,
-        };
-    }
-    let initial_state = initial.map(canonical);
-    let n = events.len();
+    // What the search runs on; `events` stays as it was, for the report.
+    let reduced: Vec<KvEvent> = events
+        .iter()
+        .filter(|e| !(e.ret.is_none() && e.op == KvOp::Get))
+        .map(|&e| KvEvent {
+            op: match e.op {
+                KvOp::Insert(v) => KvOp::Insert(canonical(v)),
+                KvOp::Update(v) => KvOp::Update(canonical(v)),
+                KvOp::Upsert(v) => KvOp::Upsert(canonical(v)),
+                other => other,
+            },
+            ..e
+        })
+        .collect();
+    let n = reduced.len();
     // For each failed operation, the latest earlier failed one asking the same: it is linearized
     // first.
     let mut twin_before = vec![NONE; n];
     {
         let mut last: Vec<(KvOp, usize)> = Vec::new();
-        for (i, e) in events.iter().enumerate() {
+        for (i, e) in reduced.iter().enumerate() {
             if e.ret.is_some() {
                 continue;
             }
@@ -191,7 +189,7 @@ pub fn check_key(
     // Events in time order: a call before a return at the same stamp (an operation that
     // returned at t overlaps one called at t).
     let mut order: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
-    for (i, e) in events.iter().enumerate() {
+    for (i, e) in reduced.iter().enumerate() {
         order.push((e.call, false, i));
         if let Some((at, _)) = e.ret {
             order.push((at.max(e.call), true, i));
@@ -250,7 +248,7 @@ pub fn check_key(
     let mut linearized = vec![0u64; n.div_ceil(64)];
     let mut seen: HashSet<(Vec<u64>, Option<u64>)> = HashSet::new();
     let mut stack: Vec<(usize, Option<u64>)> = Vec::new();
-    let mut state = initial_state;
+    let mut state = initial.map(canonical);
     let mut entry = nodes[0].next;
     loop {
         if entry == NONE {
@@ -259,7 +257,7 @@ pub fn check_key(
         }
         let node = nodes[entry];
         if node.is_call {
-            let e = &events[node.op];
+            let e = &reduced[node.op];
             let twin = twin_before[node.op];
             if twin != NONE && linearized[twin / 64] & (1 << (twin % 64)) == 0 {
                 // An earlier failed twin is not linearized yet: taking this one instead would
@@ -288,7 +286,11 @@ pub fn check_key(
         } else {
             // An operation returned before it could be linearized: undo the latest choice.
             let Some((op, before)) = stack.pop() else {
-                return Err(violation());
+                return Err(Violation {
+                    key,
+                    initial,
+                    events,
+                });
             };
             unlift(&mut nodes, op);
             linearized[op / 64] &= !(1 << (op % 64));
