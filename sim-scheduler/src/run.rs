@@ -16,6 +16,7 @@
 //! (deadlock), or when it exceeds [`Config::max_steps`] (a livelock, or a stall).
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -89,6 +90,9 @@ pub struct Report {
     pub trace: u64,
     /// The named [`step`]s at which a [`pause_at_step`] plan stopped a group, in order.
     pub paused_at: Vec<&'static str>,
+    /// Every named [`step`] the run's threads passed, with how often (a campaign's coverage:
+    /// a step never met is a protocol path no fault can land in).
+    pub steps_met: BTreeMap<&'static str, u64>,
 }
 
 /// A group of threads that can be paused together (a simulated process).
@@ -128,6 +132,8 @@ pub(crate) struct State {
     step_plans: Vec<StepPlan>,
     /// The named steps at which a planned pause stopped a group, in order.
     paused_at: Vec<&'static str>,
+    /// Every named step passed, with how often.
+    steps_met: BTreeMap<&'static str, u64>,
     stopping: bool,
     failure: Option<Outcome>,
     trace: u64,
@@ -430,6 +436,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
             paused_until: vec![0],
             step_plans: Vec::new(),
             paused_at: Vec::new(),
+            steps_met: BTreeMap::new(),
             stopping: false,
             failure: None,
             trace: config.seed,
@@ -451,6 +458,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
             virtual_time: Duration::ZERO,
             trace: 0,
             paused_at: Vec::new(),
+            steps_met: BTreeMap::new(),
         };
     }
     let mut state = lock(&shared);
@@ -496,6 +504,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
         virtual_time: Duration::from_nanos(state.now),
         trace: state.trace,
         paused_at: std::mem::take(&mut state.paused_at),
+        steps_met: std::mem::take(&mut state.steps_met),
     }
 }
 
@@ -684,6 +693,7 @@ pub fn step(name: &'static str) {
         let mut then = None;
         {
             let mut state = lock(&cur.shared);
+            *state.steps_met.entry(name).or_default() += 1;
             let group = state.tasks[cur.id].group;
             if let Some(i) = state
                 .step_plans

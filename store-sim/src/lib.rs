@@ -6,6 +6,7 @@
 //! A failing seed replays: `cargo run --release -p store-sim --bin simulate -- --seed S`.
 
 pub mod history;
+pub mod liveness;
 pub mod oracle;
 mod world;
 
@@ -15,6 +16,8 @@ use std::time::{Duration, Instant};
 use sim_scheduler::{Config, Outcome, Strategy};
 
 pub use world::{Faults, LEASE, Options, Summary};
+
+use std::collections::BTreeMap;
 
 /// How a seed is scheduled: even seeds by a random walk, odd ones by PCT of depth 3.
 pub fn strategy_for(seed: u64) -> Strategy {
@@ -49,6 +52,8 @@ pub struct SeedReport {
     pub summary: Summary,
     /// The named steps at which a planned pause stopped a process, in order.
     pub paused_at: Vec<&'static str>,
+    /// Every named step the run's threads passed, with how often.
+    pub steps_met: BTreeMap<&'static str, u64>,
 }
 
 impl SeedReport {
@@ -87,5 +92,84 @@ pub fn run_seed(seed: u64, options: &Options) -> SeedReport {
         trace: report.trace,
         summary,
         paused_at: report.paused_at,
+        steps_met: report.steps_met,
+    }
+}
+
+/// What a campaign of seeds reached: how often each named step was met and was a stop point,
+/// each fault kind injected, each error returned, and what the liveness oracle saw — so a blind
+/// spot (a step never met, a fault never injected) is seen before a bug hides in it.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Named steps met (every pass), summed over the seeds.
+    pub steps_met: BTreeMap<&'static str, u64>,
+    /// Named steps at which a planned pause stopped a process.
+    pub steps_paused: BTreeMap<&'static str, u64>,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Operations that failed, by the error's kind.
+    pub errors: BTreeMap<&'static str, u64>,
+    /// The longest operation no fault held up, in virtual microseconds.
+    pub slowest_unheld_us: u64,
+    /// Operations that gave up waiting, or took longer than the bound, under faults (accepted).
+    pub held: u64,
+}
+
+impl Coverage {
+    /// Adds one seed's report.
+    pub fn add(&mut self, report: &SeedReport) {
+        self.seeds += 1;
+        for (&step, &n) in &report.steps_met {
+            *self.steps_met.entry(step).or_default() += n;
+        }
+        for &step in &report.paused_at {
+            *self.steps_paused.entry(step).or_default() += 1;
+        }
+        for (kind, n) in report.summary.faults.by_kind() {
+            *self.faults.entry(kind).or_default() += n;
+        }
+        for (&kind, &n) in &report.summary.errors {
+            *self.errors.entry(kind).or_default() += n;
+        }
+        let l = &report.summary.liveness;
+        self.slowest_unheld_us = self.slowest_unheld_us.max(l.slowest_unheld_us);
+        self.held += l.gave_up_held + l.slow_held;
+    }
+}
+
+impl std::fmt::Display for Coverage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "coverage over {} seeds:", self.seeds)?;
+        writeln!(f, "  named step                          met   stopped at")?;
+        let mut names: Vec<&&str> = self.steps_met.keys().collect();
+        names.extend(self.steps_paused.keys());
+        names.sort();
+        names.dedup();
+        for name in names {
+            writeln!(
+                f,
+                "  {:<32} {:>7} {:>10}",
+                name,
+                self.steps_met.get(*name).copied().unwrap_or(0),
+                self.steps_paused.get(*name).copied().unwrap_or(0)
+            )?;
+        }
+        let list = |m: &BTreeMap<&str, u64>| {
+            m.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(f, "  faults injected: {}", list(&self.faults))?;
+        writeln!(f, "  operations failed: {}", list(&self.errors))?;
+        write!(
+            f,
+            "  liveness: slowest operation no fault held up {} µs (bound {} ms); {} slow or given up under faults",
+            self.slowest_unheld_us,
+            liveness::BOUND.as_millis(),
+            self.held
+        )
     }
 }

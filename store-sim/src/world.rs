@@ -41,6 +41,7 @@ use testkit::XorShift64;
 use testkit::linearizability::{KvOp, KvResult};
 
 use crate::history::{Entry, Op, Recorder, Returned};
+use crate::liveness::{Liveness, LivenessStats, gives_up};
 
 /// The memory node's lease time (virtual).
 pub const LEASE: Duration = Duration::from_millis(4);
@@ -151,6 +152,24 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Each kind's count, named.
+    pub fn by_kind(&self) -> [(&'static str, u64); 12] {
+        [
+            ("kill", self.kills),
+            ("pause", self.pauses),
+            ("verb failure", self.verb_failures),
+            ("lost completion", self.lost_completions),
+            ("late landing", self.late_landings),
+            ("worker restart", self.worker_restarts),
+            ("worker pause", self.worker_pauses),
+            ("worker lost completion", self.worker_lost_completions),
+            ("client restart", self.client_restarts),
+            ("store restart", self.store_restarts),
+            ("store reopen", self.store_reopens),
+            ("stalled batch", self.stalled_batches),
+        ]
+    }
+
     /// All of them.
     pub fn total(&self) -> u64 {
         self.kills
@@ -181,6 +200,10 @@ pub struct Summary {
     pub history: Vec<Entry>,
     /// Each fault as it was injected, after the history's clock then (`[clock] what`).
     pub fault_log: Vec<String>,
+    /// Operations that failed, by the error's kind.
+    pub errors: BTreeMap<&'static str, u64>,
+    /// What the liveness oracle saw.
+    pub liveness: LivenessStats,
 }
 
 struct World {
@@ -209,6 +232,13 @@ struct World {
     forgotten: AtomicU64,
     /// Whether the pools store byte values.
     byte_values: bool,
+    /// The faults' holds and the operations' virtual times, for the liveness oracle.
+    liveness: Liveness,
+    /// Operations that failed, by the error's kind.
+    errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// The first operation that found a value block no longer holding what the leaf it read
+    /// named (the block reused under it), with how many it re-read.
+    reused_under_reader: Mutex<Option<String>>,
 }
 
 impl World {
@@ -393,6 +423,9 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         leak_free: AtomicBool::new(!options.faults),
         forgotten: AtomicU64::new(0),
         byte_values: options.byte_values,
+        liveness: Liveness::new(),
+        errors: Mutex::new(BTreeMap::new()),
+        reused_under_reader: Mutex::new(None),
     });
 
     let workers: Vec<_> = (0..memory_nodes)
@@ -455,6 +488,30 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         s.history = world.recorder.entries();
         s.fault_log =
             std::mem::take(&mut *world.fault_log.lock().unwrap_or_else(|e| e.into_inner()));
+        s.errors = world
+            .errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+    }
+    // A block a reader reaches through a leaf holds what the leaf named: no block is used again
+    // while an operation that may have read its reference runs (the reuse horizon). The readers'
+    // block check would mask a reuse (they read again through the leaf), so the re-reads are
+    // the evidence: a run has none.
+    if let Some(first) = world
+        .reused_under_reader
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        sim_scheduler::fail(&format!(
+            "a value block was used again under a reader: {first}"
+        ));
+    }
+    // Every operation completed in bounded virtual time, or faults held the store for it.
+    match world.liveness.check() {
+        Ok(stats) => summary.lock().unwrap_or_else(|e| e.into_inner()).liveness = stats,
+        Err(e) => sim_scheduler::fail(&format!("no progress: {e}")),
     }
     // Whatever leaked in the run (lost completions, dead compute nodes' leaves in hand, killed
     // workers' free lists) is the orphan sweep's: finish the one under way, then one whole sweep
@@ -700,6 +757,30 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
     }
 }
 
+/// The name of an error's kind, for the run's tally.
+fn error_kind(e: &IndexError) -> &'static str {
+    match e {
+        IndexError::Transport(TransportError::Fenced(_)) => "transport: fenced",
+        IndexError::Transport(TransportError::Broken(_)) => "transport: broken",
+        IndexError::Transport(TransportError::Crashed) => "transport: crashed",
+        IndexError::Transport(TransportError::InjectedFault) => "transport: injected",
+        IndexError::Transport(_) => "transport: other",
+        IndexError::Layout(_) => "layout",
+        IndexError::PoolExhausted { .. } => "pool exhausted",
+        IndexError::SltFull { .. } => "SLT full",
+        IndexError::RetrainingTimeout { .. } => "retraining timeout",
+        IndexError::LockTimeout { .. } => "lock timeout",
+        IndexError::LockMayRemain { .. } => "lock may remain",
+        IndexError::Fenced { .. } => "fenced",
+        IndexError::TooManyRetries(_) => "too many retries",
+        IndexError::ValueTooLarge { .. } => "value too large",
+        IndexError::ValuesExhausted { .. } => "values exhausted",
+        IndexError::WrongValueKind { .. } => "wrong value kind",
+        IndexError::Config(_) => "config",
+        _ => "other",
+    }
+}
+
 /// Whether an error means this compute node is gone (killed, fenced): its clients stop.
 fn node_gone(e: &IndexError, process: &SimTransport) -> bool {
     process.is_killed()
@@ -760,6 +841,8 @@ fn run_client(
             _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
         };
         let at = world.recorder.call(name, op);
+        let began = world.liveness.now();
+        let rereads = client.value_retries();
         let answered = |r: Result<bool, IndexError>| r.map(|d| Returned::Kv(KvResult::Done(d)));
         let result = if world.byte_values {
             match op {
@@ -795,6 +878,31 @@ fn run_client(
             }
         };
         world.ops.fetch_add(1, Ordering::SeqCst);
+        if client.value_retries() != rereads {
+            world
+                .reused_under_reader
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| {
+                    format!(
+                        "{name} {op:?} (history clock {}) re-read {} value blocks",
+                        world.recorder.now(),
+                        client.value_retries() - rereads
+                    )
+                });
+        }
+        let gave_up = matches!(&result, Err(e) if gives_up(e));
+        world
+            .liveness
+            .ended(name, || format!("{op:?}"), began, gave_up);
+        if let Err(e) = &result {
+            *world
+                .errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(error_kind(e))
+                .or_default() += 1;
+        }
         match result {
             Ok(returned) => world.recorder.ret(at, returned),
             Err(e) => {
@@ -873,6 +981,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
             0 | 1 if kills < 3 => {
                 kills += 1;
                 process.kill((rng.next_u64() % 4) as usize);
+                world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.kills += 1);
             }
             2 | 3 => {
@@ -892,14 +1001,17 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     } else {
                         ""
                     };
-                    sim_scheduler::pause_at_step(
+                    let held = Arc::clone(world);
+                    sim_scheduler::pause_at_step_then(
                         *group,
                         prefix,
                         (rng.next_u64() % 4) as u32,
                         pause,
+                        move || held.liveness.hold(pause),
                     );
                 } else {
                     sim_scheduler::pause(*group, pause);
+                    world.liveness.hold(pause);
                 }
                 world.count(|f| f.pauses += 1);
             }
@@ -912,19 +1024,23 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                         .transport
                         .fail_inside_next_batch(2 + (rng.next_u64() % 10) as u32);
                 }
+                world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.verb_failures += 1);
             }
             7 | 8 => {
                 process.break_next_batch();
+                world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.lost_completions += 1);
             }
             9 => {
                 let worker = world.worker_process(memory_node);
                 worker.kill((rng.next_u64() % 4) as usize);
+                world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.worker_restarts += 1);
             }
             10 => {
                 let pause = Duration::from_micros(rng.next_u64() % 8000);
+                world.liveness.hold(pause);
                 if rng.next_u64().is_multiple_of(2) {
                     sim_scheduler::pause(world.memory[memory_node].1, pause);
                 } else {
@@ -954,11 +1070,15 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     ("orphans", 2),
                 ][(rng.next_u64() % 6) as usize];
                 // Long enough for the clients to run a few operations each through the window.
-                sim_scheduler::pause_at_step(
+                let skip = (rng.next_u64() % steps) as u32;
+                let pause = Duration::from_micros(rng.next_u64() % 20_000);
+                let held = Arc::clone(world);
+                sim_scheduler::pause_at_step_then(
                     world.memory[memory_node].1,
                     prefix,
-                    (rng.next_u64() % steps) as u32,
-                    Duration::from_micros(rng.next_u64() % 20_000),
+                    skip,
+                    pause,
+                    move || held.liveness.hold(pause),
                 );
                 world.count(|f| f.worker_pauses += 1);
             }
@@ -969,6 +1089,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let gate = sim_transport::Gate::new();
                 process.stall_next_batch(rng.next_u64() % 8, gate.clone());
                 let stall = Duration::from_micros(rng.next_u64() % LEASE.as_micros() as u64);
+                world.liveness.hold(stall);
                 openers.push(thread::spawn(move || {
                     thread::sleep(stall);
                     gate.open();
@@ -998,6 +1119,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     (rng.next_u64() % 3) as u32,
                     pause,
                     move || {
+                        logged.liveness.hold(hold.max(pause));
                         logged.log(format!(
                             "the write met its step: its next batch {} for {hold:?} after it arrives, the node paused {pause:?}",
                             if late { "lands late".to_string() } else { format!("stalls after {verbs} verbs") }
@@ -1030,12 +1152,15 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 // (a new record swapped in, the old one not yet retired, a split published but
                 // not redirected), while the other nodes' views predate the retraining.
                 let reopened = Arc::clone(world);
+                let skip = (rng.next_u64() % 9) as u32;
+                let pause = Duration::from_micros(rng.next_u64() % 20_000);
                 sim_scheduler::pause_at_step_then(
                     world.memory[memory_node].1,
                     "retrain",
-                    (rng.next_u64() % 9) as u32,
-                    Duration::from_micros(rng.next_u64() % 20_000),
+                    skip,
+                    pause,
                     move || {
+                        reopened.liveness.hold(pause);
                         reopened.log(format!(
                             "the worker met its step: compute node {node} reopens"
                         ));
@@ -1051,6 +1176,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 // Closed and opened again: every view it cached is dropped, and the next ones
                 // come from the slot table as it is now (a retraining half done, say).
                 world.reopen[node].store(true, Ordering::SeqCst);
+                world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.store_reopens += 1);
             }
             _ if rng.next_u64().is_multiple_of(2) => {
@@ -1059,6 +1185,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let gate = sim_transport::Gate::new();
                 process.land_next_batch_late(gate.clone());
                 let late = Duration::from_micros(rng.next_u64() % (2 * LEASE.as_micros() as u64));
+                world.liveness.hold(late);
                 openers.push(thread::spawn(move || {
                     thread::sleep(late);
                     gate.open();
@@ -1068,6 +1195,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
             _ => {
                 let worker = world.worker_process(memory_node);
                 worker.break_next_batch();
+                world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.worker_lost_completions += 1);
             }
         }

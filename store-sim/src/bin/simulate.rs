@@ -98,15 +98,13 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let (mut ops_total, mut faults_total, mut steps_total) = (0u64, 0u64, 0u64);
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let mut failed = Vec::new();
-    let mut steps_paused: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut coverage = store_sim::Coverage::default();
     for (n, seed) in (from..from.saturating_add(seeds)).enumerate() {
         let report = run_seed(seed, &options);
         ops_total += report.summary.ops;
         faults_total += report.summary.faults.total();
         steps_total += report.steps;
-        for &step in &report.paused_at {
-            *steps_paused.entry(step).or_default() += 1;
-        }
+        coverage.add(&report);
         if !report.passed() {
             print_one(&report);
             println!(
@@ -134,11 +132,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             );
         }
     }
-    let paused: Vec<String> = steps_paused
-        .iter()
-        .map(|(step, n)| format!("{step} {n}"))
-        .collect();
-    println!("stopped at named steps: {}", paused.join(", "));
+    println!("{coverage}");
     if !failed.is_empty() {
         println!("{} seeds failed: {failed:?}", failed.len());
         return Ok(ExitCode::FAILURE);

@@ -1,0 +1,247 @@
+//! The liveness oracle: the store must make progress whenever no injected fault holds it up.
+//!
+//! Invariant checked: every operation of a run either completes within [`BOUND`] of virtual
+//! time, or the faults the simulation injected *hold* at least half of the virtual time it took.
+//! An operation that gives up waiting ([`gives_up`]: a retraining, a lock or a validated read
+//! that never settles, a slot table that stays full) is a failure on the same terms, whatever it
+//! took: the store's wait limits (seconds) are far longer than any fault the simulation injects
+//! (milliseconds), so only a protocol that stopped making progress reaches them.
+//!
+//! A fault holds the store from the moment it is injected (or, for a fault tied to a named step,
+//! from the moment a thread meets that step) for its own length — a pause's, a stall's, a late
+//! batch's hold — plus the time the memory node needs to notice and repair what it may leave
+//! behind ([`REPAIR`]: a lease to lapse, a recovery, a retraining finished by a restarted
+//! worker). Without this oracle the linearizability check accepts a store that never answers:
+//! a failed operation may or may not have happened, so a protocol that leaves keys unroutable
+//! (a split's new slot published after the redirect) passes it.
+//!
+//! The harness's own bookkeeping: `std` primitives, so it adds no sync point to a schedule.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use index_core::IndexError;
+use sim_scheduler::time::Instant;
+
+use crate::world::LEASE;
+
+/// How long an operation may take, in virtual time, when no fault holds the store (a thousand
+/// times a GET's round trips; a write that waits for a retraining takes a few milliseconds).
+pub const BOUND: Duration = Duration::from_millis(100);
+
+/// What a fault leaves the memory node to notice and repair after its own length: a lease to
+/// lapse, a dead member's recovery, its retired lock indexes settled, a retraining finished.
+pub const REPAIR: Duration = Duration::from_millis(4 * LEASE.as_millis() as u64);
+
+/// Whether `e` says the operation gave up waiting for the store (rather than for a fault it
+/// met directly: a broken connection, a fence, a full value region).
+pub fn gives_up(e: &IndexError) -> bool {
+    matches!(
+        e,
+        IndexError::RetrainingTimeout { .. }
+            | IndexError::LockTimeout { .. }
+            | IndexError::TooManyRetries(_)
+            | IndexError::SltFull { .. }
+    )
+}
+
+/// A span of virtual time a fault held the store.
+#[derive(Debug, Clone)]
+struct Hold {
+    from: Duration,
+    to: Duration,
+}
+
+/// An operation as the oracle sees it.
+#[derive(Debug, Clone)]
+struct Timed {
+    client: String,
+    what: String,
+    from: Duration,
+    to: Duration,
+    gave_up: bool,
+}
+
+/// What the oracle found over a run, for the campaign's report.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LivenessStats {
+    /// The longest operation no fault held up, in virtual microseconds.
+    pub slowest_unheld_us: u64,
+    /// Operations that gave up waiting while faults held the store (accepted).
+    pub gave_up_held: u64,
+    /// Operations that took longer than [`BOUND`] while faults held the store (accepted).
+    pub slow_held: u64,
+}
+
+/// The run's holds and timed operations.
+#[derive(Debug)]
+pub struct Liveness {
+    started: Instant,
+    holds: Mutex<Vec<Hold>>,
+    ops: Mutex<Vec<Timed>>,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Liveness {
+    /// A new account; virtual time counts from now.
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            holds: Mutex::new(Vec::new()),
+            ops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Virtual time since the run began.
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A fault holds the store from now for `length`, then [`REPAIR`].
+    pub fn hold(&self, length: Duration) {
+        let from = self.now();
+        self.holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Hold {
+                from,
+                to: from + length + REPAIR,
+            });
+    }
+
+    /// An operation of `client` that began at `from` (see [`Self::now`]) ended now; `gave_up`
+    /// if it failed with an error of [`gives_up`]'s kind.
+    pub fn ended(
+        &self,
+        client: &str,
+        what: impl FnOnce() -> String,
+        from: Duration,
+        gave_up: bool,
+    ) {
+        let to = self.now();
+        if gave_up || to.saturating_sub(from) > Duration::from_millis(1) {
+            self.ops
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Timed {
+                    client: client.to_string(),
+                    what: what(),
+                    from,
+                    to,
+                    gave_up,
+                });
+        }
+    }
+
+    /// Checks every operation recorded; the first one nothing explains.
+    pub fn check(&self) -> Result<LivenessStats, String> {
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        check(&holds, &ops)
+    }
+}
+
+/// How much of `[from, to]` the union of `holds` covers.
+fn covered(holds: &[Hold], from: Duration, to: Duration) -> Duration {
+    let mut spans: Vec<(Duration, Duration)> = holds
+        .iter()
+        .filter(|h| h.to > from && h.from < to)
+        .map(|h| (h.from.max(from), h.to.min(to)))
+        .collect();
+    spans.sort();
+    let mut total = Duration::ZERO;
+    let mut end = from;
+    for (a, b) in spans {
+        let a = a.max(end);
+        if b > a {
+            total += b - a;
+            end = b;
+        }
+    }
+    total
+}
+
+fn check(holds: &[Hold], ops: &[Timed]) -> Result<LivenessStats, String> {
+    let mut stats = LivenessStats::default();
+    for op in ops {
+        let took = op.to.saturating_sub(op.from);
+        let held = covered(holds, op.from, op.to) * 2 >= took;
+        if !op.gave_up && took <= BOUND {
+            if !held {
+                stats.slowest_unheld_us = stats.slowest_unheld_us.max(took.as_micros() as u64);
+            }
+            continue;
+        }
+        if held {
+            if op.gave_up {
+                stats.gave_up_held += 1;
+            } else {
+                stats.slow_held += 1;
+            }
+            continue;
+        }
+        return Err(format!(
+            "{} {} {} after {:?} of virtual time (from {:?}), no fault holding the store for half of it",
+            op.client,
+            op.what,
+            if op.gave_up {
+                "gave up"
+            } else {
+                "completed only"
+            },
+            took,
+            op.from,
+        ));
+    }
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn op(from: u64, to: u64, gave_up: bool) -> Timed {
+        Timed {
+            client: "c".into(),
+            what: "get(1)".into(),
+            from: ms(from),
+            to: ms(to),
+            gave_up,
+        }
+    }
+
+    #[test]
+    fn an_operation_that_gives_up_or_crawls_needs_faults_holding_half_its_time() {
+        // Nothing held: giving up fails, however quick; so does a crawl past the bound.
+        assert!(check(&[], &[op(10, 12, true)]).is_err());
+        assert!(check(&[], &[op(10, 10 + 2 * BOUND.as_millis() as u64, false)]).is_err());
+        assert!(check(&[], &[op(10, 20, false)]).is_ok());
+        // Two overlapping holds count once: 10..40 of 0..100 is not half.
+        let holds = [
+            Hold {
+                from: ms(10),
+                to: ms(30),
+            },
+            Hold {
+                from: ms(20),
+                to: ms(40),
+            },
+        ];
+        assert_eq!(covered(&holds, ms(0), ms(100)), ms(30));
+        assert!(check(&holds, &[op(0, 100, true)]).is_err());
+        // Held for most of its time: accepted, and counted.
+        assert_eq!(
+            check(&holds, &[op(12, 45, true)]).map(|s| s.gave_up_held),
+            Ok(1)
+        );
+    }
+}
