@@ -485,6 +485,98 @@ mod tests {
         }
     }
 
+    /// Whether some order of `events` (one key) fits: every completed operation taken, each
+    /// failed one taken or left out, none before an operation that returned before its call, each
+    /// returning what the sequential model gives. No reduction, no cache: every order is tried.
+    fn brute_force(initial: Option<u64>, events: &[KvEvent]) -> bool {
+        fn search(state: Option<u64>, left: &[KvEvent]) -> bool {
+            if left.iter().all(|e| e.ret.is_none()) {
+                return true;
+            }
+            (0..left.len()).any(|i| {
+                let e = left[i];
+                // Something that returned before this one was called must go first.
+                let blocked = left
+                    .iter()
+                    .any(|p| p.ret.is_some_and(|(at, _)| at < e.call));
+                if blocked {
+                    return false;
+                }
+                let mut rest = left.to_vec();
+                rest.remove(i);
+                let (next, result) = step(state, e.op);
+                let fits = e.ret.is_none_or(|(_, r)| r == result) && search(next, &rest);
+                // A failed operation may also never take effect.
+                fits || (e.ret.is_none() && search(state, &rest))
+            })
+        }
+        search(initial, events)
+    }
+
+    /// A random history of one key: `n` operations on values 1..=3, some failed, with random
+    /// overlapping intervals and answers drawn from what the model could give (so that about
+    /// half of the histories are linearizable).
+    fn random_history(rng: &mut crate::XorShift64, n: usize) -> (Option<u64>, Vec<KvEvent>) {
+        let initial = (!rng.next_u64().is_multiple_of(3)).then(|| 1 + rng.next_u64() % 3);
+        let mut events = Vec::new();
+        for _ in 0..n {
+            let value = 1 + rng.next_u64() % 3;
+            let op = match rng.next_u64() % 5 {
+                0 | 1 => Get,
+                2 => Insert(value),
+                3 => [Update(value), Upsert(value)][(rng.next_u64() % 2) as usize],
+                _ => Delete,
+            };
+            let call = rng.next_u64() % 12;
+            let ret = if rng.next_u64().is_multiple_of(4) {
+                None
+            } else {
+                let result = match op {
+                    Get => {
+                        Value((!rng.next_u64().is_multiple_of(3)).then(|| 1 + rng.next_u64() % 3))
+                    }
+                    _ => Done(rng.next_u64().is_multiple_of(2)),
+                };
+                Some((call + 1 + rng.next_u64() % 6, result))
+            };
+            events.push(KvEvent {
+                key: 1,
+                op,
+                call,
+                ret,
+            });
+        }
+        (initial, events)
+    }
+
+    #[test]
+    fn the_checker_agrees_with_a_brute_force_search_on_small_histories() {
+        // Both ways: the reductions (failed GETs left out, unread values merged, failed twins in
+        // order) and the cache neither reject a history some order fits nor accept one none does.
+        let mut rng = crate::XorShift64::new(0x11e4_7ab1e);
+        let (mut fits, mut fails) = (0, 0);
+        for round in 0..4000 {
+            let n = 1 + round % 7;
+            let (initial, events) = random_history(&mut rng, n);
+            let expected = brute_force(initial, &events);
+            let got = check_key(1, initial, events.clone()).is_ok();
+            assert_eq!(
+                got, expected,
+                "round {round}: the checker says {got}, every order tried says {expected}, from {initial:?}: {events:?}"
+            );
+            if expected {
+                fits += 1;
+            } else {
+                fails += 1;
+            }
+        }
+        // Both kinds were drawn, in numbers.
+        assert!(
+            fits > 500 && fails > 500,
+            "{fits} linearizable, {fails} not"
+        );
+    }
+
     #[test]
     fn many_overlapping_operations_are_checked_quickly() {
         // 300 operations on one key, each overlapping the next few: the cache keeps it fast.
