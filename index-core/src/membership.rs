@@ -304,6 +304,7 @@ pub(crate) fn join_all<E: Endpoint>(
         let table = MemberTable::new(layout);
         let member = if join {
             let member = table.join(ep).map_err(joining_error)?;
+            crate::sync::step("join: tag taken");
             let id = connection_id(ep, layout.node())?;
             table
                 .register(ep, member, 0, id, 0)

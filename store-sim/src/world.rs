@@ -232,6 +232,9 @@ struct World {
     forgotten: AtomicU64,
     /// Whether the pools store byte values.
     byte_values: bool,
+    /// Whether the clients grow their keys for the first half of their operations and delete
+    /// them for the second (see [`main`]).
+    grow_then_shrink: bool,
     /// The faults' holds and the operations' virtual times, for the liveness oracle.
     liveness: Liveness,
     /// Operations that failed, by the error's kind.
@@ -385,9 +388,22 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         clients = 3;
         key_space = (100, 2);
     }
+    // A sixth of the others grow then shrink: on the hot keys, each client inserts for the first
+    // half of its operations and deletes for the second, so that leaves split into synonyms that
+    // deletes then empty and unlink (about one run in twenty unlinked a leaf before; an unlink
+    // is a structural change of its own, with its own crash points and recovery).
+    let grow_then_shrink = clients != 3 && side_draw(seed, 0x6e0e_5e11_0000_0001).is_multiple_of(6);
+    if grow_then_shrink {
+        key_space = (100, 8);
+    }
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients, {} keys{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
+        "{compute_nodes} compute nodes x {clients} clients, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
         key_space.1 * 2,
+        if grow_then_shrink {
+            " grown then shrunk"
+        } else {
+            ""
+        },
         match &config.values {
             Some(v) if v.bytes < 1 << 20 => " with byte values in a small region",
             Some(_) => " with byte values",
@@ -423,6 +439,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         leak_free: AtomicBool::new(!options.faults),
         forgotten: AtomicU64::new(0),
         byte_values: options.byte_values,
+        grow_then_shrink,
         liveness: Liveness::new(),
         errors: Mutex::new(BTreeMap::new()),
         reused_under_reader: Mutex::new(None),
@@ -641,7 +658,9 @@ fn memory_node(world: &World, n: usize) -> Option<Retrainer<SimEndpoint>> {
                         grace_period: Duration::from_millis(2),
                         // Retrain often: a slot with one synonym is swept every millisecond,
                         // so stale caches, retired records and slot splits meet the clients.
-                        idle_sweep_threshold: 1,
+                        // (A run that grows then shrinks keeps its synonyms longer: a slot is
+                        // swept once it has three, so deletes find synonym leaves to empty.)
+                        idle_sweep_threshold: if world.grow_then_shrink { 6 } else { 1 },
                         sweep_interval: Duration::from_millis(1),
                         // And look for orphaned leaves every 2 ms.
                         orphan_sweep_interval: Duration::from_millis(2),
@@ -716,7 +735,9 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
         let config = StoreConfig {
             lease_renewal: RENEWAL,
             // Every split asks for its slot's retraining.
-            retrain_threshold: 1,
+            // (In a run that grows then shrinks, every third: synonyms live long enough for
+            // deletes to empty and unlink them.)
+            retrain_threshold: if world.grow_then_shrink { 6 } else { 1 },
             cache_budget: cache_budget(seed, incarnation),
             ..StoreConfig::default()
         };
@@ -806,6 +827,9 @@ fn run_client(
     let process = store.transport().clone();
     // Values never written before: the client's seed in the high bits, a counter below.
     let first_value = (seed >> 40) << 20;
+    // The keys this client inserted, latest last (a run that grows then shrinks deletes them).
+    let mut inserted: Vec<u64> = Vec::new();
+    let mut sweep = seed % 16;
     for done in 0..ops {
         if world.reopen[node].load(Ordering::SeqCst) {
             return done;
@@ -832,13 +856,41 @@ fn run_client(
                 0
             };
         let value = first_value + done as u64 + 1;
-        let op = match rng.next_u64() % 20 {
-            0..=4 => Op::Kv(key, KvOp::Get),
-            5..=8 => Op::Kv(key, KvOp::Insert(value)),
-            9..=10 => Op::Kv(key, KvOp::Update(value)),
-            11..=13 => Op::Kv(key, KvOp::Upsert(value)),
-            14..=17 => Op::Kv(key, KvOp::Delete),
-            _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
+        let draw = rng.next_u64() % 20;
+        let op = match (world.grow_then_shrink, done < ops / 2) {
+            // Growing: mostly inserts, which split leaves.
+            (true, true) => match draw {
+                0..=2 => Op::Kv(key, KvOp::Get),
+                3..=12 => Op::Kv(key, KvOp::Insert(value)),
+                13..=15 => Op::Kv(key, KvOp::Upsert(value)),
+                16 => Op::Kv(key, KvOp::Delete),
+                _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
+            },
+            // Shrinking: mostly deletes, which empty the synonym leaves the splits made, and
+            // unlink them.
+            (true, false) => match draw {
+                0..=2 => Op::Kv(key, KvOp::Get),
+                3 => Op::Kv(key, KvOp::Insert(value)),
+                // The keys it inserted, last first (they went to the synonym leaves), then
+                // every key in turn, so that whole leaves empty.
+                4..=14 => Op::Kv(
+                    inserted.pop().unwrap_or_else(|| {
+                        sweep += 1;
+                        world.keys.0 + (sweep % world.keys.1) * 10 + 5 * (sweep / world.keys.1 % 2)
+                    }),
+                    KvOp::Delete,
+                ),
+                15..=16 => Op::Kv(key, KvOp::Update(value)),
+                _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
+            },
+            (false, _) => match draw {
+                0..=4 => Op::Kv(key, KvOp::Get),
+                5..=8 => Op::Kv(key, KvOp::Insert(value)),
+                9..=10 => Op::Kv(key, KvOp::Update(value)),
+                11..=13 => Op::Kv(key, KvOp::Upsert(value)),
+                14..=17 => Op::Kv(key, KvOp::Delete),
+                _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
+            },
         };
         let at = world.recorder.call(name, op);
         let began = world.liveness.now();
@@ -904,7 +956,16 @@ fn run_client(
                 .or_default() += 1;
         }
         match result {
-            Ok(returned) => world.recorder.ret(at, returned),
+            Ok(returned) => {
+                if let (
+                    Op::Kv(key, KvOp::Insert(_) | KvOp::Upsert(_)),
+                    Returned::Kv(KvResult::Done(true)),
+                ) = (op, &returned)
+                {
+                    inserted.push(key);
+                }
+                world.recorder.ret(at, returned)
+            }
             Err(e) => {
                 world.recorder.ret(at, Returned::Failed(e.to_string()));
                 if node_gone(&e, &process) {
@@ -951,12 +1012,69 @@ const FAULT_NAMES: [&str; 18] = [
 /// themselves, so the orphan sweep, which would hide a leak, must reclaim nothing.
 const LEAK_FREE_FAULTS: [u64; 10] = [2, 3, 4, 5, 6, 10, 12, 13, 14, 15];
 
+/// Kills compute node `node` inside a protocol: at the next step of an unlink, a split, a write
+/// or a join (whichever it meets first of the one drawn, a few such steps from now), its next
+/// batch carries out its first verbs and the process dies before the rest (of a WRITE cut there,
+/// the first `packets` packets land). A death inside the batch of an unlink leaves its unlink
+/// word set and its chain half changed; one inside a join leaves a member that never registered.
+fn die_at_step(
+    world: &Arc<World>,
+    side: &mut XorShift64,
+    node: usize,
+    packets: usize,
+    openers: &mut Vec<thread::JoinHandle<()>>,
+) {
+    // In a run that grows then shrinks, mostly an unlink's: those runs are where unlinks are.
+    let pick = side.next_u64() % 8;
+    let prefix = if world.grow_then_shrink && pick < 6 {
+        "unlink"
+    } else {
+        ["unlink", "split", "write", "join"][(pick % 4) as usize]
+    };
+    let skip = (side.next_u64() % 3) as u32;
+    let verbs = side.next_u64() % 12;
+    let gate = sim_transport::Gate::new();
+    let (dying, armed) = (Arc::clone(world), gate.clone());
+    sim_scheduler::pause_at_step_then(
+        world.compute[node].1,
+        prefix,
+        skip,
+        Duration::ZERO,
+        move || {
+            dying.liveness.hold(Duration::ZERO);
+            dying.log(format!(
+                "compute node {node} met its {prefix} step: it dies after {verbs} verbs of its next batch"
+            ));
+            dying.compute[node]
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .stall_next_batch(verbs, armed);
+        },
+    );
+    let killer = Arc::clone(world);
+    openers.push(thread::spawn(move || {
+        // A step never met (the run ended first) kills nothing.
+        if gate.wait_for_arrival(Duration::from_millis(100)) {
+            killer.compute[node]
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .kill(packets);
+        }
+        gate.open();
+    }));
+}
+
 /// Injects faults at random virtual times until the clients are done.
 fn inject_faults(world: &Arc<World>, seed: u64) {
     // Decided from the seed as drawn, so the other runs' streams are what they were.
     let leak_free = seed.is_multiple_of(6);
     world.leak_free.store(leak_free, Ordering::SeqCst);
     let mut rng = XorShift64::new(seed | 1);
+    // The choices added since the step-tied deaths, from a generator of their own: a seed's
+    // other faults are drawn as before.
+    let mut side = XorShift64::new(side_draw(seed, 0xdea7_0f57_e900_0001));
     let mut kills = 0;
     let mut openers = Vec::new();
     while !world.clients_done.load(Ordering::SeqCst) {
@@ -980,8 +1098,13 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
         match kind {
             0 | 1 if kills < 3 => {
                 kills += 1;
-                process.kill((rng.next_u64() % 4) as usize);
-                world.liveness.hold(Duration::ZERO);
+                let packets = (rng.next_u64() % 4) as usize;
+                if side.next_u64().is_multiple_of(2) {
+                    die_at_step(world, &mut side, node, packets, &mut openers);
+                } else {
+                    process.kill(packets);
+                    world.liveness.hold(Duration::ZERO);
+                }
                 world.count(|f| f.kills += 1);
             }
             2 | 3 => {
@@ -1033,9 +1156,37 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 world.count(|f| f.lost_completions += 1);
             }
             9 => {
-                let worker = world.worker_process(memory_node);
-                worker.kill((rng.next_u64() % 4) as usize);
-                world.liveness.hold(Duration::ZERO);
+                let packets = (rng.next_u64() % 4) as usize;
+                if side.next_u64().is_multiple_of(2) {
+                    // Between two steps of one of its protocols: a recovery half done (its
+                    // boxes settled, its locks not yet released, say), a retraining, a box
+                    // refill or an orphan sweep; the next worker finds what it left.
+                    let (prefix, steps) = [
+                        ("recover", 7),
+                        ("recover", 7),
+                        ("retrain", 9),
+                        ("boxes", 2),
+                        ("orphans", 2),
+                    ][(side.next_u64() % 5) as usize];
+                    let skip = (side.next_u64() % steps) as u32;
+                    let dying = Arc::clone(world);
+                    sim_scheduler::pause_at_step_then(
+                        world.memory[memory_node].1,
+                        prefix,
+                        skip,
+                        Duration::ZERO,
+                        move || {
+                            dying.liveness.hold(Duration::ZERO);
+                            dying.log(format!(
+                                "memory node {memory_node}'s worker met its step: killed there"
+                            ));
+                            dying.worker_process(memory_node).kill(packets);
+                        },
+                    );
+                } else {
+                    world.worker_process(memory_node).kill(packets);
+                    world.liveness.hold(Duration::ZERO);
+                }
                 world.count(|f| f.worker_restarts += 1);
             }
             10 => {

@@ -217,6 +217,7 @@ impl<E: Endpoint> Client<E> {
         );
         // The chain as it will be: a sibling thread may inherit it with the lock.
         locked.chain.remove(pos);
+        crate::sync::step("unlink: batch built");
         self.structural(
             locked,
             verbs_owned,
