@@ -113,6 +113,8 @@ struct Task {
     status: Status,
     group: usize,
     priority: u64,
+    /// Virtual nanoseconds it asked to sleep, in all.
+    slept: u64,
     wake: Arc<Condvar>,
 }
 
@@ -420,6 +422,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
         status: Status::Runnable,
         group: 0,
         priority: strategy.initial_priority(&mut rng),
+        slept: 0,
         wake: Arc::new(Condvar::new()),
     };
     let shared = Arc::new(Shared {
@@ -552,10 +555,16 @@ pub(crate) fn sleep(d: Duration) {
             }
             let until = state.now.saturating_add(nanos(d));
             state.tasks[cur.id].status = Status::Sleeping(until);
+            state.tasks[cur.id].slept = state.tasks[cur.id].slept.saturating_add(nanos(d));
             cur.shared.reschedule(state, cur.id, false);
         }
         None => std::thread::sleep(d),
     }
+}
+
+/// The virtual time the calling thread has asked to sleep since it began; `None` outside a run.
+pub(crate) fn slept() -> Option<Duration> {
+    current().map(|cur| Duration::from_nanos(lock(&cur.shared).tasks[cur.id].slept))
 }
 
 /// Virtual nanoseconds since the run began; `None` outside a run.
@@ -624,6 +633,7 @@ pub(crate) fn spawn<T: Send + 'static>(
             status: Status::Runnable,
             group,
             priority,
+            slept: 0,
             wake: Arc::new(Condvar::new()),
         });
         id

@@ -11,6 +11,12 @@ pub fn sleep(d: Duration) {
     crate::run::sleep(d);
 }
 
+/// The virtual time the calling thread has asked to sleep since it began (its backoffs and
+/// waits, not the time others ran while it waited to be scheduled); zero outside a run.
+pub fn slept() -> Duration {
+    crate::run::slept().unwrap_or_default()
+}
+
 /// Lets another thread run (in a run: any other runnable thread goes first).
 pub fn yield_now() {
     crate::run::yield_point();

@@ -1,11 +1,16 @@
 //! The liveness oracle: the store must make progress whenever no injected fault holds it up.
 //!
-//! Invariant checked: every operation of a run either completes within [`BOUND`] of virtual
-//! time, or the faults the simulation injected *hold* at least half of the virtual time it took.
-//! An operation that gives up waiting ([`gives_up`]: a retraining, a lock or a validated read
-//! that never settles, a slot table that stays full) is a failure on the same terms, whatever it
-//! took: the store's wait limits (seconds) are far longer than any fault the simulation injects
-//! (milliseconds), so only a protocol that stopped making progress reaches them.
+//! Invariants checked:
+//! - Every operation of a run either completes within [`BOUND`] of virtual time, or the faults
+//!   the simulation injected *hold* at least half of the virtual time it took. An operation that
+//!   gives up waiting ([`gives_up`]: a retraining, a lock or a validated read that never
+//!   settles, a slot table that stays full) is a failure on the same terms, whatever it took:
+//!   the store's wait limits (seconds) are far longer than any fault the simulation injects
+//!   (milliseconds), so only a protocol that stopped making progress reaches them.
+//! - A read (GET, SCAN) never waits for the memory node's worker: one that *slept* (backed off,
+//!   as opposed to being scheduled late) needs faults of the compute nodes holding half its
+//!   time. Every key stays routable through a retraining, whatever step it stopped at; a worker
+//!   stopped there holds up writers of its frozen record, never a reader.
 //!
 //! A fault holds the store from the moment it is injected (or, for a fault tied to a named step,
 //! from the moment a thread meets that step) for its own length — a pause's, a stall's, a late
@@ -50,6 +55,8 @@ pub fn gives_up(e: &IndexError) -> bool {
 struct Hold {
     from: Duration,
     to: Duration,
+    /// Held by a memory node's worker (paused, killed, restarting), not by a compute node.
+    worker: bool,
 }
 
 /// An operation as the oracle sees it.
@@ -60,6 +67,10 @@ struct Timed {
     from: Duration,
     to: Duration,
     gave_up: bool,
+    /// A GET or a SCAN.
+    read: bool,
+    /// The virtual time its thread asked to sleep (backoff) during it.
+    slept: Duration,
 }
 
 /// What the oracle found over a run, for the campaign's report.
@@ -102,8 +113,18 @@ impl Liveness {
         self.started.elapsed()
     }
 
-    /// A fault holds the store from now for `length`, then [`REPAIR`].
+    /// A fault of a compute node holds the store from now for `length`, then [`REPAIR`].
     pub fn hold(&self, length: Duration) {
+        self.push_hold(length, false);
+    }
+
+    /// A fault of a memory node's worker holds the store from now for `length`, then
+    /// [`REPAIR`].
+    pub fn hold_worker(&self, length: Duration) {
+        self.push_hold(length, true);
+    }
+
+    fn push_hold(&self, length: Duration, worker: bool) {
         let from = self.now();
         self.holds
             .lock()
@@ -111,20 +132,15 @@ impl Liveness {
             .push(Hold {
                 from,
                 to: from + length + REPAIR,
+                worker,
             });
     }
 
-    /// An operation of `client` that began at `from` (see [`Self::now`]) ended now; `gave_up`
-    /// if it failed with an error of [`gives_up`]'s kind.
-    pub fn ended(
-        &self,
-        client: &str,
-        what: impl FnOnce() -> String,
-        from: Duration,
-        gave_up: bool,
-    ) {
+    /// An operation of `client` that began at `from` (see [`Self::now`]) ended now, as `op`
+    /// says.
+    pub fn ended(&self, client: &str, what: impl FnOnce() -> String, from: Duration, op: Ended) {
         let to = self.now();
-        if gave_up || to.saturating_sub(from) > Duration::from_millis(1) {
+        if op.gave_up || op.slept > Duration::ZERO || to.saturating_sub(from) > BOUND / 100 {
             self.ops
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -133,7 +149,9 @@ impl Liveness {
                     what: what(),
                     from,
                     to,
-                    gave_up,
+                    gave_up: op.gave_up,
+                    read: op.read,
+                    slept: op.slept,
                 });
         }
     }
@@ -146,10 +164,25 @@ impl Liveness {
     }
 }
 
+/// How an operation ended, for [`Liveness::ended`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ended {
+    /// A GET or a SCAN.
+    pub read: bool,
+    /// The virtual time its thread asked to sleep during it.
+    pub slept: Duration,
+    /// Failed with an error of [`gives_up`]'s kind.
+    pub gave_up: bool,
+}
+
 /// How much of `[from, to]` the union of `holds` covers.
-fn covered(holds: &[Hold], from: Duration, to: Duration) -> Duration {
+fn covered<'h>(
+    holds: impl IntoIterator<Item = &'h Hold>,
+    from: Duration,
+    to: Duration,
+) -> Duration {
     let mut spans: Vec<(Duration, Duration)> = holds
-        .iter()
+        .into_iter()
         .filter(|h| h.to > from && h.from < to)
         .map(|h| (h.from.max(from), h.to.min(to)))
         .collect();
@@ -170,6 +203,15 @@ fn check(holds: &[Hold], ops: &[Timed]) -> Result<LivenessStats, String> {
     let mut stats = LivenessStats::default();
     for op in ops {
         let took = op.to.saturating_sub(op.from);
+        if op.read && op.slept > Duration::ZERO {
+            let by_compute = covered(holds.iter().filter(|h| !h.worker), op.from, op.to);
+            if by_compute * 2 < took {
+                return Err(format!(
+                    "{} {} waited {:?} for the store (of {took:?}, from {:?}), no compute node's fault holding it for half of that: a read never waits for a memory node's worker",
+                    op.client, op.what, op.slept, op.from,
+                ));
+            }
+        }
         let held = covered(holds, op.from, op.to) * 2 >= took;
         if !op.gave_up && took <= BOUND {
             if !held {
@@ -216,6 +258,16 @@ mod tests {
             from: ms(from),
             to: ms(to),
             gave_up,
+            read: false,
+            slept: Duration::ZERO,
+        }
+    }
+
+    fn hold(from: u64, to: u64, worker: bool) -> Hold {
+        Hold {
+            from: ms(from),
+            to: ms(to),
+            worker,
         }
     }
 
@@ -226,16 +278,7 @@ mod tests {
         assert!(check(&[], &[op(10, 10 + 2 * BOUND.as_millis() as u64, false)]).is_err());
         assert!(check(&[], &[op(10, 20, false)]).is_ok());
         // Two overlapping holds count once: 10..40 of 0..100 is not half.
-        let holds = [
-            Hold {
-                from: ms(10),
-                to: ms(30),
-            },
-            Hold {
-                from: ms(20),
-                to: ms(40),
-            },
-        ];
+        let holds = [hold(10, 30, false), hold(20, 40, true)];
         assert_eq!(covered(&holds, ms(0), ms(100)), ms(30));
         assert!(check(&holds, &[op(0, 100, true)]).is_err());
         // Held for most of its time: accepted, and counted.
@@ -243,5 +286,25 @@ mod tests {
             check(&holds, &[op(12, 45, true)]).map(|s| s.gave_up_held),
             Ok(1)
         );
+    }
+
+    #[test]
+    fn a_read_that_waits_needs_a_compute_node_holding_it_never_the_worker_alone() {
+        let read = |from, to| Timed {
+            read: true,
+            slept: ms(1),
+            ..op(from, to, false)
+        };
+        // A worker paused for all of it does not excuse a read that backed off.
+        assert!(check(&[hold(0, 50, true)], &[read(10, 20)]).is_err());
+        assert!(check(&[hold(0, 50, false)], &[read(10, 20)]).is_ok());
+        // A write may wait for the worker (its record frozen by a retraining).
+        let write = Timed {
+            slept: ms(5),
+            ..op(10, 20, false)
+        };
+        assert!(check(&[hold(0, 50, true)], &[write]).is_ok());
+        // A read that was only scheduled late (it slept nothing) is judged by the bound alone.
+        assert!(check(&[], &[op(10, 20, false)]).is_ok());
     }
 }

@@ -41,7 +41,7 @@ use testkit::XorShift64;
 use testkit::linearizability::{KvOp, KvResult};
 
 use crate::history::{Entry, Op, Recorder, Returned};
-use crate::liveness::{Liveness, LivenessStats, gives_up};
+use crate::liveness::{Ended, Liveness, LivenessStats, gives_up};
 
 /// The memory node's lease time (virtual).
 pub const LEASE: Duration = Duration::from_millis(4);
@@ -894,6 +894,7 @@ fn run_client(
         };
         let at = world.recorder.call(name, op);
         let began = world.liveness.now();
+        let slept_before = thread::slept();
         let rereads = client.value_retries();
         let answered = |r: Result<bool, IndexError>| r.map(|d| Returned::Kv(KvResult::Done(d)));
         let result = if world.byte_values {
@@ -943,10 +944,14 @@ fn run_client(
                     )
                 });
         }
-        let gave_up = matches!(&result, Err(e) if gives_up(e));
+        let ended = Ended {
+            read: matches!(op, Op::Kv(_, KvOp::Get) | Op::Scan(..)),
+            slept: thread::slept().saturating_sub(slept_before),
+            gave_up: matches!(&result, Err(e) if gives_up(e)),
+        };
         world
             .liveness
-            .ended(name, || format!("{op:?}"), began, gave_up);
+            .ended(name, || format!("{op:?}"), began, ended);
         if let Err(e) = &result {
             *world
                 .errors
@@ -1176,7 +1181,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                         skip,
                         Duration::ZERO,
                         move || {
-                            dying.liveness.hold(Duration::ZERO);
+                            dying.liveness.hold_worker(Duration::ZERO);
                             dying.log(format!(
                                 "memory node {memory_node}'s worker met its step: killed there"
                             ));
@@ -1185,13 +1190,13 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     );
                 } else {
                     world.worker_process(memory_node).kill(packets);
-                    world.liveness.hold(Duration::ZERO);
+                    world.liveness.hold_worker(Duration::ZERO);
                 }
                 world.count(|f| f.worker_restarts += 1);
             }
             10 => {
                 let pause = Duration::from_micros(rng.next_u64() % 8000);
-                world.liveness.hold(pause);
+                world.liveness.hold_worker(pause);
                 if rng.next_u64().is_multiple_of(2) {
                     sim_scheduler::pause(world.memory[memory_node].1, pause);
                 } else {
@@ -1224,13 +1229,36 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let skip = (rng.next_u64() % steps) as u32;
                 let pause = Duration::from_micros(rng.next_u64() % 20_000);
                 let held = Arc::clone(world);
-                sim_scheduler::pause_at_step_then(
-                    world.memory[memory_node].1,
-                    prefix,
-                    skip,
-                    pause,
-                    move || held.liveness.hold(pause),
-                );
+                let group = world.memory[memory_node].1;
+                if side.next_u64().is_multiple_of(3) {
+                    // Inside a slot split, the rarest retraining (a slot grown past twice its
+                    // size): once it is journaled, at one of the three steps after it — the
+                    // window in which two slots share the keys and both must route them.
+                    let after = (side.next_u64() % 3) as u32;
+                    sim_scheduler::pause_at_step_then(
+                        group,
+                        "retrain: split journaled",
+                        0,
+                        Duration::ZERO,
+                        move || {
+                            held.log(format!(
+                                "memory node {memory_node}'s worker journaled a slot split: it stops {after} steps on"
+                            ));
+                            let inner = Arc::clone(&held);
+                            sim_scheduler::pause_at_step_then(
+                                group,
+                                "retrain",
+                                after,
+                                pause,
+                                move || inner.liveness.hold_worker(pause),
+                            );
+                        },
+                    );
+                } else {
+                    sim_scheduler::pause_at_step_then(group, prefix, skip, pause, move || {
+                        held.liveness.hold_worker(pause)
+                    });
+                }
                 world.count(|f| f.worker_pauses += 1);
             }
             14 => {
@@ -1311,7 +1339,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     skip,
                     pause,
                     move || {
-                        reopened.liveness.hold(pause);
+                        reopened.liveness.hold_worker(pause);
                         reopened.log(format!(
                             "the worker met its step: compute node {node} reopens"
                         ));
@@ -1346,7 +1374,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
             _ => {
                 let worker = world.worker_process(memory_node);
                 worker.break_next_batch();
-                world.liveness.hold(Duration::ZERO);
+                world.liveness.hold_worker(Duration::ZERO);
                 world.count(|f| f.worker_lost_completions += 1);
             }
         }
