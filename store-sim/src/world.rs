@@ -232,6 +232,9 @@ struct World {
     forgotten: AtomicU64,
     /// Whether the pools store byte values.
     byte_values: bool,
+    /// Whether the memory nodes' workers stop inside every slot split (see
+    /// [`watch_slot_splits`]).
+    split_window: bool,
     /// Whether the clients grow their keys for the first half of their operations and delete
     /// them for the second (see [`main`]).
     grow_then_shrink: bool,
@@ -440,6 +443,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         forgotten: AtomicU64::new(0),
         byte_values: options.byte_values,
         grow_then_shrink,
+        split_window: side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3),
         liveness: Liveness::new(),
         errors: Mutex::new(BTreeMap::new()),
         reused_under_reader: Mutex::new(None),
@@ -1071,6 +1075,53 @@ fn die_at_step(
     }));
 }
 
+/// Arms a fault plan of memory node `n`'s worker at a named step (see
+/// `sim_scheduler::pause_at_step_then`) — except in a run that watches slot splits, where the
+/// worker's one plan is kept for them: there the worker stops (and `then` runs) at once.
+fn worker_step(
+    world: &World,
+    n: usize,
+    prefix: &'static str,
+    skip: u32,
+    pause: Duration,
+    then: impl FnOnce() + Send + 'static,
+) {
+    let group = world.memory[n].1;
+    if world.split_window {
+        then();
+        sim_scheduler::pause(group, pause);
+    } else {
+        sim_scheduler::pause_at_step_then(group, prefix, skip, pause, then);
+    }
+}
+
+/// In a run that watches slot splits: every slot split memory node `n`'s worker journals stops
+/// it for 1–10 ms at one of the three steps after the journal (taken in turn: its retire, then
+/// the one after, then the one after that), the window in which two slots share the split's
+/// keys and both must route them; then the watch is armed again for the next split.
+fn watch_slot_splits(world: &Arc<World>, n: usize, count: u64) {
+    let group = world.memory[n].1;
+    let watcher = Arc::clone(world);
+    sim_scheduler::pause_at_step_then(
+        group,
+        "retrain: split journaled",
+        0,
+        Duration::ZERO,
+        move || {
+            let after = [1, 2, 0][(count % 3) as usize];
+            let pause = Duration::from_micros(1000 + count.wrapping_mul(0x9e37_79b9) % 9000);
+            watcher.log(format!(
+                "memory node {n}'s worker journaled a slot split: it stops {after} steps on for {pause:?}"
+            ));
+            let inner = Arc::clone(&watcher);
+            sim_scheduler::pause_at_step_then(group, "retrain", after, pause, move || {
+                inner.liveness.hold_worker(pause);
+                watch_slot_splits(&inner, n, count + 1);
+            });
+        },
+    );
+}
+
 /// Injects faults at random virtual times until the clients are done.
 fn inject_faults(world: &Arc<World>, seed: u64) {
     // Decided from the seed as drawn, so the other runs' streams are what they were.
@@ -1082,6 +1133,11 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
     let mut side = XorShift64::new(side_draw(seed, 0xdea7_0f57_e900_0001));
     let mut kills = 0;
     let mut openers = Vec::new();
+    if world.split_window {
+        for n in 0..world.memory.len() {
+            watch_slot_splits(world, n, side.next_u64());
+        }
+    }
     while !world.clients_done.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_micros(200 + rng.next_u64() % 3000));
         if world.clients_done.load(Ordering::SeqCst) {
@@ -1175,8 +1231,9 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     ][(side.next_u64() % 5) as usize];
                     let skip = (side.next_u64() % steps) as u32;
                     let dying = Arc::clone(world);
-                    sim_scheduler::pause_at_step_then(
-                        world.memory[memory_node].1,
+                    worker_step(
+                        world,
+                        memory_node,
                         prefix,
                         skip,
                         Duration::ZERO,
@@ -1230,7 +1287,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let pause = Duration::from_micros(rng.next_u64() % 20_000);
                 let held = Arc::clone(world);
                 let group = world.memory[memory_node].1;
-                if side.next_u64().is_multiple_of(3) {
+                if side.next_u64().is_multiple_of(3) && !world.split_window {
                     // Inside a slot split, the rarest retraining (a slot grown past twice its
                     // size): once it is journaled, at one of the three steps after it — the
                     // window in which two slots share the keys and both must route them.
@@ -1255,7 +1312,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                         },
                     );
                 } else {
-                    sim_scheduler::pause_at_step_then(group, prefix, skip, pause, move || {
+                    worker_step(world, memory_node, prefix, skip, pause, move || {
                         held.liveness.hold_worker(pause)
                     });
                 }
@@ -1333,19 +1390,13 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let reopened = Arc::clone(world);
                 let skip = (rng.next_u64() % 9) as u32;
                 let pause = Duration::from_micros(rng.next_u64() % 20_000);
-                sim_scheduler::pause_at_step_then(
-                    world.memory[memory_node].1,
-                    "retrain",
-                    skip,
-                    pause,
-                    move || {
-                        reopened.liveness.hold_worker(pause);
-                        reopened.log(format!(
-                            "the worker met its step: compute node {node} reopens"
-                        ));
-                        reopened.reopen[node].store(true, Ordering::SeqCst);
-                    },
-                );
+                worker_step(world, memory_node, "retrain", skip, pause, move || {
+                    reopened.liveness.hold_worker(pause);
+                    reopened.log(format!(
+                        "the worker met its step: compute node {node} reopens"
+                    ));
+                    reopened.reopen[node].store(true, Ordering::SeqCst);
+                });
                 world.count(|f| {
                     f.worker_pauses += 1;
                     f.store_reopens += 1;
