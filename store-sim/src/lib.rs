@@ -115,6 +115,8 @@ pub struct Coverage {
     pub slowest_unheld_us: u64,
     /// Operations that gave up waiting, or took longer than the bound, under faults (accepted).
     pub held: u64,
+    /// Reads that backed off under compute nodes' faults (accepted).
+    pub reads_waited: u64,
 }
 
 impl Coverage {
@@ -136,6 +138,7 @@ impl Coverage {
         let l = &report.summary.liveness;
         self.slowest_unheld_us = self.slowest_unheld_us.max(l.slowest_unheld_us);
         self.held += l.gave_up_held + l.slow_held;
+        self.reads_waited += l.reads_waited;
     }
 }
 
@@ -166,10 +169,11 @@ impl std::fmt::Display for Coverage {
         writeln!(f, "  operations failed: {}", list(&self.errors))?;
         write!(
             f,
-            "  liveness: slowest operation no fault held up {} µs (bound {} ms); {} slow or given up under faults",
+            "  liveness: slowest operation no fault held up {} µs (bound {} ms); {} slow or given up under faults; {} reads backed off under compute nodes' faults",
             self.slowest_unheld_us,
             liveness::BOUND.as_millis(),
-            self.held
+            self.held,
+            self.reads_waited
         )
     }
 }

@@ -235,6 +235,9 @@ struct World {
     /// Whether the memory nodes' workers stop inside every slot split (see
     /// [`watch_slot_splits`]).
     split_window: bool,
+    /// Set while a worker is stopped inside a slot split: the next client to start an operation
+    /// scans every key instead (a read must never wait for a retraining).
+    probe: AtomicBool,
     /// Whether the clients grow their keys for the first half of their operations and delete
     /// them for the second (see [`main`]).
     grow_then_shrink: bool,
@@ -444,6 +447,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         byte_values: options.byte_values,
         grow_then_shrink,
         split_window: side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3),
+        probe: AtomicBool::new(false),
         liveness: Liveness::new(),
         errors: Mutex::new(BTreeMap::new()),
         reused_under_reader: Mutex::new(None),
@@ -896,6 +900,12 @@ fn run_client(
                 _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
             },
         };
+        // A worker stopped inside a slot split: this client probes every key's route.
+        let op = if world.probe.swap(false, Ordering::SeqCst) {
+            Op::Scan(0, usize::MAX)
+        } else {
+            op
+        };
         let at = world.recorder.call(name, op);
         let began = world.liveness.now();
         let slept_before = thread::slept();
@@ -1116,6 +1126,7 @@ fn watch_slot_splits(world: &Arc<World>, n: usize, count: u64) {
             let inner = Arc::clone(&watcher);
             sim_scheduler::pause_at_step_then(group, "retrain", after, pause, move || {
                 inner.liveness.hold_worker(pause);
+                inner.probe.store(true, Ordering::SeqCst);
                 watch_slot_splits(&inner, n, count + 1);
             });
         },

@@ -156,13 +156,14 @@ fn replay_flags(options: &Options) -> String {
 
 fn print_one(report: &SeedReport) {
     println!(
-        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  operations failed: {:?}\n  named steps met: {:?}\n  stopped at named steps: {:?}\n  {} sync points ({} switches), {:?} virtual, {:?} wall, schedule digest {:016x}",
+        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  operations failed: {:?}\n  liveness: {:?}\n  named steps met: {:?}\n  stopped at named steps: {:?}\n  {} sync points ({} switches), {:?} virtual, {:?} wall, schedule digest {:016x}",
         report.seed,
         report.outcome,
         report.summary.shape,
         report.summary.ops,
         report.summary.faults,
         report.summary.errors,
+        report.summary.liveness,
         report.steps_met,
         report.paused_at,
         report.steps,
