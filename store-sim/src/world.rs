@@ -1064,22 +1064,26 @@ fn die_at_step(
             dying.log(format!(
                 "compute node {node} met its {prefix} step: it dies after {verbs} verbs of its next batch"
             ));
-            dying.compute[node]
+            // Cloned out of the slot first: the harness's lock must not be held across the
+            // simulator's sync points (another thread blocking on it would hang the run).
+            let process = dying.compute[node]
                 .0
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .stall_next_batch(verbs, armed);
+                .clone();
+            process.stall_next_batch(verbs, armed);
         },
     );
     let killer = Arc::clone(world);
     openers.push(thread::spawn(move || {
         // A step never met (the run ended first) kills nothing.
         if gate.wait_for_arrival(Duration::from_millis(100)) {
-            killer.compute[node]
+            let process = killer.compute[node]
                 .0
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .kill(packets);
+                .clone();
+            process.kill(packets);
         }
         gate.open();
     }));

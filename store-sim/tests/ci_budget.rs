@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use store_sim::{Options, run_seed};
+use store_sim::{Coverage, Options, run_seed};
 
 /// Seeds the CI runs (at about 5.6 schedules per second in a release build on this 2-core
 /// machine; the test build, a little optimised, takes about three minutes more).
@@ -26,6 +26,7 @@ fn the_ci_budget_of_seeds_passes_every_check() {
     let started = Instant::now();
     let options = Options::default();
     let (mut ops, mut faults, mut steps, mut runs) = (0, 0, 0, 0);
+    let mut coverage = Coverage::default();
     let seeds: Vec<u64> = (0..CI_SEEDS)
         .chain(REGRESSIONS.iter().copied().filter(|&s| s >= CI_SEEDS))
         .collect();
@@ -41,12 +42,13 @@ fn the_ci_budget_of_seeds_passes_every_check() {
         ops += report.summary.ops;
         faults += report.summary.faults.total();
         steps += report.steps;
+        coverage.add(&report);
     }
     // Written to the process's stderr directly: the test harness captures `println!` of a
     // passing test, and this line is the run's account.
     let _ = writeln!(
         std::io::stderr(),
-        "store-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked in {:.1} s",
+        "{coverage}\nstore-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked (linearizability, scans, liveness, verify, leaves) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
@@ -63,6 +65,7 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
         ..Options::default()
     };
     let (mut ops, mut faults, mut runs) = (0, 0, 0);
+    let mut coverage = Coverage::default();
     for seed in 0..CI_VALUE_SEEDS {
         let report = run_seed(seed, &options);
         assert!(
@@ -74,10 +77,11 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
         runs += 1;
         ops += report.summary.ops;
         faults += report.summary.faults.total();
+        coverage.add(&report);
     }
     let _ = writeln!(
         std::io::stderr(),
-        "store-sim, byte values: {runs} schedules, {ops} operations, {faults} faults checked in {:.1} s",
+        "{coverage}\nstore-sim, byte values: {runs} schedules, {ops} operations, {faults} faults checked (linearizability, scans, liveness, blocks reused under readers, verify) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
