@@ -235,8 +235,8 @@ struct World {
     /// Whether the memory nodes' workers stop inside every slot split (see
     /// [`watch_slot_splits`]).
     split_window: bool,
-    /// Set while a worker is stopped inside a slot split: the next client to start an operation
-    /// scans every key instead (a read must never wait for a retraining).
+    /// Set while a worker is stopped inside a slot split: the prober (see [`probe`]) opens a
+    /// store and scans every key.
     probe: AtomicBool,
     /// Whether the clients grow their keys for the first half of their operations and delete
     /// them for the second (see [`main`]).
@@ -473,6 +473,11 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
             .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
         })
         .collect();
+    let prober = world.split_window.then(|| {
+        let world = Arc::clone(&world);
+        thread::spawn_in(sim_scheduler::new_group(), "probe", move || probe(&world))
+            .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
+    });
     let faults = options.faults.then(|| {
         let world = Arc::clone(&world);
         let seed = rng.next_u64();
@@ -488,6 +493,11 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     world.clients_done.store(true, Ordering::SeqCst);
     if let Some(faults) = faults {
         let _ = faults.join();
+    }
+    if let Some(prober) = prober
+        && prober.join().is_err()
+    {
+        sim_scheduler::fail("the prober panicked");
     }
     // No verb failure or lost completion left armed for the checks below.
     world.transport.fail_next_verbs(0);
@@ -810,6 +820,55 @@ fn error_kind(e: &IndexError) -> &'static str {
     }
 }
 
+/// The prober of a run that watches slot splits: a compute node that starts while a worker is
+/// stopped inside a slot split (its store opened there, every view read from the slot table as
+/// it is then) and scans every key. Every key must stay routable through a retraining, whatever
+/// step it stopped at: a scan that waits for the worker fails the liveness oracle.
+fn probe(world: &World) {
+    let process = world.transport.process();
+    while !world.clients_done.load(Ordering::SeqCst) {
+        thread::sleep(Duration::from_micros(100));
+        if !world.probe.swap(false, Ordering::SeqCst) {
+            continue;
+        }
+        let config = StoreConfig {
+            lease_renewal: RENEWAL,
+            ..StoreConfig::default()
+        };
+        let Ok(store) = Store::open(process.clone(), config) else {
+            continue;
+        };
+        let Ok(mut client) = store.client() else {
+            continue;
+        };
+        let op = Op::Scan(0, usize::MAX);
+        let at = world.recorder.call("probe", op);
+        let began = world.liveness.now();
+        let slept_before = thread::slept();
+        let result = if world.byte_values {
+            client.scan_values(0, usize::MAX).map(|rows| {
+                rows.into_iter()
+                    .map(|(k, b)| (k, value_number(k, &b)))
+                    .collect()
+            })
+        } else {
+            client.scan(0, usize::MAX)
+        };
+        let ended = Ended {
+            read: true,
+            slept: thread::slept().saturating_sub(slept_before),
+            gave_up: matches!(&result, Err(e) if gives_up(e)),
+        };
+        world
+            .liveness
+            .ended("probe", || format!("{op:?}"), began, ended);
+        match result {
+            Ok(pairs) => world.recorder.ret(at, Returned::Scan(pairs)),
+            Err(e) => world.recorder.ret(at, Returned::Failed(e.to_string())),
+        }
+    }
+}
+
 /// Whether an error means this compute node is gone (killed, fenced): its clients stop.
 fn node_gone(e: &IndexError, process: &SimTransport) -> bool {
     process.is_killed()
@@ -899,12 +958,6 @@ fn run_client(
                 14..=17 => Op::Kv(key, KvOp::Delete),
                 _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
             },
-        };
-        // A worker stopped inside a slot split: this client probes every key's route.
-        let op = if world.probe.swap(false, Ordering::SeqCst) {
-            Op::Scan(0, usize::MAX)
-        } else {
-            op
         };
         let at = world.recorder.call(name, op);
         let began = world.liveness.now();
