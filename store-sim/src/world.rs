@@ -1096,14 +1096,16 @@ fn die_at_step(
     packets: usize,
     openers: &mut Vec<thread::JoinHandle<()>>,
 ) {
-    // In a run that grows then shrinks, mostly an unlink's: those runs are where unlinks are.
+    // In a run that grows then shrinks, an unlink's: those runs are where unlinks are, and the
+    // node's one plan is kept for it (see `compute_step`).
     let pick = side.next_u64() % 8;
-    let prefix = if world.grow_then_shrink && pick < 6 {
+    let prefix = if world.grow_then_shrink {
         "unlink"
     } else {
         ["unlink", "split", "write", "join"][(pick % 4) as usize]
     };
     let skip = (side.next_u64() % 3) as u32;
+    let skip = if world.grow_then_shrink { 0 } else { skip };
     let verbs = side.next_u64() % 12;
     let gate = sim_transport::Gate::new();
     let (dying, armed) = (Arc::clone(world), gate.clone());
@@ -1130,7 +1132,12 @@ fn die_at_step(
     let killer = Arc::clone(world);
     openers.push(thread::spawn(move || {
         // A step never met (the run ended first) kills nothing.
-        if gate.wait_for_arrival(Duration::from_millis(100)) {
+        let mut arrived = gate.is_waiting();
+        while !arrived && !killer.clients_done.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(1));
+            arrived = gate.is_waiting();
+        }
+        if arrived {
             let process = killer.compute[node]
                 .0
                 .lock()
@@ -1140,6 +1147,27 @@ fn die_at_step(
         }
         gate.open();
     }));
+}
+
+/// Arms a fault plan of compute node `n` at a named step (see
+/// `sim_scheduler::pause_at_step_then`) — except in a run that grows then shrinks, where the
+/// node's one plan is kept for a death inside an unlink: there the node stops (and `then` runs)
+/// at once.
+fn compute_step(
+    world: &World,
+    n: usize,
+    prefix: &'static str,
+    skip: u32,
+    pause: Duration,
+    then: impl FnOnce() + Send + 'static,
+) {
+    let group = world.compute[n].1;
+    if world.grow_then_shrink {
+        then();
+        sim_scheduler::pause(group, pause);
+    } else {
+        sim_scheduler::pause_at_step_then(group, prefix, skip, pause, then);
+    }
 }
 
 /// Arms a fault plan of memory node `n`'s worker at a named step (see
@@ -1206,6 +1234,14 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
             watch_slot_splits(world, n, side.next_u64());
         }
     }
+    if world.grow_then_shrink && !leak_free {
+        // One compute node dies inside one of its first unlinks, whatever else happens.
+        kills += 1;
+        let node = (side.next_u64() % world.compute.len() as u64) as usize;
+        let packets = (side.next_u64() % 4) as usize;
+        die_at_step(world, &mut side, node, packets, &mut openers);
+        world.count(|f| f.kills += 1);
+    }
     while !world.clients_done.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_micros(200 + rng.next_u64() % 3000));
         if world.clients_done.load(Ordering::SeqCst) {
@@ -1254,8 +1290,9 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                         ""
                     };
                     let held = Arc::clone(world);
-                    sim_scheduler::pause_at_step_then(
-                        *group,
+                    compute_step(
+                        world,
+                        node,
                         prefix,
                         (rng.next_u64() % 4) as u32,
                         pause,
@@ -1417,8 +1454,9 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let pause = Duration::from_micros(rng.next_u64() % (2 * lease));
                 let gate = sim_transport::Gate::new();
                 let (target, held, logged) = (process.clone(), gate.clone(), Arc::clone(world));
-                sim_scheduler::pause_at_step_then(
-                    *group,
+                compute_step(
+                    world,
+                    node,
                     prefix,
                     (rng.next_u64() % 3) as u32,
                     pause,
