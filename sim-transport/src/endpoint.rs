@@ -696,6 +696,17 @@ impl SimEndpoint {
         {
             self.fail_after = Some(index);
         }
+        let here = self.life.fail_inside.load(Ordering::Relaxed);
+        if here != 0
+            && (verbs.len() as u64) > here
+            && self
+                .life
+                .fail_inside
+                .compare_exchange(here, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.fail_after = Some(here);
+        }
         if let Some(gate) = due(&mut self.pause_inside) {
             gate.pass();
         }
@@ -884,6 +895,39 @@ mod tests {
             "the two verbs before the fault ran"
         );
         assert_eq!(ep.batch(&mut long), Ok(()), "one batch only");
+    }
+
+    #[test]
+    fn a_fault_armed_inside_one_process_s_next_long_batch_leaves_other_processes_alone() {
+        let t = SimTransport::anonymous(&[4096]).expect("pool");
+        let (mine, theirs) = (t.process(), t.process());
+        let mut other = theirs.endpoint().expect("endpoint");
+        let mut ep = mine.endpoint().expect("endpoint");
+        mine.fail_inside_next_batch_here(2);
+        let long = || {
+            [
+                Verb::faa(addr(0), 1),
+                Verb::faa(addr(0), 1),
+                Verb::faa(addr(0), 1),
+            ]
+        };
+        assert_eq!(other.batch(&mut long()), Ok(()), "another process's batch");
+        assert_eq!(
+            ep.batch(&mut [Verb::faa(addr(0), 1), Verb::faa(addr(0), 1)]),
+            Ok(()),
+            "two verbs: not long enough"
+        );
+        assert_eq!(ep.batch(&mut long()), Err(TransportError::InjectedFault));
+        assert_eq!(
+            ep.read_word(addr(0)),
+            Ok(7),
+            "two verbs ran before the fault"
+        );
+        assert_eq!(ep.batch(&mut long()), Ok(()), "one batch only");
+        // Disarmed before any batch meets it: nothing fails.
+        mine.fail_inside_next_batch_here(1);
+        mine.disarm();
+        assert_eq!(ep.batch(&mut long()), Ok(()));
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub(crate) struct Life {
     pub(crate) stall: crate::sync::Mutex<Option<(u64, crate::Gate)>>,
     /// Whether `stall` holds a plan.
     pub(crate) stall_planned: AtomicU64,
+    /// Set to fail the process's next batch of more than this many verbs at that verb (0: none).
+    pub(crate) fail_inside: AtomicU64,
 }
 
 /// A simulated RDMA fabric: memory node `i` is the `i`-th pool (or pools carry explicit ids, see
@@ -302,14 +304,27 @@ impl SimTransport {
         self.life.stall_planned.store(1, Ordering::SeqCst);
     }
 
+    /// Fault injection: the next batch of this handle's process that has more than `index`
+    /// verbs fails its verb at `index` (in the order verbs execute) with
+    /// [`TransportError::InjectedFault`]: the verbs before it executed, the rest did not — a
+    /// transient fault in the middle of one process's long batch (the batch that ends its write,
+    /// or its split, which it then repeats), where [`Self::fail_inside_next_batch`] takes whichever
+    /// process's batch comes first. `index` 0 disarms it.
+    pub fn fail_inside_next_batch_here(&self, index: u32) {
+        self.life
+            .fail_inside
+            .store(u64::from(index), Ordering::SeqCst);
+    }
+
     /// Cancels the faults planned for this handle's process's next batches
     /// ([`Self::break_next_batch`], [`Self::land_next_batch_late`], [`Self::pause_after_batches`],
-    /// [`Self::stall_next_batch`]) that no batch has met yet.
+    /// [`Self::stall_next_batch`], [`Self::fail_inside_next_batch_here`]) that no batch has met yet.
     pub fn disarm(&self) {
         self.life.break_next.store(0, Ordering::SeqCst);
         self.life.late_planned.store(0, Ordering::SeqCst);
         self.life.pause_planned.store(0, Ordering::SeqCst);
         self.life.stall_planned.store(0, Ordering::SeqCst);
+        self.life.fail_inside.store(0, Ordering::SeqCst);
         *self.life.pause.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self.life.stall.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self

@@ -1305,13 +1305,27 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 world.count(|f| f.pauses += 1);
             }
             4..=6 => {
-                if rng.next_u64().is_multiple_of(2) {
-                    world.transport.fail_next_verbs(1 + rng.next_u64() % 3);
+                let (first, next) = (rng.next_u64(), rng.next_u64());
+                if side.next_u64().is_multiple_of(2) {
+                    // Inside the batch that ends one of this node's splits, writes or unlinks,
+                    // which it then repeats (whole or in part): once the node meets that step.
+                    let prefix = ["split", "write", "unlink"][(side.next_u64() % 3) as usize];
+                    let index = 2 + (next % 10) as u32;
+                    let (target, logged) = (process.clone(), Arc::clone(world));
+                    compute_step(world, node, prefix, 0, Duration::ZERO, move || {
+                        logged.liveness.hold(Duration::ZERO);
+                        logged.log(format!(
+                            "compute node {node} met its {prefix} step: verb {index} of its next long batch fails"
+                        ));
+                        target.fail_inside_next_batch_here(index);
+                    });
+                } else if first.is_multiple_of(2) {
+                    world.transport.fail_next_verbs(1 + next % 3);
                 } else {
                     // Inside a long batch: most often one that ends a write, and is repeated.
                     world
                         .transport
-                        .fail_inside_next_batch(2 + (rng.next_u64() % 10) as u32);
+                        .fail_inside_next_batch(2 + (next % 10) as u32);
                 }
                 world.liveness.hold(Duration::ZERO);
                 world.count(|f| f.verb_failures += 1);
