@@ -172,18 +172,7 @@ impl Faults {
 
     /// All of them.
     pub fn total(&self) -> u64 {
-        self.kills
-            + self.pauses
-            + self.verb_failures
-            + self.lost_completions
-            + self.late_landings
-            + self.worker_restarts
-            + self.worker_pauses
-            + self.worker_lost_completions
-            + self.client_restarts
-            + self.store_restarts
-            + self.store_reopens
-            + self.stalled_batches
+        self.by_kind().iter().map(|&(_, n)| n).sum()
     }
 }
 
@@ -1149,10 +1138,27 @@ fn die_at_step(
     }));
 }
 
-/// Arms a fault plan of compute node `n` at a named step (see
-/// `sim_scheduler::pause_at_step_then`) — except in a run that grows then shrinks, where the
-/// node's one plan is kept for a death inside an unlink: there the node stops (and `then` runs)
-/// at once.
+/// Arms a fault plan of `group` at a named step (see `sim_scheduler::pause_at_step_then`) —
+/// unless the group's one plan is `reserved` for something rarer (a death inside an unlink, a
+/// slot split's window): then the group stops (and `then` runs) at once.
+fn step_plan(
+    group: Group,
+    reserved: bool,
+    prefix: &'static str,
+    skip: u32,
+    pause: Duration,
+    then: impl FnOnce() + Send + 'static,
+) {
+    if reserved {
+        then();
+        sim_scheduler::pause(group, pause);
+    } else {
+        sim_scheduler::pause_at_step_then(group, prefix, skip, pause, then);
+    }
+}
+
+/// [`step_plan`] for compute node `n` (in a run that grows then shrinks its plan is kept for a
+/// death inside an unlink).
 fn compute_step(
     world: &World,
     n: usize,
@@ -1161,18 +1167,12 @@ fn compute_step(
     pause: Duration,
     then: impl FnOnce() + Send + 'static,
 ) {
-    let group = world.compute[n].1;
-    if world.grow_then_shrink {
-        then();
-        sim_scheduler::pause(group, pause);
-    } else {
-        sim_scheduler::pause_at_step_then(group, prefix, skip, pause, then);
-    }
+    let reserved = world.grow_then_shrink;
+    step_plan(world.compute[n].1, reserved, prefix, skip, pause, then);
 }
 
-/// Arms a fault plan of memory node `n`'s worker at a named step (see
-/// `sim_scheduler::pause_at_step_then`) — except in a run that watches slot splits, where the
-/// worker's one plan is kept for them: there the worker stops (and `then` runs) at once.
+/// [`step_plan`] for memory node `n`'s worker (in a run that watches slot splits its plan is
+/// kept for them).
 fn worker_step(
     world: &World,
     n: usize,
@@ -1181,13 +1181,14 @@ fn worker_step(
     pause: Duration,
     then: impl FnOnce() + Send + 'static,
 ) {
-    let group = world.memory[n].1;
-    if world.split_window {
-        then();
-        sim_scheduler::pause(group, pause);
-    } else {
-        sim_scheduler::pause_at_step_then(group, prefix, skip, pause, then);
-    }
+    step_plan(
+        world.memory[n].1,
+        world.split_window,
+        prefix,
+        skip,
+        pause,
+        then,
+    );
 }
 
 /// In a run that watches slot splits: every slot split memory node `n`'s worker journals stops
