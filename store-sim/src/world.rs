@@ -1003,8 +1003,13 @@ fn run_client(
         let ended = Ended {
             // (A read that ended in its own node's death may have waited at that death: a
             // batch of a dying node stalls until it is cut.)
+            // (Judged from the error alone: asking the process would be a sync point.)
             read: matches!(op, Op::Kv(_, KvOp::Get) | Op::Scan(..))
-                && !matches!(&result, Err(e) if node_gone(e, &process)),
+                && !matches!(
+                    &result,
+                    Err(e) if e.is_fenced()
+                        || matches!(e, IndexError::Transport(TransportError::Crashed))
+                ),
             slept: thread::slept().saturating_sub(slept_before),
             gave_up: matches!(&result, Err(e) if gives_up(e)),
         };
