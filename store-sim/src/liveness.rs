@@ -141,11 +141,28 @@ impl Liveness {
             });
     }
 
-    /// An operation of `client` that began at `from` (see [`Self::now`]) ended now, as `op`
-    /// says.
-    pub fn ended(&self, client: &str, what: impl FnOnce() -> String, from: Duration, op: Ended) {
+    /// An operation begins now: when, and how long its thread had slept before it.
+    pub fn begin(&self) -> Began {
+        Began {
+            from: self.now(),
+            slept: sim_scheduler::thread::slept(),
+        }
+    }
+
+    /// An operation of `client` that [`Self::begin`] saw begin ended now: a read (GET, SCAN) or
+    /// not, and whether it failed with an error of [`gives_up`]'s kind.
+    pub fn ended(
+        &self,
+        client: &str,
+        what: impl FnOnce() -> String,
+        began: Began,
+        read: bool,
+        gave_up: bool,
+    ) {
         let to = self.now();
-        if op.gave_up || op.slept > Duration::ZERO || to.saturating_sub(from) > BOUND / 100 {
+        let slept = sim_scheduler::thread::slept().saturating_sub(began.slept);
+        let from = began.from;
+        if gave_up || slept > Duration::ZERO || to.saturating_sub(from) > BOUND / 100 {
             self.ops
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -154,9 +171,9 @@ impl Liveness {
                     what: what(),
                     from,
                     to,
-                    gave_up: op.gave_up,
-                    read: op.read,
-                    slept: op.slept,
+                    gave_up,
+                    read,
+                    slept,
                 });
         }
     }
@@ -169,15 +186,12 @@ impl Liveness {
     }
 }
 
-/// How an operation ended, for [`Liveness::ended`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ended {
-    /// A GET or a SCAN.
-    pub read: bool,
-    /// The virtual time its thread asked to sleep during it.
-    pub slept: Duration,
-    /// Failed with an error of [`gives_up`]'s kind.
-    pub gave_up: bool,
+/// When an operation began, for [`Liveness::ended`].
+#[derive(Debug, Clone, Copy)]
+pub struct Began {
+    from: Duration,
+    /// The virtual time its thread had asked to sleep by then.
+    slept: Duration,
 }
 
 /// How much of `[from, to]` the union of `holds` covers.

@@ -41,7 +41,7 @@ use testkit::XorShift64;
 use testkit::linearizability::{KvOp, KvResult};
 
 use crate::history::{Entry, Op, Recorder, Returned};
-use crate::liveness::{Ended, Liveness, LivenessStats, gives_up};
+use crate::liveness::{Liveness, LivenessStats, gives_up};
 
 /// The memory node's lease time (virtual).
 pub const LEASE: Duration = Duration::from_millis(4);
@@ -308,6 +308,19 @@ fn load(keys: &[u64], nodes: usize, config: &BulkLoadConfig, sim: SimConfig) -> 
     transport
 }
 
+/// `scan_values(start, n)` of a pool with byte values, each value read back as its number.
+fn scan_numbers(
+    client: &mut Client<SimEndpoint>,
+    start: u64,
+    n: usize,
+) -> Result<Vec<(u64, u64)>, IndexError> {
+    client.scan_values(start, n).map(|rows| {
+        rows.into_iter()
+            .map(|(k, b)| (k, value_number(k, &b)))
+            .collect()
+    })
+}
+
 /// Every key and value number a new store reads (a full scan).
 fn contents(transport: &SimTransport, byte_values: bool) -> BTreeMap<u64, u64> {
     if !byte_values {
@@ -315,11 +328,8 @@ fn contents(transport: &SimTransport, byte_values: bool) -> BTreeMap<u64, u64> {
     }
     let mut reader =
         integration_tests::write_scenarios::other_client(transport, Duration::from_secs(10));
-    match reader.scan_values(0, usize::MAX) {
-        Ok(rows) => rows
-            .into_iter()
-            .map(|(k, bytes)| (k, value_number(k, &bytes)))
-            .collect(),
+    match scan_numbers(&mut reader, 0, usize::MAX) {
+        Ok(rows) => rows.into_iter().collect(),
         Err(e) => sim_scheduler::fail(&format!("final scan: {e}")),
     }
 }
@@ -832,25 +842,16 @@ fn probe(world: &World) {
         };
         let op = Op::Scan(0, usize::MAX);
         let at = world.recorder.call("probe", op);
-        let began = world.liveness.now();
-        let slept_before = thread::slept();
+        let began = world.liveness.begin();
         let result = if world.byte_values {
-            client.scan_values(0, usize::MAX).map(|rows| {
-                rows.into_iter()
-                    .map(|(k, b)| (k, value_number(k, &b)))
-                    .collect()
-            })
+            scan_numbers(&mut client, 0, usize::MAX)
         } else {
             client.scan(0, usize::MAX)
         };
-        let ended = Ended {
-            read: true,
-            slept: thread::slept().saturating_sub(slept_before),
-            gave_up: matches!(&result, Err(e) if gives_up(e)),
-        };
+        let gave_up = matches!(&result, Err(e) if gives_up(e));
         world
             .liveness
-            .ended("probe", || format!("{op:?}"), began, ended);
+            .ended("probe", || format!("{op:?}"), began, true, gave_up);
         match result {
             Ok(pairs) => world.recorder.ret(at, Returned::Scan(pairs)),
             Err(e) => world.recorder.ret(at, Returned::Failed(e.to_string())),
@@ -949,8 +950,7 @@ fn run_client(
             },
         };
         let at = world.recorder.call(name, op);
-        let began = world.liveness.now();
-        let slept_before = thread::slept();
+        let began = world.liveness.begin();
         let rereads = client.value_retries();
         let answered = |r: Result<bool, IndexError>| r.map(|d| Returned::Kv(KvResult::Done(d)));
         let result = if world.byte_values {
@@ -968,13 +968,7 @@ fn run_client(
                     answered(client.put_value(key, &value_bytes(key, v)))
                 }
                 Op::Kv(key, KvOp::Delete) => answered(client.delete(key)),
-                Op::Scan(start, n) => client.scan_values(start, n).map(|rows| {
-                    Returned::Scan(
-                        rows.into_iter()
-                            .map(|(k, b)| (k, value_number(k, &b)))
-                            .collect(),
-                    )
-                }),
+                Op::Scan(start, n) => scan_numbers(&mut client, start, n).map(Returned::Scan),
             }
         } else {
             match op {
@@ -1000,22 +994,19 @@ fn run_client(
                     )
                 });
         }
-        let ended = Ended {
-            // (A read that ended in its own node's death may have waited at that death: a
-            // batch of a dying node stalls until it is cut.)
-            // (Judged from the error alone: asking the process would be a sync point.)
-            read: matches!(op, Op::Kv(_, KvOp::Get) | Op::Scan(..))
-                && !matches!(
-                    &result,
-                    Err(e) if e.is_fenced()
-                        || matches!(e, IndexError::Transport(TransportError::Crashed))
-                ),
-            slept: thread::slept().saturating_sub(slept_before),
-            gave_up: matches!(&result, Err(e) if gives_up(e)),
-        };
+        // A read that ended in its own node's death may have waited at that death (a batch of
+        // a dying node stalls until it is cut): not judged as a read. Judged from the error
+        // alone: asking the process would be a sync point.
+        let read = matches!(op, Op::Kv(_, KvOp::Get) | Op::Scan(..))
+            && !matches!(
+                &result,
+                Err(e) if e.is_fenced()
+                    || matches!(e, IndexError::Transport(TransportError::Crashed))
+            );
+        let gave_up = matches!(&result, Err(e) if gives_up(e));
         world
             .liveness
-            .ended(name, || format!("{op:?}"), began, ended);
+            .ended(name, || format!("{op:?}"), began, read, gave_up);
         if let Err(e) = &result {
             *world
                 .errors
