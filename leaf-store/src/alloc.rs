@@ -13,7 +13,8 @@ pub fn alloc_leaf_verb(layout: &Layout) -> Verb<'static> {
 /// Interprets the old value an allocation FAA returned: the leaf number if it is below the
 /// region's capacity. Past capacity the claim is void: this undoes it with a second FAA (so a
 /// quiescent pool's `alloc_num` never exceeds its capacity) and reports
-/// [`LeafStoreError::PoolExhausted`]. Nothing else was written, so the pool stays consistent.
+/// [`LeafStoreError::PoolExhausted`]. A leaf returned is in the caller's hands
+/// ([`crate::ghost`]). Nothing else was written, so the pool stays consistent.
 pub fn check_allocation<E: Endpoint>(
     ep: &mut E,
     layout: &Layout,
@@ -21,6 +22,7 @@ pub fn check_allocation<E: Endpoint>(
 ) -> Result<u64, LeafStoreError> {
     let capacity = layout.leaf_capacity();
     if old < capacity {
+        crate::ghost::take(layout, old);
         return Ok(old);
     }
     ep.faa(layout.alloc_num_addr(), 1u64.wrapping_neg())?;

@@ -49,6 +49,7 @@ mod alloc;
 mod bulk;
 mod entry;
 mod error;
+pub mod ghost;
 mod header;
 mod layout;
 mod leaf;

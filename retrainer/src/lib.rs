@@ -56,5 +56,5 @@ mod worker;
 
 pub use worker::{
     MemberStats, ModelSpace, PoolUsage, PreparedSwap, Recovery, RetrainConfig, RetrainError,
-    RetrainReport, RetrainStats, Retrainer, RollForward,
+    RetrainReport, RetrainStats, Retrainer, RollForward, recovery_steps,
 };

@@ -20,6 +20,7 @@
 //! for leases. The strategies here are shuttle's two (random, PCT); the mutation table in
 //! `docs/ARCHITECTURE.md` is the evidence that they find what they should.
 
+pub mod ghost;
 mod run;
 mod strategy;
 pub mod sync;

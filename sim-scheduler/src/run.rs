@@ -136,6 +136,8 @@ pub(crate) struct State {
     paused_at: Vec<&'static str>,
     /// Every named step passed, with how often.
     steps_met: BTreeMap<&'static str, u64>,
+    /// What the system under test told the run of what it holds (see [`crate::ghost`]).
+    ghost: crate::ghost::Ghost,
     stopping: bool,
     failure: Option<Outcome>,
     trace: u64,
@@ -200,6 +202,17 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 #[inline]
 pub fn is_simulated() -> bool {
     ACTIVE.with(Cell::get)
+}
+
+/// Runs `f` on the run's ghost state with the calling thread's task and group; `None` outside
+/// a run. Not a sync point.
+pub(crate) fn with_ghost<R>(
+    f: impl FnOnce(&mut crate::ghost::Ghost, usize, usize) -> R,
+) -> Option<R> {
+    let cur = current()?;
+    let mut state = lock(&cur.shared);
+    let group = state.tasks[cur.id].group;
+    Some(f(&mut state.ghost, cur.id, group))
 }
 
 fn current() -> Option<Current> {
@@ -440,6 +453,7 @@ pub fn run<F: FnOnce() + Send + 'static>(config: Config, main: F) -> Report {
             step_plans: Vec::new(),
             paused_at: Vec::new(),
             steps_met: BTreeMap::new(),
+            ghost: crate::ghost::Ghost::default(),
             stopping: false,
             failure: None,
             trace: config.seed,
@@ -701,10 +715,12 @@ pub fn pause(group: Group, d: Duration) {
 pub fn step(name: &'static str) {
     if let Some(cur) = current() {
         let mut then = None;
+        let out_of_order;
         {
             let mut state = lock(&cur.shared);
             *state.steps_met.entry(name).or_default() += 1;
             let group = state.tasks[cur.id].group;
+            out_of_order = state.ghost.step_met(cur.id, name);
             if let Some(i) = state
                 .step_plans
                 .iter()
@@ -722,6 +738,9 @@ pub fn step(name: &'static str) {
                     state.step_plans[i].skip -= 1;
                 }
             }
+        }
+        if let Some(broken) = out_of_order {
+            fail(&broken);
         }
         if let Some(then) = then {
             then();

@@ -265,3 +265,110 @@ fn outside_a_run_everything_is_std() {
     thread::sleep(Duration::from_millis(2));
     assert!(t.elapsed() >= Duration::from_millis(2));
 }
+
+#[test]
+fn ghost_holds_say_what_was_taken_twice_or_used_after_a_reclaim() {
+    use crate::ghost;
+    let report = run(config(1, Strategy::Random), || {
+        // Taken by one thread while another holds it: a conflict.
+        ghost::take("leaf", 1);
+        thread::spawn(|| ghost::take("leaf", 1))
+            .join()
+            .expect("join");
+        // Reclaimed from a holder that then lets go of it: no conflict; one that puts it to
+        // use: a conflict.
+        ghost::take("leaf", 2);
+        ghost::take("leaf", 3);
+        ghost::reclaim("leaf", 2);
+        ghost::reclaim("leaf", 3);
+        ghost::forget("leaf", 2);
+        ghost::put("leaf", 3);
+        let conflicts = ghost::conflicts();
+        if conflicts.len() != 2
+            || !conflicts[0].contains("while task")
+            || !conflicts[1].contains("after a sweep reclaimed it")
+        {
+            crate::fail(&format!("conflicts: {conflicts:?}"));
+        }
+        // The ledger, in order; a forget of what the thread does not hold is not on it.
+        ghost::forget("leaf", 9);
+        ghost::excuse("leaf", 1);
+        let ledger = ghost::ledger();
+        let expected = [
+            ghost::Entry::FirstTaken("leaf", 1),
+            ghost::Entry::FirstTaken("leaf", 2),
+            ghost::Entry::FirstTaken("leaf", 3),
+            ghost::Entry::Reclaimed("leaf", 2),
+            ghost::Entry::Reclaimed("leaf", 3),
+            ghost::Entry::Forgotten("leaf", 2),
+            ghost::Entry::Excused("leaf", 1),
+        ];
+        if ledger != expected {
+            crate::fail(&format!("ledger: {ledger:?}"));
+        }
+        // What this thread holds: the first leaf; taken, it is held no more.
+        if ghost::take_mine() != [("leaf", 1)] || !ghost::take_mine().is_empty() {
+            crate::fail("take_mine");
+        }
+    });
+    assert_eq!(report.outcome, Outcome::Finished);
+}
+
+#[test]
+fn a_held_leaf_at_a_quiescent_point_fails_the_run() {
+    use crate::ghost;
+    let report = run(config(1, Strategy::Random), || {
+        ghost::expect_none_held("leaf", "at the start");
+        ghost::take("leaf", 7);
+        ghost::expect_none_held("leaf", "between two steps");
+    });
+    match report.outcome {
+        Outcome::Panicked { message, .. } => {
+            assert!(
+                message.contains("leaf 0x7 still held between two steps"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_step_out_of_its_required_order_fails_the_run_where_it_is_met() {
+    use crate::{ghost, step};
+    static ORDER: [&str; 3] = ["p: a", "p: b", "p: c"];
+    let in_order = run(config(1, Strategy::Random), || {
+        ghost::require_order(&ORDER);
+        // A pass may leave a step out, and a new pass begins at the first.
+        for _ in 0..2 {
+            step("p: a");
+            step("p: c");
+        }
+        // Another thread keeps its own place.
+        step("p: a");
+        step("p: b");
+        thread::spawn(|| {
+            step("p: a");
+            step("p: b");
+        })
+        .join()
+        .expect("join");
+        step("p: c");
+    });
+    assert_eq!(in_order.outcome, Outcome::Finished);
+    let broken = run(config(1, Strategy::Random), || {
+        ghost::require_order(&ORDER);
+        step("p: a");
+        step("p: c");
+        step("p: b");
+    });
+    match broken.outcome {
+        Outcome::Panicked { message, .. } => {
+            assert!(
+                message.contains("step \"p: b\" met after \"p: c\""),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -6,6 +6,7 @@
 //! A failing seed replays: `cargo run --release -p store-sim --bin simulate -- --seed S`.
 
 pub mod history;
+mod leaves;
 pub mod liveness;
 pub mod oracle;
 mod world;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use sim_scheduler::{Config, Outcome, Strategy};
 
+pub use leaves::LeafAccount;
 pub use world::{Faults, LEASE, Options, Summary};
 
 use std::collections::BTreeMap;
@@ -117,6 +119,8 @@ pub struct Coverage {
     pub held: u64,
     /// Reads that backed off under compute nodes' faults (accepted).
     pub reads_waited: u64,
+    /// What the leaf ledgers accounted for, summed.
+    pub leaves: LeafAccount,
 }
 
 impl Coverage {
@@ -139,6 +143,11 @@ impl Coverage {
         self.slowest_unheld_us = self.slowest_unheld_us.max(l.slowest_unheld_us);
         self.held += l.gave_up_held + l.slow_held;
         self.reads_waited += l.reads_waited;
+        let a = &report.summary.leaves;
+        self.leaves.reclaimed += a.reclaimed;
+        self.leaves.forgotten += a.forgotten;
+        self.leaves.taken_by_faults += a.taken_by_faults;
+        self.leaves.lost_allocations += a.lost_allocations;
     }
 }
 
@@ -167,6 +176,14 @@ impl std::fmt::Display for Coverage {
         };
         writeln!(f, "  faults injected: {}", list(&self.faults))?;
         writeln!(f, "  operations failed: {}", list(&self.errors))?;
+        writeln!(
+            f,
+            "  leaves the orphan sweeps reclaimed: {} ({} forgotten by stores, {} taken from their holders by faults, {} handed to nobody by allocations whose completion was lost)",
+            self.leaves.reclaimed,
+            self.leaves.forgotten,
+            self.leaves.taken_by_faults,
+            self.leaves.lost_allocations
+        )?;
         write!(
             f,
             "  liveness: slowest operation no fault held up {} µs (bound {} ms); {} slow or given up under faults; {} reads backed off under compute nodes' faults",

@@ -25,7 +25,7 @@
 //!   leaves (allocated = linked + freed + in boxes + free-listed) and hold no stale redo image;
 //!   the history, with a final read of every key appended, must be linearizable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -193,6 +193,8 @@ pub struct Summary {
     pub errors: BTreeMap<&'static str, u64>,
     /// What the liveness oracle saw.
     pub liveness: LivenessStats,
+    /// What the leaf ledger accounted for.
+    pub leaves: crate::LeafAccount,
 }
 
 struct World {
@@ -219,6 +221,8 @@ struct World {
     leak_free: AtomicBool,
     /// The sum of every store's `leaves_forgotten`, added as each closes.
     forgotten: AtomicU64,
+    /// The first thread found holding a leaf where it must hold none (see `crate::leaves`).
+    leaf_in_hand: Mutex<Option<String>>,
     /// Whether the pools store byte values.
     byte_values: bool,
     /// Whether the memory nodes' workers stop inside every slot split (see
@@ -245,6 +249,14 @@ impl World {
     }
 
     /// Logs a fault (for a replay's report), at the history's clock now.
+    /// Records the first leaf found in a thread's hands where it must hold none.
+    fn leaf_held(&self, what: String) {
+        self.leaf_in_hand
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(what);
+    }
+
     fn log(&self, what: String) {
         let line = format!("[{}] {what}", self.recorder.now());
         self.fault_log
@@ -290,22 +302,32 @@ fn layout_config(rng: &mut XorShift64) -> BulkLoadConfig {
 
 /// `keys` (value = key) bulk-loaded over `nodes` simulated memory nodes, range-partitioned
 /// (with byte values if `config` has a value region).
-fn load(keys: &[u64], nodes: usize, config: &BulkLoadConfig, sim: SimConfig) -> SimTransport {
+fn load(
+    keys: &[u64],
+    nodes: usize,
+    config: &BulkLoadConfig,
+    sim: SimConfig,
+) -> (SimTransport, HashMap<u16, u64>) {
     let size =
         leaf_store::required_pool_bytes(keys.len() as u64, config, 2048).next_multiple_of(4096);
     let transport = SimTransport::anonymous_with(&vec![size; nodes], sim)
         .unwrap_or_else(|e| sim_scheduler::fail(&format!("pool: {e}")));
     let loaded = if config.values.is_some() {
         let pairs = keys.iter().map(|&k| (k, value_bytes(k, k))).collect();
-        index_core::bootstrap_values(&transport, pairs, config, |_, _, _, _| {}).map(|_| ())
+        index_core::bootstrap_values(&transport, pairs, config, |_, _, _, _| {})
     } else {
         index_core::bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), config)
-            .map(|_| ())
     };
-    if let Err(e) = loaded {
-        sim_scheduler::fail(&format!("bulk load: {e}"));
+    match loaded {
+        Ok(reports) => {
+            let loaded = reports
+                .iter()
+                .map(|r| (r.layout.node(), r.trained_leaves))
+                .collect();
+            (transport, loaded)
+        }
+        Err(e) => sim_scheduler::fail(&format!("bulk load: {e}")),
     }
-    transport
 }
 
 /// `scan_values(start, n)` of a pool with byte values, each value read back as its number.
@@ -367,7 +389,9 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     } else {
         1
     };
-    let transport = load(&keys, memory_nodes, &config, sim);
+    let (transport, loaded_leaves) = load(&keys, memory_nodes, &config, sim);
+    // Every recovery keeps its steps in ARCHITECTURE's order (checked where each is met).
+    sim_scheduler::ghost::require_order(&retrainer::recovery_steps::ORDER);
     let initial: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
     let compute_nodes = 2 + (rng.next_u64() % 2) as usize;
     let mut clients = 1 + (rng.next_u64() % 2) as usize;
@@ -443,6 +467,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         keys: key_space,
         leak_free: AtomicBool::new(!options.faults),
         forgotten: AtomicU64::new(0),
+        leaf_in_hand: Mutex::new(None),
         byte_values: options.byte_values,
         grow_then_shrink,
         split_window: side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3),
@@ -542,6 +567,14 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
             "a value block was used again under a reader: {first}"
         ));
     }
+    if let Some(first) = world
+        .leaf_in_hand
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        sim_scheduler::fail(&first);
+    }
     // Every operation completed in bounded virtual time, or faults held the store for it.
     match world.liveness.check() {
         Ok(stats) => summary.lock().unwrap_or_else(|e| e.into_inner()).liveness = stats,
@@ -585,6 +618,15 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         );
     }
 
+    // Every leaf the orphan sweeps reclaimed, kills included, was forgotten by a store or taken
+    // from its holder by a fault (see `crate::leaves`).
+    if let Err(e) = crate::leaves::after_operation("the final sweeps", false) {
+        sim_scheduler::fail(&e);
+    }
+    match crate::leaves::account(&loaded_leaves) {
+        Ok(account) => summary.lock().unwrap_or_else(|e| e.into_inner()).leaves = account,
+        Err(e) => sim_scheduler::fail(&e),
+    }
     // Without a fault that may leak a leaf, the orphan sweeps (during the run and above) freed
     // exactly the leaves the stores forgot: any other was leaked by a protocol.
     let forgotten = world.forgotten.load(Ordering::SeqCst);
@@ -706,7 +748,11 @@ fn memory_node(world: &World, n: usize) -> Option<Retrainer<SimEndpoint>> {
             .unwrap_or_else(|| sim_scheduler::fail("no fence"));
         worker.watch_members(LEASE, Box::new(fence));
         let ran = worker.run(|| world.stop_worker.load(Ordering::SeqCst) || process.is_killed());
-        if ran.is_ok() && !process.is_killed() {
+        let stopped = ran.is_ok() && !process.is_killed();
+        if let Err(e) = crate::leaves::worker_ended(node.id, worker.free_leaves(), !stopped) {
+            world.leaf_held(e);
+        }
+        if stopped {
             return Some(worker);
         }
         // Killed, or its endpoint lost a completion: started again on its pool, as a new process
@@ -1004,6 +1050,18 @@ fn run_client(
                     || matches!(e, IndexError::Transport(TransportError::Crashed))
             );
         let gave_up = matches!(&result, Err(e) if gives_up(e));
+        // Its leaves: placed or forgotten, unless the operation lost its connection or its node
+        // (judged from the error alone, as above).
+        let lost = matches!(
+            &result,
+            Err(e) if e.is_connection_lost() || e.is_fenced()
+        );
+        if let Err(e) = crate::leaves::after_operation(
+            &format!("{name} {op:?} (history clock {})", world.recorder.now()),
+            lost,
+        ) {
+            world.leaf_held(e);
+        }
         world
             .liveness
             .ended(name, || format!("{op:?}"), began, read, gave_up);

@@ -101,24 +101,27 @@ impl<E: Endpoint> Client<E> {
     /// retires the client before the operation ends).
     fn park_spare_leaves(&mut self) -> Option<IndexError> {
         let spares = std::mem::take(&mut self.spare_leaves);
-        let forgotten = |client: &Self, n: usize| {
+        let forgotten = |client: &Self, leaves: &[(u16, u64)]| {
             client
                 .caches
                 .leaves_forgotten
-                .fetch_add(n as u64, crate::sync::atomic::Ordering::Relaxed);
+                .fetch_add(leaves.len() as u64, crate::sync::atomic::Ordering::Relaxed);
+            for &(node_id, leaf) in leaves {
+                leaf_store::ghost::forget(node_id, leaf);
+            }
         };
         if self.retired {
             // Its endpoint is not used again: forgotten.
-            forgotten(self, spares.len());
+            forgotten(self, &spares);
             return None;
         }
         for (at_spare, &(node_id, leaf)) in spares.iter().enumerate() {
             let Some(node) = self.caches.nodes.iter().find(|n| n.info.id == node_id) else {
-                forgotten(self, 1);
+                forgotten(self, &spares[at_spare..=at_spare]);
                 continue;
             };
             if node.tag == 0 {
-                forgotten(self, 1);
+                forgotten(self, &spares[at_spare..=at_spare]);
                 continue;
             }
             let word = leaf_store::members::leaf_word(leaf);
@@ -131,6 +134,7 @@ impl<E: Endpoint> Client<E> {
                         if let Some(local) = lbox.slots.get_mut(slot as usize) {
                             *local = word;
                         }
+                        leaf_store::ghost::put(node_id, leaf);
                         parked = true;
                         break;
                     }
@@ -139,7 +143,7 @@ impl<E: Endpoint> Client<E> {
                         if e.is_connection_lost() {
                             // This one (its CAS may yet land: then it is in the box, and the
                             // count is one too high) and the rest.
-                            forgotten(self, spares.len() - at_spare);
+                            forgotten(self, &spares[at_spare..]);
                             return Some(e);
                         }
                         break;
@@ -148,7 +152,7 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             if !parked {
-                forgotten(self, 1);
+                forgotten(self, &spares[at_spare..=at_spare]);
             }
         }
         None

@@ -85,6 +85,7 @@ impl<E: Endpoint> Client<E> {
                 }
             };
             if old == 0 {
+                leaf_store::ghost::put(node.info.id, leaf);
                 word = leaf_word(leaf);
             } else {
                 self.spare_leaves.push((node.info.id, leaf));

@@ -490,6 +490,8 @@ impl<E: Endpoint> Client<E> {
             hand_over,
             held_slot,
         )?;
+        // Linked (a box leaf was never in hand: this does nothing for it).
+        leaf_store::ghost::put(node.info.id, new_leaf);
         if let Some((_, leaf)) = boxed {
             self.boxes[node.position].suspect.retain(|&l| l != leaf);
         }

@@ -22,6 +22,36 @@ use rdma_transport::{Endpoint, Fence};
 use super::roll_forward::RollForward;
 use super::*;
 
+/// The named steps of a dead member's recovery, in the order ARCHITECTURE §8 gives them (a step
+/// with nothing to do is left out): its leaves first, its locks last. The seeded simulation
+/// holds every recovery to [`ORDER`](recovery_steps::ORDER).
+pub mod recovery_steps {
+    /// Every connection of the member fenced on this memory node.
+    pub const FENCED: &str = "recover: fenced";
+    /// Its torn leaves restored and its half-done splits finished, its locks kept.
+    pub const CHAINS_REPAIRED: &str = "recover: chains repaired";
+    /// Its leaf boxes emptied, each leaf on the free list before its slot is.
+    pub const BOXES_SETTLED: &str = "recover: boxes settled";
+    /// Its unlink words completed and zeroed.
+    pub const UNLINK_WORDS_SETTLED: &str = "recover: unlink words settled";
+    /// Its value free words settled.
+    pub const VALUE_FREES_SETTLED: &str = "recover: value frees settled";
+    /// Its locks released: only once every word above is settled.
+    pub const LOCKS_RELEASED: &str = "recover: locks released";
+    /// Its connection words cleared.
+    pub const CONNECTIONS_CLEARED: &str = "recover: connections cleared";
+    /// All of them, in order.
+    pub const ORDER: [&str; 7] = [
+        FENCED,
+        CHAINS_REPAIRED,
+        BOXES_SETTLED,
+        UNLINK_WORDS_SETTLED,
+        VALUE_FREES_SETTLED,
+        LOCKS_RELEASED,
+        CONNECTIONS_CLEARED,
+    ];
+}
+
 /// What the worker needs to watch leases.
 pub(super) struct MemberWatch {
     lease: Duration,
@@ -202,15 +232,20 @@ impl<E: Endpoint> Retrainer<E> {
                         continue;
                     }
                     let leaf = match self.free_leaves.pop() {
-                        Some(leaf) => leaf,
+                        Some(leaf) => {
+                            leaf_store::ghost::take(&self.layout, leaf);
+                            leaf
+                        }
                         None => match leaf_store::alloc_leaf(&mut self.ep, &self.layout) {
                             Ok(leaf) => leaf,
                             Err(LeafStoreError::PoolExhausted { .. }) => break,
                             Err(e) => {
                                 // The leaves gathered so far go back to the free list: dropped
                                 // here, they were leaked (the seeded simulation found it).
-                                self.free_leaves
-                                    .extend(grants.iter().map(|&(_, leaf)| leaf));
+                                for &(_, leaf) in &grants {
+                                    self.free_leaves.push(leaf);
+                                    leaf_store::ghost::put(self.layout.node(), leaf);
+                                }
                                 return Err(e.into());
                             }
                         },
@@ -246,6 +281,7 @@ impl<E: Endpoint> Retrainer<E> {
                 } else {
                     self.free_leaves.push(leaf);
                 }
+                leaf_store::ghost::put(self.layout.node(), leaf);
             }
             outcome?;
         }
@@ -429,7 +465,7 @@ impl<E: Endpoint> Retrainer<E> {
         if in_flight {
             return Ok(false);
         }
-        step("recover: fenced");
+        step(recovery_steps::FENCED);
         // Its leaves first, its locks last. While its locks are held, nothing it was splitting or
         // unlinking can change or be retrained, so the trace stays true until the release; once
         // a lock is released, a retraining may free a leaf its unlink word names into a live
@@ -442,7 +478,7 @@ impl<E: Endpoint> Retrainer<E> {
         // Before its boxes are settled: their leaves hold the images.
         let boxes = watch.table.read_boxes(&mut self.ep, tag)?;
         let mut done = self.repair_held(&held, &boxes, &linked)?;
-        step("recover: chains repaired");
+        step(recovery_steps::CHAINS_REPAIRED);
         // Its leaf boxes: a leaf a split linked before the node died (its box slot not yet
         // cleared) stays linked; every other one was never linked and is free again.
         for (i, &word) in boxes.iter().enumerate() {
@@ -476,7 +512,7 @@ impl<E: Endpoint> Retrainer<E> {
                 }
             }
         }
-        step("recover: boxes settled");
+        step(recovery_steps::BOXES_SETTLED);
         // Its unlink words: each names a leaf under its client's lock (the unlink batch clears
         // the word before it unlocks). One the batch took out of its chain but did not get to
         // mark freed is linked nowhere, marked nowhere, on no free list and in no box.
@@ -517,13 +553,13 @@ impl<E: Endpoint> Retrainer<E> {
                 return Err(e);
             }
             done.unlinks_completed += freed.len() as u64;
-            step("recover: unlink words settled");
+            step(recovery_steps::UNLINK_WORDS_SETTLED);
         }
         if self.settle_value_frees(&watch.table, tag)? > 0 {
-            step("recover: value frees settled");
+            step(recovery_steps::VALUE_FREES_SETTLED);
         }
         let released = self.release_held(held)?;
-        step("recover: locks released");
+        step(recovery_steps::LOCKS_RELEASED);
         done.locks_released = released.locks_released;
         let sum = &mut watch.stats.rolled_forward;
         sum.locks_released += done.locks_released;
@@ -545,7 +581,7 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let zeros = vec![0u8; 8 * CONNECTIONS_PER_MEMBER as usize];
         self.ep.write(watch.table.connection_addr(tag, 0), &zeros)?;
-        step("recover: connections cleared");
+        step(recovery_steps::CONNECTIONS_CLEARED);
         self.ep.write_word(watch.table.announce_addr(tag), 0)?;
         self.ep
             .cas(watch.table.lease_addr(tag), dead.raw(), dead.freed().raw())?;

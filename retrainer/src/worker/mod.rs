@@ -14,7 +14,7 @@ mod roll_forward;
 mod space;
 mod values;
 
-pub use members::MemberStats;
+pub use members::{MemberStats, recovery_steps};
 pub use roll_forward::RollForward;
 
 use space::FreeSpace;
@@ -587,6 +587,9 @@ impl<E: Endpoint> Retrainer<E> {
     pub fn run(&mut self, mut stop: impl FnMut() -> bool) -> Result<RetrainStats, RetrainError> {
         let mut last_sweep: Option<Instant> = None;
         while !stop() {
+            // Between two steps, every leaf this worker took for a box is in one or back on its
+            // free list.
+            leaf_store::ghost::expect_none_held("by a memory node's worker between two steps");
             let checked = self.check_members_if_due();
             self.survive(checked)?;
             let swept = self.sweep_orphans_if_due();

@@ -92,6 +92,9 @@ impl<E: Endpoint> Retrainer<E> {
             self.ep
                 .write(self.layout.leaf_addr(leaf), &INVALID_CHECKSUM)?;
         }
+        for &leaf in &orphans {
+            leaf_store::ghost::reclaim(&self.layout, leaf);
+        }
         self.stats.orphans_reclaimed += orphans.len() as u64;
         self.free_leaves.extend(orphans.iter().copied());
         Ok(orphans.len() as u64)

@@ -1,0 +1,190 @@
+//! Ghost state: what the system under test tells a run about the things it holds, so that the
+//! simulation checks an invariant where it holds rather than only through the answers.
+//!
+//! The code under test calls these at the places its protocol moves a resource; outside a run
+//! every call does nothing (one thread-local read), and none is a sync point, so adding them
+//! changes no seed's schedule.
+//!
+//! - **Holds.** A thread [`take`]s a value of a kind when it holds it where no shared place names
+//!   it (a leaf it allocated), [`put`]s it when it places it where others find it (linked,
+//!   parked, handed back), and [`forget`]s it when it lets go of it for a sweep to find. A value
+//!   taken while another thread holds it is a *conflict* (handed out twice).
+//! - **Reclaims.** A sweep that takes a value back as held by nobody says so with [`reclaim`].
+//!   One some thread still holds is a conflict once that thread [`put`]s it (it was used after
+//!   being handed out again). A thread that dies or is fenced holding it never puts it, and its
+//!   holds are the harness's to [`excuse`] ([`take_mine`]).
+//! - **The ledger** ([`ledger`]): every first take, forget, excuse and reclaim, in the order
+//!   they happened,
+//!   so a harness can match each reclaim with what explains it.
+//! - **Step orders.** [`require_order`] registers steps a thread must meet in that order within
+//!   one pass of a protocol (a pass begins at the first; a step may be left out, never met
+//!   after a later one). A step out of order fails the run where it is met.
+//!
+//! **Invariant.** Ghost state never feeds back into the system under test: nothing here returns
+//! a value the system's code reads.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::run::with_ghost;
+
+/// One entry of the [`ledger`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// A value taken for the first time.
+    FirstTaken(&'static str, u64),
+    /// A thread let go of a value it held, for a sweep to find.
+    Forgotten(&'static str, u64),
+    /// The harness excused a value: a fault (a death, a lost completion) took it from its holder.
+    Excused(&'static str, u64),
+    /// A sweep took a value back as held by nobody.
+    Reclaimed(&'static str, u64),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Ghost {
+    /// What each task holds.
+    holds: HashMap<usize, Vec<(&'static str, u64)>>,
+    /// Every value ever taken.
+    ever: HashSet<(&'static str, u64)>,
+    /// Values reclaimed while a task held them (a put of one is a conflict).
+    reclaimed_held: HashSet<(&'static str, u64)>,
+    ledger: Vec<Entry>,
+    conflicts: Vec<String>,
+    orders: Vec<&'static [&'static str]>,
+    /// Per (task, order): the position of the last step of that order the task met.
+    at: HashMap<(usize, usize), usize>,
+}
+
+impl Ghost {
+    fn holder(&self, kind: &'static str, value: u64) -> Option<usize> {
+        self.holds
+            .iter()
+            .find(|(_, held)| held.contains(&(kind, value)))
+            .map(|(&task, _)| task)
+    }
+
+    /// Removes one hold of `(kind, value)` by `task`; whether it had one.
+    fn release(&mut self, task: usize, kind: &'static str, value: u64) -> bool {
+        let Some(held) = self.holds.get_mut(&task) else {
+            return false;
+        };
+        let Some(i) = held.iter().position(|&h| h == (kind, value)) else {
+            return false;
+        };
+        held.swap_remove(i);
+        true
+    }
+
+    /// A step met by `task`: a description of the order it breaks, if it does.
+    pub(crate) fn step_met(&mut self, task: usize, name: &'static str) -> Option<String> {
+        for (o, order) in self.orders.iter().enumerate() {
+            let Some(i) = order.iter().position(|&s| s == name) else {
+                continue;
+            };
+            if i == 0 {
+                self.at.insert((task, o), 0);
+                continue;
+            }
+            if let Some(&last) = self.at.get(&(task, o))
+                && last >= i
+            {
+                return Some(format!(
+                    "step \"{name}\" met after \"{}\": the protocol orders them {order:?}",
+                    order[last]
+                ));
+            }
+            self.at.insert((task, o), i);
+        }
+        None
+    }
+}
+
+/// The calling thread takes `value` of `kind` into its hands (no shared place names it). Taken
+/// while another thread holds it: a conflict (see [`conflicts`]).
+pub fn take(kind: &'static str, value: u64) {
+    with_ghost(|g, task, _| {
+        if let Some(other) = g.holder(kind, value) {
+            g.conflicts.push(format!(
+                "{kind} {value:#x} taken by task {task} while task {other} holds it"
+            ));
+        }
+        if g.ever.insert((kind, value)) {
+            g.ledger.push(Entry::FirstTaken(kind, value));
+        }
+        g.holds.entry(task).or_default().push((kind, value));
+    });
+}
+
+/// The calling thread placed `value` where others find it. A value reclaimed while it held it
+/// is a conflict: it was used after being handed out again. A value it does not hold: nothing.
+pub fn put(kind: &'static str, value: u64) {
+    with_ghost(|g, task, _| {
+        if g.release(task, kind, value) && g.reclaimed_held.remove(&(kind, value)) {
+            g.conflicts.push(format!(
+                "{kind} {value:#x} put to use by task {task} after a sweep reclaimed it from its hands"
+            ));
+        }
+    });
+}
+
+/// The calling thread let go of `value`, for a sweep to find (on the [`ledger`] if it held it).
+pub fn forget(kind: &'static str, value: u64) {
+    with_ghost(|g, task, _| {
+        if g.release(task, kind, value) {
+            g.reclaimed_held.remove(&(kind, value));
+            g.ledger.push(Entry::Forgotten(kind, value));
+        }
+    });
+}
+
+/// A sweep took `value` back as held by nobody (on the [`ledger`]).
+pub fn reclaim(kind: &'static str, value: u64) {
+    with_ghost(|g, _, _| {
+        if g.holder(kind, value).is_some() {
+            g.reclaimed_held.insert((kind, value));
+        }
+        g.ledger.push(Entry::Reclaimed(kind, value));
+    });
+}
+
+/// Removes and returns what the calling thread holds (for the harness to excuse or to judge).
+pub fn take_mine() -> Vec<(&'static str, u64)> {
+    with_ghost(|g, task, _| g.holds.remove(&task).unwrap_or_default()).unwrap_or_default()
+}
+
+/// Fails the run if the calling thread holds a value of `kind`: `when` names the moment (a
+/// protocol's quiescent point, where everything it took is placed or forgotten).
+pub fn expect_none_held(kind: &'static str, when: &str) {
+    let held = with_ghost(|g, task, _| {
+        g.holds
+            .get(&task)
+            .and_then(|h| h.iter().find(|(k, _)| *k == kind).copied())
+    })
+    .flatten();
+    if let Some((kind, value)) = held {
+        crate::fail(&format!(
+            "{kind} {value:#x} still held {when}: it is nowhere"
+        ));
+    }
+}
+
+/// Puts an excuse for `value` on the [`ledger`]: a fault took it from its holder.
+pub fn excuse(kind: &'static str, value: u64) {
+    with_ghost(|g, _, _| g.ledger.push(Entry::Excused(kind, value)));
+}
+
+/// The ledger so far, in order.
+pub fn ledger() -> Vec<Entry> {
+    with_ghost(|g, _, _| g.ledger.clone()).unwrap_or_default()
+}
+
+/// The conflicts so far (values handed out twice).
+pub fn conflicts() -> Vec<String> {
+    with_ghost(|g, _, _| g.conflicts.clone()).unwrap_or_default()
+}
+
+/// Registers an order of named steps that every thread keeps within one pass (see the module
+/// documentation).
+pub fn require_order(steps: &'static [&'static str]) {
+    with_ghost(|g, _, _| g.orders.push(steps));
+}
