@@ -265,6 +265,12 @@ pub(crate) fn settle_group<E: Endpoint>(
         settle.push(unlock);
         ep.batches(&mut settle)?;
     }
+    // Its lock released: every free word of the group is settled (`leaf_store::ghost`).
+    if layout.values().is_some() {
+        for retired in group {
+            leaf_store::ghost::settle_free_word(table.free_word_addr(member.tag, retired.index));
+        }
+    }
     drop(parked);
     let _ = leaf_store::queue::enqueue(ep, layout, slot);
     Ok(Settled::Done)

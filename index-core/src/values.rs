@@ -201,6 +201,7 @@ impl NodeValues {
             if let Some(block) = block.or_else(|| inner.take_fresh(class)) {
                 let space = &mut inner.classes[class];
                 space.progress_at = space.scanned;
+                leaf_store::ghost::take_block(self.region.node(), self.offset(block));
                 return Ok(block);
             }
             let due = inner.classes[class]
@@ -260,10 +261,18 @@ impl NodeValues {
     /// The operation holding `block` ended with a leaf naming it.
     pub(crate) fn linked(&self, block: Block) {
         self.set(block, Held::Used);
+        leaf_store::ghost::put_block(self.region.node(), self.offset(block));
+    }
+
+    /// Where `block` lies in the pool.
+    fn offset(&self, block: Block) -> u64 {
+        self.region
+            .block_offset(block.chunk, block.class, block.index)
     }
 
     /// The operation holding `block` ended without writing it: free again at once.
     pub(crate) fn unused(&self, block: Block) {
+        leaf_store::ghost::put_block(self.region.node(), self.offset(block));
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner.set(block, Held::Free) {
             inner.classes[block.class]
@@ -274,6 +283,7 @@ impl NodeValues {
 
     /// The operation holding `block` failed in its last batch: the block may be named or not.
     pub(crate) fn forget(&self, block: Block) {
+        leaf_store::ghost::forget_block(self.region.node(), self.offset(block));
         self.set(block, Held::Forgotten);
         self.forgotten.fetch_add(1, Ordering::Relaxed);
     }

@@ -1,4 +1,4 @@
-//! Leaves in a thread's hands, told to the seeded simulation's ghost state
+//! Leaves and value blocks in a thread's hands, told to the seeded simulation's ghost state
 //! (`sim_scheduler::ghost`; every call does nothing outside a seeded run).
 //!
 //! A leaf is *in hand* from the allocation that returned its number until the thread places it
@@ -8,7 +8,15 @@
 //! took (a death, a lost completion), or allocated by a verb whose completion was lost; and a
 //! leaf the sweep reclaims from a thread's hands must never be used by that thread after.
 //!
-//! A leaf is named across memory nodes by [`named`].
+//! A value block is in hand from the allocation that handed it to an operation until the
+//! operation's last batch lands (a leaf names it) or it is given back unwritten; a block whose
+//! last batch failed is forgotten, for the memory node, which frees every block in use that no
+//! leaf names when the member that owned its chunk is gone (ARCHITECTURE §12). A block a write
+//! is replacing waits in the writer's value free word until the word is settled — by the
+//! write's last batch, by its store once the writer is retired, or by its member's recovery —
+//! and only then must it be free or named again.
+//!
+//! A leaf or block is named across memory nodes by [`named`].
 
 use crate::Layout;
 
@@ -49,4 +57,43 @@ pub fn reclaim(layout: &Layout, leaf: u64) {
 /// everything the thread took must be placed or forgotten).
 pub fn expect_none_held(when: &str) {
     sim_scheduler::ghost::expect_none_held(LEAF, when);
+}
+
+/// The ghost kind of value blocks (named by [`named`] with the block's offset in the pool).
+pub const BLOCK: &str = "value block";
+
+/// The calling thread holds the value block at `offset` of memory node `node` for an operation
+/// (handed out, no leaf names it yet).
+pub fn take_block(node: u16, offset: u64) {
+    sim_scheduler::ghost::take(BLOCK, named(node, offset));
+}
+
+/// The operation holding the block ended with a leaf naming it, or gave it back unwritten.
+pub fn put_block(node: u16, offset: u64) {
+    sim_scheduler::ghost::put(BLOCK, named(node, offset));
+}
+
+/// The operation holding the block failed in its last batch: left to the memory node.
+pub fn forget_block(node: u16, offset: u64) {
+    sim_scheduler::ghost::forget(BLOCK, named(node, offset));
+}
+
+/// The memory node freed the block, in use and named by no leaf, of a departed member's chunk.
+pub fn reclaim_block(node: u16, offset: u64) {
+    sim_scheduler::ghost::reclaim(BLOCK, named(node, offset));
+}
+
+/// The block at `offset` of memory node `node` is named by the value free word at `word` (a
+/// write replacing it set the word; the block's free completes when the word is settled).
+pub fn place_block(node: u16, offset: u64, word: rdma_transport::RemoteAddr) {
+    sim_scheduler::ghost::place(
+        BLOCK,
+        named(node, offset),
+        named(word.node(), word.offset()),
+    );
+}
+
+/// The value free word at `word` is settled: the block it named is free or named by a leaf.
+pub fn settle_free_word(word: rdma_transport::RemoteAddr) {
+    sim_scheduler::ghost::unplace(named(word.node(), word.offset()));
 }

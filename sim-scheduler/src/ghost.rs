@@ -13,6 +13,9 @@
 //!   One some thread still holds is a conflict once that thread [`put`]s it (it was used after
 //!   being handed out again). A thread that dies or is fenced holding it never puts it, and its
 //!   holds are the harness's to [`excuse`] ([`take_mine`]).
+//! - **Places.** A value may wait in a shared place whose settlement finishes with it (a word
+//!   naming a block to be freed, which a recovery completes): [`place`] puts it there (replacing
+//!   what the place held), [`unplace`] says the place was settled.
 //! - **The ledger** ([`ledger`]): every first take, forget, excuse and reclaim, in the order
 //!   they happened,
 //!   so a harness can match each reclaim with what explains it.
@@ -36,8 +39,13 @@ pub enum Entry {
     Forgotten(&'static str, u64),
     /// The harness excused a value: a fault (a death, a lost completion) took it from its holder.
     Excused(&'static str, u64),
-    /// A sweep took a value back as held by nobody.
-    Reclaimed(&'static str, u64),
+    /// A value put in a place (see [`place`]).
+    Placed(&'static str, u64),
+    /// A place settled: the value it held is out of it.
+    Unplaced(&'static str, u64),
+    /// A sweep took a value back as held by nobody; `true` if a thread held it then (a thread
+    /// of a node that died or was fenced, or a conflict once it puts it to use).
+    Reclaimed(&'static str, u64, bool),
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +59,8 @@ pub(crate) struct Ghost {
     ledger: Vec<Entry>,
     conflicts: Vec<String>,
     orders: Vec<&'static [&'static str]>,
+    /// What each place holds.
+    places: HashMap<u64, (&'static str, u64)>,
     /// Per (task, order): the position of the last step of that order the task met.
     at: HashMap<(usize, usize), usize>,
 }
@@ -130,8 +140,8 @@ pub fn put(kind: &'static str, value: u64) {
 /// The calling thread let go of `value`, for a sweep to find (on the [`ledger`] if it held it).
 pub fn forget(kind: &'static str, value: u64) {
     with_ghost(|g, task, _| {
-        if g.release(task, kind, value) {
-            g.reclaimed_held.remove(&(kind, value));
+        // Not on the ledger if the sweep reclaimed it from this thread's hands already.
+        if g.release(task, kind, value) && !g.reclaimed_held.remove(&(kind, value)) {
             g.ledger.push(Entry::Forgotten(kind, value));
         }
     });
@@ -140,10 +150,11 @@ pub fn forget(kind: &'static str, value: u64) {
 /// A sweep took `value` back as held by nobody (on the [`ledger`]).
 pub fn reclaim(kind: &'static str, value: u64) {
     with_ghost(|g, _, _| {
-        if g.holder(kind, value).is_some() {
+        let held = g.holder(kind, value).is_some();
+        if held {
             g.reclaimed_held.insert((kind, value));
         }
-        g.ledger.push(Entry::Reclaimed(kind, value));
+        g.ledger.push(Entry::Reclaimed(kind, value, held));
     });
 }
 
@@ -168,9 +179,14 @@ pub fn expect_none_held(kind: &'static str, when: &str) {
     }
 }
 
-/// Puts an excuse for `value` on the [`ledger`]: a fault took it from its holder.
+/// Puts an excuse for `value` on the [`ledger`]: a fault took it from its holder (not if the
+/// sweep reclaimed it from those hands already: that reclaim is on the ledger as held).
 pub fn excuse(kind: &'static str, value: u64) {
-    with_ghost(|g, _, _| g.ledger.push(Entry::Excused(kind, value)));
+    with_ghost(|g, _, _| {
+        if !g.reclaimed_held.remove(&(kind, value)) {
+            g.ledger.push(Entry::Excused(kind, value));
+        }
+    });
 }
 
 /// The ledger so far, in order.
@@ -181,6 +197,30 @@ pub fn ledger() -> Vec<Entry> {
 /// The conflicts so far (values handed out twice).
 pub fn conflicts() -> Vec<String> {
     with_ghost(|g, _, _| g.conflicts.clone()).unwrap_or_default()
+}
+
+/// `value` of `kind` now waits in place `place` (a shared word naming it), replacing what the
+/// place held (on the [`ledger`]).
+pub fn place(kind: &'static str, value: u64, place: u64) {
+    with_ghost(|g, _, _| {
+        if let Some(old) = g.places.insert(place, (kind, value))
+            && old != (kind, value)
+        {
+            g.ledger.push(Entry::Unplaced(old.0, old.1));
+        }
+        if g.ledger.last() != Some(&Entry::Placed(kind, value)) {
+            g.ledger.push(Entry::Placed(kind, value));
+        }
+    });
+}
+
+/// Place `place` was settled: what it held is out of it (on the [`ledger`]).
+pub fn unplace(place: u64) {
+    with_ghost(|g, _, _| {
+        if let Some((kind, value)) = g.places.remove(&place) {
+            g.ledger.push(Entry::Unplaced(kind, value));
+        }
+    });
 }
 
 /// Registers an order of named steps that every thread keeps within one pass (see the module

@@ -6,7 +6,7 @@
 //! A failing seed replays: `cargo run --release -p store-sim --bin simulate -- --seed S`.
 
 pub mod history;
-mod leaves;
+mod ledger;
 pub mod liveness;
 pub mod oracle;
 mod world;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use sim_scheduler::{Config, Outcome, Strategy};
 
-pub use leaves::LeafAccount;
+pub use ledger::{Account, Ledger};
 pub use world::{Faults, LEASE, Options, Summary};
 
 use std::collections::BTreeMap;
@@ -119,8 +119,8 @@ pub struct Coverage {
     pub held: u64,
     /// Reads that backed off under compute nodes' faults (accepted).
     pub reads_waited: u64,
-    /// What the leaf ledgers accounted for, summed.
-    pub leaves: LeafAccount,
+    /// What the ledgers of leaves and value blocks accounted for, summed.
+    pub ledger: Ledger,
 }
 
 impl Coverage {
@@ -143,11 +143,8 @@ impl Coverage {
         self.slowest_unheld_us = self.slowest_unheld_us.max(l.slowest_unheld_us);
         self.held += l.gave_up_held + l.slow_held;
         self.reads_waited += l.reads_waited;
-        let a = &report.summary.leaves;
-        self.leaves.reclaimed += a.reclaimed;
-        self.leaves.forgotten += a.forgotten;
-        self.leaves.taken_by_faults += a.taken_by_faults;
-        self.leaves.lost_allocations += a.lost_allocations;
+        self.ledger.leaves.add(&report.summary.ledger.leaves);
+        self.ledger.blocks.add(&report.summary.ledger.blocks);
     }
 }
 
@@ -176,13 +173,16 @@ impl std::fmt::Display for Coverage {
         };
         writeln!(f, "  faults injected: {}", list(&self.faults))?;
         writeln!(f, "  operations failed: {}", list(&self.errors))?;
+        let (l, b) = (&self.ledger.leaves, &self.ledger.blocks);
         writeln!(
             f,
             "  leaves the orphan sweeps reclaimed: {} ({} forgotten by stores, {} taken from their holders by faults, {} handed to nobody by allocations whose completion was lost)",
-            self.leaves.reclaimed,
-            self.leaves.forgotten,
-            self.leaves.taken_by_faults,
-            self.leaves.lost_allocations
+            l.reclaimed, l.forgotten, l.taken_by_faults, l.lost_allocations
+        )?;
+        writeln!(
+            f,
+            "  value blocks freed from departed members' chunks: {} ({} forgotten by stores, {} taken from their holders by faults, {} named by value free words not yet settled)",
+            b.reclaimed, b.forgotten, b.taken_by_faults, b.in_free_words
         )?;
         write!(
             f,

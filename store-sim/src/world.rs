@@ -193,8 +193,8 @@ pub struct Summary {
     pub errors: BTreeMap<&'static str, u64>,
     /// What the liveness oracle saw.
     pub liveness: LivenessStats,
-    /// What the leaf ledger accounted for.
-    pub leaves: crate::LeafAccount,
+    /// What the ledgers of leaves and value blocks accounted for.
+    pub ledger: crate::Ledger,
 }
 
 struct World {
@@ -221,7 +221,7 @@ struct World {
     leak_free: AtomicBool,
     /// The sum of every store's `leaves_forgotten`, added as each closes.
     forgotten: AtomicU64,
-    /// The first thread found holding a leaf where it must hold none (see `crate::leaves`).
+    /// The first thread found holding a leaf where it must hold none (see `crate::ledger`).
     leaf_in_hand: Mutex<Option<String>>,
     /// Whether the pools store byte values.
     byte_values: bool,
@@ -618,13 +618,14 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         );
     }
 
-    // Every leaf the orphan sweeps reclaimed, kills included, was forgotten by a store or taken
-    // from its holder by a fault (see `crate::leaves`).
-    if let Err(e) = crate::leaves::after_operation("the final sweeps", false) {
+    // Every leaf the orphan sweeps reclaimed and every block freed from a departed member's
+    // chunks, kills included, was forgotten by a store or taken from its holder by a fault (see
+    // `crate::ledger`).
+    if let Err(e) = crate::ledger::after_operation("the final sweeps", false) {
         sim_scheduler::fail(&e);
     }
-    match crate::leaves::account(&loaded_leaves) {
-        Ok(account) => summary.lock().unwrap_or_else(|e| e.into_inner()).leaves = account,
+    match crate::ledger::account(&loaded_leaves) {
+        Ok(ledger) => summary.lock().unwrap_or_else(|e| e.into_inner()).ledger = ledger,
         Err(e) => sim_scheduler::fail(&e),
     }
     // Without a fault that may leak a leaf, the orphan sweeps (during the run and above) freed
@@ -749,7 +750,7 @@ fn memory_node(world: &World, n: usize) -> Option<Retrainer<SimEndpoint>> {
         worker.watch_members(LEASE, Box::new(fence));
         let ran = worker.run(|| world.stop_worker.load(Ordering::SeqCst) || process.is_killed());
         let stopped = ran.is_ok() && !process.is_killed();
-        if let Err(e) = crate::leaves::worker_ended(node.id, worker.free_leaves(), !stopped) {
+        if let Err(e) = crate::ledger::worker_ended(node.id, worker.free_leaves(), !stopped) {
             world.leaf_held(e);
         }
         if stopped {
@@ -1056,7 +1057,7 @@ fn run_client(
             &result,
             Err(e) if e.is_connection_lost() || e.is_fenced()
         );
-        if let Err(e) = crate::leaves::after_operation(
+        if let Err(e) = crate::ledger::after_operation(
             &format!("{name} {op:?} (history clock {})", world.recorder.now()),
             lost,
         ) {

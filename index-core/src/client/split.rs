@@ -90,10 +90,12 @@ impl<E: Endpoint> Client<E> {
             }
             verbs
         };
+        value.ghost_placed();
         let ran = self.run_ending_batch(lock, build, !hand_over, link_at, Some(bump_at));
         self.value_io = value;
         self.value_io.sent |= carries;
         self.value_io.linked |= carries && ran.is_ok();
+        self.value_io.ghost_settled(ran.is_ok());
         let released = ran?;
         locked.lt_now = lt_final;
         locked.header =

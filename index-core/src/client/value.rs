@@ -90,6 +90,22 @@ impl ValueIo {
             + 2 * usize::from(self.new.is_some())
     }
 
+    /// Tells the ghost state (`leaf_store::ghost`) that the block being replaced waits in this
+    /// client's free word, before an ending batch that sets the word runs.
+    pub(super) fn ghost_placed(&self) {
+        if let (true, Some(_), Some((word, old))) = (self.armed, self.free, &self.free_word) {
+            let replaced = ValueRef::from_raw(u64::from_le_bytes(*old));
+            leaf_store::ghost::place_block(word.node(), replaced.offset(), *word);
+        }
+    }
+
+    /// After an ending batch: if it completed, the replaced block is free and the word clear.
+    pub(super) fn ghost_settled(&self, completed: bool) {
+        if let (true, true, Some((word, _))) = (completed, self.armed, &self.free_word) {
+            leaf_store::ghost::settle_free_word(*word);
+        }
+    }
+
     /// Whether an ending batch built now carries the new block.
     pub(super) fn carries_block(&self) -> bool {
         self.armed && self.new.is_some()

@@ -102,6 +102,9 @@ impl<E: Endpoint> Retrainer<E> {
         // epoch holds reuse back until its entry is freed, so no block was reused meanwhile).
         self.ep
             .write(table.free_word_addr(tag, 0), &vec![0u8; 8 * words.len()])?;
+        for index in 0..words.len() {
+            leaf_store::ghost::settle_free_word(table.free_word_addr(tag, index as u64));
+        }
         self.values.blocks_freed += freed;
         Ok(freed)
     }
@@ -169,6 +172,7 @@ impl<E: Endpoint> Retrainer<E> {
                     if state == STATE_USED && !named.contains(&offset) {
                         self.ep
                             .write(region.state_addr(chunk, index as u64), &[STATE_FREE])?;
+                        leaf_store::ghost::reclaim_block(self.layout.node(), offset);
                         self.values.blocks_freed += 1;
                     }
                 }

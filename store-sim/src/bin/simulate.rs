@@ -156,7 +156,7 @@ fn replay_flags(options: &Options) -> String {
 
 fn print_one(report: &SeedReport) {
     println!(
-        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  operations failed: {:?}\n  liveness: {:?}\n  leaves reclaimed: {:?}\n  named steps met: {:?}\n  stopped at named steps: {:?}\n  {} sync points ({} switches), {:?} virtual, {:?} wall, schedule digest {:016x}",
+        "seed {}: {:?}\n  {}\n  {} operations, faults {:?}\n  operations failed: {:?}\n  liveness: {:?}\n  leaves and blocks reclaimed: {:?}\n  named steps met: {:?}\n  stopped at named steps: {:?}\n  {} sync points ({} switches), {:?} virtual, {:?} wall, schedule digest {:016x}",
         report.seed,
         report.outcome,
         report.summary.shape,
@@ -164,7 +164,7 @@ fn print_one(report: &SeedReport) {
         report.summary.faults,
         report.summary.errors,
         report.summary.liveness,
-        report.summary.leaves,
+        report.summary.ledger,
         report.steps_met,
         report.paused_at,
         report.steps,
