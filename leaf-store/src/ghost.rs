@@ -1,4 +1,4 @@
-//! Leaves and value blocks in a thread's hands, told to the seeded simulation's ghost state
+//! Leaves, value blocks and leaf locks in a thread's hands, told to the seeded simulation's ghost state
 //! (`sim_scheduler::ghost`; every call does nothing outside a seeded run).
 //!
 //! A leaf is *in hand* from the allocation that returned its number until the thread places it
@@ -16,7 +16,12 @@
 //! write's last batch, by its store once the writer is retired, or by its member's recovery —
 //! and only then must it be free or named again.
 //!
-//! A leaf or block is named across memory nodes by [`named`].
+//! A leaf lock is held from the CAS that took it (or a hand-over from another thread of the
+//! store) to the unlock CAS that found it held as expected (or a hand-over). A holder whose lock
+//! another thread took meanwhile lost it to a fault (its node was declared dead, and its lock
+//! recovered): it, and whoever it hands the lock to, may never release it after.
+//!
+//! A leaf, block or lock is named across memory nodes by [`named`].
 
 use crate::Layout;
 
@@ -96,4 +101,24 @@ pub fn place_block(node: u16, offset: u64, word: rdma_transport::RemoteAddr) {
 /// The value free word at `word` is settled: the block it named is free or named by a leaf.
 pub fn settle_free_word(word: rdma_transport::RemoteAddr) {
     sim_scheduler::ghost::unplace(named(word.node(), word.offset()));
+}
+
+/// The ghost kind of leaf locks (named by [`named`] with the LT entry's address).
+pub const LOCK: &str = "leaf lock";
+
+/// The calling thread holds the leaf lock at `lt_addr` (its CAS took it, or another thread of
+/// its store handed it over).
+pub fn take_lock(lt_addr: rdma_transport::RemoteAddr) {
+    sim_scheduler::ghost::take(LOCK, named(lt_addr.node(), lt_addr.offset()));
+}
+
+/// The calling thread released the leaf lock at `lt_addr` (its unlock CAS found it held as
+/// expected), or handed it over.
+pub fn put_lock(lt_addr: rdma_transport::RemoteAddr) {
+    sim_scheduler::ghost::put(LOCK, named(lt_addr.node(), lt_addr.offset()));
+}
+
+/// The calling thread hands the leaf lock at `lt_addr` to the next writer of its store.
+pub fn hand_lock(lt_addr: rdma_transport::RemoteAddr) {
+    sim_scheduler::ghost::hand(LOCK, named(lt_addr.node(), lt_addr.offset()));
 }

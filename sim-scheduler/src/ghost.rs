@@ -7,12 +7,15 @@
 //!
 //! - **Holds.** A thread [`take`]s a value of a kind when it holds it where no shared place names
 //!   it (a leaf it allocated), [`put`]s it when it places it where others find it (linked,
-//!   parked, handed back), and [`forget`]s it when it lets go of it for a sweep to find. A value
-//!   taken while another thread holds it is a *conflict* (handed out twice).
+//!   parked, a lock released as the memory showed it held), [`hand`]s it to another thread of
+//!   its process, and [`forget`]s it when it lets go of it for a sweep to find. Two threads may
+//!   hold one value at once only if the first lost it to a fault (it died or was fenced) before
+//!   the second took it: the first then never puts it. A thread that puts a value another took
+//!   while it held it is a *conflict* (a leaf handed out twice, a lock with two holders).
 //! - **Reclaims.** A sweep that takes a value back as held by nobody says so with [`reclaim`].
 //!   One some thread still holds is a conflict once that thread [`put`]s it (it was used after
 //!   being handed out again). A thread that dies or is fenced holding it never puts it, and its
-//!   holds are the harness's to [`excuse`] ([`take_mine`]).
+//!   holds are the harness's to [`excuse`] ([`take_mine`]) on that thread.
 //! - **Places.** A value may wait in a shared place whose settlement finishes with it (a word
 //!   naming a block to be freed, which a recovery completes): [`place`] puts it there (replacing
 //!   what the place held), [`unplace`] says the place was settled.
@@ -54,8 +57,14 @@ pub(crate) struct Ghost {
     holds: HashMap<usize, Vec<(&'static str, u64)>>,
     /// Every value ever taken.
     ever: HashSet<(&'static str, u64)>,
-    /// Values reclaimed while a task held them (a put of one is a conflict).
-    reclaimed_held: HashSet<(&'static str, u64)>,
+    /// (task, value) pairs: the value was reclaimed while the task held it (its put is a
+    /// conflict).
+    reclaimed_from: HashSet<(usize, &'static str, u64)>,
+    /// (task, value) pairs: another task took the value while this one held it (its put is a
+    /// conflict).
+    superseded: HashSet<(usize, &'static str, u64)>,
+    /// Values handed over by a superseded holder: the next taker is superseded too.
+    handed_superseded: HashSet<(&'static str, u64)>,
     ledger: Vec<Entry>,
     conflicts: Vec<String>,
     orders: Vec<&'static [&'static str]>,
@@ -66,11 +75,19 @@ pub(crate) struct Ghost {
 }
 
 impl Ghost {
-    fn holder(&self, kind: &'static str, value: u64) -> Option<usize> {
+    fn holders(&self, kind: &'static str, value: u64) -> Vec<usize> {
         self.holds
             .iter()
-            .find(|(_, held)| held.contains(&(kind, value)))
+            .filter(|(_, held)| held.contains(&(kind, value)))
             .map(|(&task, _)| task)
+            .collect()
+    }
+
+    /// `task` no longer holds the value: whatever was pending against its hold is void.
+    /// Whether the sweep had reclaimed it from those hands.
+    fn settle(&mut self, task: usize, kind: &'static str, value: u64) -> bool {
+        self.superseded.remove(&(task, kind, value));
+        self.reclaimed_from.remove(&(task, kind, value))
     }
 
     /// Removes one hold of `(kind, value)` by `task`; whether it had one.
@@ -109,14 +126,15 @@ impl Ghost {
     }
 }
 
-/// The calling thread takes `value` of `kind` into its hands (no shared place names it). Taken
-/// while another thread holds it: a conflict (see [`conflicts`]).
+/// The calling thread takes `value` of `kind` into its hands (no shared place names it, or a
+/// lock it now holds).
 pub fn take(kind: &'static str, value: u64) {
     with_ghost(|g, task, _| {
-        if let Some(other) = g.holder(kind, value) {
-            g.conflicts.push(format!(
-                "{kind} {value:#x} taken by task {task} while task {other} holds it"
-            ));
+        for other in g.holders(kind, value) {
+            g.superseded.insert((other, kind, value));
+        }
+        if g.handed_superseded.remove(&(kind, value)) {
+            g.superseded.insert((task, kind, value));
         }
         if g.ever.insert((kind, value)) {
             g.ledger.push(Entry::FirstTaken(kind, value));
@@ -125,14 +143,37 @@ pub fn take(kind: &'static str, value: u64) {
     });
 }
 
-/// The calling thread placed `value` where others find it. A value reclaimed while it held it
-/// is a conflict: it was used after being handed out again. A value it does not hold: nothing.
+/// The calling thread placed `value` where others find it (or released it, as the memory
+/// showed). A conflict if a sweep reclaimed it from this thread's hands (it was used after being
+/// handed out again), or another thread took it while this one held it (two holders at once).
+/// A value it does not hold: nothing.
 pub fn put(kind: &'static str, value: u64) {
     with_ghost(|g, task, _| {
-        if g.release(task, kind, value) && g.reclaimed_held.remove(&(kind, value)) {
+        if !g.release(task, kind, value) {
+            return;
+        }
+        let superseded = g.superseded.contains(&(task, kind, value));
+        if g.settle(task, kind, value) {
             g.conflicts.push(format!(
                 "{kind} {value:#x} put to use by task {task} after a sweep reclaimed it from its hands"
             ));
+        } else if superseded {
+            g.conflicts.push(format!(
+                "{kind} {value:#x} put by task {task} after another task took it while this one held it"
+            ));
+        }
+    });
+}
+
+/// The calling thread hands `value` to another thread of its process (which [`take`]s it): no
+/// place names it in between. A holder another thread superseded passes that on.
+pub fn hand(kind: &'static str, value: u64) {
+    with_ghost(|g, task, _| {
+        if g.release(task, kind, value) {
+            let superseded = g.superseded.contains(&(task, kind, value));
+            if g.settle(task, kind, value) || superseded {
+                g.handed_superseded.insert((kind, value));
+            }
         }
     });
 }
@@ -141,7 +182,7 @@ pub fn put(kind: &'static str, value: u64) {
 pub fn forget(kind: &'static str, value: u64) {
     with_ghost(|g, task, _| {
         // Not on the ledger if the sweep reclaimed it from this thread's hands already.
-        if g.release(task, kind, value) && !g.reclaimed_held.remove(&(kind, value)) {
+        if g.release(task, kind, value) && !g.settle(task, kind, value) {
             g.ledger.push(Entry::Forgotten(kind, value));
         }
     });
@@ -150,11 +191,12 @@ pub fn forget(kind: &'static str, value: u64) {
 /// A sweep took `value` back as held by nobody (on the [`ledger`]).
 pub fn reclaim(kind: &'static str, value: u64) {
     with_ghost(|g, _, _| {
-        let held = g.holder(kind, value).is_some();
-        if held {
-            g.reclaimed_held.insert((kind, value));
+        let holders = g.holders(kind, value);
+        for &task in &holders {
+            g.reclaimed_from.insert((task, kind, value));
         }
-        g.ledger.push(Entry::Reclaimed(kind, value, held));
+        g.ledger
+            .push(Entry::Reclaimed(kind, value, !holders.is_empty()));
     });
 }
 
@@ -179,11 +221,12 @@ pub fn expect_none_held(kind: &'static str, when: &str) {
     }
 }
 
-/// Puts an excuse for `value` on the [`ledger`]: a fault took it from its holder (not if the
-/// sweep reclaimed it from those hands already: that reclaim is on the ledger as held).
+/// Puts an excuse for `value` on the [`ledger`]: a fault took it from the calling thread's hands
+/// (not if the sweep reclaimed it from those hands already: that reclaim is on the ledger as
+/// held).
 pub fn excuse(kind: &'static str, value: u64) {
-    with_ghost(|g, _, _| {
-        if !g.reclaimed_held.remove(&(kind, value)) {
+    with_ghost(|g, task, _| {
+        if !g.settle(task, kind, value) {
             g.ledger.push(Entry::Excused(kind, value));
         }
     });

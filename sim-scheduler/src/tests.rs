@@ -270,11 +270,45 @@ fn outside_a_run_everything_is_std() {
 fn ghost_holds_say_what_was_taken_twice_or_used_after_a_reclaim() {
     use crate::ghost;
     let report = run(config(1, Strategy::Random), || {
-        // Taken by one thread while another holds it: a conflict.
-        ghost::take("leaf", 1);
-        thread::spawn(|| ghost::take("leaf", 1))
-            .join()
-            .expect("join");
+        // Held by two threads at once: the first to take it may not put it after (a holder
+        // that lost it to a fault never does).
+        ghost::take("lock", 1);
+        thread::spawn(|| {
+            ghost::take("lock", 1);
+            ghost::put("lock", 1);
+        })
+        .join()
+        .expect("join");
+        if !ghost::conflicts().is_empty() {
+            crate::fail("a conflict before the first holder's put");
+        }
+        ghost::put("lock", 1);
+        // One that lost it hands it on (its process does not know yet): the next holder may
+        // not put it either.
+        ghost::take("lock", 4);
+        thread::spawn(|| {
+            ghost::take("lock", 4);
+            ghost::put("lock", 4);
+        })
+        .join()
+        .expect("join");
+        ghost::hand("lock", 4);
+        thread::spawn(|| {
+            ghost::take("lock", 4);
+            ghost::excuse("lock", 4);
+            let _ = ghost::take_mine();
+        })
+        .join()
+        .expect("join");
+        // A hand-over with nobody else in between passes nothing on.
+        ghost::take("lock", 6);
+        ghost::hand("lock", 6);
+        thread::spawn(|| {
+            ghost::take("lock", 6);
+            ghost::put("lock", 6);
+        })
+        .join()
+        .expect("join");
         // Reclaimed from a holder that then lets go of it: no conflict; one that puts it to
         // use: a conflict.
         ghost::take("leaf", 2);
@@ -285,29 +319,35 @@ fn ghost_holds_say_what_was_taken_twice_or_used_after_a_reclaim() {
         ghost::put("leaf", 3);
         let conflicts = ghost::conflicts();
         if conflicts.len() != 2
-            || !conflicts[0].contains("while task")
-            || !conflicts[1].contains("after a sweep reclaimed it")
+            || !conflicts[0].contains("lock 0x1 put by task")
+            || !conflicts[0].contains("took it while this one held it")
+            || !conflicts[1].contains("leaf 0x3 put to use")
         {
             crate::fail(&format!("conflicts: {conflicts:?}"));
         }
         // The ledger, in order: a forget of what the thread does not hold is not on it, nor one
         // of what the sweep reclaimed from its hands (that reclaim says so).
         ghost::forget("leaf", 9);
-        ghost::excuse("leaf", 1);
+        ghost::take("leaf", 5);
+        ghost::excuse("leaf", 5);
         let ledger = ghost::ledger();
         let expected = [
-            ghost::Entry::FirstTaken("leaf", 1),
+            ghost::Entry::FirstTaken("lock", 1),
+            ghost::Entry::FirstTaken("lock", 4),
+            ghost::Entry::Excused("lock", 4),
+            ghost::Entry::FirstTaken("lock", 6),
             ghost::Entry::FirstTaken("leaf", 2),
             ghost::Entry::FirstTaken("leaf", 3),
             ghost::Entry::Reclaimed("leaf", 2, true),
             ghost::Entry::Reclaimed("leaf", 3, true),
-            ghost::Entry::Excused("leaf", 1),
+            ghost::Entry::FirstTaken("leaf", 5),
+            ghost::Entry::Excused("leaf", 5),
         ];
         if ledger != expected {
             crate::fail(&format!("ledger: {ledger:?}"));
         }
-        // What this thread holds: the first leaf; taken, it is held no more.
-        if ghost::take_mine() != [("leaf", 1)] || !ghost::take_mine().is_empty() {
+        // What this thread holds: leaf 5; taken, it is held no more.
+        if ghost::take_mine() != [("leaf", 5)] || !ghost::take_mine().is_empty() {
             crate::fail("take_mine");
         }
     });

@@ -107,7 +107,13 @@ impl<E: Endpoint> Client<E> {
         for _ in 0..REDO_ATTEMPTS {
             let mut verbs = [leaf_store::unlock_verb(lock.lt_addr, lock.held, None)];
             match self.ep.batches(&mut verbs) {
-                Ok(()) => return Ok(check_unlocked(&verbs)),
+                Ok(()) => {
+                    let result = check_unlocked(&verbs);
+                    if result.is_ok() {
+                        leaf_store::ghost::put_lock(lock.lt_addr);
+                    }
+                    return Ok(result);
+                }
                 Err(e) => last = e.into(),
             }
         }
@@ -150,6 +156,7 @@ impl<E: Endpoint> Client<E> {
                 check_link(&verbs, link_at, false)?;
                 if unlock {
                     check_unlocked(&verbs)?;
+                    leaf_store::ghost::put_lock(lock.lt_addr);
                 }
                 self.bump_seen = bump_at
                     .and_then(|at| verbs.get(at))
@@ -181,6 +188,7 @@ impl<E: Endpoint> Client<E> {
                         check_link(&verbs, link_at, true)?;
                     }
                     check_unlocked(&verbs)?;
+                    leaf_store::ghost::put_lock(lock.lt_addr);
                     return Ok(true);
                 }
                 Err(e) => {

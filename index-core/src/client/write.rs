@@ -98,6 +98,7 @@ impl<E: Endpoint> Client<E> {
             stripe.waiting.fetch_sub(1, Ordering::AcqRel);
             let mut locked = None;
             if let Some(held) = held_slot.take() {
+                leaf_store::ghost::take_lock(held.lt_addr);
                 if held.record == view.record && held.leaf == owner {
                     locked = Some(Locked {
                         slot: slot as u64,
@@ -406,6 +407,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(None);
         }
         let held = expected.locked_by(node.tag);
+        leaf_store::ghost::take_lock(lt_addr);
         let mut locked = Locked {
             slot: slot as u64,
             record: view.record,
@@ -876,6 +878,7 @@ pub(super) struct Locked {
 impl Locked {
     /// The lock, with the chain as last written, for the next local writer of this leaf.
     pub(super) fn hand_over(&mut self) -> HeldLock {
+        leaf_store::ghost::hand_lock(self.lt_addr);
         HeldLock {
             record: self.record,
             slot: self.slot,
