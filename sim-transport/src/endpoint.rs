@@ -55,7 +55,11 @@ pub struct SimEndpoint {
 /// between two batches, as long as a test wants.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
-    state: Arc<(crate::sync::Mutex<(bool, bool)>, crate::sync::Condvar)>,
+    /// Open; an endpoint waiting; when the last one arrived.
+    state: Arc<(
+        crate::sync::Mutex<(bool, bool, Option<Instant>)>,
+        crate::sync::Condvar,
+    )>,
 }
 
 impl Gate {
@@ -76,6 +80,11 @@ impl Gate {
         self.state.0.lock().unwrap_or_else(|e| e.into_inner()).1
     }
 
+    /// When an endpoint last arrived at the gate (`None`: none yet).
+    pub fn arrived_at(&self) -> Option<Instant> {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).2
+    }
+
     /// Waits until an endpoint waits at the gate, at most `limit`; whether one does.
     pub fn wait_for_arrival(&self, limit: Duration) -> bool {
         let until = Instant::now() + limit;
@@ -92,6 +101,7 @@ impl Gate {
         let (lock, wake) = &*self.state;
         let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
         state.1 = true;
+        state.2 = Some(Instant::now());
         while !state.0 {
             state = wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }

@@ -122,6 +122,14 @@ impl Liveness {
         self.push_hold(length, false);
     }
 
+    /// A fault of a compute node holds the store from `since` (virtual, not after now) for
+    /// `length`, then [`REPAIR`]: a batch held from the moment it reached a gate, which the
+    /// harness sees only later.
+    pub fn hold_since(&self, since: Instant, length: Duration) {
+        let from = since.saturating_duration_since(self.started);
+        self.push(from, length, false);
+    }
+
     /// A fault of a memory node's worker holds the store from now for `length`, then
     /// [`REPAIR`].
     pub fn hold_worker(&self, length: Duration) {
@@ -129,7 +137,10 @@ impl Liveness {
     }
 
     fn push_hold(&self, length: Duration, worker: bool) {
-        let from = self.now();
+        self.push(self.now(), length, worker);
+    }
+
+    fn push(&self, from: Duration, length: Duration, worker: bool) {
         self.holds
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -236,8 +247,13 @@ fn check(holds: &[Hold], ops: &[Timed]) -> Result<LivenessStats, String> {
                 .collect();
             let by_compute = covered(&raw, op.from, op.to);
             if by_compute * 2 < op.slept {
+                let near: Vec<String> = raw
+                    .iter()
+                    .filter(|h| h.from < op.to && h.until > op.from)
+                    .map(|h| format!("{:?}..{:?}", h.from, h.until))
+                    .collect();
                 return Err(format!(
-                    "{} {} waited {:?} for the store (of {took:?}, from {:?}), no compute node's fault holding it for half of that: a read never waits for a memory node's worker",
+                    "{} {} waited {:?} for the store (of {took:?}, from {:?}), no compute node's fault holding it for half of that (compute holds meeting it: {near:?}): a read never waits for a memory node's worker",
                     op.client, op.what, op.slept, op.from,
                 ));
             }
@@ -337,5 +353,28 @@ mod tests {
         assert!(check(&[hold(0, 50, true)], &[write]).is_ok());
         // A read that was only scheduled late (it slept nothing) is judged by the bound alone.
         assert!(check(&[], &[op(10, 20, false)]).is_ok());
+    }
+
+    #[test]
+    fn a_hold_since_an_earlier_moment_starts_there() {
+        let report = sim_scheduler::run(
+            sim_scheduler::Config {
+                seed: 1,
+                ..sim_scheduler::Config::default()
+            },
+            || {
+                let liveness = Liveness::new();
+                sim_scheduler::thread::sleep(ms(10));
+                let arrived = Instant::now();
+                sim_scheduler::thread::sleep(ms(5));
+                // Seen 5 ms after the batch arrived: held from the arrival.
+                liveness.hold_since(arrived, ms(5) + ms(2));
+                let holds = liveness.holds.lock().unwrap_or_else(|e| e.into_inner());
+                if (holds[0].from, holds[0].until) != (ms(10), ms(17)) {
+                    sim_scheduler::fail(&format!("{:?}", holds[0]));
+                }
+            },
+        );
+        assert_eq!(report.outcome, sim_scheduler::Outcome::Finished);
     }
 }

@@ -1431,8 +1431,8 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
             }
             10 => {
                 let pause = Duration::from_micros(rng.next_u64() % 8000);
-                world.liveness.hold_worker(pause);
                 if rng.next_u64().is_multiple_of(2) {
+                    world.liveness.hold_worker(pause);
                     sim_scheduler::pause(world.memory[memory_node].1, pause);
                 } else {
                     // Stopped between two batches, a few from now: most likely inside a
@@ -1441,7 +1441,9 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     world
                         .worker_process(memory_node)
                         .pause_after_batches(rng.next_u64() % 48, gate.clone());
+                    let holding = Arc::clone(world);
                     openers.push(thread::spawn(move || {
+                        holding.liveness.hold_worker(pause);
                         thread::sleep(pause);
                         gate.open();
                     }));
@@ -1503,8 +1505,11 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let gate = sim_transport::Gate::new();
                 process.stall_next_batch(rng.next_u64() % 8, gate.clone());
                 let stall = Duration::from_micros(rng.next_u64() % LEASE.as_micros() as u64);
-                world.liveness.hold(stall);
+                let holding = Arc::clone(world);
                 openers.push(thread::spawn(move || {
+                    // Held from when the gate's timer starts (this thread may first run a
+                    // while after it was spawned).
+                    holding.liveness.hold(stall);
                     thread::sleep(stall);
                     gate.open();
                 }));
@@ -1551,7 +1556,13 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     // Held from the moment the batch reaches the gate (or given up with the
                     // run: a step never met holds nothing) — and the store with it.
                     if gate.wait_for_arrival(Duration::from_millis(100)) {
-                        holding.liveness.hold(hold);
+                        // From its arrival, which this thread sees up to a poll later.
+                        let arrived = gate
+                            .arrived_at()
+                            .unwrap_or_else(sim_scheduler::time::Instant::now);
+                        holding
+                            .liveness
+                            .hold_since(arrived, arrived.elapsed() + hold);
                     }
                     thread::sleep(hold);
                     gate.open();
@@ -1597,8 +1608,9 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let gate = sim_transport::Gate::new();
                 process.land_next_batch_late(gate.clone());
                 let late = Duration::from_micros(rng.next_u64() % (2 * LEASE.as_micros() as u64));
-                world.liveness.hold(late);
+                let holding = Arc::clone(world);
                 openers.push(thread::spawn(move || {
+                    holding.liveness.hold(late);
                     thread::sleep(late);
                     gate.open();
                 }));
