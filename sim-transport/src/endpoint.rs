@@ -55,11 +55,17 @@ pub struct SimEndpoint {
 /// between two batches, as long as a test wants.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
-    /// Open; an endpoint waiting; when the last one arrived.
-    state: Arc<(
-        crate::sync::Mutex<(bool, bool, Option<Instant>)>,
-        crate::sync::Condvar,
-    )>,
+    state: Arc<(crate::sync::Mutex<GateState>, crate::sync::Condvar)>,
+}
+
+/// What a [`Gate`] knows.
+#[derive(Debug, Default)]
+struct GateState {
+    open: bool,
+    /// An endpoint waits at it.
+    waiting: bool,
+    /// When an endpoint last arrived.
+    arrived: Option<Instant>,
 }
 
 impl Gate {
@@ -71,18 +77,18 @@ impl Gate {
     /// Opens the gate: the endpoint waiting at it goes on.
     pub fn open(&self) {
         let (lock, wake) = &*self.state;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).open = true;
         wake.notify_all();
     }
 
     /// Whether an endpoint is waiting at the gate.
     pub fn is_waiting(&self) -> bool {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).1
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).waiting
     }
 
     /// When an endpoint last arrived at the gate (`None`: none yet).
     pub fn arrived_at(&self) -> Option<Instant> {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).2
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).arrived
     }
 
     /// Waits until an endpoint waits at the gate, at most `limit`; whether one does.
@@ -100,12 +106,12 @@ impl Gate {
     fn pass(&self) {
         let (lock, wake) = &*self.state;
         let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-        state.1 = true;
-        state.2 = Some(Instant::now());
-        while !state.0 {
+        state.waiting = true;
+        state.arrived = Some(Instant::now());
+        while !state.open {
             state = wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        state.1 = false;
+        state.waiting = false;
     }
 }
 
