@@ -83,24 +83,35 @@ impl Gate {
 
     /// Whether an endpoint is waiting at the gate.
     pub fn is_waiting(&self) -> bool {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).waiting
-    }
-
-    /// When an endpoint last arrived at the gate (`None`: none yet).
-    pub fn arrived_at(&self) -> Option<Instant> {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).arrived
+        self.state
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waiting
     }
 
     /// Waits until an endpoint waits at the gate, at most `limit`; whether one does.
     pub fn wait_for_arrival(&self, limit: Duration) -> bool {
+        self.wait_for_arrival_at(limit).is_some()
+    }
+
+    /// [`Self::wait_for_arrival`], returning when the endpoint arrived (this poller sees it up
+    /// to a millisecond later). The same sync points as [`Self::wait_for_arrival`].
+    pub fn wait_for_arrival_at(&self, limit: Duration) -> Option<Instant> {
         let until = Instant::now() + limit;
-        while !self.is_waiting() {
+        loop {
+            let arrived = {
+                let state = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
+                state.waiting.then_some(state.arrived).flatten()
+            };
+            if arrived.is_some() {
+                return arrived;
+            }
             if Instant::now() >= until {
-                return false;
+                return None;
             }
             crate::sync::thread::sleep(Duration::from_millis(1));
         }
-        true
     }
 
     fn pass(&self) {

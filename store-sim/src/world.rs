@@ -1555,11 +1555,8 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 openers.push(thread::spawn(move || {
                     // Held from the moment the batch reaches the gate (or given up with the
                     // run: a step never met holds nothing) — and the store with it.
-                    if gate.wait_for_arrival(Duration::from_millis(100)) {
+                    if let Some(arrived) = gate.wait_for_arrival_at(Duration::from_millis(100)) {
                         // From its arrival, which this thread sees up to a poll later.
-                        let arrived = gate
-                            .arrived_at()
-                            .unwrap_or_else(sim_scheduler::time::Instant::now);
                         holding
                             .liveness
                             .hold_since(arrived, arrived.elapsed() + hold);
