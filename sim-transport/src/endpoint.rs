@@ -269,7 +269,10 @@ impl SimEndpoint {
                 };
                 match verb {
                     LateVerb::Read => {}
-                    LateVerb::Write(data) => pool.write_bytes(addr.offset(), &data, || {}),
+                    LateVerb::Write(data) => {
+                        pool.write_bytes(addr.offset(), &data, || {});
+                        shared.landed(addr, &data);
+                    }
                     LateVerb::Cas(expected, desired) => {
                         pool.cas(addr.offset(), expected, desired);
                     }
@@ -466,6 +469,9 @@ impl SimEndpoint {
                         nic::clear_log(pool.nic(), conn);
                     }
                     at += piece.len() as u64;
+                }
+                if at == addr.offset() + data.len() as u64 {
+                    self.shared.landed(*addr, data);
                 }
             }
             Verb::Cas {
@@ -955,6 +961,36 @@ mod tests {
         mine.fail_inside_next_batch_here(1);
         mine.disarm();
         assert_eq!(ep.batch(&mut long()), Ok(()));
+    }
+
+    #[test]
+    fn the_write_observer_is_told_of_whole_writes_only() {
+        let config = SimConfig {
+            packet_bytes: 32,
+            ..SimConfig::default()
+        };
+        let t = SimTransport::anonymous_with(&[4096], config).expect("pool");
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&told);
+        assert!(t.observe_writes(Box::new(move |at, data| {
+            seen.lock().expect("lock").push((at.offset(), data.len()));
+        })));
+        assert!(
+            !t.observe_writes(Box::new(|_, _| {})),
+            "one observer per fabric"
+        );
+        let mut ep = t.endpoint().expect("endpoint");
+        let data = [7u8; 80];
+        ep.write(addr(64), &data).expect("write");
+        ep.write_word(addr(8), 1).expect("write a word");
+        ep.faa(addr(0), 1).expect("faa");
+        // A WRITE a crash cuts after two of its three packets: not told.
+        ep.tear_after(0, 2);
+        assert_eq!(ep.write(addr(256), &data), Err(TransportError::Crashed));
+        // Another process of the fabric: told.
+        let mut other = t.process().endpoint().expect("endpoint");
+        other.write(addr(512), &data[..16]).expect("write");
+        assert_eq!(*told.lock().expect("lock"), [(64, 80), (8, 8), (512, 16)]);
     }
 
     #[test]

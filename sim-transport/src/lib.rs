@@ -46,4 +46,5 @@ pub use endpoint::{Gate, SimEndpoint};
 pub use pool::{Pool, PoolError};
 pub use transport::{
     DEFAULT_PACKET_BYTES, MAX_PACKET_BYTES, Reordering, SimConfig, SimFence, SimTransport,
+    WriteObserver,
 };

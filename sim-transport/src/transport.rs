@@ -4,7 +4,7 @@ use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Duration;
 
-use rdma_transport::{MemoryNodeInfo, Transport, TransportError};
+use rdma_transport::{MemoryNodeInfo, RemoteAddr, Transport, TransportError};
 
 use crate::{Pool, PoolError, SimEndpoint};
 
@@ -103,6 +103,35 @@ pub(crate) struct Shared {
     /// Transport-wide fault injection: the next batch, on any endpoint, longer than the low 32
     /// bits fails its verb at that index (0: none armed).
     pub(crate) fail_inside: AtomicU64,
+    /// Told of every WRITE that landed whole ([`SimTransport::observe_writes`]).
+    pub(crate) observer: std::sync::OnceLock<Observer>,
+}
+
+/// What [`SimTransport::observe_writes`] calls: the address and bytes of a WRITE that landed
+/// whole, on the thread that landed it.
+pub type WriteObserver = Box<dyn Fn(RemoteAddr, &[u8]) + Send + Sync>;
+
+/// A [`WriteObserver`], for `Debug`.
+pub(crate) struct Observer(WriteObserver);
+
+// An observer that panics fails the simulation run it checks; the fabric's own state is
+// untouched by it (it is told after the bytes landed).
+impl std::panic::RefUnwindSafe for Observer {}
+impl std::panic::UnwindSafe for Observer {}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteObserver")
+    }
+}
+
+impl Shared {
+    /// Tells the observer, if any, of a WRITE that landed whole.
+    pub(crate) fn landed(&self, addr: RemoteAddr, data: &[u8]) {
+        if let Some(Observer(observe)) = self.observer.get() {
+            observe(addr, data);
+        }
+    }
 }
 
 impl Shared {
@@ -195,6 +224,7 @@ impl SimTransport {
                 config,
                 fail_verbs: AtomicU64::new(0),
                 fail_inside: AtomicU64::new(0),
+                observer: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -211,6 +241,15 @@ impl SimTransport {
             .map(|&len| Pool::anonymous(len))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self::new(pools, config))
+    }
+
+    /// Calls `observe` with the address and bytes of every WRITE that lands whole from now on, on
+    /// the thread that lands it, over the whole fabric (every process): a simulation's check of
+    /// what reaches memory (a WRITE cut by a kill, landing a prefix, is not told). `observe` must
+    /// not take the seeded scheduler's locks or atomics (it runs inside a verb). Once per
+    /// fabric: `false` (and `observe` dropped) if one is set already.
+    pub fn observe_writes(&self, observe: WriteObserver) -> bool {
+        self.shared.observer.set(Observer(observe)).is_ok()
     }
 
     /// The configuration its endpoints run with.

@@ -6,6 +6,7 @@
 //! A failing seed replays: `cargo run --release -p store-sim --bin simulate -- --seed S`.
 
 pub mod history;
+mod images;
 mod ledger;
 pub mod liveness;
 pub mod oracle;

@@ -307,7 +307,7 @@ fn load(
     nodes: usize,
     config: &BulkLoadConfig,
     sim: SimConfig,
-) -> (SimTransport, HashMap<u16, u64>) {
+) -> (SimTransport, Vec<leaf_store::Layout>, HashMap<u16, u64>) {
     let size =
         leaf_store::required_pool_bytes(keys.len() as u64, config, 2048).next_multiple_of(4096);
     let transport = SimTransport::anonymous_with(&vec![size; nodes], sim)
@@ -324,7 +324,11 @@ fn load(
                 .iter()
                 .map(|r| (r.layout.node(), r.trained_leaves))
                 .collect();
-            (transport, loaded)
+            (
+                transport,
+                reports.iter().map(|r| r.layout).collect(),
+                loaded,
+            )
         }
         Err(e) => sim_scheduler::fail(&format!("bulk load: {e}")),
     }
@@ -389,7 +393,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     } else {
         1
     };
-    let (transport, loaded_leaves) = load(&keys, memory_nodes, &config, sim);
+    let (transport, layouts, loaded_leaves) = load(&keys, memory_nodes, &config, sim);
     // Every recovery keeps its steps in ARCHITECTURE's order (checked where each is met).
     sim_scheduler::ghost::require_order(&retrainer::recovery_steps::ORDER);
     let initial: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
@@ -476,6 +480,22 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         errors: Mutex::new(BTreeMap::new()),
         reused_under_reader: Mutex::new(None),
     });
+    // Every leaf image that lands is a read of the keys it claims (u64 values: the history's).
+    if !world.byte_values {
+        let every_key = (0..world.keys.1)
+            .flat_map(|i| [world.keys.0 + 10 * i, world.keys.0 + 10 * i + 5])
+            .chain(initial.keys().copied())
+            .collect::<std::collections::BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        let history = Arc::downgrade(&world);
+        crate::images::observe(&world.transport, &layouts, every_key, move |key, state| {
+            if let Some(world) = history.upgrade() {
+                let at = world.recorder.call("leaf image", Op::Kv(key, KvOp::Get));
+                world.recorder.ret(at, Returned::Kv(KvResult::Value(state)));
+            }
+        });
+    }
 
     let workers: Vec<_> = (0..memory_nodes)
         .map(|n| {

@@ -57,6 +57,11 @@ fn the_ci_budget_of_seeds_passes_every_check() {
 /// chunks, reuse past the horizon, chunks left and adopted, free words settled by recovery).
 const CI_VALUE_SEEDS: u64 = 200;
 
+/// Byte-value seeds past `CI_VALUE_SEEDS` kept as regression cases: the liveness oracle once
+/// took a stalled batch's hold from the fault's injection instead of its gate's timer, and
+/// failed a read at 861 with no bug.
+const VALUE_REGRESSIONS: &[u64] = &[861];
+
 #[test]
 fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     let started = Instant::now();
@@ -66,7 +71,7 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     };
     let (mut ops, mut faults, mut runs) = (0, 0, 0);
     let mut coverage = Coverage::default();
-    for seed in 0..CI_VALUE_SEEDS {
+    for seed in (0..CI_VALUE_SEEDS).chain(VALUE_REGRESSIONS.iter().copied()) {
         let report = run_seed(seed, &options);
         assert!(
             report.passed(),
