@@ -1,6 +1,7 @@
 //! The seeded whole-store simulation's CI budget: a fixed range of seeds (half scheduled by a
-//! random walk, half by PCT), each a whole store with faults, checked for linearizability,
-//! scans, `verify`, leaf conservation and stale redo images. Longer runs:
+//! random walk, half by PCT), each a whole store with faults, checked for linearizability (every
+//! landed leaf image a read), scans, liveness, `verify`, leaf conservation, stale redo images and
+//! the ghost state's ledger, lock holders and step orders. Longer runs:
 //! `cargo run --release -p store-sim --bin simulate -- --seeds 100000` (progress every 10 s).
 
 use std::io::Write;
@@ -46,7 +47,7 @@ fn the_ci_budget_of_seeds_passes_every_check() {
     // passing test, and this line is the run's account.
     let _ = writeln!(
         std::io::stderr(),
-        "{coverage}\nstore-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked (linearizability, scans, liveness, verify, leaves) in {:.1} s",
+        "{coverage}\nstore-sim: {runs} schedules, {ops} operations, {faults} faults, {steps} sync points checked (linearizability with every landed leaf image, scans, liveness, verify, the leaf ledger, lock holders, recovery step order) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
@@ -84,7 +85,7 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     }
     let _ = writeln!(
         std::io::stderr(),
-        "{coverage}\nstore-sim, byte values: {runs} schedules, {ops} operations, {faults} faults checked (linearizability, scans, liveness, blocks reused under readers, verify) in {:.1} s",
+        "{coverage}\nstore-sim, byte values: {runs} schedules, {ops} operations, {faults} faults checked (linearizability, scans, liveness, blocks reused under readers, verify, the ledger of leaves and blocks, lock holders) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
