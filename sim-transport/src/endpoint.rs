@@ -92,20 +92,20 @@ impl Gate {
 
     /// Waits until an endpoint waits at the gate, at most `limit`; whether one does.
     pub fn wait_for_arrival(&self, limit: Duration) -> bool {
-        self.wait_for_arrival_at(limit).is_some()
+        self.wait_for_arrival_since(limit).is_some()
     }
 
-    /// [`Self::wait_for_arrival`], returning when the endpoint arrived (this poller sees it up
-    /// to a millisecond later). The same sync points as [`Self::wait_for_arrival`].
-    pub fn wait_for_arrival_at(&self, limit: Duration) -> Option<Instant> {
+    /// [`Self::wait_for_arrival`], returning how long ago the endpoint arrived (this poller
+    /// sees it up to a millisecond later). The same sync points as [`Self::wait_for_arrival`].
+    pub fn wait_for_arrival_since(&self, limit: Duration) -> Option<Duration> {
         let until = Instant::now() + limit;
         loop {
             let arrived = {
                 let state = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
                 state.waiting.then_some(state.arrived).flatten()
             };
-            if arrived.is_some() {
-                return arrived;
+            if let Some(at) = arrived {
+                return Some(Instant::now().saturating_duration_since(at));
             }
             if Instant::now() >= until {
                 return None;

@@ -122,11 +122,11 @@ impl Liveness {
         self.push_hold(length, false);
     }
 
-    /// A fault of a compute node holds the store from `since` (virtual, not after now) for
-    /// `length`, then [`REPAIR`]: a batch held from the moment it reached a gate, which the
-    /// harness sees only later.
-    pub fn hold_since(&self, since: Instant, length: Duration) {
-        let from = since.saturating_duration_since(self.started);
+    /// A fault of a compute node holds the store from `ago` before now for `length`, then
+    /// [`REPAIR`]: a batch held from the moment it reached a gate, which the harness sees only
+    /// later.
+    pub fn hold_since(&self, ago: Duration, length: Duration) {
+        let from = self.now().saturating_sub(ago);
         self.push(from, length, false);
     }
 
@@ -365,10 +365,9 @@ mod tests {
             || {
                 let liveness = Liveness::new();
                 sim_scheduler::thread::sleep(ms(10));
-                let arrived = Instant::now();
                 sim_scheduler::thread::sleep(ms(5));
                 // Seen 5 ms after the batch arrived: held from the arrival.
-                liveness.hold_since(arrived, ms(5) + ms(2));
+                liveness.hold_since(ms(5), ms(5) + ms(2));
                 let holds = liveness.holds.lock().unwrap_or_else(|e| e.into_inner());
                 if (holds[0].from, holds[0].until) != (ms(10), ms(17)) {
                     sim_scheduler::fail(&format!("{:?}", holds[0]));

@@ -1575,11 +1575,9 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 openers.push(thread::spawn(move || {
                     // Held from the moment the batch reaches the gate (or given up with the
                     // run: a step never met holds nothing) — and the store with it.
-                    if let Some(arrived) = gate.wait_for_arrival_at(Duration::from_millis(100)) {
+                    if let Some(ago) = gate.wait_for_arrival_since(Duration::from_millis(100)) {
                         // From its arrival, which this thread sees up to a poll later.
-                        holding
-                            .liveness
-                            .hold_since(arrived, arrived.elapsed() + hold);
+                        holding.liveness.hold_since(ago, ago + hold);
                     }
                     thread::sleep(hold);
                     gate.open();
