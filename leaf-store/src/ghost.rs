@@ -106,8 +106,7 @@ pub fn settle_free_word(word: rdma_transport::RemoteAddr) {
 /// The ghost kind of leaf locks (named by [`named`] with the LT entry's address).
 pub const LOCK: &str = "leaf lock";
 
-/// The calling thread holds the leaf lock at `lt_addr` (its CAS took it, or another thread of
-/// its store handed it over).
+/// The calling thread holds the leaf lock at `lt_addr`: its CAS took it.
 pub fn take_lock(lt_addr: rdma_transport::RemoteAddr) {
     sim_scheduler::ghost::take(LOCK, named(lt_addr.node(), lt_addr.offset()));
 }
@@ -116,6 +115,11 @@ pub fn take_lock(lt_addr: rdma_transport::RemoteAddr) {
 /// expected), or handed it over.
 pub fn put_lock(lt_addr: rdma_transport::RemoteAddr) {
     sim_scheduler::ghost::put(LOCK, named(lt_addr.node(), lt_addr.offset()));
+}
+
+/// The calling thread receives the leaf lock at `lt_addr` from another writer of its store.
+pub fn receive_lock(lt_addr: rdma_transport::RemoteAddr) {
+    sim_scheduler::ghost::receive(LOCK, named(lt_addr.node(), lt_addr.offset()));
 }
 
 /// The calling thread hands the leaf lock at `lt_addr` to the next writer of its store.

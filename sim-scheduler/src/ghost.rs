@@ -8,7 +8,7 @@
 //! - **Holds.** A thread [`take`]s a value of a kind when it holds it where no shared place names
 //!   it (a leaf it allocated), [`put`]s it when it places it where others find it (linked,
 //!   parked, a lock released as the memory showed it held), [`hand`]s it to another thread of
-//!   its process, and [`forget`]s it when it lets go of it for a sweep to find. Two threads may
+//!   its process (which [`receive`]s it), and [`forget`]s it when it lets go of it for a sweep to find. Two threads may
 //!   hold one value at once only if the first lost it to a fault (it died or was fenced) before
 //!   the second took it: the first then never puts it. A thread that puts a value another took
 //!   while it held it is a *conflict* (a leaf handed out twice, a lock with two holders).
@@ -63,8 +63,9 @@ pub(crate) struct Ghost {
     /// (task, value) pairs: another task took the value while this one held it (its put is a
     /// conflict).
     superseded: HashSet<(usize, &'static str, u64)>,
-    /// Values handed over by a superseded holder: the next taker is superseded too.
-    handed_superseded: HashSet<(&'static str, u64)>,
+    /// (group, value) pairs: handed over by a superseded holder of that group (process), whose
+    /// next receiver is superseded too.
+    handed_superseded: HashSet<(usize, &'static str, u64)>,
     ledger: Vec<Entry>,
     conflicts: Vec<String>,
     orders: Vec<&'static [&'static str]>,
@@ -133,14 +134,28 @@ pub fn take(kind: &'static str, value: u64) {
         for other in g.holders(kind, value) {
             g.superseded.insert((other, kind, value));
         }
-        if g.handed_superseded.remove(&(kind, value)) {
+        hold(g, task, kind, value);
+    });
+}
+
+/// The calling thread receives `value` from another thread of its process ([`hand`]): it holds
+/// it as the giver did — superseded if the giver was — and supersedes nobody (a hand-over is no
+/// proof that the process still holds it).
+pub fn receive(kind: &'static str, value: u64) {
+    with_ghost(|g, task, group| {
+        if g.handed_superseded.remove(&(group, kind, value)) {
             g.superseded.insert((task, kind, value));
         }
-        if g.ever.insert((kind, value)) {
-            g.ledger.push(Entry::FirstTaken(kind, value));
-        }
-        g.holds.entry(task).or_default().push((kind, value));
+        hold(g, task, kind, value);
     });
+}
+
+/// `task` now holds the value (its first take on the ledger).
+fn hold(g: &mut Ghost, task: usize, kind: &'static str, value: u64) {
+    if g.ever.insert((kind, value)) {
+        g.ledger.push(Entry::FirstTaken(kind, value));
+    }
+    g.holds.entry(task).or_default().push((kind, value));
 }
 
 /// The calling thread placed `value` where others find it (or released it, as the memory
@@ -165,14 +180,14 @@ pub fn put(kind: &'static str, value: u64) {
     });
 }
 
-/// The calling thread hands `value` to another thread of its process (which [`take`]s it): no
-/// place names it in between. A holder another thread superseded passes that on.
+/// The calling thread hands `value` to another thread of its process (which [`receive`]s it):
+/// no place names it in between. A holder another thread superseded passes that on.
 pub fn hand(kind: &'static str, value: u64) {
-    with_ghost(|g, task, _| {
+    with_ghost(|g, task, group| {
         if g.release(task, kind, value) {
             let superseded = g.superseded.contains(&(task, kind, value));
             if g.settle(task, kind, value) || superseded {
-                g.handed_superseded.insert((kind, value));
+                g.handed_superseded.insert((group, kind, value));
             }
         }
     });

@@ -294,7 +294,7 @@ fn ghost_holds_say_what_was_taken_twice_or_used_after_a_reclaim() {
         .expect("join");
         ghost::hand("lock", 4);
         thread::spawn(|| {
-            ghost::take("lock", 4);
+            ghost::receive("lock", 4);
             ghost::excuse("lock", 4);
             let _ = ghost::take_mine();
         })
@@ -304,7 +304,7 @@ fn ghost_holds_say_what_was_taken_twice_or_used_after_a_reclaim() {
         ghost::take("lock", 6);
         ghost::hand("lock", 6);
         thread::spawn(|| {
-            ghost::take("lock", 6);
+            ghost::receive("lock", 6);
             ghost::put("lock", 6);
         })
         .join()

@@ -98,7 +98,7 @@ impl<E: Endpoint> Client<E> {
             stripe.waiting.fetch_sub(1, Ordering::AcqRel);
             let mut locked = None;
             if let Some(held) = held_slot.take() {
-                leaf_store::ghost::take_lock(held.lt_addr);
+                leaf_store::ghost::receive_lock(held.lt_addr);
                 if held.record == view.record && held.leaf == owner {
                     locked = Some(Locked {
                         slot: slot as u64,
