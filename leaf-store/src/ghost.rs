@@ -1,5 +1,5 @@
-//! Leaves, value blocks and leaf locks in a thread's hands, told to the seeded simulation's ghost state
-//! (`sim_scheduler::ghost`; every call does nothing outside a seeded run).
+//! Leaves, value blocks and leaf locks in a thread's hands, told to the seeded simulation's
+//! ghost state (`sim_scheduler::ghost`; every call does nothing outside a seeded run).
 //!
 //! A leaf is *in hand* from the allocation that returned its number until the thread places it
 //! where the orphan sweep sees it — linked, in a leaf box, on a worker's free list — or forgets
@@ -18,10 +18,12 @@
 //!
 //! A leaf lock is held from the CAS that took it (or a hand-over from another thread of the
 //! store) to the unlock CAS that found it held as expected (or a hand-over). A holder whose lock
-//! another thread took meanwhile lost it to a fault (its node was declared dead, and its lock
-//! recovered): it, and whoever it hands the lock to, may never release it after.
+//! another thread took by CAS meanwhile lost it to a fault (its node was declared dead, and its
+//! lock recovered): it, and whoever it hands the lock to, may never release it after.
 //!
 //! A leaf, block or lock is named across memory nodes by [`named`].
+
+use rdma_transport::RemoteAddr;
 
 use crate::Layout;
 
@@ -36,6 +38,11 @@ pub fn named(node: u16, leaf: u64) -> u64 {
 /// The memory node and leaf number of a ghost value ([`named`]'s inverse).
 pub fn unnamed(value: u64) -> (u16, u64) {
     ((value >> 48) as u16, value & ((1 << 48) - 1))
+}
+
+/// The word at `addr` (a free word, a lock's LT entry) as one ghost value.
+fn at(addr: RemoteAddr) -> u64 {
+    named(addr.node(), addr.offset())
 }
 
 /// The calling thread now holds `leaf` of `layout`'s node where no shared place names it.
@@ -90,39 +97,35 @@ pub fn reclaim_block(node: u16, offset: u64) {
 
 /// The block at `offset` of memory node `node` is named by the value free word at `word` (a
 /// write replacing it set the word; the block's free completes when the word is settled).
-pub fn place_block(node: u16, offset: u64, word: rdma_transport::RemoteAddr) {
-    sim_scheduler::ghost::place(
-        BLOCK,
-        named(node, offset),
-        named(word.node(), word.offset()),
-    );
+pub fn place_block(node: u16, offset: u64, word: RemoteAddr) {
+    sim_scheduler::ghost::place(BLOCK, named(node, offset), at(word));
 }
 
 /// The value free word at `word` is settled: the block it named is free or named by a leaf.
-pub fn settle_free_word(word: rdma_transport::RemoteAddr) {
-    sim_scheduler::ghost::unplace(named(word.node(), word.offset()));
+pub fn settle_free_word(word: RemoteAddr) {
+    sim_scheduler::ghost::unplace(at(word));
 }
 
 /// The ghost kind of leaf locks (named by [`named`] with the LT entry's address).
 pub const LOCK: &str = "leaf lock";
 
 /// The calling thread holds the leaf lock at `lt_addr`: its CAS took it.
-pub fn take_lock(lt_addr: rdma_transport::RemoteAddr) {
-    sim_scheduler::ghost::take(LOCK, named(lt_addr.node(), lt_addr.offset()));
+pub fn take_lock(lt_addr: RemoteAddr) {
+    sim_scheduler::ghost::take(LOCK, at(lt_addr));
 }
 
 /// The calling thread released the leaf lock at `lt_addr` (its unlock CAS found it held as
-/// expected), or handed it over.
-pub fn put_lock(lt_addr: rdma_transport::RemoteAddr) {
-    sim_scheduler::ghost::put(LOCK, named(lt_addr.node(), lt_addr.offset()));
+/// expected).
+pub fn put_lock(lt_addr: RemoteAddr) {
+    sim_scheduler::ghost::put(LOCK, at(lt_addr));
 }
 
 /// The calling thread receives the leaf lock at `lt_addr` from another writer of its store.
-pub fn receive_lock(lt_addr: rdma_transport::RemoteAddr) {
-    sim_scheduler::ghost::receive(LOCK, named(lt_addr.node(), lt_addr.offset()));
+pub fn receive_lock(lt_addr: RemoteAddr) {
+    sim_scheduler::ghost::receive(LOCK, at(lt_addr));
 }
 
 /// The calling thread hands the leaf lock at `lt_addr` to the next writer of its store.
-pub fn hand_lock(lt_addr: rdma_transport::RemoteAddr) {
-    sim_scheduler::ghost::hand(LOCK, named(lt_addr.node(), lt_addr.offset()));
+pub fn hand_lock(lt_addr: RemoteAddr) {
+    sim_scheduler::ghost::hand(LOCK, at(lt_addr));
 }

@@ -8,10 +8,11 @@
 //! - **Holds.** A thread [`take`]s a value of a kind when it holds it where no shared place names
 //!   it (a leaf it allocated), [`put`]s it when it places it where others find it (linked,
 //!   parked, a lock released as the memory showed it held), [`hand`]s it to another thread of
-//!   its process (which [`receive`]s it), and [`forget`]s it when it lets go of it for a sweep to find. Two threads may
-//!   hold one value at once only if the first lost it to a fault (it died or was fenced) before
-//!   the second took it: the first then never puts it. A thread that puts a value another took
-//!   while it held it is a *conflict* (a leaf handed out twice, a lock with two holders).
+//!   its process (which [`receive`]s it), and [`forget`]s it when it lets go of it for a sweep
+//!   to find. Two threads may hold one value at once only if the first lost it to a fault (it
+//!   died or was fenced) before the second took it: the first then never puts it. A thread that
+//!   puts a value another took while it held it is a *conflict* (a leaf handed out twice, a lock
+//!   with two holders).
 //! - **Reclaims.** A sweep that takes a value back as held by nobody says so with [`reclaim`].
 //!   One some thread still holds is a conflict once that thread [`put`]s it (it was used after
 //!   being handed out again). A thread that dies or is fenced holding it never puts it, and its
@@ -19,9 +20,8 @@
 //! - **Places.** A value may wait in a shared place whose settlement finishes with it (a word
 //!   naming a block to be freed, which a recovery completes): [`place`] puts it there (replacing
 //!   what the place held), [`unplace`] says the place was settled.
-//! - **The ledger** ([`ledger`]): every first take, forget, excuse and reclaim, in the order
-//!   they happened,
-//!   so a harness can match each reclaim with what explains it.
+//! - **The ledger** ([`ledger`]): every first take, forget, excuse, place and reclaim, in the
+//!   order they happened, so a harness can match each reclaim with what explains it.
 //! - **Step orders.** [`require_order`] registers steps a thread must meet in that order within
 //!   one pass of a protocol (a pass begins at the first; a step may be left out, never met
 //!   after a later one). A step out of order fails the run where it is met.

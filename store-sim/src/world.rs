@@ -221,8 +221,9 @@ struct World {
     leak_free: AtomicBool,
     /// The sum of every store's `leaves_forgotten`, added as each closes.
     forgotten: AtomicU64,
-    /// The first thread found holding a leaf where it must hold none (see `crate::ledger`).
-    leaf_in_hand: Mutex<Option<String>>,
+    /// The first thread found holding a leaf, block or lock where it must hold none (see
+    /// `crate::ledger`).
+    in_hand: Mutex<Option<String>>,
     /// Whether the pools store byte values.
     byte_values: bool,
     /// Whether the memory nodes' workers stop inside every slot split (see
@@ -248,15 +249,15 @@ impl World {
         f(&mut self.faults.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// Logs a fault (for a replay's report), at the history's clock now.
-    /// Records the first leaf found in a thread's hands where it must hold none.
-    fn leaf_held(&self, what: String) {
-        self.leaf_in_hand
+    /// Records the first leaf, block or lock found in a thread's hands where it must hold none.
+    fn left_in_hand(&self, what: String) {
+        self.in_hand
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(what);
     }
 
+    /// Logs a fault (for a replay's report), at the history's clock now.
     fn log(&self, what: String) {
         let line = format!("[{}] {what}", self.recorder.now());
         self.fault_log
@@ -471,7 +472,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         keys: key_space,
         leak_free: AtomicBool::new(!options.faults),
         forgotten: AtomicU64::new(0),
-        leaf_in_hand: Mutex::new(None),
+        in_hand: Mutex::new(None),
         byte_values: options.byte_values,
         grow_then_shrink,
         split_window: side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3),
@@ -588,7 +589,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         ));
     }
     if let Some(first) = world
-        .leaf_in_hand
+        .in_hand
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
@@ -771,7 +772,7 @@ fn memory_node(world: &World, n: usize) -> Option<Retrainer<SimEndpoint>> {
         let ran = worker.run(|| world.stop_worker.load(Ordering::SeqCst) || process.is_killed());
         let stopped = ran.is_ok() && !process.is_killed();
         if let Err(e) = crate::ledger::worker_ended(node.id, worker.free_leaves(), !stopped) {
-            world.leaf_held(e);
+            world.left_in_hand(e);
         }
         if stopped {
             return Some(worker);
@@ -1081,7 +1082,7 @@ fn run_client(
             &format!("{name} {op:?} (history clock {})", world.recorder.now()),
             lost,
         ) {
-            world.leaf_held(e);
+            world.left_in_hand(e);
         }
         world
             .liveness
@@ -1150,6 +1151,28 @@ const FAULT_NAMES: [&str; 18] = [
 /// they touch must find its way back to a chain, a box or a free list by the protocols
 /// themselves, so the orphan sweep, which would hide a leak, must reclaim nothing.
 const LEAK_FREE_FAULTS: [u64; 10] = [2, 3, 4, 5, 6, 10, 12, 13, 14, 15];
+
+/// Opens `gate` after `d` of virtual time, on a thread of its own that holds the store — for a
+/// compute node's fault, or a `worker`'s — from when it first runs: the gate's timer starts
+/// there, which may be a while after the thread was spawned.
+fn open_after(
+    world: &Arc<World>,
+    openers: &mut Vec<thread::JoinHandle<()>>,
+    gate: sim_transport::Gate,
+    d: Duration,
+    worker: bool,
+) {
+    let holding = Arc::clone(world);
+    openers.push(thread::spawn(move || {
+        if worker {
+            holding.liveness.hold_worker(d);
+        } else {
+            holding.liveness.hold(d);
+        }
+        thread::sleep(d);
+        gate.open();
+    }));
+}
 
 /// Kills compute node `node` inside a protocol: at the next step of an unlink, a split, a write
 /// or a join (whichever it meets first of the one drawn, a few such steps from now), its next
@@ -1461,12 +1484,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                     world
                         .worker_process(memory_node)
                         .pause_after_batches(rng.next_u64() % 48, gate.clone());
-                    let holding = Arc::clone(world);
-                    openers.push(thread::spawn(move || {
-                        holding.liveness.hold_worker(pause);
-                        thread::sleep(pause);
-                        gate.open();
-                    }));
+                    open_after(world, &mut openers, gate, pause, true);
                 }
                 world.count(|f| f.worker_pauses += 1);
             }
@@ -1525,14 +1543,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let gate = sim_transport::Gate::new();
                 process.stall_next_batch(rng.next_u64() % 8, gate.clone());
                 let stall = Duration::from_micros(rng.next_u64() % LEASE.as_micros() as u64);
-                let holding = Arc::clone(world);
-                openers.push(thread::spawn(move || {
-                    // Held from when the gate's timer starts (this thread may first run a
-                    // while after it was spawned).
-                    holding.liveness.hold(stall);
-                    thread::sleep(stall);
-                    gate.open();
-                }));
+                open_after(world, &mut openers, gate, stall, false);
                 world.count(|f| f.stalled_batches += 1);
             }
             16 => {
@@ -1623,12 +1634,7 @@ fn inject_faults(world: &Arc<World>, seed: u64) {
                 let gate = sim_transport::Gate::new();
                 process.land_next_batch_late(gate.clone());
                 let late = Duration::from_micros(rng.next_u64() % (2 * LEASE.as_micros() as u64));
-                let holding = Arc::clone(world);
-                openers.push(thread::spawn(move || {
-                    holding.liveness.hold(late);
-                    thread::sleep(late);
-                    gate.open();
-                }));
+                open_after(world, &mut openers, gate, late, false);
                 world.count(|f| f.late_landings += 1);
             }
             _ => {

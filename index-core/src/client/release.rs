@@ -107,13 +107,7 @@ impl<E: Endpoint> Client<E> {
         for _ in 0..REDO_ATTEMPTS {
             let mut verbs = [leaf_store::unlock_verb(lock.lt_addr, lock.held, None)];
             match self.ep.batches(&mut verbs) {
-                Ok(()) => {
-                    let result = check_unlocked(&verbs);
-                    if result.is_ok() {
-                        leaf_store::ghost::put_lock(lock.lt_addr);
-                    }
-                    return Ok(result);
-                }
+                Ok(()) => return Ok(released(&verbs, lock)),
                 Err(e) => last = e.into(),
             }
         }
@@ -155,8 +149,7 @@ impl<E: Endpoint> Client<E> {
             Ok(()) => {
                 check_link(&verbs, link_at, false)?;
                 if unlock {
-                    check_unlocked(&verbs)?;
-                    leaf_store::ghost::put_lock(lock.lt_addr);
+                    released(&verbs, lock)?;
                 }
                 self.bump_seen = bump_at
                     .and_then(|at| verbs.get(at))
@@ -187,8 +180,7 @@ impl<E: Endpoint> Client<E> {
                     if !resume {
                         check_link(&verbs, link_at, true)?;
                     }
-                    check_unlocked(&verbs)?;
-                    leaf_store::ghost::put_lock(lock.lt_addr);
+                    released(&verbs, lock)?;
                     return Ok(true);
                 }
                 Err(e) => {
@@ -202,6 +194,14 @@ impl<E: Endpoint> Client<E> {
         }
         Err(may_remain(lock, first, last))
     }
+}
+
+/// The batch `verbs`, ending with `lock`'s unlock CAS, found the lock held as this client took it
+/// (else the error of [`check_unlocked`]); the lock is released (told to the ghost state).
+fn released(verbs: &[Verb<'_>], lock: LockRef) -> Result<(), IndexError> {
+    check_unlocked(verbs)?;
+    leaf_store::ghost::put_lock(lock.lt_addr);
+    Ok(())
 }
 
 /// The link CAS at `link_at` swapped — or, when the batch is being repeated, had swapped before.

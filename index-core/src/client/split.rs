@@ -48,7 +48,6 @@ impl<E: Endpoint> Client<E> {
         };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
         let value = std::mem::take(&mut self.value_io);
-        let carries = value.carries_block();
         // Where the link CAS and the header bump stand in the batch `build` makes.
         let before_link = writes
             .iter()
@@ -93,9 +92,7 @@ impl<E: Endpoint> Client<E> {
         value.ghost_placed();
         let ran = self.run_ending_batch(lock, build, !hand_over, link_at, Some(bump_at));
         self.value_io = value;
-        self.value_io.sent |= carries;
-        self.value_io.linked |= carries && ran.is_ok();
-        self.value_io.ghost_settled(ran.is_ok());
+        self.value_io.ended(ran.is_ok());
         let released = ran?;
         locked.lt_now = lt_final;
         locked.header =

@@ -99,15 +99,20 @@ impl ValueIo {
         }
     }
 
-    /// After an ending batch: if it completed, the replaced block is free and the word clear.
-    pub(super) fn ghost_settled(&self, completed: bool) {
+    /// After the ending batch built from this (`completed`: it ran whole): whether it carried the
+    /// new block, and whether that landed; a completed batch freed the replaced block and cleared
+    /// the free word (told to the ghost state).
+    pub(super) fn ended(&mut self, completed: bool) {
+        let carries = self.carries_block();
+        self.sent |= carries;
+        self.linked |= carries && completed;
         if let (true, true, Some((word, _))) = (completed, self.armed, &self.free_word) {
             leaf_store::ghost::settle_free_word(*word);
         }
     }
 
     /// Whether an ending batch built now carries the new block.
-    pub(super) fn carries_block(&self) -> bool {
+    fn carries_block(&self) -> bool {
         self.armed && self.new.is_some()
     }
 }

@@ -687,13 +687,10 @@ impl<E: Endpoint> Client<E> {
             }
             verbs
         };
-        let carries = value.carries_block();
         value.ghost_placed();
         let ran = self.run_ending_batch(lock, build, !hand_over, None, None);
         self.value_io = value;
-        self.value_io.sent |= carries;
-        self.value_io.linked |= carries && ran.is_ok();
-        self.value_io.ghost_settled(ran.is_ok());
+        self.value_io.ended(ran.is_ok());
         let released = ran?;
         if !released {
             *held_slot = Some(locked.hand_over());
