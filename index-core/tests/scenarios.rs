@@ -164,6 +164,8 @@ fn a_full_slot_refuses_splits_and_loses_nothing() {
     assert_clean(&transport);
     let layout = store.layouts()[0];
     let mut ep = transport.endpoint().expect("endpoint");
+    let report = verify(&mut ep, transport.memory_nodes()[0]).expect("verify");
+    assert_eq!(report.fullest_slot, 255, "{report}");
     assert!(
         leaf_store::queue::is_pending(&mut ep, &layout, 0).expect("read"),
         "slot 0 was never queued"

@@ -179,6 +179,9 @@ pub struct VerifyReport {
     pub leaf_capacity: u64,
     /// Longest chain (trained leaf plus synonyms).
     pub longest_chain: u64,
+    /// Most synonym-leaf-table entries claimed by one slot, freed ones included: a slot refuses
+    /// splits (`SltFull`) at 255 until it is retrained.
+    pub fullest_slot: u64,
     /// Leaves holding no key.
     pub empty_leaves: u64,
     /// What the value region holds, in a pool with byte values.
@@ -196,13 +199,14 @@ impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} keys in {} slots: {} trained + {} synonym leaves ({} empty, longest chain {}), {} of {} leaves allocated",
+            "{} keys in {} slots: {} trained + {} synonym leaves ({} empty, longest chain {}, fullest slot {}/255), {} of {} leaves allocated",
             self.keys,
             self.slots,
             self.trained_leaves,
             self.synonym_leaves,
             self.empty_leaves,
             self.longest_chain,
+            self.fullest_slot,
             self.allocated_leaves,
             self.leaf_capacity
         )?;
@@ -306,6 +310,7 @@ pub fn verify<E: Endpoint>(
                 reason: format!("{header:?} in the slot table"),
             });
         }
+        report.fullest_slot = report.fullest_slot.max(header.slot_use());
         if header.slot_use() > MAX_SYNONYMS {
             problems.push(Problem::Record {
                 slot,
