@@ -1,5 +1,6 @@
 //! Leaves, value blocks and leaf locks in a thread's hands, told to the seeded simulation's
-//! ghost state (`sim_scheduler::ghost`; every call does nothing outside a seeded run).
+//! ghost state (`sim_scheduler::ghost`; every call does nothing outside a seeded run, and is
+//! compiled out of a build without the `simulation` feature).
 //!
 //! A leaf is *in hand* from the allocation that returned its number until the thread places it
 //! where the orphan sweep sees it — linked, in a leaf box, on a worker's free list — or forgets
@@ -27,6 +28,23 @@ use rdma_transport::RemoteAddr;
 
 use crate::Layout;
 
+#[cfg(feature = "simulation")]
+use sim_scheduler::ghost as sim;
+
+/// Without the seeded scheduler, nothing is told.
+#[cfg(not(feature = "simulation"))]
+mod sim {
+    pub(super) fn take(_: &'static str, _: u64) {}
+    pub(super) fn receive(_: &'static str, _: u64) {}
+    pub(super) fn put(_: &'static str, _: u64) {}
+    pub(super) fn hand(_: &'static str, _: u64) {}
+    pub(super) fn forget(_: &'static str, _: u64) {}
+    pub(super) fn reclaim(_: &'static str, _: u64) {}
+    pub(super) fn place(_: &'static str, _: u64, _: u64) {}
+    pub(super) fn unplace(_: u64) {}
+    pub(super) fn expect_none_held(_: &'static str, _: &str) {}
+}
+
 /// The ghost kind of leaves.
 pub const LEAF: &str = "leaf";
 
@@ -47,28 +65,28 @@ fn at(addr: RemoteAddr) -> u64 {
 
 /// The calling thread now holds `leaf` of `layout`'s node where no shared place names it.
 pub fn take(layout: &Layout, leaf: u64) {
-    sim_scheduler::ghost::take(LEAF, named(layout.node(), leaf));
+    sim::take(LEAF, named(layout.node(), leaf));
 }
 
 /// The calling thread placed `leaf` where the orphan sweep sees it.
 pub fn put(node: u16, leaf: u64) {
-    sim_scheduler::ghost::put(LEAF, named(node, leaf));
+    sim::put(LEAF, named(node, leaf));
 }
 
 /// The calling thread let go of `leaf`, for the orphan sweep.
 pub fn forget(node: u16, leaf: u64) {
-    sim_scheduler::ghost::forget(LEAF, named(node, leaf));
+    sim::forget(LEAF, named(node, leaf));
 }
 
 /// The orphan sweep reclaimed `leaf` of `layout`'s node.
 pub fn reclaim(layout: &Layout, leaf: u64) {
-    sim_scheduler::ghost::reclaim(LEAF, named(layout.node(), leaf));
+    sim::reclaim(LEAF, named(layout.node(), leaf));
 }
 
 /// Fails the seeded run if the calling thread holds a leaf: `when` names the moment (one where
 /// everything the thread took must be placed or forgotten).
 pub fn expect_none_held(when: &str) {
-    sim_scheduler::ghost::expect_none_held(LEAF, when);
+    sim::expect_none_held(LEAF, when);
 }
 
 /// The ghost kind of value blocks (named by [`named`] with the block's offset in the pool).
@@ -77,33 +95,33 @@ pub const BLOCK: &str = "value block";
 /// The calling thread holds the value block at `offset` of memory node `node` for an operation
 /// (handed out, no leaf names it yet).
 pub fn take_block(node: u16, offset: u64) {
-    sim_scheduler::ghost::take(BLOCK, named(node, offset));
+    sim::take(BLOCK, named(node, offset));
 }
 
 /// The operation holding the block ended with a leaf naming it, or gave it back unwritten.
 pub fn put_block(node: u16, offset: u64) {
-    sim_scheduler::ghost::put(BLOCK, named(node, offset));
+    sim::put(BLOCK, named(node, offset));
 }
 
 /// The operation holding the block failed in its last batch: left to the memory node.
 pub fn forget_block(node: u16, offset: u64) {
-    sim_scheduler::ghost::forget(BLOCK, named(node, offset));
+    sim::forget(BLOCK, named(node, offset));
 }
 
 /// The memory node freed the block, in use and named by no leaf, of a departed member's chunk.
 pub fn reclaim_block(node: u16, offset: u64) {
-    sim_scheduler::ghost::reclaim(BLOCK, named(node, offset));
+    sim::reclaim(BLOCK, named(node, offset));
 }
 
 /// The block at `offset` of memory node `node` is named by the value free word at `word` (a
 /// write replacing it set the word; the block's free completes when the word is settled).
 pub fn place_block(node: u16, offset: u64, word: RemoteAddr) {
-    sim_scheduler::ghost::place(BLOCK, named(node, offset), at(word));
+    sim::place(BLOCK, named(node, offset), at(word));
 }
 
 /// The value free word at `word` is settled: the block it named is free or named by a leaf.
 pub fn settle_free_word(word: RemoteAddr) {
-    sim_scheduler::ghost::unplace(at(word));
+    sim::unplace(at(word));
 }
 
 /// The ghost kind of leaf locks (named by [`named`] with the LT entry's address).
@@ -111,21 +129,21 @@ pub const LOCK: &str = "leaf lock";
 
 /// The calling thread holds the leaf lock at `lt_addr`: its CAS took it.
 pub fn take_lock(lt_addr: RemoteAddr) {
-    sim_scheduler::ghost::take(LOCK, at(lt_addr));
+    sim::take(LOCK, at(lt_addr));
 }
 
 /// The calling thread released the leaf lock at `lt_addr` (its unlock CAS found it held as
 /// expected).
 pub fn put_lock(lt_addr: RemoteAddr) {
-    sim_scheduler::ghost::put(LOCK, at(lt_addr));
+    sim::put(LOCK, at(lt_addr));
 }
 
 /// The calling thread receives the leaf lock at `lt_addr` from another writer of its store.
 pub fn receive_lock(lt_addr: RemoteAddr) {
-    sim_scheduler::ghost::receive(LOCK, at(lt_addr));
+    sim::receive(LOCK, at(lt_addr));
 }
 
 /// The calling thread hands the leaf lock at `lt_addr` to the next writer of its store.
 pub fn hand_lock(lt_addr: RemoteAddr) {
-    sim_scheduler::ghost::hand(LOCK, at(lt_addr));
+    sim::hand(LOCK, at(lt_addr));
 }
