@@ -20,9 +20,8 @@
 
 use std::collections::VecDeque;
 
-use crate::store::NodeCache;
 use crate::sync::MembershipMutex as Mutex;
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::view::{Guard, SlotView, ViewCell};
 
 /// A compute node's cache budget and what is charged against it.
@@ -45,38 +44,6 @@ pub(crate) struct Budget {
 pub(crate) struct Charge {
     bytes: u64,
     pivots: bool,
-}
-
-/// Whether a view was used since the CLOCK hand last passed it (set by readers only when a
-/// limit exists).
-#[derive(Debug, Default)]
-pub(crate) struct Referenced(AtomicBool);
-
-impl Referenced {
-    pub(crate) fn mark(&self) {
-        if !self.0.load(Ordering::Relaxed) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Clears the mark; whether it was set.
-    fn take(&self) -> bool {
-        self.0.swap(false, Ordering::Relaxed)
-    }
-}
-
-impl Clone for Referenced {
-    /// A copy starts unmarked: it has not been used yet.
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-impl PartialEq for Referenced {
-    /// Not part of what a view says about its record.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
 }
 
 impl Budget {
@@ -239,12 +206,17 @@ impl Budget {
     /// While over the limit, moves the hand around the ring of resident views and shrinks them
     /// (see the module's documentation). `keep` (node position, slot) is the view the caller is
     /// about to use: it is left as it is. Gives up after four rounds (views used again and
-    /// again by other threads meanwhile): the next install tries again.
-    pub(crate) fn shrink(&self, nodes: &[NodeCache], keep: (usize, u64), guard: &Guard) {
+    /// again by other threads meanwhile): the next install tries again. `cell_at` finds the
+    /// cell of a (node position, slot).
+    pub(crate) fn shrink<'a>(
+        &self,
+        cell_at: impl Fn((usize, u64)) -> Option<&'a ViewCell>,
+        keep: (usize, u64),
+        guard: &Guard,
+    ) {
         if !self.over() {
             return;
         }
-        let cell_at = |(node, slot): (usize, u64)| nodes.get(node).and_then(|n| n.cell(slot));
         let keep_has_pivots = cell_at(keep).is_some_and(|cell| cell.load(guard).pivots.is_some());
         let mut ring = self.resident();
         let mut steps = 4 * ring.len() + 4;

@@ -127,7 +127,7 @@ mod view;
 pub use bootstrap::{bootstrap, bootstrap_values, bootstrap_with_progress, partition};
 pub use client::Client;
 #[cfg(loom)]
-pub use config::{AdoptChanges, GetsTrust, SplitOrder, WriterTrust};
+pub use client::broken;
 pub use config::{CacheMode, StoreConfig};
 pub use error::IndexError;
 pub use stats::{OpCounters, OpKind, OpStats};

@@ -32,15 +32,13 @@
 //! The memory node's roll-forward of a *dead* compute node does the same (fence, then the same
 //! trim), so a compute node that dies while a retired index waits is recovered as before.
 
-use leaf_store::members::{LEAF_BOX, word_leaf};
+use leaf_store::members::{LEAF_BOX, MemberTable, Membership, word_leaf};
 use leaf_store::redo::{BoxImages, REDO_SLOT, needs_redo, plan_repair};
 use leaf_store::{LeafTableEntry, ModelHeader, le_word, read_record};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
-use crate::client::offset;
 use crate::locks::LockTable;
-use crate::membership::Members;
 
 /// A lock an operation may have left held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,10 +89,10 @@ pub(crate) enum Settled {
 /// completion's batch may still be executing on any node the operation reached.)
 pub(crate) fn revoked<E: Endpoint>(
     ep: &mut E,
-    members: &Members,
+    nodes: &[(MemberTable, Option<Membership>)],
     retired: &mut Retired,
 ) -> Result<bool, IndexError> {
-    for (node, (table, member)) in members.nodes.iter().enumerate() {
+    for (node, (table, member)) in nodes.iter().enumerate() {
         if retired.revoked.get(node).copied().unwrap_or(true) {
             continue;
         }
@@ -119,7 +117,7 @@ pub(crate) fn revoked<E: Endpoint>(
 /// index that may hold the lock is in the group.
 pub(crate) fn settle_group<E: Endpoint>(
     ep: &mut E,
-    members: &Members,
+    nodes: &[(MemberTable, Option<Membership>)],
     locks: &LockTable,
     group: &[&Retired],
 ) -> Result<Settled, IndexError> {
@@ -127,7 +125,7 @@ pub(crate) fn settle_group<E: Endpoint>(
         // Nothing held: fenced everywhere, the connection is done with.
         return Ok(Settled::Done);
     };
-    let Some((table, Some(member))) = members.nodes.get(node) else {
+    let Some((table, Some(member))) = nodes.get(node) else {
         return Ok(Settled::Done);
     };
     let layout = table.layout();
@@ -179,7 +177,7 @@ pub(crate) fn settle_group<E: Endpoint>(
                 (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone);
             if let Some(at) = mark.filter(|_| !linked.contains(&gone)) {
                 writes.push((
-                    offset(record_addr, record.layout().slt_entry(at as u64)),
+                    record_addr.saturating_add(record.layout().slt_entry(at as u64)),
                     LeafTableEntry::freed(gone).raw().to_le_bytes().to_vec(),
                 ));
             }
@@ -223,7 +221,7 @@ pub(crate) fn settle_group<E: Endpoint>(
             .iter()
             .map(|&(at, word)| Verb::cas(at, word, 0).fenced()),
     );
-    let lt_addr = offset(record_addr, record.layout().lt_entry(leaf));
+    let lt_addr = record_addr.saturating_add(record.layout().lt_entry(leaf));
     let unlock = Verb::cas(lt_addr, entry.raw(), entry.unlocked().raw()).fenced();
     // Byte values: a value free word one of them left names the block its write was replacing.
     // Settled under the lock, once the chain is final: the block is freed if no entry names it

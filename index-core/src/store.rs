@@ -36,10 +36,33 @@ pub(crate) struct NodeCache {
     pub(crate) full: Option<crate::full_leaves::FullLeaves>,
 }
 
+// The broken protocol variants a loom model may switch on (`crate::broken`); outside loom builds
+// none exists.
+#[cfg(loom)]
+use crate::broken::Broken;
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct Broken;
+
+/// The protocol as the library runs it.
+fn unbroken() -> Broken {
+    #[cfg(loom)]
+    {
+        Broken::default()
+    }
+    #[cfg(not(loom))]
+    {
+        Broken
+    }
+}
+
 /// Everything the clients of one compute node share.
 #[derive(Debug)]
 pub(crate) struct Caches {
     pub(crate) config: StoreConfig,
+    /// Which protocol steps run in their wrong variant (loom builds only: nothing elsewhere).
+    #[cfg_attr(not(loom), allow(dead_code))]
+    pub(crate) broken: Broken,
     /// Memory nodes in key order.
     pub(crate) nodes: Vec<NodeCache>,
     /// First key served by each node of `nodes`.
@@ -101,6 +124,11 @@ impl NodeCache {
 }
 
 impl Caches {
+    /// The cell of slot `slot` of the node at position `node`, if that slot has one.
+    pub(crate) fn cell_at(&self, (node, slot): (usize, u64)) -> Option<&ViewCell> {
+        self.nodes.get(node).and_then(|n| n.cell(slot))
+    }
+
     /// The index in `nodes` of the node serving `key`.
     pub(crate) fn node_of(&self, key: u64) -> usize {
         self.partition
@@ -150,6 +178,21 @@ where
     /// and builds the caches. The nodes' key ranges must tile the key space (as [`crate::bootstrap`]
     /// lays them out).
     pub fn open(transport: T, config: StoreConfig) -> Result<Self, IndexError> {
+        Self::open_as(transport, config, unbroken())
+    }
+
+    /// Loom builds only: [`Store::open`], with the protocol steps `broken` names in their wrong
+    /// variant (a model shows it catches them).
+    #[cfg(loom)]
+    pub fn open_broken(
+        transport: T,
+        config: StoreConfig,
+        broken: crate::broken::Broken,
+    ) -> Result<Self, IndexError> {
+        Self::open_as(transport, config, broken)
+    }
+
+    fn open_as(transport: T, config: StoreConfig, broken: Broken) -> Result<Self, IndexError> {
         if config.max_attempts == 0
             || config.retrain_threshold == 0
             || config.retrain_threshold > 255
@@ -262,6 +305,7 @@ where
             transport,
             caches: Arc::new(Caches {
                 config,
+                broken,
                 nodes,
                 partition,
                 locks,

@@ -5,6 +5,7 @@ use learned_model::LeafModel;
 use rdma_transport::RemoteAddr;
 
 use crate::CacheMode;
+use crate::sync::atomic::{AtomicBool, Ordering};
 
 /// The leaf table as cached, in both modes, in runs where that is smaller: a bulk-loaded
 /// record's trained leaves are leaf-major (ARCHITECTURE §5), so entry `i` is `base + i` with no
@@ -142,7 +143,7 @@ pub(crate) struct SlotView {
     /// (see `crate::membership`): an operation of a later epoch reloads it from the slot table.
     pub(crate) validated: Validated,
     /// Used since the cache budget's CLOCK hand last passed (marked only under a budget).
-    pub(crate) referenced: crate::budget::Referenced,
+    pub(crate) referenced: Referenced,
     /// An evicted stub (see `crate::budget`): no model or tables; reloaded before any use (from
     /// its record's address, if still validated in the operation's epoch).
     pub(crate) evicted: bool,
@@ -214,7 +215,7 @@ impl SlotView {
             slt: Vec::new(),
             fetched_at: crate::sync::time::Instant::now(),
             validated: Validated::new(epoch),
-            referenced: crate::budget::Referenced::default(),
+            referenced: Referenced::default(),
             evicted: false,
         };
         view.set_tables(record.header, &record.lt, &record.slt);
@@ -334,7 +335,7 @@ impl SlotView {
             // Its record stays as safe to read as the view's was: the epochs that keep it from
             // reuse (`crate::epoch`) are the same, and the renewer confirms a stub as a view.
             validated: self.validated.clone(),
-            referenced: crate::budget::Referenced::default(),
+            referenced: Referenced::default(),
             evicted: true,
         })
     }
@@ -451,6 +452,38 @@ mod cell {
             let owned = unsafe { std::mem::replace(&mut self.0, Atomic::null()).into_owned() };
             drop(owned);
         }
+    }
+}
+
+/// Whether a view was used since the CLOCK hand last passed it (set by readers only when a
+/// limit exists).
+#[derive(Debug, Default)]
+pub(crate) struct Referenced(AtomicBool);
+
+impl Referenced {
+    pub(crate) fn mark(&self) {
+        if !self.0.load(Ordering::Relaxed) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears the mark; whether it was set.
+    pub(crate) fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
+}
+
+impl Clone for Referenced {
+    /// A copy starts unmarked: it has not been used yet.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Referenced {
+    /// Not part of what a view says about its record.
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 

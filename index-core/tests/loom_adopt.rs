@@ -24,7 +24,8 @@
 
 mod common;
 
-use index_core::{AdoptChanges, Store, StoreConfig, WriterTrust};
+use index_core::broken::{AdoptChanges, Broken, WriterTrust};
+use index_core::{Store, StoreConfig};
 use sim_transport::SimConfig;
 
 /// What the writer does after the race.
@@ -52,16 +53,19 @@ fn scenario(adopt_changes: AdoptChanges, writer_trust: WriterTrust, after: &'sta
     builder.check(move || {
         // δ = 2, two full leaves {10, 20} {30, 40} in one slot.
         let transport = common::two_full_leaves(16, SimConfig::default());
-        let config = StoreConfig {
+        let config = StoreConfig::default();
+        let broken = Broken {
             adopt_changes,
             writer_trust,
-            ..StoreConfig::default()
+            ..Broken::default()
         };
         // Before the race: 45 splits the second leaf, so its chain is {30} → {40, 45}.
-        let other_store = Store::open(transport.clone(), config.clone()).expect("open");
+        let other_store =
+            Store::open_broken(transport.clone(), config.clone(), broken).expect("open");
         let mut other = other_store.client().expect("client");
         assert!(other.insert(45, 45).expect("insert"));
-        let writer_store = Store::open(transport.clone(), config.clone()).expect("open");
+        let writer_store =
+            Store::open_broken(transport.clone(), config.clone(), broken).expect("open");
         let mut writer = writer_store.client().expect("client");
         let racing = loom::thread::spawn(move || {
             // Splits the synonym leaf {40, 45} into {40} → {45, 47} (only an SLT entry changes,
@@ -87,7 +91,7 @@ fn scenario(adopt_changes: AdoptChanges, writer_trust: WriterTrust, after: &'sta
                 Op::Present(key) => assert!(!writer.insert(key, key).expect("insert")),
             }
         }
-        let reader_store = Store::open(transport, config).expect("open");
+        let reader_store = Store::open_broken(transport, config, broken).expect("open");
         let mut reader = reader_store.client().expect("client");
         for key in keys {
             assert_eq!(reader.get(key).expect("get"), Some(key), "key {key} lost");

@@ -17,7 +17,8 @@
 
 mod common;
 
-use index_core::{GetsTrust, SplitOrder, Store, StoreConfig};
+use index_core::broken::{Broken, GetsTrust, SplitOrder};
+use index_core::{Store, StoreConfig};
 use sim_transport::{Reordering, SimConfig};
 
 fn scenario(order: SplitOrder) {
@@ -55,14 +56,16 @@ fn scenario_trusting(
             ..SimConfig::default()
         };
         let transport = common::two_full_leaves(4, sim);
-        let config = StoreConfig {
+        let config = StoreConfig::default();
+        let broken = Broken {
             split_order: order,
             fence_shrink,
             gets_trust,
-            ..StoreConfig::default()
+            ..Broken::default()
         };
-        let writer_store = Store::open(transport.clone(), config.clone()).expect("open");
-        let reader_store = Store::open(transport, config).expect("open");
+        let writer_store =
+            Store::open_broken(transport.clone(), config.clone(), broken).expect("open");
+        let reader_store = Store::open_broken(transport, config, broken).expect("open");
         let writer = loom::thread::spawn(move || {
             let mut client = writer_store.client().expect("client");
             assert!(client.insert(15, 15).expect("insert"));

@@ -29,9 +29,11 @@
 
 #![cfg(loom)]
 
-use index_core::{GetsTrust, Store, StoreConfig, bootstrap};
+use index_core::broken::{Broken, GetsTrust};
+use index_core::{Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes};
 use rdma_transport::{Endpoint, Transport};
+use retrainer::broken::Broken as RetrainerBroken;
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::{SimEndpoint, SimTransport};
 
@@ -70,13 +72,11 @@ fn scenario(carry_over: bool) {
     builder.max_branches = 200_000;
     builder.check(move || {
         let (transport, _) = one_slot_pool();
-        let mut worker = retrainer_of(
-            &transport,
-            RetrainConfig {
-                carry_over,
-                ..RetrainConfig::default()
-            },
-        );
+        let mut worker = retrainer_of(&transport, RetrainConfig::default());
+        worker.break_steps(RetrainerBroken {
+            carry_over,
+            ..RetrainerBroken::default()
+        });
         let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
         let retraining = loom::thread::spawn(move || {
             worker.retrain_slot(0).expect("retrain");
@@ -111,13 +111,11 @@ fn freeze_scenario(freeze_leaves: bool) {
     builder.max_branches = 200_000;
     builder.check(move || {
         let (transport, _) = one_slot_pool();
-        let mut worker = retrainer_of(
-            &transport,
-            RetrainConfig {
-                freeze_leaves,
-                ..RetrainConfig::default()
-            },
-        );
+        let mut worker = retrainer_of(&transport, RetrainConfig::default());
+        worker.break_steps(RetrainerBroken {
+            freeze_leaves,
+            ..RetrainerBroken::default()
+        });
         let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
         let mut client = store.client().expect("client");
         // The second trained leaf emptied: it still claims [30, ..].
@@ -165,20 +163,19 @@ fn three_caches(retire_first: bool, confirm_retired: bool, gets_trust: GetsTrust
     builder.max_branches = 500_000;
     builder.check(move || {
         let (transport, layout) = one_slot_pool();
-        let mut worker = retrainer_of(
-            &transport,
-            RetrainConfig {
-                retire_first,
-                ..RetrainConfig::default()
-            },
-        );
+        let mut worker = retrainer_of(&transport, RetrainConfig::default());
+        worker.break_steps(RetrainerBroken {
+            retire_first,
+            ..RetrainerBroken::default()
+        });
         // The reader's cache holds the record that is about to be replaced.
-        let reader_config = StoreConfig {
+        let broken = Broken {
             confirm_retired,
             gets_trust,
-            ..StoreConfig::default()
+            ..Broken::default()
         };
-        let reader_store = Store::open(transport.clone(), reader_config).expect("open");
+        let reader_store =
+            Store::open_broken(transport.clone(), StoreConfig::default(), broken).expect("open");
         let mut ep = transport.endpoint().expect("endpoint");
         let slot_entry = layout.slot_entry_addr(0);
         let old_record = ep.read_word(slot_entry).expect("slot table");
@@ -262,13 +259,14 @@ fn slot_split(confirm_slot_count: bool, gets_trust: GetsTrust) {
                 ..RetrainConfig::default()
             },
         );
-        let reader_config = StoreConfig {
+        let broken = Broken {
             confirm_slot_count,
             gets_trust,
-            ..StoreConfig::default()
+            ..Broken::default()
         };
         // Its directory knows slot 0 only, and its cache holds the record being split.
-        let reader_store = Store::open(transport.clone(), reader_config).expect("open");
+        let reader_store =
+            Store::open_broken(transport.clone(), StoreConfig::default(), broken).expect("open");
         let prepared = worker
             .prepare_swap(0)
             .expect("prepare")

@@ -222,7 +222,7 @@ impl Layout {
             });
         }
         let mut bytes = [0u8; SUPERBLOCK_BYTES as usize];
-        ep.read(addr(node.id, 0), &mut bytes)?;
+        ep.read(RemoteAddr::saturating(node.id, 0), &mut bytes)?;
         Ok(Self {
             node: node.id,
             sb: Superblock::decode(&bytes, node.region_len)?,
@@ -286,7 +286,7 @@ impl Layout {
 
     /// The address `offset` on this node.
     pub fn at(&self, offset: u64) -> RemoteAddr {
-        addr(self.node, offset)
+        RemoteAddr::saturating(self.node, offset)
     }
 
     /// The leaf region's `alloc_num` word (FAA it to allocate).
@@ -342,10 +342,4 @@ impl Layout {
     pub fn ring_addr(&self) -> RemoteAddr {
         self.at(self.sb.ring_offset)
     }
-}
-
-/// `offset` on `node`; an offset beyond 48 bits becomes the largest one, which no memory node's
-/// region reaches, so the verb fails with an out-of-bounds error instead of touching other data.
-pub(crate) fn addr(node: u16, offset: u64) -> RemoteAddr {
-    RemoteAddr::new(node, offset.min(rdma_transport::MAX_OFFSET)).unwrap_or_default()
 }

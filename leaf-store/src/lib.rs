@@ -55,6 +55,7 @@ mod layout;
 mod leaf;
 mod lock;
 pub mod members;
+mod problem;
 pub mod put_off;
 pub mod queue;
 mod record;
@@ -80,9 +81,10 @@ pub use header::{MAX_SYNONYMS, ModelHeader, SLT_SLOTS};
 pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Superblock};
 pub use leaf::{Claimed, Leaf, leaf_bytes, leaf_checksum};
 pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
+pub use problem::Problem;
 pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout, chain_range};
 pub use ring::{RingEntry, RingLayout};
-pub use verify::{Problem, VerifyReport, verify};
+pub use verify::{VerifyReport, verify};
 pub use verify_values::ValueSpace;
 pub use walk::{
     TORN_READ_RETRIES, read_all_entries, read_all_entries_live, read_leaf, read_record,

@@ -55,7 +55,6 @@
 use rdma_transport::RemoteAddr;
 
 use crate::LeafStoreError;
-use crate::layout::addr;
 
 /// The longest value a pool stores: 64 KiB (a pool whose chunks are smaller stores less, see
 /// [`ValueRegion::max_value_len`]).
@@ -322,7 +321,7 @@ impl ValueRegion {
 
     /// The address of byte `region_offset` of the region.
     pub fn at_offset(&self, region_offset: u64) -> RemoteAddr {
-        addr(self.node, self.offset + region_offset)
+        RemoteAddr::saturating(self.node, self.offset + region_offset)
     }
 
     fn at(&self, region_offset: u64) -> RemoteAddr {

@@ -4,10 +4,10 @@ use std::fmt;
 
 use rdma_transport::Endpoint;
 
+use crate::problem::Problem;
 use crate::value::{
     CLASS_BYTES, ChunkWord, STATE_FREE, STATE_USED, ValueRef, ValueRegion, check_block,
 };
-use crate::verify::Problem;
 use crate::{LeafStoreError, le_word};
 
 /// What a value region holds.

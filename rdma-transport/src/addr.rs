@@ -34,6 +34,20 @@ impl RemoteAddr {
         }
     }
 
+    /// The address `offset` on memory node `node`, an offset beyond 48 bits becoming the largest
+    /// one: no memory node's region reaches it, so a verb there fails with an out-of-bounds error
+    /// instead of touching other data.
+    pub const fn saturating(node: u16, offset: u64) -> Self {
+        Self {
+            node,
+            offset: if offset > MAX_OFFSET {
+                MAX_OFFSET
+            } else {
+                offset
+            },
+        }
+    }
+
     /// Memory-node id.
     pub const fn node(self) -> u16 {
         self.node
@@ -50,6 +64,12 @@ impl RemoteAddr {
             Some(offset) => Self::new(self.node, offset),
             None => None,
         }
+    }
+
+    /// The address `bytes` further on; past the 48-bit offset space, the largest offset (see
+    /// [`RemoteAddr::saturating`]: a verb there fails instead of touching other data).
+    pub const fn saturating_add(self, bytes: u64) -> Self {
+        Self::saturating(self.node, self.offset.saturating_add(bytes))
     }
 
     /// The packed form: node in bits 48–63, offset in bits 0–47.
@@ -107,6 +127,20 @@ mod tests {
         assert_eq!(
             RemoteAddr::new(3, 8).and_then(|a| a.checked_add(8)),
             RemoteAddr::new(3, 16)
+        );
+    }
+
+    #[test]
+    fn saturating_keeps_the_node_and_clamps_the_offset() {
+        assert_eq!(
+            RemoteAddr::saturating(7, 64),
+            RemoteAddr::new(7, 64).expect("valid")
+        );
+        let clamped = RemoteAddr::saturating(7, u64::MAX);
+        assert_eq!((clamped.node(), clamped.offset()), (7, MAX_OFFSET));
+        assert_eq!(
+            RemoteAddr::saturating(7, MAX_OFFSET + 1).offset(),
+            MAX_OFFSET
         );
     }
 

@@ -54,6 +54,8 @@ pub mod problem;
 mod sync;
 mod worker;
 
+#[cfg(loom)]
+pub use worker::broken;
 pub use worker::{
     MemberStats, ModelSpace, PoolUsage, PreparedSwap, Recovery, RetrainConfig, RetrainError,
     RetrainReport, RetrainStats, Retrainer, RollForward, recovery_steps,

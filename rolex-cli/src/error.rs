@@ -113,8 +113,25 @@ run_errors!(
     hdrhistogram::AdditionError,
     std::io::Error,
     clap::Error,
-    crate::index::Failed,
+    Failed,
 );
+
+/// Why one operation of an index under test failed.
+#[derive(Debug)]
+pub enum Failed {
+    /// The client's endpoint is gone (a fresh one may go on).
+    ConnectionLost(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::ConnectionLost(e) | Failed::Other(e) => f.write_str(e),
+        }
+    }
+}
 
 /// Bad input: `input!("…", args)` is `CliError::Input(format!("…", args))`.
 macro_rules! input {

@@ -2,7 +2,7 @@
 //! (`bplus-tree`) on the same transport. The harness, workloads, key sets, report and cost model
 //! are shared; only what is behind these two traits differs.
 
-use crate::error::{CliError, failed};
+use crate::error::{CliError, Failed, failed};
 use rdma_transport::{Stats, Transport};
 
 /// Which index a run drives.
@@ -22,23 +22,6 @@ impl IndexKind {
         match self {
             IndexKind::Rolex => "rolex",
             IndexKind::Bplus => "bplus",
-        }
-    }
-}
-
-/// Why an operation failed.
-#[derive(Debug)]
-pub enum Failed {
-    /// The client's endpoint is gone (a fresh one may go on).
-    ConnectionLost(String),
-    /// Anything else.
-    Other(String),
-}
-
-impl std::fmt::Display for Failed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failed::ConnectionLost(e) | Failed::Other(e) => f.write_str(e),
         }
     }
 }

@@ -10,6 +10,7 @@ mod images;
 mod ledger;
 pub mod liveness;
 pub mod oracle;
+mod times;
 mod world;
 
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 use sim_scheduler::{Config, Outcome, Strategy};
 
 pub use ledger::{Account, Ledger};
-pub use world::{Faults, LEASE, Options, Summary};
+pub use times::LEASE;
+pub use world::{Faults, Options, Summary};
 
 use std::collections::BTreeMap;
 

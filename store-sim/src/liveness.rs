@@ -28,7 +28,7 @@ use std::time::Duration;
 use index_core::IndexError;
 use sim_scheduler::time::Instant;
 
-use crate::world::LEASE;
+use crate::times::LEASE;
 
 /// How long an operation may take, in virtual time, when no fault holds the store (a thousand
 /// times a GET's round trips; a write that waits for a retraining takes a few milliseconds).

@@ -42,13 +42,7 @@ use testkit::linearizability::{KvOp, KvResult};
 
 use crate::history::{Entry, Op, Recorder, Returned};
 use crate::liveness::{Liveness, LivenessStats, gives_up};
-
-/// The memory node's lease time (virtual).
-pub const LEASE: Duration = Duration::from_millis(4);
-/// How often compute nodes renew (virtual).
-const RENEWAL: Duration = Duration::from_micros(500);
-/// How long the end waits for the memory node to recover every member (virtual).
-const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+use crate::times::{LEASE, RECOVERY_LIMIT, RENEWAL};
 
 /// How a run is shaped (the seed fills in the rest).
 #[derive(Debug, Clone)]

@@ -74,7 +74,7 @@ impl<E: Endpoint> Client<E> {
         self.ep.batches(&mut verbs)?;
         drop(verbs);
         #[cfg(loom)]
-        let known = if self.caches.config.confirm_slot_count {
+        let known = if self.caches.broken.confirm_slot_count {
             known
         } else {
             u64::MAX
@@ -115,7 +115,7 @@ impl<E: Endpoint> Client<E> {
             node.directory.replace(&cached, fresh, guard)
         }) {
             // A larger directory (a slot split) makes room among the views.
-            budget.shrink(&self.caches.nodes, NO_VIEW_KEPT, guard);
+            budget.shrink(|at| self.caches.cell_at(at), NO_VIEW_KEPT, guard);
         }
         Ok(true)
     }
@@ -168,7 +168,7 @@ impl<E: Endpoint> Client<E> {
         let slot = fresh.slot;
         let budget = &self.caches.budget;
         budget.replace(cell, current, fresh, (node.position, slot), guard);
-        budget.shrink(&self.caches.nodes, (node.position, slot), guard);
+        budget.shrink(|at| self.caches.cell_at(at), (node.position, slot), guard);
     }
 
     /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
@@ -195,7 +195,7 @@ impl<E: Endpoint> Client<E> {
         let (first, rest) = tables.split_at_mut(8 * (leaves + known));
         let mut verbs = [
             Verb::read(stale.record, &mut fixed),
-            Verb::read(offset(stale.record, stale.layout.lt_entry(0)), first),
+            Verb::read(stale.record.saturating_add(stale.layout.lt_entry(0)), first),
         ];
         self.ep.batches(&mut verbs)?;
         let header = ModelHeader::from_raw(le_word(&fixed, 0));
@@ -207,7 +207,9 @@ impl<E: Endpoint> Client<E> {
         }
         let used = (header.slot_use() as usize + 1).min(SLT_SLOTS);
         if used > known {
-            let at = offset(stale.record, stale.layout.slt_entry(known as u64));
+            let at = stale
+                .record
+                .saturating_add(stale.layout.slt_entry(known as u64));
             self.ep.read(at, &mut rest[..8 * (used - known)])?;
         }
         let entries: Vec<LeafTableEntry> = tables
@@ -252,9 +254,11 @@ impl<E: Endpoint> Client<E> {
                         reason: "slot beyond the slot table's capacity".into(),
                     }));
                 }
-                self.caches
-                    .budget
-                    .shrink(&self.caches.nodes, (node.position, slot), guard);
+                self.caches.budget.shrink(
+                    |at| self.caches.cell_at(at),
+                    (node.position, slot),
+                    guard,
+                );
                 continue;
             };
             let loaded = cell.load(guard);

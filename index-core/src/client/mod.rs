@@ -5,6 +5,8 @@
 //! unlinks, which bump the record's header), [`release`] (what a write holds when a verb fails),
 //! [`redo`] (where a leaf longer than one packet goes before it is rewritten in place).
 
+#[cfg(loom)]
+pub mod broken;
 mod cache;
 mod read;
 mod redo;
@@ -205,11 +207,6 @@ impl LeafBox {
         (self.leaf(redo).is_none() || (redo && self.redo_leaf().is_none()))
             && self.read_at.is_none_or(|at| at.elapsed() >= Self::REREAD)
     }
-}
-
-/// `addr` moved `by` bytes on (unchanged past the end of the address space).
-pub(crate) fn offset(addr: RemoteAddr, by: u64) -> RemoteAddr {
-    addr.checked_add(by).unwrap_or(addr)
 }
 
 impl<E: Endpoint> Client<E> {

@@ -33,7 +33,7 @@ impl<E: Endpoint> Client<E> {
                 continue;
             };
             #[cfg(loom)]
-            if caches.config.gets_trust == crate::config::GetsTrust::HeaderOnly {
+            if caches.broken.gets_trust == super::broken::GetsTrust::HeaderOnly {
                 fell_back = true;
             }
             if !fell_back {
@@ -51,7 +51,7 @@ impl<E: Endpoint> Client<E> {
                 Freshness::Fresh => true,
                 Freshness::Stale => false,
                 #[cfg(loom)]
-                Freshness::Retired if !caches.config.confirm_retired => true,
+                Freshness::Retired if !caches.broken.confirm_retired => true,
                 Freshness::Retired => {
                     self.still_current(node, &[(view.slot, view.record)], routed.known, &guard)?[0]
                 }
@@ -81,7 +81,7 @@ impl<E: Endpoint> Client<E> {
         key: u64,
     ) -> Result<Option<Option<u64>>, IndexError> {
         #[cfg(loom)]
-        if self.caches.config.gets_trust == crate::config::GetsTrust::AnyLeaf {
+        if self.caches.broken.gets_trust == super::broken::GetsTrust::AnyLeaf {
             return Ok(match self.lookup_in_batch(layout, leaves, key)? {
                 Lookup::Found(value) => Some(Some(value)),
                 Lookup::Absent => Some(None),

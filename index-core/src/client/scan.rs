@@ -203,7 +203,7 @@ impl<E: Endpoint> Client<E> {
                     None => {
                         round.bound = Bound::ReadPivot;
                         round.bound_word =
-                            Some(offset(view.record, view.layout.pivots() + 8 * leaf));
+                            Some(view.record.saturating_add(view.layout.pivots() + 8 * leaf));
                     }
                 }
                 break;

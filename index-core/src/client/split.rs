@@ -39,7 +39,7 @@ impl<E: Endpoint> Client<E> {
         let fence_shrink = {
             #[cfg(loom)]
             {
-                self.caches.config.fence_shrink
+                self.caches.broken.fence_shrink
             }
             #[cfg(not(loom))]
             {
@@ -123,7 +123,7 @@ impl<E: Endpoint> Client<E> {
         let checked = {
             #[cfg(loom)]
             {
-                self.caches.config.adopt_changes == crate::config::AdoptChanges::Checked
+                self.caches.broken.adopt_changes == super::broken::AdoptChanges::Checked
             }
             #[cfg(not(loom))]
             {
@@ -199,7 +199,9 @@ impl<E: Endpoint> Client<E> {
             let prev_slot = u64::from(locked.chain[pos - 2].0.synonym_ptr());
             let prev = locked.chain[pos - 1].0.with_synonym(next);
             verbs_owned.push((
-                offset(locked.record, locked.layout.slt_entry(prev_slot)),
+                locked
+                    .record
+                    .saturating_add(locked.layout.slt_entry(prev_slot)),
                 prev.raw().to_le_bytes().to_vec(),
                 false,
             ));
@@ -208,7 +210,9 @@ impl<E: Endpoint> Client<E> {
         // The freed mark names the leaf: the retrainer hands it out again once it has rebuilt the
         // record without this slot.
         let freed = (
-            offset(locked.record, locked.layout.slt_entry(slot_of_gone)),
+            locked
+                .record
+                .saturating_add(locked.layout.slt_entry(slot_of_gone)),
             LeafTableEntry::freed(gone.leaf_num())
                 .raw()
                 .to_le_bytes()
@@ -354,7 +358,7 @@ impl<E: Endpoint> Client<E> {
         let check_claim = {
             #[cfg(loom)]
             {
-                self.caches.config.writer_trust != crate::config::WriterTrust::SplitUnchecked
+                self.caches.broken.writer_trust != super::broken::WriterTrust::SplitUnchecked
             }
             #[cfg(not(loom))]
             {
@@ -426,7 +430,9 @@ impl<E: Endpoint> Client<E> {
         // them). The new leaf is linked only after it is placed whole: no redo leaf for it.
         let mut writes = vec![
             (
-                offset(locked.record, locked.layout.slt_entry(slt_slot)),
+                locked
+                    .record
+                    .saturating_add(locked.layout.slt_entry(slt_slot)),
                 new_entry.raw().to_le_bytes().to_vec(),
                 false,
             ),
@@ -439,7 +445,9 @@ impl<E: Endpoint> Client<E> {
         } else {
             let at_slot = u64::from(locked.chain[pos - 1].0.synonym_ptr());
             writes.push((
-                offset(locked.record, locked.layout.slt_entry(at_slot)),
+                locked
+                    .record
+                    .saturating_add(locked.layout.slt_entry(at_slot)),
                 linked.raw().to_le_bytes().to_vec(),
                 false,
             ));
@@ -452,7 +460,7 @@ impl<E: Endpoint> Client<E> {
             late.push((layout.leaf_addr(new_leaf), bytes));
         }
         #[cfg(loom)]
-        if self.caches.config.split_order != crate::config::SplitOrder::Safe {
+        if self.caches.broken.split_order != super::broken::SplitOrder::Safe {
             self.split_in_wrong_order(locked, writes, late, linked, pos)?;
             return Ok(SplitEnd::Done);
         }
@@ -510,51 +518,13 @@ impl<E: Endpoint> Client<E> {
         Ok(SplitEnd::Done)
     }
 
-    /// Loom builds only: the split's third round trip in a deliberately wrong order (pos 0 only).
-    #[cfg(loom)]
-    pub(super) fn split_in_wrong_order(
-        &mut self,
-        locked: &mut Locked,
-        writes: Vec<(RemoteAddr, Vec<u8>, bool)>,
-        late: Vec<(RemoteAddr, Vec<u8>)>,
-        linked: LeafTableEntry,
-        pos: usize,
-    ) -> Result<(), IndexError> {
-        use crate::config::SplitOrder;
-        assert_eq!(
-            pos, 0,
-            "the wrong orders are modelled for splits of the trained leaf"
-        );
-        let new_leaf_writes = writes.iter().map(|(at, b, _)| Verb::write(*at, b));
-        // `late`: the shrink, then the new leaf with the new key (which follows its first image).
-        let shrink = late[..1].iter().map(|(at, b)| Verb::write(*at, b));
-        let new_key = late[1..].iter().map(|(at, b)| Verb::write(*at, b));
-        let bump = Verb::faa(locked.record, ModelHeader::CHANGE_ONE);
-        let link_and_unlock =
-            Verb::cas(locked.lt_addr, locked.lt_now.raw(), linked.unlocked().raw());
-        let mut verbs: Vec<Verb<'_>> = match self.caches.config.split_order {
-            SplitOrder::LinkLast => new_leaf_writes
-                .chain([bump])
-                .chain(shrink)
-                .chain(new_key)
-                .chain([link_and_unlock])
-                .collect(),
-            SplitOrder::ShrinkFirst => shrink
-                .chain(new_leaf_writes)
-                .chain(new_key)
-                .chain([bump, link_and_unlock])
-                .collect(),
-            SplitOrder::Safe => unreachable!("handled by split"),
-        };
-        self.ep.batch(&mut verbs)?;
-        check_unlocked(&verbs)
-    }
-
     /// Marks SLT slot `slt_slot`, claimed by this split but left unused, freed, and releases the
     /// lock in the same batch (repeated if it fails, see [`release`]).
     fn free_slot_and_release(&mut self, locked: &Locked, slt_slot: u64) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
-        let at = offset(locked.record, locked.layout.slt_entry(slt_slot));
+        let at = locked
+            .record
+            .saturating_add(locked.layout.slt_entry(slt_slot));
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let build = |unlock: bool, _after_bump: bool| {
             let mut verbs: release::Verbs<'_> = smallvec::smallvec![Verb::write(at, &freed)];
@@ -583,7 +553,7 @@ impl<E: Endpoint> Client<E> {
         layout: leaf_store::RecordLayout,
         slot: u64,
     ) {
-        let at = offset(record, layout.slt_entry(slot));
+        let at = record.saturating_add(layout.slt_entry(slot));
         let _ = self
             .ep
             .write(at, &LeafTableEntry::FREED.raw().to_le_bytes());

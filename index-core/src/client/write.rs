@@ -32,7 +32,8 @@ impl<E: Endpoint> Client<E> {
         let last = (range.last + 1).min(view.leaves().saturating_sub(1));
         let mut bytes = vec![0u8; 8 * (last + 1 - range.first) as usize];
         self.ep.read(
-            offset(view.record, view.layout.pivots() + 8 * range.first),
+            view.record
+                .saturating_add(view.layout.pivots() + 8 * range.first),
             &mut bytes,
         )?;
         let mut pivots: Vec<u64> = bytes.chunks_exact(8).map(|c| le_word(c, 0)).collect();
@@ -40,8 +41,10 @@ impl<E: Endpoint> Client<E> {
         if owner == last && owner + 1 < view.leaves() {
             // Past the candidates (the model's guarantee says it cannot be): one more pivot.
             pivots.push(
-                self.ep
-                    .read_word(offset(view.record, view.layout.pivots() + 8 * (owner + 1)))?,
+                self.ep.read_word(
+                    view.record
+                        .saturating_add(view.layout.pivots() + 8 * (owner + 1)),
+                )?,
             );
         }
         let next = pivots.get((owner + 1 - range.first) as usize).copied();
@@ -148,10 +151,10 @@ impl<E: Endpoint> Client<E> {
             let (trust_cached, check_splits) = {
                 #[cfg(loom)]
                 {
-                    let trust = caches.config.writer_trust;
+                    let trust = caches.broken.writer_trust;
                     (
-                        trust == crate::config::WriterTrust::CachedChain,
-                        trust != crate::config::WriterTrust::ClaimedSplitUnconfirmed,
+                        trust == super::broken::WriterTrust::CachedChain,
+                        trust != super::broken::WriterTrust::ClaimedSplitUnconfirmed,
                     )
                 }
                 #[cfg(not(loom))]
@@ -259,7 +262,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(None);
         };
         let expected = view.lt_entry(leaf);
-        let lt_addr = offset(view.record, view.layout.lt_entry(leaf));
+        let lt_addr = view.record.saturating_add(view.layout.lt_entry(leaf));
         let leaf_bytes = node.layout.leaf_bytes() as usize;
         // An empty leaf box is read in the same batch (its leaves serve this client's splits).
         let redo = self.uses_redo(node);
@@ -424,7 +427,7 @@ impl<E: Endpoint> Client<E> {
         let check = {
             #[cfg(loom)]
             {
-                self.caches.config.writer_trust != crate::config::WriterTrust::ForeseenUnchecked
+                self.caches.broken.writer_trust != super::broken::WriterTrust::ForeseenUnchecked
             }
             #[cfg(not(loom))]
             {
@@ -667,7 +670,7 @@ impl<E: Endpoint> Client<E> {
         let unused = match self.preclaimed {
             Some((record, layout, slot)) if record == locked.record => {
                 self.preclaimed = None;
-                Some(offset(record, layout.slt_entry(slot)))
+                Some(record.saturating_add(layout.slt_entry(slot)))
             }
             _ => None,
         };

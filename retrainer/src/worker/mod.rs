@@ -5,6 +5,8 @@
 //! [`members`] (leases: declaring compute nodes dead and fencing them), [`roll_forward`]
 //! (releasing a dead compute node's locks, finishing its cut-short writes).
 
+#[cfg(loom)]
+pub mod broken;
 mod members;
 mod orphans;
 mod poll;
@@ -66,19 +68,6 @@ pub struct RetrainConfig {
     /// the end of the slot table, so no record (and no retraining) grows with the data. `None`
     /// (default): twice the pool's `slot_leaves`. `Some(u64::MAX)` never splits.
     pub split_leaves: Option<u64>,
-    /// Whether changes made between the pre-built snapshot and the freeze are carried into the new
-    /// record (always, outside loom builds; loom models switch it off to show it is needed).
-    #[cfg(loom)]
-    pub carry_over: bool,
-    /// Whether the old record is retired before the slot table names the new one (always,
-    /// outside loom builds; loom models switch it off to show swap-then-retire is caught).
-    #[cfg(loom)]
-    pub retire_first: bool,
-    /// Whether the freeze takes every LT lock of the record (always, outside loom builds; loom
-    /// models switch it off — the header's locked flag alone, which writers no longer read — to
-    /// show a write then lands in a record being replaced).
-    #[cfg(loom)]
-    pub freeze_leaves: bool,
 }
 
 impl Default for RetrainConfig {
@@ -93,12 +82,6 @@ impl Default for RetrainConfig {
             box_fill_interval: Duration::from_micros(500),
             ring_stall_limit: Duration::from_secs(5),
             split_leaves: None,
-            #[cfg(loom)]
-            carry_over: true,
-            #[cfg(loom)]
-            retire_first: true,
-            #[cfg(loom)]
-            freeze_leaves: true,
         }
     }
 }
@@ -378,6 +361,9 @@ pub struct Retrainer<E: Endpoint> {
     last_orphan_sweep: Option<Instant>,
     /// The value region's horizon and departed owners' chunks.
     values: values::ValueWatch,
+    /// Which steps run in their wrong variant (loom builds only).
+    #[cfg(loom)]
+    broken: broken::Broken,
 }
 
 /// Model-region space no slot references any more, waiting to be reused.
@@ -707,7 +693,7 @@ impl<E: Endpoint> Retrainer<E> {
         let freeze = {
             #[cfg(loom)]
             {
-                self.config.freeze_leaves
+                self.broken.freeze_leaves
             }
             #[cfg(not(loom))]
             {

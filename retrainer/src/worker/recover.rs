@@ -89,6 +89,8 @@ impl<E: Endpoint> Retrainer<E> {
             orphan_scan: None,
             last_orphan_sweep: None,
             values: values::ValueWatch::default(),
+            #[cfg(loom)]
+            broken: super::broken::Broken::default(),
         };
         worker.recover(&table, &fixed)?;
         Ok(worker)

@@ -181,7 +181,7 @@ impl<E: Endpoint> Retrainer<E> {
         let carry_over = {
             #[cfg(loom)]
             {
-                self.config.carry_over
+                self.broken.carry_over
             }
             #[cfg(not(loom))]
             {
@@ -359,7 +359,7 @@ impl<E: Endpoint> Retrainer<E> {
     fn retire_first(&self) -> bool {
         #[cfg(loom)]
         {
-            self.config.retire_first
+            self.broken.retire_first
         }
         #[cfg(not(loom))]
         {

@@ -11,7 +11,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_transport::Stats;
 
-use crate::index::{BenchClient, BenchIndex, Failed};
+use crate::error::Failed;
+use crate::index::{BenchClient, BenchIndex};
 use crate::workload::{Chooser, Mix, Op};
 
 /// The operation types, in the order of the per-thread arrays.
