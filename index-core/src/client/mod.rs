@@ -8,6 +8,7 @@
 #[cfg(loom)]
 pub mod broken;
 mod cache;
+mod op;
 mod read;
 mod redo;
 mod release;
@@ -21,7 +22,7 @@ use write::{Change, Locked};
 use std::sync::Arc;
 
 use leaf_store::LeafStoreError;
-use rdma_transport::{Endpoint, RemoteAddr, Stats, Verb};
+use rdma_transport::{Endpoint, Stats, Verb};
 
 use crate::IndexError;
 use crate::stats::{OpKind, OpStats};
@@ -34,11 +35,9 @@ pub struct Client<E: Endpoint> {
     ep: E,
     caches: Arc<Caches>,
     stats: OpStats,
+    /// Scratch space a lock batch reads into (reused for its capacity; holds nothing between
+    /// operations).
     buf: Vec<u8>,
-    /// Leaves allocated for a split that could not use them (its SLT was full, its batch failed);
-    /// used first by a later split of the same operation, and at the operation's end parked in
-    /// its leaf box or forgotten ([`Self::park_spare_leaves`]): never kept across operations.
-    spare_leaves: Vec<(u16, u64)>,
     /// This client's leaf box on each memory node (store key order), as last read.
     boxes: Vec<LeafBox>,
     enqueue_failures: u64,
@@ -49,12 +48,6 @@ pub struct Client<E: Endpoint> {
     claim_misses: u64,
     /// Writes whose lock batch found the record changed since the cached view.
     write_rereads: u64,
-    /// The header a structural batch's bump returned, when that batch ran whole at its first
-    /// attempt (`release::run_ending_batch`).
-    bump_seen: Option<leaf_store::ModelHeader>,
-    /// An SLT slot a split claimed before it found its chain stale, kept (with the lock) for the
-    /// same write's next attempt: record, its layout, slot.
-    preclaimed: Option<(RemoteAddr, leaf_store::RecordLayout, u64)>,
     /// Counters of endpoints this client had before a reconnect.
     retired_stats: Stats,
     /// The client's connection index in its store's memberships.
@@ -65,15 +58,10 @@ pub struct Client<E: Endpoint> {
     op_epoch: u64,
     /// Its entry in the store's list of running operations.
     active: Arc<crate::epoch::ActiveEpoch>,
-    /// Set by a lock batch that found the lock held by this compute node (a lock a broken
-    /// operation left): the write waits without holding the stripe.
-    wait_unstriped: bool,
     /// Set when an operation reported a lock that may remain: the connection index is retired
     /// (the store recovers the lock; see `crate::self_recovery`) and the endpoint is not used
     /// again until [`crate::Store::reconnect`] gives the client a new one.
     retired: bool,
-    /// The value side of the running write, in a pool with byte values.
-    value_io: value::ValueIo,
     /// Value blocks read again because their key, length or checksum did not match.
     value_retries: u64,
 }
@@ -101,8 +89,7 @@ impl<E: Endpoint> Client<E> {
     ///
     /// Returns the error of a CAS whose completion was lost (it may still land: the caller
     /// retires the client before the operation ends).
-    fn park_spare_leaves(&mut self) -> Option<IndexError> {
-        let spares = std::mem::take(&mut self.spare_leaves);
+    fn park_spare_leaves(&mut self, spares: Vec<(u16, u64)>) -> Option<IndexError> {
         let forgotten = |client: &Self, leaves: &[(u16, u64)]| {
             client
                 .caches
@@ -223,23 +210,18 @@ impl<E: Endpoint> Client<E> {
             caches,
             stats: OpStats::default(),
             buf: Vec::new(),
-            spare_leaves: Vec::new(),
             boxes: vec![LeafBox::default(); nodes],
             enqueue_failures: 0,
             directory_reloads: 0,
             claim_misses: 0,
             write_rereads: 0,
-            bump_seen: None,
-            preclaimed: None,
             retired_stats: Stats::default(),
             connection_index,
             registered,
             op_epoch: crate::epoch::FIRST_EPOCH,
             active,
             retired: false,
-            value_io: value::ValueIo::default(),
             value_retries: 0,
-            wait_unstriped: false,
         }
     }
 
@@ -391,13 +373,6 @@ impl<E: Endpoint> Client<E> {
         let running = Running(Arc::clone(&self.active));
         let before = self.ep.stats();
         let result = op(self);
-        // A slot claimed for a split that did not come, left by a path that returned early.
-        self.free_preclaimed();
-        if !self.spare_leaves.is_empty()
-            && let Some(lost) = self.park_spare_leaves()
-        {
-            self.retire_on(&lost);
-        }
         // Retired before the operation leaves the active list: a batch whose completion was lost
         // may still land, and the renewer must not announce a later epoch until it cannot.
         // (Writes retire under their stripe; this is the net for every other path.)
@@ -441,7 +416,6 @@ impl<E: Endpoint> Client<E> {
 
     /// Deletes `key`, whatever its kind of value; `Ok(false)` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
-        self.value_io = value::ValueIo::default();
         self.counted(OpKind::Delete, |c| c.write(key, Change::Delete))
     }
 

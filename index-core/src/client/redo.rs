@@ -15,6 +15,7 @@ use crate::IndexError;
 use crate::store::NodeCache;
 
 use super::Client;
+use super::op::WriteOp;
 
 impl<E: Endpoint> Client<E> {
     /// Whether this client rewrites `node`'s leaves through a redo leaf: they are longer than
@@ -29,7 +30,11 @@ impl<E: Endpoint> Client<E> {
     /// it); else a leaf it allocates and puts in the redo slot. Called under a leaf lock, before
     /// anything of the write is written. `PoolExhausted` only when the box is empty and the pool
     /// full.
-    pub(super) fn redo_leaf(&mut self, node: &NodeCache) -> Result<Option<u64>, IndexError> {
+    pub(super) fn redo_leaf(
+        &mut self,
+        op: &mut WriteOp,
+        node: &NodeCache,
+    ) -> Result<Option<u64>, IndexError> {
         if !self.uses_redo(node) {
             return Ok(None);
         }
@@ -48,11 +53,11 @@ impl<E: Endpoint> Client<E> {
             // A leaf of our own (a spare kept from a split, else a fresh one), put in the slot by
             // CAS so that recovery finds it. If the memory node granted one meanwhile, that one
             // is used and ours kept for a split.
-            let spare = self
+            let spare = op
                 .spare_leaves
                 .iter()
                 .position(|&(n, _)| n == node.info.id)
-                .map(|i| self.spare_leaves.swap_remove(i).1);
+                .map(|i| op.spare_leaves.swap_remove(i).1);
             let leaf = match spare {
                 Some(leaf) => leaf,
                 None => {
@@ -79,7 +84,7 @@ impl<E: Endpoint> Client<E> {
                             | rdma_transport::TransportError::Fenced(_)
                     ) {
                         // The CAS certainly did not execute: the leaf is ours still.
-                        self.spare_leaves.push((node.info.id, leaf));
+                        op.spare_leaves.push((node.info.id, leaf));
                     }
                     return Err(e.into());
                 }
@@ -88,7 +93,7 @@ impl<E: Endpoint> Client<E> {
                 leaf_store::ghost::put(node.info.id, leaf);
                 word = leaf_word(leaf);
             } else {
-                self.spare_leaves.push((node.info.id, leaf));
+                op.spare_leaves.push((node.info.id, leaf));
                 word = old;
             }
         }

@@ -53,6 +53,16 @@ pub(super) fn unexecuted(mut verb: Verb<'_>, sentinel: u64) -> Verb<'_> {
     verb
 }
 
+/// How the batch that ends a write ran.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ended {
+    /// Whether the lock was released (false: handed over to a sibling thread).
+    pub(super) released: bool,
+    /// The header a structural change's bump found, when the batch ran whole at its first
+    /// attempt (a repeated batch's bump says nothing the writer can adopt).
+    pub(super) bumped: Option<ModelHeader>,
+}
+
 /// What the lock on one trained leaf is, for releasing it after an error.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct LockRef {
@@ -116,7 +126,8 @@ impl<E: Endpoint> Client<E> {
 
     /// Runs the batch that ends a write. `build(unlock)` makes its verbs; with `unlock`, the
     /// unlock CAS is the last one; `link_at` is the index of a link CAS on the LT entry, if any.
-    /// Returns whether the lock was released (false: handed over, `unlock` was false).
+    /// Returns whether the lock was released (false: handed over, `unlock` was false) and the
+    /// header the bump found, if the batch ran whole at its first attempt ([`Ended`]).
     ///
     /// If the batch fails, it is built again with the unlock and run again (see the module
     /// documentation for why every verb may be repeated); after [`REDO_ATTEMPTS`] failures the
@@ -132,14 +143,13 @@ impl<E: Endpoint> Client<E> {
         unlock: bool,
         link_at: Option<usize>,
         bump_at: Option<usize>,
-    ) -> Result<bool, IndexError> {
+    ) -> Result<Ended, IndexError> {
         let bumped = |verbs: &Verbs<'_>| {
             bump_at
                 .and_then(|at| verbs.get(at))
                 .and_then(Verb::old_value)
                 .is_some_and(|old| old != NOT_EXECUTED)
         };
-        self.bump_seen = None;
         let mut verbs = build(unlock, false);
         debug_assert!(
             bump_at.is_none_or(|at| matches!(verbs.get(at), Some(Verb::Faa { .. }))),
@@ -151,12 +161,15 @@ impl<E: Endpoint> Client<E> {
                 if unlock {
                     released(&verbs, lock)?;
                 }
-                self.bump_seen = bump_at
+                let bumped = bump_at
                     .and_then(|at| verbs.get(at))
                     .and_then(Verb::old_value)
                     .filter(|&old| old != NOT_EXECUTED)
                     .map(ModelHeader::from_raw);
-                return Ok(unlock);
+                return Ok(Ended {
+                    released: unlock,
+                    bumped,
+                });
             }
             Err(e) => e,
         };
@@ -181,7 +194,10 @@ impl<E: Endpoint> Client<E> {
                         check_link(&verbs, link_at, true)?;
                     }
                     released(&verbs, lock)?;
-                    return Ok(true);
+                    return Ok(Ended {
+                        released: true,
+                        bumped: None,
+                    });
                 }
                 Err(e) => {
                     resume |= bumped(&verbs);

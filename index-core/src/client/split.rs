@@ -9,6 +9,7 @@ use crate::IndexError;
 use crate::locks::HeldLock;
 use crate::store::NodeCache;
 
+use super::op::WriteOp;
 use super::release::{self, NOT_EXECUTED};
 use super::*;
 
@@ -22,9 +23,11 @@ impl<E: Endpoint> Client<E> {
     /// 0, fenced, so it lands after the link and the freed mark), then the unlock (fenced).
     /// Readers that cached the old tables see the bump before any key leaves a leaf they read.
     /// Leaves rewritten in place go through the `redo` leaf, if there is one (`leaf_store::redo`).
+    /// Returns the header the bump found, when the batch ran whole at its first attempt.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn structural(
         &mut self,
+        op: &mut WriteOp,
         locked: &mut Locked,
         writes: Vec<(RemoteAddr, Vec<u8>, bool)>,
         redo: Option<RemoteAddr>,
@@ -34,7 +37,7 @@ impl<E: Endpoint> Client<E> {
         clear_word: Option<(RemoteAddr, u64)>,
         hand_over: bool,
         held_slot: &mut Option<HeldLock>,
-    ) -> Result<(), IndexError> {
+    ) -> Result<Option<ModelHeader>, IndexError> {
         let lock = locked.lock_ref();
         let fence_shrink = {
             #[cfg(loom)]
@@ -47,7 +50,7 @@ impl<E: Endpoint> Client<E> {
             }
         };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
-        let value = std::mem::take(&mut self.value_io);
+        let value = &mut op.value;
         // Where the link CAS and the header bump stand in the batch `build` makes.
         let before_link = writes
             .iter()
@@ -91,16 +94,15 @@ impl<E: Endpoint> Client<E> {
         };
         value.ghost_placed();
         let ran = self.run_ending_batch(lock, build, !hand_over, link_at, Some(bump_at));
-        self.value_io = value;
-        self.value_io.ended(ran.is_ok());
-        let released = ran?;
+        value.ended(ran.is_ok());
+        let ended = ran?;
         locked.lt_now = lt_final;
         locked.header =
             ModelHeader::from_raw(locked.header.raw().wrapping_add(ModelHeader::CHANGE_ONE));
-        if !released {
+        if !ended.released {
             *held_slot = Some(locked.hand_over());
         }
-        Ok(())
+        Ok(ended.bumped)
     }
 
     /// After a structural change that ran whole at its first attempt: the cached view of the
@@ -111,13 +113,14 @@ impl<E: Endpoint> Client<E> {
     /// claim (ARCHITECTURE §6, "A writer's own changes"). Otherwise the view stays as it is.
     pub(super) fn adopt_change(
         &mut self,
+        bumped: Option<ModelHeader>,
         node: &NodeCache,
         locked: &Locked,
         before: ModelHeader,
         slot_claim: Option<ModelHeader>,
         freed: Option<(u64, LeafTableEntry)>,
     ) {
-        let Some(bumped) = self.bump_seen.take() else {
+        let Some(bumped) = bumped else {
             return;
         };
         let checked = {
@@ -157,8 +160,10 @@ impl<E: Endpoint> Client<E> {
     /// Unlinks the emptied synonym leaf at chain position `pos` (> 0): written empty, linked
     /// around (in the LT entry, keeping the lock, or in the previous SLT entry), its SLT slot
     /// marked freed, the header bumped — one structural batch.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn unlink(
         &mut self,
+        op: &mut WriteOp,
         node: &NodeCache,
         locked: &mut Locked,
         pos: usize,
@@ -221,7 +226,8 @@ impl<E: Endpoint> Client<E> {
         // The chain as it will be: a sibling thread may inherit it with the lock.
         locked.chain.remove(pos);
         crate::sync::step("unlink: batch built");
-        self.structural(
+        let bumped = self.structural(
+            op,
             locked,
             verbs_owned,
             redo.map(|leaf| layout.leaf_addr(leaf)),
@@ -233,7 +239,7 @@ impl<E: Endpoint> Client<E> {
             held_slot,
         )?;
         let freed = (slot_of_gone, LeafTableEntry::freed(gone.leaf_num()));
-        self.adopt_change(node, locked, before, None, Some(freed));
+        self.adopt_change(bumped, node, locked, before, None, Some(freed));
         Ok(())
     }
 
@@ -244,6 +250,7 @@ impl<E: Endpoint> Client<E> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn split(
         &mut self,
+        op: &mut WriteOp,
         node: &NodeCache,
         locked: &mut Locked,
         pos: usize,
@@ -259,11 +266,11 @@ impl<E: Endpoint> Client<E> {
         // Round trip 2: a leaf number (unless a spare is at hand) and an SLT slot.
         // The new leaf: a spare kept from an earlier split, else one from this client's leaf box
         // (it stays there until the batch that links it clears it), else a fresh one.
-        let spare = self
+        let spare = op
             .spare_leaves
             .iter()
             .position(|&(n, _)| n == node.info.id)
-            .map(|i| self.spare_leaves.swap_remove(i).1);
+            .map(|i| op.spare_leaves.swap_remove(i).1);
         let boxed = if spare.is_none() {
             self.boxes[node.position].leaf_except(redo.is_some(), redo)
         } else {
@@ -272,9 +279,9 @@ impl<E: Endpoint> Client<E> {
         let spare = spare.or(boxed.map(|(_, leaf)| leaf));
         // An SLT slot this writer claimed in an earlier attempt under the same lock, before it
         // found its chain stale (see `SplitEnd::Stale`).
-        let preclaimed = match self.preclaimed {
+        let preclaimed = match op.preclaimed {
             Some((record, _, slot)) if record == locked.record => {
-                self.preclaimed = None;
+                op.preclaimed = None;
                 Some(slot)
             }
             _ => None,
@@ -313,7 +320,7 @@ impl<E: Endpoint> Client<E> {
         drop(verbs);
         // A leaf claimed now (or the spare) that this split will not use is kept for the next
         // (a box leaf simply stays in the box).
-        let keep_leaf = |client: &mut Self| {
+        let keep_leaf = |client: &mut Self, op: &mut WriteOp| {
             let leaf = match (spare, allocated) {
                 (Some(_), _) if boxed.is_some() => None,
                 (Some(n), _) => Some(n),
@@ -321,13 +328,13 @@ impl<E: Endpoint> Client<E> {
                 _ => None,
             };
             if let Some(n) = leaf {
-                client.spare_leaves.push((node.info.id, n));
+                op.spare_leaves.push((node.info.id, n));
             }
         };
         if let Err(e) = outcome {
             // Give back what executed, then release: the claimed SLT slot is marked freed (or an
             // over-full claim undone), the leaf kept.
-            keep_leaf(self);
+            keep_leaf(self, op);
             let cause = IndexError::from(e);
             if let Some(slot) = preclaimed {
                 self.free_slot_and_release(locked, slot)?;
@@ -348,7 +355,7 @@ impl<E: Endpoint> Client<E> {
         if preclaimed.is_none() && slot_use_old >= MAX_SYNONYMS {
             // SLT full: give the slot back, keep the leaf for later, release, ask for retraining.
             self.undo_slot_claim(locked.record);
-            keep_leaf(self);
+            keep_leaf(self, op);
             self.release(locked.lock_ref())?;
             self.request_retraining(node, locked.slot);
             return Ok(SplitEnd::SltFull);
@@ -373,8 +380,8 @@ impl<E: Endpoint> Client<E> {
             // The chain came from a view older than the record: it may lack a leaf, and the new
             // leaf's claim would then reach over that leaf's keys. Keep the lock, the slot and the
             // leaf; the writer reads the chain again and, if it still splits, uses them.
-            keep_leaf(self);
-            self.preclaimed = Some((locked.record, locked.layout, slt_slot));
+            keep_leaf(self, op);
+            op.preclaimed = Some((locked.record, locked.layout, slt_slot));
             if slt_slot == self.caches.config.retrain_threshold {
                 self.request_retraining(node, locked.slot);
             }
@@ -418,7 +425,7 @@ impl<E: Endpoint> Client<E> {
             Ok((upper, None, lower)) => (upper, None, lower),
             Err(e) => {
                 if boxed.is_none() {
-                    self.spare_leaves.push((node.info.id, new_leaf));
+                    op.spare_leaves.push((node.info.id, new_leaf));
                 }
                 self.free_slot_and_release(locked, slt_slot)?;
                 return Err(e.into());
@@ -486,7 +493,8 @@ impl<E: Endpoint> Client<E> {
             lbox.slots[box_slot as usize] = 0;
             lbox.suspect.push(leaf);
         }
-        self.structural(
+        let bumped = self.structural(
+            op,
             locked,
             writes,
             redo.map(|leaf| layout.leaf_addr(leaf)),
@@ -510,7 +518,7 @@ impl<E: Endpoint> Client<E> {
             Some(slot) if before.slot_use() < slot => Some(before),
             Some(_) => None,
         };
-        self.adopt_change(node, locked, before, claimed_at, None);
+        self.adopt_change(bumped, node, locked, before, claimed_at, None);
         // (A slot claimed beforehand asked for it when it was claimed, or in its own split.)
         if slt_slot == self.caches.config.retrain_threshold && preclaimed.is_none() {
             self.request_retraining(node, locked.slot);
@@ -540,8 +548,8 @@ impl<E: Endpoint> Client<E> {
     /// Marks an SLT slot claimed in an earlier attempt and not used (the chain, read again, no
     /// longer split) freed, as a split that fails does (best effort: a slot left unwritten below
     /// `slot_use` is what a compute node that died between claim and link leaves too).
-    pub(super) fn free_preclaimed(&mut self) {
-        if let Some((record, layout, slot)) = self.preclaimed.take() {
+    pub(super) fn free_preclaimed(&mut self, op: &mut WriteOp) {
+        if let Some((record, layout, slot)) = op.preclaimed.take() {
             self.mark_slot_freed(record, layout, slot);
         }
     }

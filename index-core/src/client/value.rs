@@ -24,6 +24,7 @@ use crate::stats::OpKind;
 use crate::store::NodeCache;
 use crate::values::{Block, NodeValues};
 
+use super::op::WriteOp;
 use super::release::Verbs;
 use super::{Change, Client, retry_pause};
 
@@ -120,15 +121,21 @@ impl ValueIo {
 impl<E: Endpoint> Client<E> {
     /// Arms the value side of a commit: `changes` says whether the outcome changes the key's
     /// entry, `old` is the value word it replaces or deletes.
-    pub(super) fn arm_value(&mut self, node: &NodeCache, changes: bool, old: Option<u64>) {
+    pub(super) fn arm_value(
+        &self,
+        value: &mut ValueIo,
+        node: &NodeCache,
+        changes: bool,
+        old: Option<u64>,
+    ) {
         if node.values.is_none() {
             return;
         }
-        self.value_io.armed = changes;
-        self.value_io.free = old
+        value.armed = changes;
+        value.free = old
             .filter(|_| changes)
             .and_then(|raw| crate::values::state_of_ref(&node.layout, raw));
-        self.value_io.free_word = match (old, node.tag) {
+        value.free_word = match (old, node.tag) {
             (Some(raw), tag) if tag != 0 && changes => Some((
                 node.members.free_word_addr(tag, self.connection_index),
                 raw.to_le_bytes(),
@@ -301,18 +308,17 @@ impl<E: Endpoint> Client<E> {
                 limit: values.region.max_value_len(),
             });
         };
-        self.value_io = ValueIo {
+        let mut op = WriteOp::carrying(ValueIo {
             new: Some((
                 values.region.block_addr(reference),
                 encode_block(key, bytes, reference.offset()),
                 values.state_addr(block),
             )),
             ..ValueIo::default()
-        };
-        let result = self.write(key, change(reference.raw()));
-        let io = std::mem::take(&mut self.value_io);
-        self.settle_block(&values, block, &io, result.is_ok());
-        result
+        });
+        let result = self.write_in(&mut op, key, change(reference.raw()));
+        self.settle_block(&values, block, &op.value, result.is_ok());
+        self.conclude(op, result)
     }
 
     /// A block of `class` for this operation. When the region has none free but blocks freed

@@ -11,6 +11,7 @@ use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView, pin};
 
+use super::op::WriteOp;
 use super::release::{self, LockRef, NOT_EXECUTED};
 use super::split::SplitEnd;
 use super::*;
@@ -55,6 +56,18 @@ impl<E: Endpoint> Client<E> {
     }
 
     pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
+        let mut op = WriteOp::default();
+        let result = self.write_in(&mut op, key, change);
+        self.conclude(op, result)
+    }
+
+    /// The write of `key`, carrying `op` along its steps (its caller concludes it).
+    pub(super) fn write_in(
+        &mut self,
+        op: &mut WriteOp,
+        key: u64,
+        change: Change,
+    ) -> Result<bool, IndexError> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
         let guard = pin();
@@ -63,8 +76,8 @@ impl<E: Endpoint> Client<E> {
         let mut slot = 0;
         'attempts: for _ in 0..caches.config.max_attempts {
             // A slot an earlier attempt claimed and did not use (every exit of the operation
-            // itself frees one too: `Client::counted`).
-            self.free_preclaimed();
+            // itself frees one too: `Client::conclude`).
+            self.free_preclaimed(op);
             let loaded = self.route(node, key, &guard)?.view;
             let view: &SlotView = &loaded;
             slot = view.slot as usize;
@@ -127,10 +140,10 @@ impl<E: Endpoint> Client<E> {
                 None => {
                     let may_split = matches!(change, Change::Insert(_) | Change::Upsert(_));
                     let acquired =
-                        self.acquire(node, view, slot, owner, &guard, &mut backoff, may_split);
+                        self.acquire(op, node, view, slot, owner, &guard, &mut backoff, may_split);
                     match self.retiring(acquired)? {
                         Some(locked) => locked,
-                        None if std::mem::take(&mut self.wait_unstriped) => {
+                        None if std::mem::take(&mut op.wait_unstriped) => {
                             // Our own node's lock, left by a broken operation: wait without the
                             // stripe, which the store's recovery of that lock needs.
                             drop(held_slot);
@@ -168,7 +181,7 @@ impl<E: Endpoint> Client<E> {
             let committed = loop {
                 let mut outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
                 let split_on_claim = check_splits
-                    && self.preclaimed.is_some()
+                    && op.preclaimed.is_some()
                     && matches!(outcome, Outcome::Split { .. });
                 if !locked.confirmed
                     && (split_on_claim
@@ -190,8 +203,13 @@ impl<E: Endpoint> Client<E> {
                     outcome = apply(&locked.chain, key, change, node.layout.delta(), range);
                 }
                 let old = locked.chain.iter().find_map(|(_, leaf)| leaf.get(key));
-                self.arm_value(node, !matches!(outcome, Outcome::Unchanged(_)), old);
-                match self.commit(node, locked, outcome, stripe, &mut held_slot) {
+                self.arm_value(
+                    &mut op.value,
+                    node,
+                    !matches!(outcome, Outcome::Unchanged(_)),
+                    old,
+                );
+                match self.commit(op, node, locked, outcome, stripe, &mut held_slot) {
                     Ok(Committed::Stale(back)) => locked = *back,
                     other => break other,
                 }
@@ -249,6 +267,7 @@ impl<E: Endpoint> Client<E> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn acquire(
         &mut self,
+        op: &mut WriteOp,
         node: &NodeCache,
         view: &SlotView,
         slot: usize,
@@ -310,7 +329,7 @@ impl<E: Endpoint> Client<E> {
         let allocate = foresee
             && node.tag != 0
             && !read_box
-            && !self.spare_leaves.iter().any(|&(n, _)| n == node.info.id)
+            && !op.spare_leaves.iter().any(|&(n, _)| n == node.info.id)
             && self.boxes[node.position].leaf(redo).is_none();
         if allocate {
             verbs.push(release::unexecuted(
@@ -343,7 +362,7 @@ impl<E: Endpoint> Client<E> {
         if let Some(n) =
             allocated.and_then(|old| check_allocation(&mut self.ep, &node.layout, old).ok())
         {
-            self.spare_leaves.push((node.info.id, n));
+            op.spare_leaves.push((node.info.id, n));
         }
         if let Err(e) = batch {
             if claimed {
@@ -393,7 +412,7 @@ impl<E: Endpoint> Client<E> {
             if seen.is_locked() && node.tag != 0 && seen.owner() == node.tag {
                 // Held by this compute node although this thread holds the stripe: a lock a
                 // broken operation left, which the store recovers under this stripe.
-                self.wait_unstriped = true;
+                op.wait_unstriped = true;
                 return Ok(None);
             }
             if seen.is_locked() {
@@ -439,7 +458,7 @@ impl<E: Endpoint> Client<E> {
             // claim would have shown), and the slot after the view's last is this write's.
             locked.confirmed = true;
             let claimed_slot = view.header.slot_use() + 1;
-            self.preclaimed = Some((view.record, view.layout, claimed_slot));
+            op.preclaimed = Some((view.record, view.layout, claimed_slot));
             if claimed_slot == self.caches.config.retrain_threshold {
                 // Queued by the claim, whether a split uses the slot or not.
                 self.request_retraining(node, slot as u64);
@@ -575,6 +594,7 @@ impl<E: Endpoint> Client<E> {
     /// correct, then releases the lock or hands it to a waiting sibling thread.
     pub(super) fn commit(
         &mut self,
+        op: &mut WriteOp,
         node: &NodeCache,
         mut locked: Locked,
         outcome: Outcome,
@@ -589,7 +609,7 @@ impl<E: Endpoint> Client<E> {
         let redo = if matches!(outcome, Outcome::Unchanged(_)) {
             None
         } else {
-            match self.redo_leaf(node) {
+            match self.redo_leaf(op, node) {
                 Ok(redo) => redo,
                 Err(e) => return Err(self.release_after(locked.lock_ref(), e)),
             }
@@ -606,7 +626,7 @@ impl<E: Endpoint> Client<E> {
         }
         let result = match outcome {
             Outcome::Unchanged(result) => {
-                self.finish(&mut locked, Vec::new(), None, hand_over, held_slot)?;
+                self.finish(op, &mut locked, Vec::new(), None, hand_over, held_slot)?;
                 result
             }
             Outcome::Rewrite { result, pos, leaf } => {
@@ -617,6 +637,7 @@ impl<E: Endpoint> Client<E> {
                 };
                 locked.chain[pos].1 = leaf;
                 self.finish(
+                    op,
                     &mut locked,
                     vec![(layout.leaf_addr(leaf_num), bytes)],
                     redo.map(|leaf| layout.leaf_addr(leaf)),
@@ -626,7 +647,7 @@ impl<E: Endpoint> Client<E> {
                 result
             }
             Outcome::Unlink { result, pos } => {
-                self.unlink(node, &mut locked, pos, redo, hand_over, held_slot)?;
+                self.unlink(op, node, &mut locked, pos, redo, hand_over, held_slot)?;
                 result
             }
             Outcome::Split {
@@ -636,6 +657,7 @@ impl<E: Endpoint> Client<E> {
                 upper,
                 moved,
             } => match self.split(
+                op,
                 node,
                 &mut locked,
                 pos,
@@ -658,6 +680,7 @@ impl<E: Endpoint> Client<E> {
     /// sibling. A failed batch is repeated with the unlock (see [`release`]).
     pub(super) fn finish(
         &mut self,
+        op: &mut WriteOp,
         locked: &mut Locked,
         writes: Vec<(RemoteAddr, Vec<u8>)>,
         redo: Option<RemoteAddr>,
@@ -665,11 +688,11 @@ impl<E: Endpoint> Client<E> {
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
-        let value = std::mem::take(&mut self.value_io);
+        let value = &mut op.value;
         // A slot an insert claimed foreseeing a split that did not come: marked freed here.
-        let unused = match self.preclaimed {
+        let unused = match op.preclaimed {
             Some((record, layout, slot)) if record == locked.record => {
-                self.preclaimed = None;
+                op.preclaimed = None;
                 Some(record.saturating_add(layout.slt_entry(slot)))
             }
             _ => None,
@@ -692,10 +715,8 @@ impl<E: Endpoint> Client<E> {
         };
         value.ghost_placed();
         let ran = self.run_ending_batch(lock, build, !hand_over, None, None);
-        self.value_io = value;
-        self.value_io.ended(ran.is_ok());
-        let released = ran?;
-        if !released {
+        value.ended(ran.is_ok());
+        if !ran?.released {
             *held_slot = Some(locked.hand_over());
         }
         Ok(())
