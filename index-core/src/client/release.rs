@@ -31,10 +31,89 @@ use rdma_transport::{Endpoint, RemoteAddr, TransportError, Verb};
 
 use crate::IndexError;
 
+use super::value::ValueIo;
 use super::*;
 
 /// The verbs of one batch of a write: inline, no heap allocation per operation.
 pub(super) type Verbs<'a> = smallvec::SmallVec<[Verb<'a>; 12]>;
+
+/// The verbs of a batch that ends a write, and where the two its runner checks stand — recorded
+/// as they are placed, never counted: the link CAS on the LT entry, and a structural change's
+/// header bump.
+#[derive(Debug, Default)]
+pub(super) struct Ending<'a> {
+    verbs: Verbs<'a>,
+    link: Option<usize>,
+    bump: Option<usize>,
+}
+
+impl<'a> Ending<'a> {
+    /// Places the CAS that links a leaf in the (held) LT entry: it must find the entry as held.
+    pub(super) fn link(&mut self, cas: Verb<'a>) {
+        self.link = Some(self.verbs.len());
+        self.verbs.push(cas);
+    }
+
+    /// Places a structural change's header bump (an FAA, built [`unexecuted`]: after a failure
+    /// its `old` says whether it ran, and a repeat resumes after it).
+    pub(super) fn bump(&mut self, faa: Verb<'a>) {
+        self.bump = Some(self.verbs.len());
+        self.verbs.push(unexecuted(faa, NOT_EXECUTED));
+    }
+
+    /// Whether the bump executed (its `old` is the header it found).
+    fn bumped(&self) -> Option<ModelHeader> {
+        self.bump
+            .and_then(|at| self.verbs.get(at))
+            .and_then(Verb::old_value)
+            .filter(|&old| old != NOT_EXECUTED)
+            .map(ModelHeader::from_raw)
+    }
+
+    /// The link CAS swapped — or, when the batch is being repeated, had swapped before.
+    fn check_link(&self, repeated: bool) -> Result<(), IndexError> {
+        let Some(at) = self.link else {
+            return Ok(());
+        };
+        match &self.verbs[at] {
+            Verb::Cas {
+                expected,
+                desired,
+                old,
+                ..
+            } if old == expected || (repeated && old == desired) => Ok(()),
+            _ => Err(LeafStoreError::CorruptLeaf("LT entry changed under its lock").into()),
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for Ending<'a> {
+    type Target = Verbs<'a>;
+    fn deref(&self) -> &Verbs<'a> {
+        &self.verbs
+    }
+}
+
+impl<'a> std::ops::DerefMut for Ending<'a> {
+    fn deref_mut(&mut self) -> &mut Verbs<'a> {
+        &mut self.verbs
+    }
+}
+
+impl<'a> Extend<Verb<'a>> for Ending<'a> {
+    fn extend<I: IntoIterator<Item = Verb<'a>>>(&mut self, verbs: I) {
+        self.verbs.extend(verbs);
+    }
+}
+
+/// How the unlock CAS that ends a write's batch sets the LT entry.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unlock {
+    /// The entry it leaves (unlocked by the CAS).
+    pub(super) entry: LeafTableEntry,
+    /// Whether it is fenced behind the verbs before it.
+    pub(super) fenced: bool,
+}
 
 /// How many times a failed batch that ends a write is run again before the lock is reported as
 /// possibly held.
@@ -124,61 +203,84 @@ impl<E: Endpoint> Client<E> {
         Err(last)
     }
 
-    /// Runs the batch that ends a write. `build(unlock)` makes its verbs; with `unlock`, the
-    /// unlock CAS is the last one; `link_at` is the index of a link CAS on the LT entry, if any.
-    /// Returns whether the lock was released (false: handed over, `unlock` was false) and the
-    /// header the bump found, if the batch ran whole at its first attempt ([`Ended`]).
+    /// Runs the batch that ends `value`'s write: `head` places the verbs a repeat after the bump
+    /// leaves out (leaves, link, freed mark, bump), `tail` the ones after the bump; the value's
+    /// verbs go around them — its block and free word before, the replaced block's free after —
+    /// and the unlock, `unlock`, last (see [`Self::run_ending_batch`]; `release`: false hands the
+    /// lock over instead).
+    pub(super) fn end_write<'b>(
+        &mut self,
+        value: &'b ValueIo,
+        lock: LockRef,
+        release: bool,
+        unlock: Unlock,
+        head: impl Fn(&mut Ending<'b>),
+        tail: impl Fn(&mut Ending<'b>),
+    ) -> Result<Ended, IndexError> {
+        let build = |unlocking: bool, after_bump: bool| {
+            let mut batch = Ending::default();
+            if !after_bump {
+                value.prefix(&mut batch);
+                head(&mut batch);
+            }
+            tail(&mut batch);
+            value.suffix(&mut batch);
+            if unlocking {
+                let verb = leaf_store::unlock_verb(lock.lt_addr, unlock.entry, None);
+                batch.push(if unlock.fenced { verb.fenced() } else { verb });
+            }
+            batch
+        };
+        value.ghost_placed();
+        let ran = self.run_ending_batch(lock, build, release);
+        value.ended(ran.is_ok());
+        ran
+    }
+
+    /// Runs the batch that ends a write. `build(unlock, after_bump)` makes its verbs; with
+    /// `unlock`, the unlock CAS is the last one; with `after_bump`, only the verbs after the
+    /// header bump.
     ///
     /// If the batch fails, it is built again with the unlock and run again (see the module
     /// documentation for why every verb may be repeated); after [`REDO_ATTEMPTS`] failures the
-    /// error is [`IndexError::LockMayRemain`].
-    ///
-    /// `bump_at` is the index of a structural change's header bump (an FAA built
-    /// [`unexecuted`] with `NOT_EXECUTED`): once it has executed, `build(unlock, true)` makes the
+    /// error is [`IndexError::LockMayRemain`]. Once the bump has executed, the repeat makes the
     /// verbs after it only.
+    ///
+    /// Returns whether the lock was released (false: handed over, `unlock` was false) and the
+    /// header the bump found, if the batch ran whole at its first attempt ([`Ended`]).
     pub(super) fn run_ending_batch<'b>(
         &mut self,
         lock: LockRef,
-        build: impl Fn(bool, bool) -> Verbs<'b>,
+        build: impl Fn(bool, bool) -> Ending<'b>,
         unlock: bool,
-        link_at: Option<usize>,
-        bump_at: Option<usize>,
     ) -> Result<Ended, IndexError> {
-        let bumped = |verbs: &Verbs<'_>| {
-            bump_at
-                .and_then(|at| verbs.get(at))
-                .and_then(Verb::old_value)
-                .is_some_and(|old| old != NOT_EXECUTED)
-        };
-        let mut verbs = build(unlock, false);
+        let mut batch = build(unlock, false);
+        let structural = batch.bump.is_some();
         debug_assert!(
-            bump_at.is_none_or(|at| matches!(verbs.get(at), Some(Verb::Faa { .. }))),
-            "bump_at names the header bump"
+            batch
+                .bump
+                .is_none_or(|at| matches!(batch.verbs.get(at), Some(Verb::Faa { .. }))),
+            "the bump is an FAA"
         );
-        let first = match self.ep.batches(&mut verbs) {
+        let first = match self.ep.batches(&mut batch) {
             Ok(()) => {
-                check_link(&verbs, link_at, false)?;
+                batch.check_link(false)?;
                 if unlock {
-                    released(&verbs, lock)?;
+                    released(&batch, lock)?;
                 }
-                let bumped = bump_at
-                    .and_then(|at| verbs.get(at))
-                    .and_then(Verb::old_value)
-                    .filter(|&old| old != NOT_EXECUTED)
-                    .map(ModelHeader::from_raw);
                 return Ok(Ended {
                     released: unlock,
-                    bumped,
+                    bumped: batch.bumped(),
                 });
             }
             Err(e) => e,
         };
-        let mut resume = bumped(&verbs);
-        drop(verbs);
+        let mut resume = batch.bumped().is_some();
+        drop(batch);
         let first = IndexError::from(first);
         // After a broken endpoint, whether the bump (and what follows it) executed is unknown.
         let unknowable = |resume: bool, error: &IndexError| {
-            bump_at.is_some()
+            structural
                 && !resume
                 && matches!(error, IndexError::Transport(TransportError::Broken(_)))
         };
@@ -187,20 +289,20 @@ impl<E: Endpoint> Client<E> {
         }
         let mut last = first.clone();
         for _ in 0..REDO_ATTEMPTS {
-            let mut verbs = build(true, resume);
-            match self.ep.batches(&mut verbs) {
+            let mut batch = build(true, resume);
+            match self.ep.batches(&mut batch) {
                 Ok(()) => {
                     if !resume {
-                        check_link(&verbs, link_at, true)?;
+                        batch.check_link(true)?;
                     }
-                    released(&verbs, lock)?;
+                    released(&batch, lock)?;
                     return Ok(Ended {
                         released: true,
                         bumped: None,
                     });
                 }
                 Err(e) => {
-                    resume |= bumped(&verbs);
+                    resume |= batch.bumped().is_some();
                     last = IndexError::from(e);
                     if unknowable(resume, &last) {
                         break;
@@ -218,26 +320,6 @@ fn released(verbs: &[Verb<'_>], lock: LockRef) -> Result<(), IndexError> {
     check_unlocked(verbs)?;
     leaf_store::ghost::put_lock(lock.lt_addr);
     Ok(())
-}
-
-/// The link CAS at `link_at` swapped — or, when the batch is being repeated, had swapped before.
-fn check_link(
-    verbs: &[Verb<'_>],
-    link_at: Option<usize>,
-    repeated: bool,
-) -> Result<(), IndexError> {
-    let Some(at) = link_at else {
-        return Ok(());
-    };
-    match &verbs[at] {
-        Verb::Cas {
-            expected,
-            desired,
-            old,
-            ..
-        } if old == expected || (repeated && old == desired) => Ok(()),
-        _ => Err(LeafStoreError::CorruptLeaf("LT entry changed under its lock").into()),
-    }
 }
 
 fn may_remain(lock: LockRef, cause: IndexError, release: IndexError) -> IndexError {

@@ -50,51 +50,41 @@ impl<E: Endpoint> Client<E> {
             }
         };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
-        let value = &mut op.value;
-        // Where the link CAS and the header bump stand in the batch `build` makes.
-        let before_link = writes
-            .iter()
-            .map(|&(_, _, in_place)| if in_place && redo.is_some() { 3 } else { 1 })
-            .sum::<usize>()
-            + value.prefix_len();
-        let link_at = lt_change.is_some().then_some(before_link);
-        let bump_at = before_link + usize::from(lt_change.is_some()) + usize::from(freed.is_some());
-        let build = |unlock: bool, after_bump: bool| {
-            let mut verbs: release::Verbs<'_> = release::Verbs::new();
-            if !after_bump {
-                value.prefix(&mut verbs);
+        let unlock = release::Unlock {
+            entry: lt_final,
+            fenced: true,
+        };
+        let ran = self.end_write(
+            &op.value,
+            lock,
+            !hand_over,
+            unlock,
+            |batch| {
                 for (at, bytes, in_place) in &writes {
                     let redo = redo.filter(|_| *in_place);
-                    leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
+                    leaf_store::redo::in_place(batch, *at, bytes, redo, false);
                 }
                 if let Some(new) = lt_change {
-                    verbs.push(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
+                    batch.link(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
                 }
                 // Fenced behind the link CAS: were the slot marked freed while the LT entry still
                 // pointed at it, a batch cut off there would leave a chain no reader can follow.
                 if let Some((at, bytes)) = &freed {
-                    verbs.push(Verb::write(*at, bytes).fenced());
+                    batch.push(Verb::write(*at, bytes).fenced());
                 }
-                let bump = Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced();
-                verbs.push(release::unexecuted(bump, NOT_EXECUTED));
-            }
-            // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
-            // executes, and a reader could see the shrunk leaf under the old header.
-            for (at, bytes) in &late_writes {
-                leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, fence_shrink);
-            }
-            if let Some((at, word)) = clear_word {
-                verbs.push(Verb::cas(at, word, 0).fenced());
-            }
-            value.suffix(&mut verbs);
-            if unlock {
-                verbs.push(leaf_store::unlock_verb(lock.lt_addr, lt_final, None).fenced());
-            }
-            verbs
-        };
-        value.ghost_placed();
-        let ran = self.run_ending_batch(lock, build, !hand_over, link_at, Some(bump_at));
-        value.ended(ran.is_ok());
+                batch.bump(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
+            },
+            |batch| {
+                // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
+                // executes, and a reader could see the shrunk leaf under the old header.
+                for (at, bytes) in &late_writes {
+                    leaf_store::redo::in_place(batch, *at, bytes, redo, fence_shrink);
+                }
+                if let Some((at, word)) = clear_word {
+                    batch.push(Verb::cas(at, word, 0).fenced());
+                }
+            },
+        );
         let ended = ran?;
         locked.lt_now = lt_final;
         locked.header =
@@ -535,14 +525,14 @@ impl<E: Endpoint> Client<E> {
             .saturating_add(locked.layout.slt_entry(slt_slot));
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let build = |unlock: bool, _after_bump: bool| {
-            let mut verbs: release::Verbs<'_> = smallvec::smallvec![Verb::write(at, &freed)];
+            let mut batch = release::Ending::default();
+            batch.push(Verb::write(at, &freed));
             if unlock {
-                verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
+                batch.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }
-            verbs
+            batch
         };
-        self.run_ending_batch(lock, build, true, None, None)
-            .map(|_| ())
+        self.run_ending_batch(lock, build, true).map(|_| ())
     }
 
     /// Marks an SLT slot claimed in an earlier attempt and not used (the chain, read again, no

@@ -13,6 +13,7 @@
 //! block's key, length and checksum against the reference; a mismatch (a block freed and used
 //! again under a reader that outlived the retirement epochs) is read again through the leaf.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef, check_block, encode_block};
@@ -41,9 +42,9 @@ pub(super) struct ValueIo {
     /// Whether the change being committed changes the key's entry (else nothing is written).
     armed: bool,
     /// Whether an ending batch carrying the new block was run (it may have landed).
-    pub(super) sent: bool,
+    sent: Cell<bool>,
     /// Whether one completed.
-    pub(super) linked: bool,
+    linked: Cell<bool>,
 }
 
 const USED: [u8; 1] = [STATE_USED];
@@ -52,22 +53,18 @@ const CLEAR: [u8; 8] = [0; 8];
 
 impl ValueIo {
     /// The verbs that go before the leaves: the free word naming the block being replaced, the
-    /// new block, then its state byte. Returns how many.
-    pub(super) fn prefix<'a>(&'a self, verbs: &mut Verbs<'a>) -> usize {
+    /// new block, then its state byte.
+    pub(super) fn prefix<'a>(&'a self, verbs: &mut Verbs<'a>) {
         if !self.armed {
-            return 0;
+            return;
         }
-        let mut n = 0;
         if let (Some(_), Some((word, old))) = (self.free, &self.free_word) {
             verbs.push(Verb::write(*word, old));
-            n += 1;
         }
         if let Some((at, bytes, state)) = &self.new {
             verbs.push(Verb::write(*at, bytes));
             verbs.push(Verb::write(*state, &USED));
-            n += 2;
         }
-        n
     }
 
     /// The verbs that go after the leaves, before the unlock: the replaced block freed, then the
@@ -82,15 +79,6 @@ impl ValueIo {
         }
     }
 
-    /// How many verbs [`Self::prefix`] puts before the leaves.
-    pub(super) fn prefix_len(&self) -> usize {
-        if !self.armed {
-            return 0;
-        }
-        usize::from(self.free.is_some() && self.free_word.is_some())
-            + 2 * usize::from(self.new.is_some())
-    }
-
     /// Tells the ghost state (`leaf_store::ghost`) that the block being replaced waits in this
     /// client's free word, before an ending batch that sets the word runs.
     pub(super) fn ghost_placed(&self) {
@@ -103,10 +91,10 @@ impl ValueIo {
     /// After the ending batch built from this (`completed`: it ran whole): whether it carried the
     /// new block, and whether that landed; a completed batch freed the replaced block and cleared
     /// the free word (told to the ghost state).
-    pub(super) fn ended(&mut self, completed: bool) {
+    pub(super) fn ended(&self, completed: bool) {
         let carries = self.carries_block();
-        self.sent |= carries;
-        self.linked |= carries && completed;
+        self.sent.set(self.sent.get() || carries);
+        self.linked.set(self.linked.get() || (carries && completed));
         if let (true, true, Some((word, _))) = (completed, self.armed, &self.free_word) {
             leaf_store::ghost::settle_free_word(*word);
         }
@@ -353,9 +341,9 @@ impl<E: Endpoint> Client<E> {
     }
 
     fn settle_block(&self, values: &NodeValues, block: Block, io: &ValueIo, ok: bool) {
-        if ok && io.linked {
+        if ok && io.linked.get() {
             values.linked(block);
-        } else if io.sent {
+        } else if io.sent.get() {
             values.forget(block);
         } else {
             values.unused(block);

@@ -688,7 +688,6 @@ impl<E: Endpoint> Client<E> {
         held_slot: &mut Option<HeldLock>,
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
-        let value = &mut op.value;
         // A slot an insert claimed foreseeing a split that did not come: marked freed here.
         let unused = match op.preclaimed {
             Some((record, layout, slot)) if record == locked.record => {
@@ -698,24 +697,26 @@ impl<E: Endpoint> Client<E> {
             _ => None,
         };
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
-        let build = |unlock: bool, _after_bump: bool| {
-            let mut verbs: release::Verbs<'_> = release::Verbs::new();
-            value.prefix(&mut verbs);
-            for (at, bytes) in &writes {
-                leaf_store::redo::in_place(&mut verbs, *at, bytes, redo, false);
-            }
-            value.suffix(&mut verbs);
-            if let Some(at) = unused {
-                verbs.push(Verb::write(at, &freed));
-            }
-            if unlock {
-                verbs.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
-            }
-            verbs
+        let unlock = release::Unlock {
+            entry: lock.held,
+            fenced: false,
         };
-        value.ghost_placed();
-        let ran = self.run_ending_batch(lock, build, !hand_over, None, None);
-        value.ended(ran.is_ok());
+        let ran = self.end_write(
+            &op.value,
+            lock,
+            !hand_over,
+            unlock,
+            |batch| {
+                for (at, bytes) in &writes {
+                    leaf_store::redo::in_place(batch, *at, bytes, redo, false);
+                }
+            },
+            |batch| {
+                if let Some(at) = unused {
+                    batch.push(Verb::write(at, &freed));
+                }
+            },
+        );
         if !ran?.released {
             *held_slot = Some(locked.hand_over());
         }
