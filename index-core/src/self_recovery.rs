@@ -34,7 +34,8 @@
 
 use leaf_store::members::{LEAF_BOX, MemberTable, Membership, word_leaf};
 use leaf_store::redo::{BoxImages, REDO_SLOT, needs_redo, plan_repair};
-use leaf_store::{LeafTableEntry, ModelHeader, le_word, read_record};
+use leaf_store::value::ValueRef;
+use leaf_store::{ModelHeader, le_word, read_record};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
@@ -165,7 +166,6 @@ pub(crate) fn settle_group<E: Endpoint>(
     let mut scratch = None;
     let mut unlink_clears = Vec::new();
     let mut box_clears: Vec<(RemoteAddr, u64)> = Vec::new();
-    let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
     for retired in group {
         let unlink_at = table.unlink_addr(member.tag, retired.index);
         let unlinking = word_leaf(ep.read_word(unlink_at)?);
@@ -173,13 +173,11 @@ pub(crate) fn settle_group<E: Endpoint>(
             unlink_clears.push(unlink_at);
             // Linked around but perhaps not marked: mark its SLT slot freed (the retraining
             // hands the leaf out again).
-            let mark =
-                (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone);
-            if let Some(at) = mark.filter(|_| !linked.contains(&gone)) {
-                writes.push((
-                    record_addr.saturating_add(record.layout().slt_entry(at as u64)),
-                    LeafTableEntry::freed(gone).raw().to_le_bytes().to_vec(),
-                ));
+            let mark = leaf_store::settle::unmarked_slot(&record, gone);
+            if let Some(slot) = mark.filter(|_| !linked.contains(&gone)) {
+                let (at, bytes) =
+                    leaf_store::settle::freed_mark(record_addr, record.layout(), slot, gone);
+                writes.push((at, bytes.to_vec()));
             }
         }
         let mut box_words = vec![0u8; 8 * LEAF_BOX as usize];
@@ -250,14 +248,24 @@ pub(crate) fn settle_group<E: Endpoint>(
         let repaired = read_record(ep, layout, slot, record_addr)?;
         let named: Vec<u64> = leaf_store::walk_chain(ep, layout, &repaired, leaf as usize)?
             .iter()
-            .flat_map(|(_, l)| l.entries().iter().map(|&(_, v)| v))
+            .flat_map(|(_, l)| {
+                l.entries()
+                    .iter()
+                    .map(|&(_, v)| ValueRef::from_raw(v).offset())
+            })
             .collect();
         let free = [leaf_store::value::STATE_FREE];
-        let states: Vec<RemoteAddr> = free_words
-            .iter()
-            .filter(|&&(_, word)| !named.contains(&word))
-            .filter_map(|&(_, word)| crate::values::state_of_ref(layout, word))
-            .collect();
+        let states: Vec<RemoteAddr> = match layout.values() {
+            Some(region) => free_words
+                .iter()
+                .filter_map(|&(_, word)| {
+                    leaf_store::settle::replaced_block_state(&region, word, |offset| {
+                        named.contains(&offset)
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let mut settle: Vec<Verb<'_>> = states.iter().map(|&at| Verb::write(at, &free)).collect();
         settle.extend(free_words.iter().map(|&(at, _)| Verb::write(at, &zero)));
         settle.push(unlock);

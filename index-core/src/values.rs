@@ -42,11 +42,7 @@ const RESCAN_AFTER: Duration = Duration::from_millis(1);
 /// The state byte of the block a leaf's value word `raw` names on the pool of `layout`, if it
 /// names a block of its value region.
 pub(crate) fn state_of_ref(layout: &leaf_store::Layout, raw: u64) -> Option<RemoteAddr> {
-    let region = layout.values()?;
-    let value = ValueRef::from_raw(raw);
-    let class = leaf_store::value::class_for(value.len())?;
-    let (chunk, _, index) = region.locate(value.offset(), |_| Some(class))?;
-    Some(region.state_addr(chunk, index))
+    leaf_store::settle::state_of(&layout.values()?, ValueRef::from_raw(raw))
 }
 
 /// A block of the value region: chunk, size class, index in the chunk.

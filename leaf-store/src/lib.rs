@@ -62,6 +62,7 @@ mod record;
 pub mod redo;
 pub mod repair;
 mod ring;
+pub mod settle;
 mod sync;
 pub mod value;
 mod value_load;

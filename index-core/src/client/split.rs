@@ -204,15 +204,15 @@ impl<E: Endpoint> Client<E> {
         }
         // The freed mark names the leaf: the retrainer hands it out again once it has rebuilt the
         // record without this slot.
-        let freed = (
-            locked
-                .record
-                .saturating_add(locked.layout.slt_entry(slot_of_gone)),
-            LeafTableEntry::freed(gone.leaf_num())
-                .raw()
-                .to_le_bytes()
-                .to_vec(),
-        );
+        let freed = {
+            let (at, bytes) = leaf_store::settle::freed_mark(
+                locked.record,
+                locked.layout,
+                slot_of_gone,
+                gone.leaf_num(),
+            );
+            (at, bytes.to_vec())
+        };
         // The chain as it will be: a sibling thread may inherit it with the lock.
         locked.chain.remove(pos);
         crate::sync::step("unlink: batch built");

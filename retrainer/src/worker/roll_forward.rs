@@ -214,18 +214,13 @@ impl<E: Endpoint> Retrainer<E> {
     ) -> Result<bool, RetrainError> {
         for lock in held {
             let record = &lock.record;
-            let used = record.header.slot_use().min(leaf_store::MAX_SYNONYMS) as usize;
-            let Some(slot) =
-                (1..=used).find(|&s| !record.slt[s].is_freed() && record.slt[s].leaf_num() == gone)
-            else {
+            let Some(slot) = leaf_store::settle::unmarked_slot(record, gone) else {
                 continue;
             };
-            let freed = LeafTableEntry::freed(gone).raw().to_le_bytes();
+            let (mark, freed) =
+                leaf_store::settle::freed_mark(lock.record_addr, record.layout(), slot, gone);
             let mut verbs = [
-                Verb::write(
-                    at(lock.record_addr, record.layout().slt_entry(slot as u64)),
-                    &freed,
-                ),
+                Verb::write(mark, &freed),
                 Verb::faa(lock.record_addr, leaf_store::ModelHeader::CHANGE_ONE).fenced(),
             ];
             self.ep.batch(&mut verbs)?;

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 
 use leaf_store::members::{Lease, MEMBER_TAGS, MemberState, MemberTable};
-use leaf_store::value::{ChunkWord, STATE_FREE, STATE_USED, ValueRef, class_for};
+use leaf_store::value::{ChunkWord, STATE_FREE, STATE_USED, ValueRef};
 use rdma_transport::Endpoint;
 
 use super::*;
@@ -71,12 +71,7 @@ impl<E: Endpoint> Retrainer<E> {
             return Ok(0);
         };
         let words = table.read_free_words(&mut self.ep, tag)?;
-        let pending: Vec<ValueRef> = words
-            .iter()
-            .filter(|&&w| w != 0)
-            .map(|&w| ValueRef::from_raw(w))
-            .collect();
-        if pending.is_empty() {
+        if words.iter().all(|&w| w == 0) {
             return Ok(0);
         }
         // The key a word names is under the dead member's lock: its chain is final.
@@ -85,16 +80,12 @@ impl<E: Endpoint> Retrainer<E> {
             .map(|(_, raw)| ValueRef::from_raw(raw).offset())
             .collect();
         let mut freed = 0;
-        for value in pending {
-            if named.contains(&value.offset()) {
-                continue;
-            }
-            let Some(class) = class_for(value.len()) else {
-                continue;
-            };
-            if let Some((chunk, _, index)) = region.locate(value.offset(), |_| Some(class)) {
-                self.ep
-                    .write(region.state_addr(chunk, index), &[STATE_FREE])?;
+        for &word in &words {
+            let state = leaf_store::settle::replaced_block_state(&region, word, |offset| {
+                named.contains(&offset)
+            });
+            if let Some(state) = state {
+                self.ep.write(state, &[STATE_FREE])?;
                 freed += 1;
             }
         }
