@@ -517,7 +517,7 @@ fn load<E: Endpoint>(
             lt: (first_leaf..first_leaf + model.leaves())
                 .map(|n| LeafTableEntry::new(n).unwrap_or_default())
                 .collect(),
-            slt: vec![LeafTableEntry::default(); SLT_SLOTS],
+            slt: crate::record::unclaimed_slt(),
             model,
         };
         let bytes = record.encode();

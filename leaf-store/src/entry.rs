@@ -39,10 +39,12 @@ pub const MAX_OWNER: u8 = OWNER_MASK as u8;
 pub const FREEZE_OWNER: u8 = MAX_OWNER;
 
 impl LeafTableEntry {
-    /// Marks an SLT slot that was handed out (its `slot_use` FAA happened) but holds no leaf: the
-    /// split that claimed it found the leaf region exhausted or failed. `slot_use` only grows, so
-    /// such a slot is never reused; `verify` accepts it as long as no chain links it. A slot whose
-    /// synonym leaf a delete unlinked is marked [`LeafTableEntry::freed`] with that leaf instead.
+    /// Marks an SLT slot that holds no leaf: every slot of a record as it is built
+    /// ([`crate::unclaimed_slt`]), so also one handed out (its `slot_use` FAA happened) and
+    /// never written, and one the split that claimed it gave up (the leaf region exhausted, its
+    /// batch failed). `slot_use` only grows, so such a slot is never reused; `verify` accepts it
+    /// as long as no chain links it. A slot whose synonym leaf a delete unlinked is marked
+    /// [`LeafTableEntry::freed`] with that leaf instead.
     pub const FREED: Self = Self(u64::MAX >> 1);
 
     /// An SLT slot marked freed that names the leaf it held (unlinked by a delete): the

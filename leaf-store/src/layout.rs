@@ -7,8 +7,9 @@ use crate::{LeafStoreError, leaf_bytes};
 
 /// `"ROLEXPL1"`: the first word of every pool.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXPL1");
-/// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 6;
+/// The layout version this build writes and reads (7: a record's unclaimed SLT entries are
+/// `FREED`, not 0).
+pub const LAYOUT_VERSION: u64 = 7;
 /// Size of the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 256;
 

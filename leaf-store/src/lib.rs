@@ -83,7 +83,7 @@ pub use layout::{LAYOUT_VERSION, Layout, SUPERBLOCK_BYTES, SUPERBLOCK_MAGIC, Sup
 pub use leaf::{Claimed, Leaf, leaf_bytes, leaf_checksum};
 pub use lock::{lock_verb, try_lock, unlock, unlock_verb};
 pub use problem::Problem;
-pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout, chain_range};
+pub use record::{ModelRecord, RECORD_FIXED_BYTES, RecordLayout, chain_range, unclaimed_slt};
 pub use ring::{RingEntry, RingLayout};
 pub use verify::{VerifyReport, verify};
 pub use verify_values::ValueSpace;

@@ -80,8 +80,17 @@ pub struct ModelRecord {
     pub pivots: Vec<u64>,
     /// One entry per trained leaf.
     pub lt: Vec<LeafTableEntry>,
-    /// All 256 SLT entries (entry 0 unused).
+    /// All 256 SLT entries (entry 0 unused). A new record has them all
+    /// [`LeafTableEntry::FREED`] ([`unclaimed_slt`]).
     pub slt: Vec<LeafTableEntry>,
+}
+
+/// The SLT of a record as it is built: every entry [`LeafTableEntry::FREED`], so that a slot a
+/// split claims (its `slot_use` FAA) and never writes — its writer died or failed first — reads
+/// as "handed out, holds no leaf" rather than as leaf 0 unlinked, which recovery's searches by
+/// leaf number and `verify` could take for a real leaf.
+pub fn unclaimed_slt() -> Vec<LeafTableEntry> {
+    vec![LeafTableEntry::FREED; SLT_SLOTS]
 }
 
 fn checksum(fixed: &[u8], model: &[u8], pivots: &[u8]) -> u64 {

@@ -7,7 +7,7 @@ use rdma_transport::{Endpoint, MemoryNodeInfo};
 use crate::problem::Problem;
 use crate::ring::RingLayout;
 use crate::walk::{read_record, read_slot_table, walk_chain};
-use crate::{Layout, Leaf, LeafStoreError, MAX_SYNONYMS};
+use crate::{Layout, Leaf, LeafStoreError, LeafTableEntry, MAX_SYNONYMS};
 
 /// What [`verify`] found: the problems (none for a healthy pool) and what the pool holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -294,6 +294,26 @@ pub fn verify<E: Endpoint>(
                 });
             } else if !freed && !linked[slt_slot as usize] {
                 problems.push(Problem::OrphanSynonym { slot, slt_slot });
+            }
+        }
+        // Nobody claimed these: they hold what the record was built with (read here: a decoded
+        // record holds the slots in use only).
+        let unclaimed = header.slot_use().min(MAX_SYNONYMS) + 1;
+        if unclaimed <= MAX_SYNONYMS {
+            let at = record_addr.saturating_add(record.layout().slt_entry(unclaimed));
+            let mut tail = vec![0u8; 8 * (MAX_SYNONYMS + 1 - unclaimed) as usize];
+            ep.read(at, &mut tail)?;
+            for (i, word) in tail.chunks_exact(8).enumerate() {
+                let entry = LeafTableEntry::from_raw(crate::le_word(word, 0));
+                if entry != LeafTableEntry::FREED {
+                    problems.push(Problem::Record {
+                        slot,
+                        reason: format!(
+                            "SLT slot {}, past the slots in use, holds {entry:?}",
+                            unclaimed + i as u64
+                        ),
+                    });
+                }
             }
         }
     }

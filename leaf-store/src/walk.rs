@@ -142,7 +142,7 @@ fn read_rest<E: Endpoint>(
     let first_end = record_layout.slt_entry(first) as usize;
     let needed = used_slt(le_word(&bytes, 0));
     if needed > first {
-        let rest = record.checked_add(first_end as u64).unwrap_or(record);
+        let rest = record.saturating_add(first_end as u64);
         ep.read(
             rest,
             &mut bytes[first_end..record_layout.slt_entry(needed) as usize],

@@ -147,13 +147,42 @@ fn verify_reports_a_held_lock() {
 #[test]
 fn verify_reports_an_orphaned_synonym_slot() {
     let mut f = fixture(None);
-    let (addr, _) = f.record(2);
+    let (addr, record) = f.record(2);
+    // Claimed and never written (its writer died between the claim and its batch): the slot
+    // reads as it was built, FREED, which is no problem — not as leaf 0 unlinked.
     f.ep.faa(addr, ModelHeader::SLOT_USE_ONE).expect("faa");
+    assert!(f.problems().is_empty(), "{:?}", f.problems());
+    // Written and never linked (its writer died before the link): an orphan.
+    let entry = LeafTableEntry::new(1999).expect("fits");
+    let at = addr
+        .checked_add(record.layout().slt_entry(1))
+        .expect("addr");
+    f.ep.write_word(at, entry.raw()).expect("write");
     assert!(f.problems().contains(&Problem::OrphanSynonym {
         slot: 2,
         slt_slot: 1
     }));
 }
+
+#[test]
+fn verify_reports_an_slt_slot_written_past_the_slots_in_use() {
+    let mut f = fixture(None);
+    let (addr, record) = f.record(2);
+    let at = addr
+        .checked_add(record.layout().slt_entry(7))
+        .expect("addr");
+    f.ep.write_word(at, LeafTableEntry::new(1999).expect("fits").raw())
+        .expect("write");
+    let problems = f.problems();
+    assert!(
+        problems.iter().any(|p| matches!(
+            p,
+            Problem::Record { slot: 2, reason } if reason.contains("SLT slot 7, past the slots in use")
+        )),
+        "{problems:?}"
+    );
+}
+
 
 #[test]
 fn verify_reports_a_leaf_reachable_twice_and_an_unsorted_chain() {

@@ -27,7 +27,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use leaf_store::{
     Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader, ModelRecord, RECORD_FIXED_BYTES,
-    RingEntry, RingLayout, SLT_SLOTS, le_word, read_leaf, read_record, read_slot_table,
+    RingEntry, RingLayout, le_word, read_leaf, read_record, read_slot_table,
 };
 use learned_model::{LeafModel, ModelParams};
 use rdma_transport::{Endpoint, MemoryNodeInfo, RemoteAddr, TransportError, Verb};
@@ -782,7 +782,7 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let header = self.layout.model_region_addr();
         let next = self.ep.read_word(header)?;
-        let end = self.ep.read_word(header.checked_add(8).unwrap_or(header))?;
+        let end = self.ep.read_word(header.saturating_add(8))?;
         if next.saturating_add(bytes) > end {
             return Err(RetrainError::ModelRegionFull { needed: bytes });
         }

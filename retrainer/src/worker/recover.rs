@@ -138,9 +138,7 @@ impl<E: Endpoint> Retrainer<E> {
         }
         let old_addr = RemoteAddr::unpack(in_flight);
         // Word 1 of a record is its slot id; read_record checks the whole record against it.
-        let slot = self
-            .ep
-            .read_word(old_addr.checked_add(8).unwrap_or(old_addr))?;
+        let slot = self.ep.read_word(old_addr.saturating_add(8))?;
         if slot >= self.layout.slot_capacity() {
             return Err(LeafStoreError::CorruptRecord {
                 slot,

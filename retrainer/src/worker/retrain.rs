@@ -513,7 +513,7 @@ impl<E: Endpoint> Retrainer<E> {
                 .iter()
                 .map(|(e, _)| LeafTableEntry::new(e.leaf_num()).unwrap_or_default())
                 .collect(),
-            slt: vec![LeafTableEntry::default(); SLT_SLOTS],
+            slt: leaf_store::unclaimed_slt(),
         })
     }
 

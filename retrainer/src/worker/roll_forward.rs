@@ -109,7 +109,7 @@ impl<E: Endpoint> Retrainer<E> {
                         record_addr,
                         record: std::sync::Arc::clone(&record),
                         leaf,
-                        lt_addr: at(record_addr, record.layout().lt_entry(leaf as u64)),
+                        lt_addr: record_addr.saturating_add(record.layout().lt_entry(leaf as u64)),
                         entry,
                     });
                 }
@@ -254,10 +254,6 @@ impl<E: Endpoint> Retrainer<E> {
         self.poll()?;
         Ok(done)
     }
-}
-
-fn at(addr: RemoteAddr, by: u64) -> RemoteAddr {
-    addr.checked_add(by).unwrap_or(addr)
 }
 
 /// Adds to `linked` what `record`'s chains link and its freed SLT slots name (repairs move no leaf
