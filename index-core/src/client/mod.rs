@@ -5,6 +5,7 @@
 //! unlinks, which bump the record's header), [`release`] (what a write holds when a verb fails),
 //! [`redo`] (where a leaf longer than one packet goes before it is rewritten in place).
 
+mod batch;
 #[cfg(loom)]
 pub mod broken;
 mod cache;
@@ -15,6 +16,7 @@ mod release;
 mod scan;
 mod split;
 mod value;
+mod value_io;
 mod write;
 
 use write::{Change, Locked};

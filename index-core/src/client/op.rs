@@ -13,7 +13,7 @@ use rdma_transport::{Endpoint, RemoteAddr};
 use crate::IndexError;
 
 use super::Client;
-use super::value::ValueIo;
+use super::value_io::ValueIo;
 
 /// What one write carries from its first step to its last.
 #[derive(Debug, Default)]

@@ -9,8 +9,8 @@ use crate::IndexError;
 use crate::locks::HeldLock;
 use crate::store::NodeCache;
 
+use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
-use super::release::{self, NOT_EXECUTED};
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -50,7 +50,7 @@ impl<E: Endpoint> Client<E> {
             }
         };
         let lt_final = lt_change.map_or(locked.lt_now, LeafTableEntry::locked);
-        let unlock = release::Unlock {
+        let unlock = batch::Unlock {
             entry: lt_final,
             fenced: true,
         };
@@ -278,13 +278,13 @@ impl<E: Endpoint> Client<E> {
         };
         let mut verbs = Vec::with_capacity(2);
         if spare.is_none() {
-            verbs.push(release::unexecuted(
+            verbs.push(batch::unexecuted(
                 leaf_store::alloc_leaf_verb(&layout),
                 NOT_EXECUTED,
             ));
         }
         if preclaimed.is_none() {
-            verbs.push(release::unexecuted(
+            verbs.push(batch::unexecuted(
                 Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE),
                 NOT_EXECUTED,
             ));
@@ -525,7 +525,7 @@ impl<E: Endpoint> Client<E> {
             .saturating_add(locked.layout.slt_entry(slt_slot));
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let build = |unlock: bool, _after_bump: bool| {
-            let mut batch = release::Ending::default();
+            let mut batch = batch::Ending::default();
             batch.push(Verb::write(at, &freed));
             if unlock {
                 batch.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));

@@ -13,11 +13,10 @@
 //! block's key, length and checksum against the reference; a mismatch (a block freed and used
 //! again under a reader that outlived the retirement epochs) is read again through the leaf.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
-use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef, check_block, encode_block};
-use rdma_transport::{Endpoint, RemoteAddr, Verb};
+use leaf_store::value::{ValueRef, check_block, encode_block};
+use rdma_transport::{Endpoint, Verb};
 
 use crate::IndexError;
 use crate::backoff::Backoff;
@@ -26,85 +25,8 @@ use crate::store::NodeCache;
 use crate::values::{Block, NodeValues};
 
 use super::op::WriteOp;
-use super::release::Verbs;
+use super::value_io::ValueIo;
 use super::{Change, Client, retry_pause};
-
-/// The value side of the write a client is running.
-#[derive(Debug, Default)]
-pub(super) struct ValueIo {
-    /// The new block: its address, its bytes, its state byte.
-    new: Option<(RemoteAddr, Vec<u8>, RemoteAddr)>,
-    /// The state byte of the block the change stops naming.
-    free: Option<RemoteAddr>,
-    /// This client's value free word and what it holds during the batch: the reference being
-    /// replaced (so recovery can finish the free if this compute node dies).
-    free_word: Option<(RemoteAddr, [u8; 8])>,
-    /// Whether the change being committed changes the key's entry (else nothing is written).
-    armed: bool,
-    /// Whether an ending batch carrying the new block was run (it may have landed).
-    sent: Cell<bool>,
-    /// Whether one completed.
-    linked: Cell<bool>,
-}
-
-const USED: [u8; 1] = [STATE_USED];
-const FREE: [u8; 1] = [STATE_FREE];
-const CLEAR: [u8; 8] = [0; 8];
-
-impl ValueIo {
-    /// The verbs that go before the leaves: the free word naming the block being replaced, the
-    /// new block, then its state byte.
-    pub(super) fn prefix<'a>(&'a self, verbs: &mut Verbs<'a>) {
-        if !self.armed {
-            return;
-        }
-        if let (Some(_), Some((word, old))) = (self.free, &self.free_word) {
-            verbs.push(Verb::write(*word, old));
-        }
-        if let Some((at, bytes, state)) = &self.new {
-            verbs.push(Verb::write(*at, bytes));
-            verbs.push(Verb::write(*state, &USED));
-        }
-    }
-
-    /// The verbs that go after the leaves, before the unlock: the replaced block freed, then the
-    /// free word cleared.
-    pub(super) fn suffix<'a>(&'a self, verbs: &mut Verbs<'a>) {
-        let Some(state) = self.free.filter(|_| self.armed) else {
-            return;
-        };
-        verbs.push(Verb::write(state, &FREE));
-        if let Some((word, _)) = &self.free_word {
-            verbs.push(Verb::write(*word, &CLEAR));
-        }
-    }
-
-    /// Tells the ghost state (`leaf_store::ghost`) that the block being replaced waits in this
-    /// client's free word, before an ending batch that sets the word runs.
-    pub(super) fn ghost_placed(&self) {
-        if let (true, Some(_), Some((word, old))) = (self.armed, self.free, &self.free_word) {
-            let replaced = ValueRef::from_raw(u64::from_le_bytes(*old));
-            leaf_store::ghost::place_block(word.node(), replaced.offset(), *word);
-        }
-    }
-
-    /// After the ending batch built from this (`completed`: it ran whole): whether it carried the
-    /// new block, and whether that landed; a completed batch freed the replaced block and cleared
-    /// the free word (told to the ghost state).
-    pub(super) fn ended(&self, completed: bool) {
-        let carries = self.carries_block();
-        self.sent.set(self.sent.get() || carries);
-        self.linked.set(self.linked.get() || (carries && completed));
-        if let (true, true, Some((word, _))) = (completed, self.armed, &self.free_word) {
-            leaf_store::ghost::settle_free_word(*word);
-        }
-    }
-
-    /// Whether an ending batch built now carries the new block.
-    fn carries_block(&self) -> bool {
-        self.armed && self.new.is_some()
-    }
-}
 
 impl<E: Endpoint> Client<E> {
     /// Arms the value side of a commit: `changes` says whether the outcome changes the key's
@@ -119,17 +41,17 @@ impl<E: Endpoint> Client<E> {
         if node.values.is_none() {
             return;
         }
-        value.armed = changes;
-        value.free = old
+        let free = old
             .filter(|_| changes)
             .and_then(|raw| crate::values::state_of_ref(&node.layout, raw));
-        value.free_word = match (old, node.tag) {
+        let free_word = match (old, node.tag) {
             (Some(raw), tag) if tag != 0 && changes => Some((
                 node.members.free_word_addr(tag, self.connection_index),
                 raw.to_le_bytes(),
             )),
             _ => None,
         };
+        value.arm(changes, free, free_word);
     }
 
     /// The node serving `key`, which must store byte values.
@@ -296,14 +218,11 @@ impl<E: Endpoint> Client<E> {
                 limit: values.region.max_value_len(),
             });
         };
-        let mut op = WriteOp::carrying(ValueIo {
-            new: Some((
-                values.region.block_addr(reference),
-                encode_block(key, bytes, reference.offset()),
-                values.state_addr(block),
-            )),
-            ..ValueIo::default()
-        });
+        let mut op = WriteOp::carrying(ValueIo::storing(
+            values.region.block_addr(reference),
+            encode_block(key, bytes, reference.offset()),
+            values.state_addr(block),
+        ));
         let result = self.write_in(&mut op, key, change(reference.raw()));
         self.settle_block(&values, block, &op.value, result.is_ok());
         self.conclude(op, result)
@@ -341,9 +260,9 @@ impl<E: Endpoint> Client<E> {
     }
 
     fn settle_block(&self, values: &NodeValues, block: Block, io: &ValueIo, ok: bool) {
-        if ok && io.linked.get() {
+        if ok && io.linked() {
             values.linked(block);
-        } else if io.sent.get() {
+        } else if io.sent() {
             values.forget(block);
         } else {
             values.unused(block);

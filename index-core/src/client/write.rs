@@ -11,8 +11,9 @@ use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView, pin};
 
+use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
-use super::release::{self, LockRef, NOT_EXECUTED};
+use super::release::{self, LockRef};
 use super::split::SplitEnd;
 use super::*;
 
@@ -294,7 +295,7 @@ impl<E: Endpoint> Client<E> {
         self.buf.clear();
         self.buf.resize(chain.len() * leaf_bytes + box_bytes, 0);
         let (leaf_buf, box_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
-        let mut verbs: release::Verbs<'_> = smallvec::smallvec![release::unexecuted(
+        let mut verbs: batch::Verbs<'_> = smallvec::smallvec![batch::unexecuted(
             Verb::cas(lt_addr, expected.raw(), expected.locked_by(node.tag).raw()),
             !expected.raw(),
         )];
@@ -316,7 +317,7 @@ impl<E: Endpoint> Client<E> {
         let claim_at = verbs.len();
         let claiming = view.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE);
         if foresee {
-            verbs.push(release::unexecuted(
+            verbs.push(batch::unexecuted(
                 Verb::cas(view.record, view.header.raw(), claiming).fenced(),
                 NOT_EXECUTED,
             ));
@@ -332,7 +333,7 @@ impl<E: Endpoint> Client<E> {
             && !op.spare_leaves.iter().any(|&(n, _)| n == node.info.id)
             && self.boxes[node.position].leaf(redo).is_none();
         if allocate {
-            verbs.push(release::unexecuted(
+            verbs.push(batch::unexecuted(
                 leaf_store::alloc_leaf_verb(&node.layout),
                 NOT_EXECUTED,
             ));
@@ -697,7 +698,7 @@ impl<E: Endpoint> Client<E> {
             _ => None,
         };
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
-        let unlock = release::Unlock {
+        let unlock = batch::Unlock {
             entry: lock.held,
             fenced: false,
         };
