@@ -22,6 +22,47 @@
 use rdma_transport::RemoteAddr;
 
 use crate::value::{ValueRef, ValueRegion, class_for};
+
+/// The steps of the batch that ends a write, in the one order a writer places them (a step may be
+/// absent; none comes before one listed above it). WRITEs land in order and the fenced ones wait
+/// for the verbs before them, so a writer stopped anywhere leaves a prefix of these, and each
+/// prefix is one recovery finishes:
+///
+/// | the writer stopped after … | the chain and words show … | recovery |
+/// | --- | --- | --- |
+/// | [`Step::ValueBlock`] | a new value block no leaf names; the free word names the replaced one | the block is given back; the replaced one stays (a leaf names it) |
+/// | [`Step::Leaves`] | new leaf images (a split's new leaf claiming its keys, unlinked; an unlink's emptied leaf; a rewrite whole), the unlink word set | a rewrite: nothing; a split's claim withdrawn ([`crate::redo::plan_repair`]) |
+/// | [`Step::Link`] | a split's new leaf linked, the split leaf still holding its keys; an unlinked leaf out of its chain | the split leaf trimmed ([`crate::repair`]); the unlinked leaf's slot marked ([`unmarked_slot`], [`freed_mark`]) |
+/// | [`Step::FreedMark`] | the unlinked leaf's slot marked freed | nothing more |
+/// | [`Step::Bump`] | the header bumped: readers of older tables refresh | the repair bumps again (idempotent) |
+/// | [`Step::Shrink`] | the split leaf shrunk (and the new key in place) | nothing more |
+/// | [`Step::ClearWord`] | the box slot or unlink word cleared | nothing more |
+/// | [`Step::ValueFree`] | the replaced block freed, the free word cleared | nothing more |
+/// | [`Step::Unlock`] | the lock released | nothing (the write is whole) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    /// The value free word naming the block being replaced, the new block, its state byte.
+    ValueBlock,
+    /// Leaf images and words written before the link: rewrites in place (through a redo leaf),
+    /// a split's new leaf and its SLT entry, an unlink's emptied leaf, the unlink word.
+    Leaves,
+    /// The CAS that links a leaf in (or around) the held LT entry. (An unlink deeper in the chain
+    /// links around its leaf by a WRITE of the previous SLT entry, the last of its leaf WRITEs.)
+    Link,
+    /// An SLT slot marked freed: an unlinked leaf's ([`freed_mark`]), or a claimed slot left
+    /// unused.
+    FreedMark,
+    /// The header bump of a structural change.
+    Bump,
+    /// The split leaf's shrunken image, and the new leaf's second image (fenced behind the bump).
+    Shrink,
+    /// The client's box slot or unlink word cleared.
+    ClearWord,
+    /// The replaced value block freed, the free word cleared.
+    ValueFree,
+    /// The unlock CAS.
+    Unlock,
+}
 use crate::{LeafTableEntry, MAX_SYNONYMS, ModelRecord};
 
 /// The WRITE that marks SLT slot `slot` of the record at `record_addr` (`record`'s layout)

@@ -3,8 +3,11 @@
 //!
 //! Invariant: the place of the link CAS and of the header bump in a batch is recorded when each
 //! is pushed ([`Ending::link`], [`Ending::bump`]), never counted, so a step added before them
-//! cannot make the runner check the wrong verb.
+//! cannot make the runner check the wrong verb; and a batch's verbs follow the one order of
+//! [`Step`] (`leaf_store::settle`), whose every prefix recovery finishes: a writer that placed a
+//! step out of order fails every debug build's test that runs it.
 
+use leaf_store::settle::Step;
 use leaf_store::{LeafStoreError, LeafTableEntry, ModelHeader};
 use rdma_transport::Verb;
 
@@ -16,16 +19,41 @@ pub(super) type Verbs<'a> = smallvec::SmallVec<[Verb<'a>; 12]>;
 /// The verbs of a batch that ends a write, and where the two its runner checks stand — recorded
 /// as they are placed, never counted: the link CAS on the LT entry, and a structural change's
 /// header bump.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Ending<'a> {
     verbs: Verbs<'a>,
     link: Option<usize>,
     bump: Option<usize>,
+    /// The step the verbs pushed now belong to.
+    step: Step,
+}
+
+impl Default for Ending<'_> {
+    fn default() -> Self {
+        Self {
+            verbs: Verbs::new(),
+            link: None,
+            bump: None,
+            step: Step::ValueBlock,
+        }
+    }
 }
 
 impl<'a> Ending<'a> {
+    /// The verbs pushed from now on belong to `step`, which must not come before the current one
+    /// (see [`Step`]).
+    pub(super) fn enter(&mut self, step: Step) {
+        debug_assert!(
+            step >= self.step,
+            "{step:?} placed after {:?}: a prefix of the batch would be one recovery cannot finish",
+            self.step
+        );
+        self.step = step;
+    }
+
     /// Places the CAS that links a leaf in the (held) LT entry: it must find the entry as held.
     pub(super) fn link(&mut self, cas: Verb<'a>) {
+        self.enter(Step::Link);
         self.link = Some(self.verbs.len());
         self.verbs.push(cas);
     }
@@ -34,6 +62,7 @@ impl<'a> Ending<'a> {
     /// its `old` says whether it ran, and a repeat resumes after it).
     pub(super) fn bump(&mut self, faa: Verb<'a>) {
         debug_assert!(matches!(faa, Verb::Faa { .. }), "the bump is an FAA");
+        self.enter(Step::Bump);
         self.bump = Some(self.verbs.len());
         self.verbs.push(unexecuted(faa, NOT_EXECUTED));
     }
@@ -108,4 +137,48 @@ pub(super) fn unexecuted(mut verb: Verb<'_>, sentinel: u64) -> Verb<'_> {
         *old = sentinel;
     }
     verb
+}
+
+#[cfg(test)]
+mod tests {
+    use rdma_transport::RemoteAddr;
+
+    use super::*;
+
+    fn at(offset: u64) -> RemoteAddr {
+        RemoteAddr::new(0, offset).expect("addr")
+    }
+
+    #[test]
+    fn the_link_and_the_bump_are_found_where_they_were_placed() {
+        let image = [0u8; 16];
+        let mut batch = Ending::default();
+        batch.enter(Step::Leaves);
+        batch.push(Verb::write(at(64), &image));
+        batch.push(Verb::write(at(128), &image));
+        batch.link(Verb::cas(at(8), 1, 2));
+        batch.bump(Verb::faa(at(0), 1));
+        batch.enter(Step::Shrink);
+        batch.push(Verb::write(at(256), &image));
+        assert!(batch.is_structural());
+        assert!(matches!(batch.verbs[2], Verb::Cas { .. }));
+        assert_eq!(batch.link, Some(2));
+        assert_eq!(batch.bump, Some(3));
+        // Not executed yet: the bump's `old` is the sentinel, so a repeat starts at the front.
+        assert_eq!(batch.bumped(), None);
+        if let Verb::Faa { old, .. } = &mut batch.verbs[3] {
+            *old = 7;
+        }
+        assert_eq!(batch.bumped(), Some(ModelHeader::from_raw(7)));
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "placed after")]
+    fn a_step_placed_out_of_order_is_refused() {
+        let mut batch = Ending::default();
+        batch.bump(Verb::faa(at(0), 1));
+        // Leaf images after the bump: not the order whose every prefix recovery finishes.
+        batch.enter(Step::Leaves);
+    }
 }

@@ -26,6 +26,7 @@
 //! except on a broken endpoint ([`rdma_transport::TransportError::Broken`]: a real queue pair whose
 //! batch timed out or failed), where nothing is known and the lock is treated as taken.
 
+use leaf_store::settle::Step;
 use leaf_store::{LeafTableEntry, ModelHeader};
 use rdma_transport::{Endpoint, RemoteAddr, TransportError, Verb};
 
@@ -128,11 +129,14 @@ impl<E: Endpoint> Client<E> {
             let mut batch = Ending::default();
             if !after_bump {
                 value.prefix(&mut batch);
+                batch.enter(Step::Leaves);
                 head(&mut batch);
             }
             tail(&mut batch);
+            batch.enter(Step::ValueFree);
             value.suffix(&mut batch);
             if unlocking {
+                batch.enter(Step::Unlock);
                 let verb = leaf_store::unlock_verb(lock.lt_addr, unlock.entry, None);
                 batch.push(if unlock.fenced { verb.fenced() } else { verb });
             }

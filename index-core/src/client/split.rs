@@ -9,6 +9,8 @@ use crate::IndexError;
 use crate::locks::HeldLock;
 use crate::store::NodeCache;
 
+use leaf_store::settle::Step;
+
 use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
 use super::*;
@@ -70,6 +72,7 @@ impl<E: Endpoint> Client<E> {
                 // Fenced behind the link CAS: were the slot marked freed while the LT entry still
                 // pointed at it, a batch cut off there would leave a chain no reader can follow.
                 if let Some((at, bytes)) = &freed {
+                    batch.enter(Step::FreedMark);
                     batch.push(Verb::write(*at, bytes).fenced());
                 }
                 batch.bump(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
@@ -77,10 +80,12 @@ impl<E: Endpoint> Client<E> {
             |batch| {
                 // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
                 // executes, and a reader could see the shrunk leaf under the old header.
+                batch.enter(Step::Shrink);
                 for (at, bytes) in &late_writes {
                     leaf_store::redo::in_place(batch, *at, bytes, redo, fence_shrink);
                 }
                 if let Some((at, word)) = clear_word {
+                    batch.enter(Step::ClearWord);
                     batch.push(Verb::cas(at, word, 0).fenced());
                 }
             },
@@ -526,8 +531,10 @@ impl<E: Endpoint> Client<E> {
         let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let build = |unlock: bool, _after_bump: bool| {
             let mut batch = batch::Ending::default();
+            batch.enter(Step::FreedMark);
             batch.push(Verb::write(at, &freed));
             if unlock {
+                batch.enter(Step::Unlock);
                 batch.push(leaf_store::unlock_verb(lock.lt_addr, lock.held, None));
             }
             batch

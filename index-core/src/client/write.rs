@@ -11,6 +11,8 @@ use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView, pin};
 
+use leaf_store::settle::Step;
+
 use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
 use super::release::{self, LockRef};
@@ -714,6 +716,7 @@ impl<E: Endpoint> Client<E> {
             },
             |batch| {
                 if let Some(at) = unused {
+                    batch.enter(Step::FreedMark);
                     batch.push(Verb::write(at, &freed));
                 }
             },
