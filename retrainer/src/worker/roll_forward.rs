@@ -3,18 +3,10 @@
 //!
 //! Runs only after the dead node is fenced, so nothing it posted lands any more and the chains it
 //! locked are stable: no live writer touches a locked chain, and the worker is the only other
-//! party. The state of a chain tells how far the dead writer got, because every write protocol
-//! orders its steps so that each prefix is a chain this repair can finish (client `split.rs`,
-//! `write.rs`):
-//!
-//! | the dead writer stopped …                                   | the chain shows …                                   | repair                                  |
-//! |-------------------------------------------------------------|-----------------------------------------------------|-----------------------------------------|
-//! | before or after a leaf rewrite (insert, update, delete)     | the leaf old or new, whole (a packet lands whole)    | unlock                                  |
-//! | inside the in-place WRITE of a leaf longer than one packet  | the leaf torn; its new image whole in a redo leaf    | restore it from that image; unlock      |
-//! | in a split, before the link (leaf claimed, new leaf written) | the chain as before; the new leaf unlinked, claiming | withdraw its claim; unlock; retrained   |
-//! | in a split, after the link, before the shrink               | the split leaf still holding the keys the new one has | drop them from the split leaf; unlock   |
-//! | in an unlink, after emptying the leaf, before the link-around | an empty synonym leaf in the chain                | unlock (an empty synonym is legal)      |
-//! | in an unlink, after the link-around, before marking it freed | the chain without it; its SLT slot unlinked         | unlock; the slot is retrained           |
+//! party. The state of a chain tells how far the dead writer got, because every write places its
+//! steps in the one order of [`leaf_store::settle::Step`], whose table says what a writer stopped
+//! after each step leaves and how it is finished; a leaf longer than one packet torn by its
+//! in-place WRITE is restored from its whole image in the writer's redo leaf (`leaf_store::redo`).
 //!
 //! The repair ([`leaf_store::redo::plan_repair`]): torn leaves are restored from their one image
 //! in the member's box leaves, and every box image of a held chain's leaf invalidated — all
