@@ -3,9 +3,7 @@
 //! repeated runs with their spread, YCSB's hot-spot and exponential distributions, and
 //! `compare --runs` with error bars.
 
-mod common;
-
-use common::{bad_input_line, json, run as rolex};
+use crate::common::{bad_input_line, json, run as rolex};
 
 #[test]
 fn a_warm_up_is_run_and_left_out_of_every_figure() {

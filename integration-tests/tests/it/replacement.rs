@@ -14,12 +14,7 @@ use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::{SimConfig, SimEndpoint, SimTransport};
 
-fn quiet() -> RetrainConfig {
-    RetrainConfig {
-        idle_sweep_threshold: 0,
-        ..RetrainConfig::default()
-    }
-}
+use crate::common::no_sweep;
 
 fn load(keys: &[u64], spare: u64) -> (SimTransport, Layout) {
     fixtures::load(keys, spare, &tiny(), SimConfig::default())
@@ -53,8 +48,8 @@ fn a_scan_through_a_cache_older_than_a_retraining_skips_nothing() {
         let node = transport.memory_nodes()[0];
         let mut oracle: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, k)).collect();
         let mut writer = client(&transport, config.clone());
-        let mut worker =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         // Slot s holds keys 80·s .. 80·s + 70.
         for slot in [1u64, 5, 9, 20] {
             let first = slot * 80;
@@ -129,7 +124,7 @@ fn verbs_of_one_retraining() -> u64 {
     let (transport, _) = crash_pool();
     let node = transport.memory_nodes()[0];
     let mut worker =
-        Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep()).expect("worker");
     let before = worker.endpoint_mut().stats().verbs();
     let report = worker.retrain_slot(0).expect("retrain").expect("slot 0");
     // The retraining also splits the slot, so every crash point of a slot split is covered: its
@@ -160,8 +155,8 @@ fn readers_with_caches_from_before_a_retraining_stopped_at_any_verb_miss_nothing
         let mut stale: Vec<Client<SimEndpoint>> = (0..probes)
             .map(|_| client(&transport, readers.clone()))
             .collect();
-        let mut worker =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         worker.endpoint_mut().crash_after(crash_after);
         let outcome = worker.retrain_slot(0);
         assert_eq!(
@@ -213,8 +208,8 @@ fn readers_with_caches_from_before_a_retraining_stopped_at_any_verb_miss_nothing
         }
 
         // Now recover, and everything is still there.
-        let mut next =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut next = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         next.poll().expect("poll");
         while next.retrain_next().expect("retrain").is_some() {}
         let mut reader = client(&transport, StoreConfig::default());
@@ -450,7 +445,7 @@ fn a_split_cutting_below_the_first_pivot_loses_no_key_to_a_scan() {
         let mut worker = Retrainer::new(
             transport.endpoint().expect("endpoint"),
             transport.memory_nodes()[0],
-            quiet(),
+            no_sweep(),
         )
         .expect("worker");
         let before = worker.endpoint_mut().stats().verbs();
@@ -469,8 +464,8 @@ fn a_split_cutting_below_the_first_pivot_loses_no_key_to_a_scan() {
     for crash_after in 0..=total {
         let (transport, oracle) = crash_pool();
         let node = transport.memory_nodes()[0];
-        let mut worker =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         worker.endpoint_mut().crash_after(crash_after);
         let _ = worker.retrain_slot(0);
         drop(worker);
@@ -496,8 +491,8 @@ fn a_split_cutting_below_the_first_pivot_loses_no_key_to_a_scan() {
                 );
             }
         }
-        let mut next =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut next = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         next.poll().expect("poll");
         while next.retrain_next().expect("retrain").is_some() {}
         let report = verify(&mut transport.endpoint().expect("endpoint"), node).expect("verify");
@@ -531,8 +526,8 @@ fn a_worker_cut_inside_taking_a_claim_away_leaves_no_torn_leaf_behind() {
     let total = {
         let (transport, _) = prepare();
         let node = transport.memory_nodes()[0];
-        let mut worker =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         let before = worker.endpoint_mut().stats().verbs();
         let report = worker.retrain_slot(1).expect("retrain").expect("report");
         assert!(
@@ -545,16 +540,16 @@ fn a_worker_cut_inside_taking_a_claim_away_leaves_no_torn_leaf_behind() {
     for cut in 0..total {
         let (transport, mut oracle) = prepare();
         let node = transport.memory_nodes()[0];
-        let mut worker =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let mut worker = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         worker.endpoint_mut().tear_after(cut, 1);
         assert!(
             worker.retrain_slot(1).is_err(),
             "cut at verb {cut} of {total}"
         );
         drop(worker);
-        let next =
-            Retrainer::new(transport.endpoint().expect("endpoint"), node, quiet()).expect("worker");
+        let next = Retrainer::new(transport.endpoint().expect("endpoint"), node, no_sweep())
+            .expect("worker");
         mended += next.recovery().mended_leaves;
         let mut writer = client(
             &transport,

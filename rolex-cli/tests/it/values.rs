@@ -1,11 +1,9 @@
 //! `rolex bench` with byte values: `--value-size` (fixed or uniform), a workload file's record
 //! size, what the report says about the value region, and what is refused.
 
-mod common;
-
 use std::process::Command;
 
-use common::{ROLEX, bad_input_line, bench};
+use crate::common::{ROLEX, bad_input_line, bench};
 
 #[test]
 fn a_run_with_byte_values_reads_two_round_trips_and_reports_the_value_region() {

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 
 use index_core::{CacheMode, Store, StoreConfig, bootstrap};
-use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
-use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
-use rdma_transport::Transport;
-use sim_transport::{SimConfig, SimTransport};
+use leaf_store::BulkLoadConfig;
+use quickcheck::{Arbitrary, Gen, TestResult};
+
+use crate::common::{self, CaseOp, tiny};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -47,45 +47,27 @@ impl Arbitrary for Op {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Case {
-    initial: Vec<u64>,
-    ops: Vec<Op>,
-}
+impl CaseOp for Op {
+    type Entry = u64;
+    const LOADS: usize = 200;
+    const OPS: usize = 300;
 
-impl Arbitrary for Case {
-    fn arbitrary(g: &mut Gen) -> Self {
-        let mut initial: Vec<u64> = (0..usize::arbitrary(g) % 200 + 4).map(|_| key(g)).collect();
-        initial.sort_unstable();
-        initial.dedup();
-        let ops = (0..usize::arbitrary(g) % 300 + 1)
-            .map(|_| Op::arbitrary(g))
-            .collect();
-        Case { initial, ops }
+    fn entry(g: &mut Gen) -> u64 {
+        key(g)
     }
 
-    fn shrink(&self) -> Box<dyn Iterator<Item = Self>> {
-        let initial = self.initial.clone();
-        Box::new(self.ops.shrink().map(move |ops| Case {
-            initial: initial.clone(),
-            ops,
-        }))
+    fn key(entry: &u64) -> u64 {
+        *entry
     }
 }
+
+type Case = common::Case<Op>;
 
 fn run(case: &Case, load: &BulkLoadConfig, nodes: usize, mode: CacheMode) -> Result<(), String> {
     if case.initial.len() < nodes {
         return Ok(());
     }
-    let size = required_pool_bytes(
-        case.initial.len() as u64,
-        load,
-        4 * case.ops.len() as u64 + 64,
-    )
-    .next_multiple_of(8)
-        * 2;
-    let transport = SimTransport::anonymous_with(&vec![size; nodes], SimConfig::harsh())
-        .map_err(|e| e.to_string())?;
+    let transport = common::pool(case, load, nodes)?;
     let pairs: Vec<(u64, u64)> = case.initial.iter().map(|&k| (k, k ^ 0xabcd)).collect();
     bootstrap(&transport, pairs.clone(), load).map_err(|e| e.to_string())?;
     let store = Store::open(
@@ -159,24 +141,7 @@ fn run(case: &Case, load: &BulkLoadConfig, nodes: usize, mode: CacheMode) -> Res
             expected.len()
         ));
     }
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
-    for &node in transport.memory_nodes() {
-        let report = verify(&mut ep, node).map_err(|e| e.to_string())?;
-        if !report.is_clean() {
-            return Err(format!("verify on node {}: {report}", node.id));
-        }
-    }
-    Ok(())
-}
-
-fn tiny() -> BulkLoadConfig {
-    BulkLoadConfig {
-        epsilon: 2,
-        delta: 4,
-        fill: 3,
-        slot_leaves: 2,
-        ..BulkLoadConfig::default()
-    }
+    common::verify_all(&transport)
 }
 
 thread_local! {
@@ -187,18 +152,12 @@ thread_local! {
 
 fn prop(case: Case) -> TestResult {
     let (load, nodes, mode) = SETUP.with(|s| s.borrow().clone());
-    match run(&case, &load, nodes, mode) {
-        Ok(()) => TestResult::passed(),
-        Err(e) => TestResult::error(e),
-    }
+    common::outcome(run(&case, &load, nodes, mode))
 }
 
 fn check(load: BulkLoadConfig, nodes: usize, mode: CacheMode, tests: u64) {
     SETUP.with(|s| *s.borrow_mut() = (load, nodes, mode));
-    QuickCheck::new()
-        .tests(tests)
-        .max_tests(tests * 4)
-        .quickcheck(prop as fn(Case) -> TestResult);
+    common::check(tests, prop);
 }
 
 #[test]

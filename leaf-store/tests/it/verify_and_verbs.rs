@@ -183,7 +183,6 @@ fn verify_reports_an_slt_slot_written_past_the_slots_in_use() {
     );
 }
 
-
 #[test]
 fn verify_reports_a_leaf_reachable_twice_and_an_unsorted_chain() {
     let mut f = fixture(None);

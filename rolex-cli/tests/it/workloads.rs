@@ -1,11 +1,9 @@
 //! The growth and churn workloads: `churn` keeps the key count steady (every delete finds the key
 //! its thread owns), `--insert-order append` inserts ascending keys above every loaded one.
 
-mod common;
-
 use std::process::Command;
 
-use common::{ROLEX, bad_input_line};
+use crate::common::{self, ROLEX, bad_input_line};
 
 fn bench(args: &[&str]) -> serde_json::Value {
     common::bench(args).0

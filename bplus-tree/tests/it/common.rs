@@ -1,7 +1,7 @@
 //! Shared by the B+-tree's tests.
 
-use bplus_tree::{BulkLoadConfig, Layout, bulk_load, required_pool_bytes};
-use rdma_transport::Transport;
+use bplus_tree::{BulkLoadConfig, Layout, Page, bulk_load, required_pool_bytes};
+use rdma_transport::{Endpoint, Transport};
 use sim_transport::{SimConfig, SimTransport};
 
 /// One simulated memory node bulk-loaded with `pairs` under `config`, with room for `spare`
@@ -20,4 +20,14 @@ pub fn loaded_pool(
     let mut ep = transport.endpoint().expect("endpoint");
     let layout = bulk_load(&mut ep, transport.memory_nodes()[0], pairs, config).expect("load");
     (transport, layout)
+}
+
+/// Page `page` as it is in the pool now, read through `ep`.
+///
+/// # Panics
+/// If the READ fails or the page does not decode whole (a test fixture).
+pub fn read_page(ep: &mut impl Endpoint, layout: &Layout, page: u64) -> Page {
+    let mut bytes = vec![0u8; layout.page_size as usize];
+    ep.read(layout.page_addr(page), &mut bytes).expect("read");
+    Page::decode(page, &bytes).expect("whole")
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-mod common;
+use crate::common;
 
 use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};

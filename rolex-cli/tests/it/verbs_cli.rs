@@ -1,11 +1,9 @@
 //! `--transport verbs` without an RDMA device: one line, exit code 2, nothing created.
-//! Run with `cargo test -p rolex-cli --features verbs --test verbs_cli`.
+//! Run with `cargo test -p rolex-cli --features verbs --test it verbs_cli::`.
 
 #![cfg(feature = "verbs")]
 
-mod common;
-
-use common::bad_input_line;
+use crate::common::bad_input_line;
 
 #[test]
 fn without_a_device_verbs_commands_say_so_in_one_line() {

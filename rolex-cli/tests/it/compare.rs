@@ -1,9 +1,7 @@
 //! The B+-tree baseline through `rolex bench --index bplus` and `rolex compare`, and the bench's
 //! command-line rules that came with them.
 
-mod common;
-
-use common::{bad_input_line, json, run};
+use crate::common::{bad_input_line, json, run};
 
 #[test]
 fn the_baseline_runs_every_operation_and_loses_no_insert() {

@@ -8,23 +8,14 @@
 
 use std::time::Duration;
 
-use index_core::{Store, StoreConfig};
+use index_core::Store;
 use integration_tests::{load, tiny};
 use leaf_store::{Layout, ModelHeader};
 use rdma_transport::{Endpoint, RemoteAddr, Transport};
 use retrainer::Retrainer;
 use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        lease_renewal: Duration::from_millis(1),
-        ..StoreConfig::default()
-    }
-}
-
-fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
-    integration_tests::lease_watcher(transport, Duration::from_secs(30))
-}
+use crate::common::{config, watcher};
 
 /// Slot `slot`'s record now, and its header word.
 fn record_of(transport: &SimTransport, slot: u64) -> (RemoteAddr, u64) {

@@ -1,6 +1,6 @@
 //! `verify` finds each kind of damage.
 
-mod common;
+use crate::common;
 
 use bplus_tree::{BulkLoadConfig, Layout, Page, verify};
 use rdma_transport::{Endpoint, Transport};
@@ -25,9 +25,7 @@ fn problems(transport: &SimTransport) -> Vec<String> {
 
 fn read(transport: &SimTransport, layout: &Layout, page: u64) -> Page {
     let mut ep = transport.endpoint().expect("endpoint");
-    let mut bytes = vec![0u8; layout.page_size as usize];
-    ep.read(layout.page_addr(page), &mut bytes).expect("read");
-    Page::decode(page, &bytes).expect("whole")
+    common::read_page(&mut ep, layout, page)
 }
 
 fn write(transport: &SimTransport, layout: &Layout, page_no: u64, page: &Page) {

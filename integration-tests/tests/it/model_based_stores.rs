@@ -11,8 +11,10 @@ use index_core::{CacheMode, Client, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use rdma_transport::Transport;
-use retrainer::{RetrainConfig, RetrainError, Retrainer};
+use retrainer::{RetrainError, Retrainer};
 use sim_transport::{SimConfig, SimEndpoint, SimTransport};
+
+use crate::common::no_sweep;
 
 const STORES: usize = 3;
 
@@ -128,10 +130,7 @@ fn run(case: &Case, mode: CacheMode, which: Budgets) -> Result<(), String> {
     let mut worker = Retrainer::new(
         transport.endpoint().map_err(|e| e.to_string())?,
         node,
-        RetrainConfig {
-            idle_sweep_threshold: 0,
-            ..RetrainConfig::default()
-        },
+        no_sweep(),
     )
     .map_err(|e| e.to_string())?;
     let mut oracle: BTreeMap<u64, u64> = pairs.into_iter().collect();

@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 
 use index_core::{IndexError, Store, StoreConfig, bootstrap, bootstrap_values};
-use leaf_store::{BulkLoadConfig, ValueConfig, required_pool_bytes, verify};
-use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
-use rdma_transport::Transport;
-use sim_transport::{SimConfig, SimTransport};
+use leaf_store::{BulkLoadConfig, ValueConfig, required_pool_bytes};
+use quickcheck::{Arbitrary, Gen, TestResult};
+use sim_transport::SimTransport;
+
+use crate::common::{self, CaseOp};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -52,33 +53,22 @@ impl Arbitrary for Op {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Case {
-    initial: Vec<(u64, usize)>,
-    ops: Vec<Op>,
-}
+impl CaseOp for Op {
+    /// A key and the length of its value.
+    type Entry = (u64, usize);
+    const LOADS: usize = 150;
+    const OPS: usize = 250;
 
-impl Arbitrary for Case {
-    fn arbitrary(g: &mut Gen) -> Self {
-        let mut initial: Vec<(u64, usize)> = (0..usize::arbitrary(g) % 150 + 4)
-            .map(|_| (key(g), len(g)))
-            .collect();
-        initial.sort_unstable();
-        initial.dedup_by_key(|p| p.0);
-        let ops = (0..usize::arbitrary(g) % 250 + 1)
-            .map(|_| Op::arbitrary(g))
-            .collect();
-        Case { initial, ops }
+    fn entry(g: &mut Gen) -> (u64, usize) {
+        (key(g), len(g))
     }
 
-    fn shrink(&self) -> Box<dyn Iterator<Item = Self>> {
-        let initial = self.initial.clone();
-        Box::new(self.ops.shrink().map(move |ops| Case {
-            initial: initial.clone(),
-            ops,
-        }))
+    fn key(entry: &(u64, usize)) -> u64 {
+        entry.0
     }
 }
+
+type Case = common::Case<Op>;
 
 /// A value whose bytes say which key and which write made it.
 fn bytes(key: u64, version: usize, len: usize) -> Vec<u8> {
@@ -93,15 +83,11 @@ fn bytes(key: u64, version: usize, len: usize) -> Vec<u8> {
 
 fn tiny(value_bytes: u64) -> BulkLoadConfig {
     BulkLoadConfig {
-        epsilon: 2,
-        delta: 4,
-        fill: 3,
-        slot_leaves: 2,
         values: Some(ValueConfig {
             bytes: value_bytes,
             chunk_bytes: 8 * 1024,
         }),
-        ..BulkLoadConfig::default()
+        ..common::tiny()
     }
 }
 
@@ -110,15 +96,7 @@ fn run(case: &Case, nodes: usize) -> Result<(), String> {
         return Ok(());
     }
     let load = tiny(8 << 20);
-    let size = required_pool_bytes(
-        case.initial.len() as u64,
-        &load,
-        4 * case.ops.len() as u64 + 64,
-    )
-    .next_multiple_of(8)
-        * 2;
-    let transport = SimTransport::anonymous_with(&vec![size; nodes], SimConfig::harsh())
-        .map_err(|e| e.to_string())?;
+    let transport = common::pool(case, &load, nodes)?;
     let pairs: Vec<(u64, Vec<u8>)> = case
         .initial
         .iter()
@@ -220,14 +198,7 @@ fn run(case: &Case, nodes: usize) -> Result<(), String> {
         ));
     }
     drop((client, reader, store, other));
-    let mut ep = transport.endpoint().map_err(|e| e.to_string())?;
-    for &node in transport.memory_nodes() {
-        let report = verify(&mut ep, node).map_err(|e| e.to_string())?;
-        if !report.is_clean() {
-            return Err(format!("verify on node {}: {report}", node.id));
-        }
-    }
-    Ok(())
+    common::verify_all(&transport)
 }
 
 thread_local! {
@@ -235,18 +206,12 @@ thread_local! {
 }
 
 fn prop(case: Case) -> TestResult {
-    match run(&case, NODES.with(|n| n.get())) {
-        Ok(()) => TestResult::passed(),
-        Err(e) => TestResult::error(e),
-    }
+    common::outcome(run(&case, NODES.with(|n| n.get())))
 }
 
 fn check(nodes: usize, tests: u64) {
     NODES.with(|n| n.set(nodes));
-    QuickCheck::new()
-        .tests(tests)
-        .max_tests(tests * 4)
-        .quickcheck(prop as fn(Case) -> TestResult);
+    common::check(tests, prop);
 }
 
 #[test]

@@ -2,11 +2,9 @@
 //! for clap's own errors, its hints and the subcommand's help) and exit code 2 — and the help a
 //! user gets from `rolex` alone.
 
-mod common;
-
 use std::process::Command;
 
-use common::{ROLEX, bad_input_line};
+use crate::common::{ROLEX, bad_input_line};
 
 /// Runs `args` and checks the one line contains every one of `needles`.
 fn refused(args: &[&str], needles: &[&str]) {

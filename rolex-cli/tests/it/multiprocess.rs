@@ -4,13 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-mod common;
-
-use common::{ROLEX, bad_input_line};
-
-fn json(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
-}
+use crate::common::{ROLEX, bad_input_line, json};
 
 /// Starts `rolex` with `args` and returns it once it printed its `ready:` line, with that line
 /// and a thread counting the lines it prints after it.

@@ -2,17 +2,11 @@
 //! reports it, and the next compute node that needs the level above installs a root over the
 //! whole chain itself instead of waiting for the splitter forever.
 
-mod common;
+use crate::common;
 
-use bplus_tree::{BulkLoadConfig, Layout, Page, Tree, TreeConfig, unpack_root, verify};
+use bplus_tree::{BulkLoadConfig, Page, Tree, TreeConfig, unpack_root, verify};
 use rdma_transport::{Endpoint, Transport};
 use sim_transport::SimConfig;
-
-fn read(ep: &mut impl Endpoint, layout: &Layout, page: u64) -> Page {
-    let mut bytes = vec![0u8; layout.page_size as usize];
-    ep.read(layout.page_addr(page), &mut bytes).expect("read");
-    Page::decode(page, &bytes).expect("whole")
-}
 
 #[test]
 fn an_uninstalled_root_split_is_reported_and_then_finished_by_the_next_splitter() {
@@ -32,7 +26,7 @@ fn an_uninstalled_root_split_is_reported_and_then_finished_by_the_next_splitter(
     assert!(verify(&mut ep, node).expect("verify").is_clean());
 
     // Split the root by hand, as a splitter would, and stop before installing a new root.
-    let mut root = read(&mut ep, &layout, root_no);
+    let mut root = common::read_page(&mut ep, &layout, root_no);
     let seps: Vec<(u64, u64)> = root.entries().collect();
     assert!(seps.len() >= 2, "a root with separators to split");
     let mid = seps.len() / 2;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-mod common;
+use crate::common;
 
 use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
 use rdma_transport::Transport;

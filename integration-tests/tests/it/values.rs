@@ -13,12 +13,7 @@ use rdma_transport::Transport;
 use retrainer::Retrainer;
 use sim_transport::{Gate, SimConfig, SimEndpoint, SimTransport};
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        lease_renewal: Duration::from_millis(1),
-        ..StoreConfig::default()
-    }
-}
+use crate::common::{config, watcher};
 
 fn load_config() -> BulkLoadConfig {
     BulkLoadConfig {
@@ -53,10 +48,6 @@ fn loaded_in(keys: u64, sim: SimConfig, load: BulkLoadConfig) -> SimTransport {
     let pairs = (0..keys).map(|k| (k * 10, value(k * 10, 0))).collect();
     bootstrap_values(&transport, pairs, &load, |_, _, _, _| {}).expect("load");
     transport
-}
-
-fn watcher(transport: &SimTransport) -> Retrainer<SimEndpoint> {
-    integration_tests::lease_watcher(transport, Duration::from_secs(30))
 }
 
 /// Lets the memory node check leases (publishing the horizon, advancing the epoch when asked)

@@ -14,14 +14,7 @@ use rdma_transport::{Endpoint, Transport};
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::{SimEndpoint, SimTransport};
 
-/// The idle sweep would repair some of this on its own; these tests show the repair that does
-/// not depend on it.
-fn no_sweep() -> RetrainConfig {
-    RetrainConfig {
-        idle_sweep_threshold: 0,
-        ..RetrainConfig::default()
-    }
-}
+use crate::common::no_sweep;
 
 struct Pool {
     transport: SimTransport,
