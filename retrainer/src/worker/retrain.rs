@@ -52,11 +52,24 @@ impl<E: Endpoint> Retrainer<E> {
     /// one, clear the slot's queued bit.
     pub fn complete_swap(&mut self, prepared: PreparedSwap) -> Result<RetrainReport, RetrainError> {
         let freed_leaves = prepared.freed_leaves.clone();
+        // The leaves the old record alone names are this worker's from the moment the swap may
+        // redirect the slot until they are on its free list (told to the ghost state: a worker
+        // that dies in between loses them to the orphan sweep, as it loses its free list).
+        for &leaf in &freed_leaves {
+            leaf_store::ghost::take(&self.layout, leaf);
+        }
         let done = self.swap(prepared);
+        let node = self.layout.node();
         if done.is_err() {
             match self.settle_after_error() {
-                // The slot still names the old record: the new one is unreferenced.
-                Some(recover::Settled::RolledBack(_)) => self.give_back_provisional(),
+                // The slot still names the old record: the new one is unreferenced, the old
+                // record names its leaves again.
+                Some(recover::Settled::RolledBack(_)) => {
+                    self.give_back_provisional();
+                    for &leaf in &freed_leaves {
+                        leaf_store::ghost::put(node, leaf);
+                    }
+                }
                 // The swap was finished: the leaves the old record alone held are free.
                 Some(recover::Settled::Retired(_)) => {
                     self.provisional.clear();
@@ -64,10 +77,17 @@ impl<E: Endpoint> Retrainer<E> {
                         if !self.free_leaves.contains(&leaf) {
                             self.free_leaves.push(leaf);
                         }
+                        leaf_store::ghost::put(node, leaf);
                     }
                 }
-                // It cannot be told: keep everything.
-                None => self.provisional.clear(),
+                // It cannot be told: keep everything (a leaf no record names any more is the
+                // orphan sweep's).
+                None => {
+                    self.provisional.clear();
+                    for &leaf in &freed_leaves {
+                        leaf_store::ghost::forget(node, leaf);
+                    }
+                }
             }
         } else {
             self.provisional.clear();
@@ -316,6 +336,9 @@ impl<E: Endpoint> Retrainer<E> {
         // retired, so a compute node reading these leaves through it reloads whatever it read.
         self.free_leaves
             .extend(prepared.freed_leaves.iter().copied());
+        for &leaf in &prepared.freed_leaves {
+            leaf_store::ghost::put(self.layout.node(), leaf);
+        }
         self.clear_queued(slot)?;
         step("retrain: unqueued");
         self.ep.write_word(self.ring.in_flight(), 0)?;
