@@ -79,6 +79,19 @@ pub fn freed_mark(
     )
 }
 
+/// The WRITE that marks SLT slot `slot` of the record at `record_addr` (`record`'s layout), claimed
+/// by a split that will not use it, [`LeafTableEntry::FREED`]: its address and bytes.
+pub fn unused_mark(
+    record_addr: RemoteAddr,
+    record: crate::RecordLayout,
+    slot: u64,
+) -> (RemoteAddr, [u8; 8]) {
+    (
+        record_addr.saturating_add(record.slt_entry(slot)),
+        LeafTableEntry::FREED.raw().to_le_bytes(),
+    )
+}
+
 /// The used SLT slot of `record` that still names leaf `gone` and is not marked freed: where an
 /// unlink that linked `gone` around stopped before its freed mark.
 pub fn unmarked_slot(record: &ModelRecord, gone: u64) -> Option<u64> {
@@ -160,6 +173,13 @@ mod tests {
         let written = LeafTableEntry::from_raw(u64::from_le_bytes(bytes));
         assert!(written.is_freed());
         assert_eq!(written.freed_leaf(), Some(70));
+        // A claim a split gives up names no leaf.
+        let (at, bytes) = unused_mark(addr, record.layout(), 4);
+        assert_eq!(at, addr.saturating_add(record.layout().slt_entry(4)));
+        assert_eq!(
+            LeafTableEntry::from_raw(u64::from_le_bytes(bytes)),
+            LeafTableEntry::FREED
+        );
     }
 
     #[test]

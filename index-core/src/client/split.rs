@@ -1,5 +1,6 @@
 //! Structural changes: a split into a new synonym leaf, an unlink of an emptied one.
 
+use leaf_store::settle::Step;
 use leaf_store::{
     Leaf, LeafStoreError, LeafTableEntry, MAX_SYNONYMS, ModelHeader, check_allocation,
 };
@@ -8,8 +9,6 @@ use rdma_transport::{Endpoint, RemoteAddr, Verb};
 use crate::IndexError;
 use crate::locks::HeldLock;
 use crate::store::NodeCache;
-
-use leaf_store::settle::Step;
 
 use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
@@ -525,10 +524,7 @@ impl<E: Endpoint> Client<E> {
     /// lock in the same batch (repeated if it fails, see [`release`]).
     fn free_slot_and_release(&mut self, locked: &Locked, slt_slot: u64) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
-        let at = locked
-            .record
-            .saturating_add(locked.layout.slt_entry(slt_slot));
-        let freed = LeafTableEntry::FREED.raw().to_le_bytes();
+        let (at, freed) = leaf_store::settle::unused_mark(locked.record, locked.layout, slt_slot);
         let build = |unlock: bool, _after_bump: bool| {
             let mut batch = batch::Ending::default();
             batch.enter(Step::FreedMark);
@@ -558,10 +554,8 @@ impl<E: Endpoint> Client<E> {
         layout: leaf_store::RecordLayout,
         slot: u64,
     ) {
-        let at = record.saturating_add(layout.slt_entry(slot));
-        let _ = self
-            .ep
-            .write(at, &LeafTableEntry::FREED.raw().to_le_bytes());
+        let (at, freed) = leaf_store::settle::unused_mark(record, layout, slot);
+        let _ = self.ep.write(at, &freed);
     }
 
     /// Gives back an SLT claim past the last slot (best effort: a count left above 255 only

@@ -2,6 +2,7 @@
 use crate::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use leaf_store::settle::Step;
 use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, check_allocation, le_word};
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
@@ -10,8 +11,6 @@ use crate::backoff::Backoff;
 use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
 use crate::view::{ChainEntries, Guard, SlotView, pin};
-
-use leaf_store::settle::Step;
 
 use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
@@ -695,11 +694,10 @@ impl<E: Endpoint> Client<E> {
         let unused = match op.preclaimed {
             Some((record, layout, slot)) if record == locked.record => {
                 op.preclaimed = None;
-                Some(record.saturating_add(layout.slt_entry(slot)))
+                Some(leaf_store::settle::unused_mark(record, layout, slot))
             }
             _ => None,
         };
-        let freed = LeafTableEntry::FREED.raw().to_le_bytes();
         let unlock = batch::Unlock {
             entry: lock.held,
             fenced: false,
@@ -715,9 +713,9 @@ impl<E: Endpoint> Client<E> {
                 }
             },
             |batch| {
-                if let Some(at) = unused {
+                if let Some((at, freed)) = &unused {
                     batch.enter(Step::FreedMark);
-                    batch.push(Verb::write(at, &freed));
+                    batch.push(Verb::write(*at, freed));
                 }
             },
         );
