@@ -1,9 +1,10 @@
-//! The batch that ends a write, as it is built: its verbs in order, and where the verbs its
-//! runner checks stand (`release.rs` runs it).
+//! The batches of a write, as they are built: where each verb whose result is read back stands
+//! ([`Placed`]), and the batch that ends a write with the verbs its runner checks (`release.rs`
+//! runs it).
 //!
-//! Invariant: the place of the link CAS and of the header bump in a batch is recorded when each
-//! is pushed ([`Ending::link`], [`Ending::bump`]), never counted, so a step added before them
-//! cannot make the runner check the wrong verb; and a batch's verbs follow the one order of
+//! Invariant: the place of every verb whose result is read back is recorded when it is pushed
+//! ([`place`], [`Ending::link`], [`Ending::bump`]), never counted, so a verb added before it
+//! cannot make the reader look at the wrong one; and an ending batch's verbs follow the one order of
 //! [`Step`] (`leaf_store::settle`), whose every prefix recovery finishes: a writer that placed a
 //! step out of order fails every debug build's test that runs it.
 
@@ -15,6 +16,31 @@ use crate::IndexError;
 
 /// The verbs of one batch of a write: inline, no heap allocation per operation.
 pub(super) type Verbs<'a> = smallvec::SmallVec<[Verb<'a>; 12]>;
+
+/// Where a verb whose result is read back was placed in its batch: returned by [`place`], the
+/// one way such a verb is pushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a verb placed to be read back"]
+pub(super) struct Placed(usize);
+
+/// Pushes `verb` onto `verbs` and says where it stands.
+pub(super) fn place<'a>(verbs: &mut Verbs<'a>, verb: Verb<'a>) -> Placed {
+    verbs.push(verb);
+    Placed(verbs.len() - 1)
+}
+
+impl Placed {
+    /// The `old` of the atomic placed here (`None` for a READ or WRITE).
+    pub(super) fn old(self, verbs: &[Verb<'_>]) -> Option<u64> {
+        verbs.get(self.0).and_then(Verb::old_value)
+    }
+
+    /// The `old` of the atomic placed here, built [`unexecuted`] with [`NOT_EXECUTED`]: `None`
+    /// if it did not execute.
+    pub(super) fn executed_old(self, verbs: &[Verb<'_>]) -> Option<u64> {
+        self.old(verbs).filter(|&old| old != NOT_EXECUTED)
+    }
+}
 
 /// The verbs of a batch that ends a write, and where the two its runner checks stand — recorded
 /// as they are placed, never counted: the link CAS on the LT entry, and a structural change's
@@ -147,6 +173,27 @@ mod tests {
 
     fn at(offset: u64) -> RemoteAddr {
         RemoteAddr::new(0, offset).expect("addr")
+    }
+
+    #[test]
+    fn a_placed_verb_is_read_back_where_it_was_pushed() {
+        let image = [0u8; 8];
+        let mut verbs = Verbs::new();
+        let lock = place(&mut verbs, Verb::cas(at(0), 1, 2));
+        verbs.push(Verb::write(at(64), &image));
+        let claim = place(&mut verbs, unexecuted(Verb::faa(at(8), 1), NOT_EXECUTED));
+        let alloc = place(&mut verbs, unexecuted(Verb::faa(at(16), 1), NOT_EXECUTED));
+        if let Verb::Cas { old, .. } = &mut verbs[0] {
+            *old = 5;
+        }
+        if let Verb::Faa { old, .. } = &mut verbs[2] {
+            *old = 9;
+        }
+        assert_eq!(lock.old(&verbs), Some(5));
+        assert_eq!(claim.executed_old(&verbs), Some(9));
+        // Not executed: its `old` kept the sentinel.
+        assert_eq!(alloc.old(&verbs), Some(NOT_EXECUTED));
+        assert_eq!(alloc.executed_old(&verbs), None);
     }
 
     #[test]

@@ -280,37 +280,35 @@ impl<E: Endpoint> Client<E> {
             }
             _ => None,
         };
-        let mut verbs = Vec::with_capacity(2);
-        if spare.is_none() {
-            verbs.push(batch::unexecuted(
-                leaf_store::alloc_leaf_verb(&layout),
-                NOT_EXECUTED,
-            ));
-        }
-        if preclaimed.is_none() {
-            verbs.push(batch::unexecuted(
-                Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE),
-                NOT_EXECUTED,
-            ));
-        }
+        let mut verbs = batch::Verbs::new();
+        let alloc = spare.is_none().then(|| {
+            batch::place(
+                &mut verbs,
+                batch::unexecuted(leaf_store::alloc_leaf_verb(&layout), NOT_EXECUTED),
+            )
+        });
+        let claim = preclaimed.is_none().then(|| {
+            batch::place(
+                &mut verbs,
+                batch::unexecuted(
+                    Verb::faa(locked.record, ModelHeader::SLOT_USE_ONE),
+                    NOT_EXECUTED,
+                ),
+            )
+        });
         let outcome = if verbs.is_empty() {
             Ok(())
         } else {
             self.ep.batch(&mut verbs)
         };
         let slot_use_raw = match preclaimed {
-            None => verbs
-                .last()
-                .and_then(Verb::old_value)
+            None => claim
+                .and_then(|at| at.old(&verbs))
                 .unwrap_or(NOT_EXECUTED),
             // As if the claim had just found the slot before it used.
             Some(slot) => slot - 1,
         };
-        let allocated = if spare.is_none() {
-            verbs[0].old_value().filter(|&old| old != NOT_EXECUTED)
-        } else {
-            None
-        };
+        let allocated = alloc.and_then(|at| at.executed_old(&verbs));
         drop(verbs);
         // A leaf claimed now (or the spare) that this split will not use is kept for the next
         // (a box leaf simply stays in the box).

@@ -296,10 +296,14 @@ impl<E: Endpoint> Client<E> {
         self.buf.clear();
         self.buf.resize(chain.len() * leaf_bytes + box_bytes, 0);
         let (leaf_buf, box_buf) = self.buf.split_at_mut(chain.len() * leaf_bytes);
-        let mut verbs: batch::Verbs<'_> = smallvec::smallvec![batch::unexecuted(
-            Verb::cas(lt_addr, expected.raw(), expected.locked_by(node.tag).raw()),
-            !expected.raw(),
-        )];
+        let mut verbs = batch::Verbs::new();
+        let lock = batch::place(
+            &mut verbs,
+            batch::unexecuted(
+                Verb::cas(lt_addr, expected.raw(), expected.locked_by(node.tag).raw()),
+                !expected.raw(),
+            ),
+        );
         for (entry, chunk) in chain.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(node.layout.leaf_addr(entry.leaf_num()), chunk).fenced());
         }
@@ -315,42 +319,39 @@ impl<E: Endpoint> Client<E> {
                 .full
                 .as_ref()
                 .is_some_and(|full| chain.iter().any(|e| full.is_full(e.leaf_num())));
-        let claim_at = verbs.len();
         let claiming = view.header.raw().wrapping_add(ModelHeader::SLOT_USE_ONE);
-        if foresee {
-            verbs.push(batch::unexecuted(
-                Verb::cas(view.record, view.header.raw(), claiming).fenced(),
-                NOT_EXECUTED,
-            ));
-        }
+        let claim = foresee.then(|| {
+            batch::place(
+                &mut verbs,
+                batch::unexecuted(
+                    Verb::cas(view.record, view.header.raw(), claiming).fenced(),
+                    NOT_EXECUTED,
+                ),
+            )
+        });
         // And its new leaf, if neither a spare nor the leaf box has one (and the box is not being
         // read in this batch): allocated here too (parked as a spare if the split does not come —
         // or forgotten, for the orphan sweep, if the box is full: so only by a member, whose
         // memory node sweeps).
-        let alloc_at = verbs.len();
         let allocate = foresee
             && node.tag != 0
             && !read_box
             && !op.spare_leaves.iter().any(|&(n, _)| n == node.info.id)
             && self.boxes[node.position].leaf(redo).is_none();
-        if allocate {
-            verbs.push(batch::unexecuted(
-                leaf_store::alloc_leaf_verb(&node.layout),
-                NOT_EXECUTED,
-            ));
-        }
+        let alloc = allocate.then(|| {
+            batch::place(
+                &mut verbs,
+                batch::unexecuted(leaf_store::alloc_leaf_verb(&node.layout), NOT_EXECUTED),
+            )
+        });
         if read_box {
             let at = node.members.box_addr(node.tag, self.connection_index, 0);
             verbs.push(Verb::read(at, box_buf));
         }
         let batch = self.ep.batches(&mut verbs);
-        let allocated = allocate
-            .then(|| verbs[alloc_at].old_value())
-            .flatten()
-            .filter(|&old| old != NOT_EXECUTED);
+        let allocated = alloc.and_then(|at| at.executed_old(&verbs));
         // Whether the foreseeing claim took the slot (its CAS found the view's header).
-        let claimed = foresee
-            && verbs[claim_at].old_value() == Some(view.header.raw())
+        let claimed = claim.is_some_and(|at| at.old(&verbs) == Some(view.header.raw()))
             && view.header.raw() != NOT_EXECUTED;
         // A lock that may be held after a failed batch is released — which fails on a broken
         // endpoint, and then says so (LockMayRemain).
@@ -358,7 +359,7 @@ impl<E: Endpoint> Client<E> {
             .as_ref()
             .err()
             .is_some_and(|e| release::may_hold_lock(&verbs, e));
-        let old = verbs[0].old_value().unwrap_or_default();
+        let old = lock.old(&verbs).unwrap_or_default();
         drop(verbs);
         // A leaf allocated here is kept as a spare whatever happens next.
         if let Some(n) =
