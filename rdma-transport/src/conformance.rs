@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    Endpoint, MAX_BATCH_BYTES, MAX_BATCH_VERBS, RemoteAddr, Stats, Transport, TransportError, Verb,
+    Completion, Endpoint, MAX_BATCH_BYTES, MAX_BATCH_VERBS, RemoteAddr, Stats, Ticket, Transport,
+    TransportError, Verb,
 };
 
 /// The remote range a check may use freely: `len` bytes at `base` on memory node `node`.
@@ -46,6 +47,9 @@ impl Scratch {
     }
 }
 
+/// Where the checks of posted batches work (above [`peer_exchange_in_threads`]'s range).
+const POSTED: u64 = 32 * 1024;
+
 /// Run every single-party check in order, then [`concurrent_faa_is_unique`] with 4 threads, and
 /// [`peer_exchange`] between two threads.
 pub fn run_all<T: Transport>(transport: &T, scratch: Scratch) {
@@ -61,6 +65,10 @@ pub fn run_all<T: Transport>(transport: &T, scratch: Scratch) {
     counters_are_exact(&mut ep, scratch);
     batch_limits_are_enforced(&mut ep, scratch);
     malformed_verbs_are_errors(transport, &mut ep, scratch);
+    posted_batches_complete_in_any_order_of_polls(&mut ep, scratch);
+    posted_batches_keep_their_order_on_a_memory_node(&mut ep, scratch);
+    a_failed_posted_batch_leaves_the_others_alone(&mut ep, scratch);
+    an_abandoned_batch_still_executes(&mut ep, scratch);
     concurrent_faa_is_unique(transport, scratch, 4, 2_000);
     peer_exchange_in_threads(transport, scratch, 500);
 }
@@ -498,4 +506,181 @@ pub fn batch_limits_are_enforced<E: Endpoint>(ep: &mut E, scratch: Scratch) {
     assert_eq!(ep.stats().batches - before.batches, 3);
     assert_eq!(verbs.last().and_then(Verb::old_value), Some(100));
     assert_eq!(ep.read_word(word), Ok(101));
+}
+
+/// Takes `ticket`'s completion, polling no longer than a minute.
+fn complete<E: Endpoint>(ep: &mut E, mut ticket: Ticket) -> Completion {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match ep.poll(ticket) {
+            Ok(done) => return done,
+            Err(pending) => ticket = pending,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a posted batch did not complete within a minute"
+        );
+        std::hint::spin_loop();
+    }
+}
+
+/// Several batches posted before any is polled each complete with their own results, whatever
+/// the order their completions are taken in; a ticket polled before its batch completed comes
+/// back to be polled again; and a batch counts as one round trip, as [`Endpoint::batch`] does.
+pub fn posted_batches_complete_in_any_order_of_polls<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let base = POSTED;
+    for i in 0..4u64 {
+        ep.write_word(scratch.at(base + 8 * i), 100 + i)
+            .expect("write");
+    }
+    let before = ep.stats();
+    let mut bufs = [[0u8; 8]; 4];
+    let posted: Vec<Ticket> = (0..4u64)
+        .map(|i| {
+            let verbs = [
+                Verb::faa(scratch.at(base + 8 * i), 1),
+                Verb::read(scratch.at(base + 8 * i), &mut bufs[i as usize]).fenced(),
+            ];
+            ep.post(&verbs).expect("post")
+        })
+        .collect();
+    assert!(
+        ep.in_flight() <= 4,
+        "at most the four batches posted are in flight"
+    );
+    // Taken back last to first.
+    for (i, ticket) in posted.into_iter().enumerate().rev() {
+        let mut buf = [0u8; 8];
+        let mut verbs = [
+            Verb::faa(scratch.at(base + 8 * i as u64), 1),
+            Verb::read(scratch.at(base + 8 * i as u64), &mut buf).fenced(),
+        ];
+        complete(ep, ticket)
+            .deliver(&mut verbs)
+            .expect("a posted batch completes");
+        let old = verbs[0].old_value();
+        assert_eq!(
+            old,
+            Some(100 + i as u64),
+            "batch {i}'s FAA must report its own word's old value"
+        );
+        assert_eq!(
+            u64::from_le_bytes(buf),
+            101 + i as u64,
+            "batch {i}'s fenced READ must see its FAA"
+        );
+    }
+    assert_eq!(ep.in_flight(), 0, "every posted batch was taken back");
+    let d = ep.stats() - before;
+    assert_eq!(
+        (d.batches, d.faa, d.reads),
+        (4, 4, 4),
+        "four posted batches are four round trips"
+    );
+}
+
+/// Batches posted to one memory node execute in the order they were posted: ten FAAs posted one
+/// batch each find the word at 0, 1, …, 9; a READ posted after a WRITE sees it; and a
+/// [`Endpoint::batch`] after posted batches sees them all.
+pub fn posted_batches_keep_their_order_on_a_memory_node<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let w = scratch.at(POSTED + 64);
+    ep.write_word(w, 0).expect("write");
+    let tickets: Vec<Ticket> = (0..10)
+        .map(|_| ep.post(&[Verb::faa(w, 1)]).expect("post"))
+        .collect();
+    let seven = 7u64.to_le_bytes();
+    let write = ep
+        .post(&[Verb::write(scratch.at(POSTED + 72), &seven)])
+        .expect("post");
+    let mut seen = [0u8; 8];
+    let read = ep
+        .post(&[Verb::read(scratch.at(POSTED + 72), &mut seen)])
+        .expect("post");
+    // The synchronous batch comes after every one posted before it.
+    assert_eq!(
+        ep.read_word(w),
+        Ok(10),
+        "a batch must see every FAA posted before it"
+    );
+    for (i, ticket) in tickets.into_iter().enumerate() {
+        let mut verbs = [Verb::faa(w, 1)];
+        complete(ep, ticket).deliver(&mut verbs).expect("faa");
+        assert_eq!(
+            verbs[0].old_value(),
+            Some(i as u64),
+            "FAAs posted in order must execute in order"
+        );
+    }
+    complete(ep, write)
+        .deliver(&mut [Verb::write(scratch.at(POSTED + 72), &seven)])
+        .expect("write");
+    complete(ep, read)
+        .deliver(&mut [Verb::read(scratch.at(POSTED + 72), &mut seen)])
+        .expect("read");
+    assert_eq!(
+        u64::from_le_bytes(seen),
+        7,
+        "a READ posted after a WRITE must see it"
+    );
+}
+
+/// A malformed batch posted between two good ones fails (at post or in its completion) and
+/// executes nothing; the batches around it complete as if it had not been posted; a completion
+/// delivered to verbs that are not its batch is refused.
+pub fn a_failed_posted_batch_leaves_the_others_alone<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let w = scratch.at(POSTED + 128);
+    ep.write_word(w, 0).expect("write");
+    let first = ep.post(&[Verb::faa(w, 1)]).expect("post");
+    let misaligned = scratch.at(POSTED + 140);
+    let bad = [Verb::faa(w, 100), Verb::faa(misaligned, 1)];
+    let refused = match ep.post(&bad) {
+        Err(e) => Some(e),
+        Ok(ticket) => complete(ep, ticket)
+            .deliver(&mut [Verb::faa(w, 100), Verb::faa(misaligned, 1)])
+            .err(),
+    };
+    assert_eq!(
+        refused,
+        Some(TransportError::Misaligned(misaligned)),
+        "a malformed posted batch must fail"
+    );
+    let last = ep.post(&[Verb::faa(w, 1)]).expect("post");
+    let mut verbs = [Verb::faa(w, 1)];
+    complete(ep, first).deliver(&mut verbs).expect("first");
+    assert_eq!(verbs[0].old_value(), Some(0));
+    let done = complete(ep, last);
+    let mut wrong = [Verb::faa(w, 2)];
+    assert_eq!(
+        done.clone().deliver(&mut wrong),
+        Err(TransportError::NotThatBatch),
+        "a completion must be delivered only to its own batch"
+    );
+    done.deliver(&mut verbs).expect("last");
+    assert_eq!(
+        verbs[0].old_value(),
+        Some(1),
+        "the malformed batch between must have executed nothing"
+    );
+}
+
+/// A batch whose completion is abandoned still executes, and the endpoint goes on.
+pub fn an_abandoned_batch_still_executes<E: Endpoint>(ep: &mut E, scratch: Scratch) {
+    let w = scratch.at(POSTED + 192);
+    ep.write_word(w, 0).expect("write");
+    let ticket = ep.post(&[Verb::faa(w, 5)]).expect("post");
+    ep.abandon(ticket);
+    assert_eq!(
+        ep.faa(w, 1),
+        Ok(5),
+        "the abandoned FAA must have executed first"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ep.in_flight() > 0 {
+        let probe = ep.post(&[]).expect("post an empty batch");
+        drop(complete(ep, probe));
+        assert!(
+            Instant::now() < deadline,
+            "an abandoned batch stayed in flight"
+        );
+    }
 }

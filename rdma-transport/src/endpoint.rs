@@ -1,6 +1,6 @@
 //! The `Transport` and `Endpoint` traits.
 
-use crate::{RemoteAddr, Stats, TransportError, Verb};
+use crate::{Completion, PostedBatch, RemoteAddr, Stats, Ticket, TransportError, Verb};
 
 /// What a process knows about one memory node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,14 @@ pub enum Fenced {
 /// * the verbs of one [`Endpoint::batch`] execute in order and count as **one** round trip;
 /// * CAS and FAA return the remote word's previous value; CAS swaps only on equality;
 /// * a malformed verb (out of bounds, misaligned atomic, unknown memory node) is an error, and a
-///   batch containing one executes none of its verbs.
+///   batch containing one executes none of its verbs;
+/// * batches posted with [`Endpoint::post`] may be in flight together and complete in any
+///   order, but on one memory node they execute in the order they were posted (one RC queue
+///   pair): the verbs of a later batch are ordered after an earlier batch's exactly as if they
+///   had been appended to it (WRITEs and atomics take effect in order, a READ sees every earlier
+///   WRITE and atomic; a WRITE may overtake an earlier READ's return unless fenced). Batches to
+///   different memory nodes are not ordered with each other. A [`Endpoint::batch`] is a post
+///   and a wait, ordered after every batch posted before it.
 pub trait Endpoint: Send {
     /// Execute `verbs` as one doorbell batch: posted together, executed in order, one completion,
     /// one round trip. Atomics' `old` fields are filled in. An empty batch costs nothing.
@@ -74,6 +81,53 @@ pub trait Endpoint: Send {
     /// If the batch fails after validation (a broken connection, an injected fault), verbs before
     /// the failing one may have executed, as on a real queue pair.
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError>;
+
+    /// Posts `verbs` as one batch (the ordering and limits of [`Endpoint::batch`]) without
+    /// waiting for it; its results come back through [`Endpoint::poll`]. The batch is copied:
+    /// nothing of `verbs` is borrowed once this returns (see [`PostedBatch`]), and its results
+    /// are copied back by [`Completion::deliver`].
+    ///
+    /// A malformed batch is refused here or by its completion, and executes nothing either way;
+    /// a broken endpoint refuses every post.
+    ///
+    /// The default executes the batch now, through [`Endpoint::batch`] on the copy, and returns
+    /// a ticket that is complete already: a transport that cannot overlap batches needs nothing
+    /// more.
+    fn post(&mut self, verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
+        let mut posted = PostedBatch::copy_of(verbs);
+        let outcome = posted.execute(|verbs| self.batch(verbs));
+        Ok(Ticket::ready(Completion::new(posted, outcome)))
+    }
+
+    /// The completion of the batch `ticket` names if it has completed, else the ticket back
+    /// (call again later). Never blocks: each call also moves the endpoint's batches along
+    /// (polls its completion queues, starts what waits). A batch that does not complete within
+    /// the transport's timeout completes with [`TransportError::Broken`].
+    fn poll(&mut self, ticket: Ticket) -> Result<Completion, Ticket> {
+        ticket.into_ready()
+    }
+
+    /// Waits (spinning on [`Endpoint::poll`]) for the batch `ticket` names.
+    fn wait(&mut self, mut ticket: Ticket) -> Completion {
+        loop {
+            match self.poll(ticket) {
+                Ok(done) => return done,
+                Err(pending) => ticket = pending,
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Gives up on the completion of `ticket`'s batch (its poster is gone): the batch still
+    /// executes, and its completion is dropped when it comes.
+    fn abandon(&mut self, ticket: Ticket) {
+        drop(ticket);
+    }
+
+    /// Batches posted and not yet taken back or abandoned.
+    fn in_flight(&self) -> usize {
+        0
+    }
 
     /// Counters accumulated by this endpoint since it was created.
     fn stats(&self) -> Stats;

@@ -53,6 +53,10 @@ pub enum TransportError {
     /// The endpoint has crashed (simulator fault injection) and executes nothing more.
     #[error("endpoint crashed")]
     Crashed,
+    /// A completion was delivered to verbs other than the batch it completed (another number,
+    /// kind, address or length of verbs): nothing was copied. A bug of the caller.
+    #[error("a completion was delivered to verbs that are not the batch it completed")]
+    NotThatBatch,
     /// The memory node cut this connection off ([`crate::Fence`]): it declared the compute node
     /// dead. Nothing posted through it takes effect any more; the compute node must join again.
     #[error("connection fenced by memory node {0}: this compute node was declared dead")]

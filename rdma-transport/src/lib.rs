@@ -9,7 +9,9 @@
 //! * [`Transport`] — what a process holds: knows the memory nodes and hands out one [`Endpoint`]
 //!   per thread (one RC queue pair per thread per memory node on real hardware).
 //! * [`Endpoint`] — `read`, `write`, `cas`, `faa`, and [`Endpoint::batch`]: a doorbell batch whose
-//!   verbs are executed **in order** by the memory node and cost **one round trip**.
+//!   verbs are executed **in order** by the memory node and cost **one round trip**; or
+//!   [`Endpoint::post`] and [`Endpoint::poll`]: the same batch posted without waiting, several in
+//!   flight at once, each taken back as a [`Completion`] named by its [`Ticket`].
 //! * [`Stats`] — per-endpoint counters; every network figure the project reports comes from them.
 //! * Limits — [`MAX_BATCH_VERBS`] and [`MAX_BATCH_BYTES`] per batch, enforced by every backend;
 //!   [`Endpoint::batches`] splits larger work into consecutive batches.
@@ -108,6 +110,7 @@ mod endpoint;
 mod error;
 mod limits;
 mod peers;
+mod posted;
 mod stats;
 mod verb;
 #[cfg(feature = "verbs")]
@@ -117,6 +120,7 @@ pub use addr::{MAX_OFFSET, RemoteAddr};
 pub use endpoint::{Endpoint, Fence, Fenced, MemoryNodeInfo, Transport, validate_verb};
 pub use error::TransportError;
 pub use limits::{MAX_BATCH_BYTES, MAX_BATCH_VERBS, batch_bytes, validate_batch};
+pub use posted::{Completion, PostedBatch, Ticket};
 pub use stats::Stats;
 pub use verb::Verb;
 

@@ -1,11 +1,14 @@
 //! The simulator's `Endpoint`.
 
+mod in_flight;
+
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::{Duration, Instant};
 
 use rdma_transport::{
-    Endpoint, RemoteAddr, Stats, TransportError, Verb, validate_batch, validate_verb,
+    Completion, Endpoint, RemoteAddr, Stats, Ticket, TransportError, Verb, validate_batch,
+    validate_verb,
 };
 
 use crate::Reordering;
@@ -49,6 +52,8 @@ pub struct SimEndpoint {
     tear: Option<(u64, usize)>,
     /// Whether a planned tear cut a WRITE short.
     tore: bool,
+    /// Batches posted and not yet taken back.
+    posted: in_flight::Posted,
 }
 
 /// A gate a paused endpoint waits at (see [`SimEndpoint::pause_after`]): a thread descheduled
@@ -198,6 +203,7 @@ impl SimEndpoint {
             pause: None,
             pause_inside: None,
             land_late: None,
+            posted: in_flight::Posted::default(),
             stall: None,
             tear: None,
             tore: false,
@@ -614,6 +620,64 @@ fn xorshift(state: &mut u64) -> u64 {
 
 impl Endpoint for SimEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+        if self.shared.config.latency.is_some() && !verbs.is_empty() {
+            // A post and a wait, paying the round trip like a posted batch.
+            let ticket = self.post_batch(verbs)?;
+            return self.wait(ticket).deliver(verbs);
+        }
+        if !self.posted.is_empty() {
+            // Ordered after every batch posted before it.
+            self.land_all();
+        }
+        self.run_batch(verbs)
+    }
+
+    fn post(&mut self, verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
+        self.post_batch(verbs)
+    }
+
+    fn poll(&mut self, ticket: Ticket) -> Result<Completion, Ticket> {
+        let Some(id) = ticket.id() else {
+            return ticket.into_ready();
+        };
+        match self.take_completion(id) {
+            Some(done) => Ok(done),
+            None => Err(ticket),
+        }
+    }
+
+    fn abandon(&mut self, ticket: Ticket) {
+        if let Some(id) = ticket.id() {
+            self.abandon_batch(id);
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.posted.len()
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    fn connection_id(&self, node: u16) -> Option<u64> {
+        self.connection(node).map(|(_, conn)| conn.id())
+    }
+
+    fn packet_bytes(&self) -> usize {
+        if nic::enabled() {
+            self.shared.config.packet()
+        } else {
+            // No connection table, no fence: a WRITE is never cut.
+            usize::MAX
+        }
+    }
+}
+
+impl SimEndpoint {
+    /// One batch, now: every fault the endpoint has planned applies to it. What
+    /// [`Endpoint::batch`] runs, and what a posted batch runs when it lands.
+    fn run_batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
         if self.pause.is_none() {
             self.pause = take_planned(&self.life.pause_planned, &self.life.pause);
         }
@@ -666,23 +730,6 @@ impl Endpoint for SimEndpoint {
             *left -= verbs.len() as u64;
         }
         self.batch_inner(verbs)
-    }
-
-    fn stats(&self) -> Stats {
-        self.stats
-    }
-
-    fn connection_id(&self, node: u16) -> Option<u64> {
-        self.connection(node).map(|(_, conn)| conn.id())
-    }
-
-    fn packet_bytes(&self) -> usize {
-        if nic::enabled() {
-            self.shared.config.packet()
-        } else {
-            // No connection table, no fence: a WRITE is never cut.
-            usize::MAX
-        }
     }
 }
 

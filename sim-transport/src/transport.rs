@@ -24,6 +24,13 @@ pub struct SimConfig {
     /// 1,024, the verbs backend's path MTU; other values are clamped into that range and
     /// rounded down to a multiple of 8.
     pub packet_bytes: usize,
+    /// Latency mode: the round trip of a posted batch. Its verbs land no earlier than half of
+    /// it (plus its bytes at 100 Gb/s and a seeded jitter of up to an eighth) after the post,
+    /// and its completion is polled no earlier than the other half after that: a batch
+    /// completes no earlier than this after it was posted, in wall-clock time outside a seeded
+    /// run. Measured throughput then shows what keeping several batches in flight buys. `None`
+    /// (the default): a posted batch lands at its endpoint's next poll.
+    pub latency: Option<Duration>,
 }
 
 /// The largest [`SimConfig::packet_bytes`]: what one connection's replay log holds.
@@ -45,6 +52,7 @@ impl Default for SimConfig {
             batch_delay: None,
             reordering: Reordering::default(),
             packet_bytes: DEFAULT_PACKET_BYTES,
+            latency: None,
         }
     }
 }

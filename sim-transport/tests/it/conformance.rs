@@ -34,3 +34,15 @@ fn file_pool_conforms() {
     let transport = SimTransport::new(vec![pool], SimConfig::default());
     conformance::run_all(&transport, Scratch::new(0, 0, POOL));
 }
+
+#[test]
+fn latency_mode_conforms() {
+    let config = SimConfig {
+        latency: Some(std::time::Duration::from_micros(2)),
+        ..SimConfig::harsh()
+    };
+    let transport = SimTransport::anonymous_with(&[POOL, POOL], config).expect("pools");
+    for node in 0..2 {
+        conformance::run_all(&transport, Scratch::new(node, 0, POOL));
+    }
+}

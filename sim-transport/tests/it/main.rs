@@ -5,3 +5,4 @@
 
 mod conformance;
 mod cross_process;
+mod posted;
