@@ -200,10 +200,7 @@ impl PostedBatch {
     /// own buffers) and keeps its results; returns what `run` returned. A backend that executed
     /// the batch elsewhere (a NIC, through a staging buffer) passes a `run` that copies the
     /// results in.
-    pub fn execute(
-        &mut self,
-        run: impl FnOnce(&mut [Verb<'_>]) -> Result<(), TransportError>,
-    ) -> Result<(), TransportError> {
+    pub fn execute<R>(&mut self, run: impl FnOnce(&mut [Verb<'_>]) -> R) -> R {
         let (outcome, olds) = {
             let mut verbs = self.verbs();
             let outcome = run(&mut verbs);

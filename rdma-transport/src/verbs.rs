@@ -8,7 +8,10 @@
 //! * A compute node holds a [`VerbsTransport`] (one per process) and one [`VerbsEndpoint`] per
 //!   thread. An endpoint owns a registered staging buffer: WRITE data is copied in, READ data and
 //!   atomic results land there. A doorbell batch is posted as one chain of work requests of which
-//!   only the last is signaled, with `IBV_SEND_FENCE` on fenced verbs, and costs one completion.
+//!   only the last is signaled (its id names the batch's run), with `IBV_SEND_FENCE` on fenced
+//!   verbs, and costs one completion. Several batches may be in flight at once
+//!   ([`crate::Endpoint::post`]); each poll takes up to 16 completions from each completion queue
+//!   (see `in_flight.rs`).
 //! * Atomics use `IBV_ACCESS_REMOTE_ATOMIC` and `max_rd_atomic`/`max_dest_rd_atomic` of 16.
 //!
 //! Without an RDMA device every entry point returns [`TransportError::NoDevice`]. Everything here
@@ -18,7 +21,7 @@
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
@@ -28,12 +31,13 @@ use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
-    GenericQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState,
-    SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags,
+    GenericQueuePair, QueuePair, QueuePairAttribute, QueuePairState, SendOperationFlags,
 };
 
 use crate::peers::Peers;
-use crate::{Endpoint, MemoryNodeInfo, Stats, Transport, TransportError, Verb, validate_verb};
+use crate::{Completion, Endpoint, MemoryNodeInfo, Stats, Ticket, Transport, TransportError, Verb};
+
+mod in_flight;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"RLXV");
 const PORT: u8 = 1;
@@ -578,6 +582,9 @@ impl VerbsTransport {
             staging,
             regions,
             next_wr: 0,
+            staged: 0,
+            wrs_out: 0,
+            runs_out: 0,
             connection_id,
             _bootstrap: stream,
         })
@@ -606,6 +613,7 @@ impl Transport for VerbsTransport {
             nodes,
             stats: Stats::default(),
             broken: None,
+            flights: in_flight::Flights::default(),
         })
     }
 
@@ -623,6 +631,8 @@ pub struct VerbsEndpoint {
     /// requests may still be in flight and the NIC may still write into the staging buffer, so
     /// nothing is posted any more; every later call fails with [`TransportError::Broken`].
     broken: Option<String>,
+    /// Batches posted and not yet taken back.
+    flights: in_flight::Flights,
 }
 
 /// One RC queue pair to one server, with its registered staging buffer. Field order matters:
@@ -634,6 +644,12 @@ struct Link {
     staging: Box<[u8]>,
     regions: Vec<RegionInfo>,
     next_wr: u64,
+    /// Staging bytes reserved by runs posted and not yet completed (from the buffer's start).
+    staged: usize,
+    /// Work requests posted and not yet completed.
+    wrs_out: usize,
+    /// Runs posted and not yet completed.
+    runs_out: usize,
     /// The id the server gave this link's connection: what the memory node fences it by.
     connection_id: u64,
     /// The bootstrap stream, held open while the link lives: the server destroys its queue pair
@@ -658,39 +674,33 @@ impl std::fmt::Debug for VerbsEndpoint {
 
 impl Endpoint for VerbsEndpoint {
     fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
-        if let Some(why) = &self.broken {
-            return Err(TransportError::Broken(why.clone()));
+        // A post and a wait: ordered after every batch posted before it.
+        let ticket = self.post_batch(verbs)?;
+        self.wait(ticket).deliver(verbs)
+    }
+
+    fn post(&mut self, verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
+        self.post_batch(verbs)
+    }
+
+    fn poll(&mut self, ticket: Ticket) -> Result<Completion, Ticket> {
+        let Some(id) = ticket.id() else {
+            return ticket.into_ready();
+        };
+        match self.take_completion(id) {
+            Some(done) => Ok(done),
+            None => Err(ticket),
         }
-        if verbs.is_empty() {
-            return Ok(());
+    }
+
+    fn abandon(&mut self, ticket: Ticket) {
+        if let Some(id) = ticket.id() {
+            self.abandon_batch(id);
         }
-        crate::validate_batch(verbs)?;
-        for verb in verbs.iter() {
-            validate_verb(verb, &self.nodes)?;
-        }
-        // Consecutive verbs for one server go out as one chain on its queue pair; a batch that
-        // spans servers runs its runs one after the other (in order, one round trip each).
-        let mut start = 0;
-        while start < verbs.len() {
-            let node = verbs[start].addr().node();
-            let link = self
-                .links
-                .iter()
-                .position(|l| l.serves(node))
-                .ok_or(TransportError::UnknownNode(node))?;
-            let mut end = start + 1;
-            while end < verbs.len() && self.links[link].serves(verbs[end].addr().node()) {
-                end += 1;
-            }
-            if let Err(e) = self.links[link].post(&mut verbs[start..end], &mut self.stats) {
-                if let TransportError::Broken(why) = &e {
-                    self.broken = Some(why.clone());
-                }
-                return Err(e);
-            }
-            start = end;
-        }
-        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.flights.len()
     }
 
     fn stats(&self) -> Stats {
@@ -706,116 +716,5 @@ impl Endpoint for VerbsEndpoint {
             .iter()
             .find(|link| link.serves(node))
             .map(|link| link.connection_id)
-    }
-}
-
-impl Link {
-    /// Posts `verbs` (all for this server, validated) as one chain and waits for its completion.
-    fn post(&mut self, verbs: &mut [Verb<'_>], stats: &mut Stats) -> Result<(), TransportError> {
-        // Lay the batch out in the staging buffer (8-byte aligned slots).
-        let mut offsets = Vec::with_capacity(verbs.len());
-        let mut used = 0usize;
-        for verb in verbs.iter() {
-            offsets.push(used);
-            used += verb.len().next_multiple_of(8);
-        }
-        if used > self.staging.len() {
-            return Err(connection(format!(
-                "a batch of {used} bytes exceeds the {STAGING_BYTES}-byte staging buffer"
-            )));
-        }
-        for (verb, &at) in verbs.iter().zip(&offsets) {
-            if let Verb::Write { data, .. } = verb {
-                self.staging[at..at + data.len()].copy_from_slice(data);
-            }
-        }
-        let base = self.staging.as_ptr() as u64;
-        let (lkey, last) = (self.staging_mr.lkey(), verbs.len() - 1);
-        let mut guard = self.qp.start_post_send();
-        for (i, (verb, &at)) in verbs.iter().zip(&offsets).enumerate() {
-            let mut flags = if i == last {
-                WorkRequestFlags::Signaled
-            } else {
-                WorkRequestFlags::none()
-            };
-            if verb.is_fenced() {
-                flags |= WorkRequestFlags::Fence;
-            }
-            let region = self
-                .regions
-                .iter()
-                .find(|r| r.id == verb.addr().node())
-                .ok_or(TransportError::UnknownNode(verb.addr().node()))?;
-            let (rkey, remote) = (region.rkey, region.addr + verb.addr().offset());
-            self.next_wr = self.next_wr.wrapping_add(1);
-            let wr = guard.construct_wr(self.next_wr, flags);
-            let handle = match verb {
-                Verb::Read { .. } => wr.setup_read(rkey, remote),
-                Verb::Write { .. } => wr.setup_write(rkey, remote),
-                Verb::Cas {
-                    expected, desired, ..
-                } => wr.setup_atomic_compare_swap(rkey, remote, *expected, *desired),
-                Verb::Faa { add, .. } => wr.setup_atomic_fetch_add(rkey, remote, *add),
-            };
-            // SAFETY: the scatter-gather entry lies inside the registered staging buffer
-            // (`at + len ≤ used ≤ STAGING_BYTES`), which stays valid and untouched by Rust code
-            // until the batch's completion has been polled below.
-            unsafe { handle.setup_sge(lkey, base + at as u64, verb.len() as u32) };
-        }
-        // A post that fails may have handed some requests to the NIC: treat it like a failed
-        // completion (the endpoint breaks, nothing reuses the staging buffer).
-        guard
-            .post()
-            .map_err(|e| TransportError::Broken(format!("posting a batch: {e}")))?;
-        stats.batches += 1;
-        // One signaled completion ends the batch.
-        let deadline = Instant::now() + COMPLETION_TIMEOUT;
-        // The completion is matched by its work-request id: only the batch's last request is
-        // signaled. Anything else — an error status, another id, no completion in time — breaks
-        // the endpoint for good (see `broken`).
-        let signaled = self.next_wr;
-        let outcome = loop {
-            if let Ok(mut poller) = self.cq.start_poll()
-                && let Some(wc) = poller.next()
-            {
-                if wc.status() != 0 {
-                    break Err(format!(
-                        "work request {} completed with status {}",
-                        wc.wr_id(),
-                        wc.status()
-                    ));
-                }
-                if wc.wr_id() != signaled {
-                    break Err(format!(
-                        "a completion for work request {} arrived while waiting for {signaled}",
-                        wc.wr_id()
-                    ));
-                }
-                break Ok(());
-            }
-            if Instant::now() >= deadline {
-                break Err(format!(
-                    "no completion for work request {signaled} within {} s",
-                    COMPLETION_TIMEOUT.as_secs()
-                ));
-            }
-            std::hint::spin_loop();
-        };
-        if let Err(why) = outcome {
-            return Err(TransportError::Broken(why));
-        }
-        for (verb, &at) in verbs.iter_mut().zip(&offsets) {
-            match verb {
-                Verb::Read { buf, .. } => buf.copy_from_slice(&self.staging[at..at + buf.len()]),
-                Verb::Cas { old, .. } | Verb::Faa { old, .. } => {
-                    let mut word = [0u8; 8];
-                    word.copy_from_slice(&self.staging[at..at + 8]);
-                    *old = u64::from_le_bytes(word);
-                }
-                Verb::Write { .. } => {}
-            }
-            stats.record_verb(verb);
-        }
-        Ok(())
     }
 }

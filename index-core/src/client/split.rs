@@ -302,9 +302,7 @@ impl<E: Endpoint> Client<E> {
             self.ep.batch(&mut verbs)
         };
         let slot_use_raw = match preclaimed {
-            None => claim
-                .and_then(|at| at.old(&verbs))
-                .unwrap_or(NOT_EXECUTED),
+            None => claim.and_then(|at| at.old(&verbs)).unwrap_or(NOT_EXECUTED),
             // As if the claim had just found the slot before it used.
             Some(slot) => slot - 1,
         };
