@@ -8,9 +8,13 @@ use std::collections::BTreeMap;
 use crate::common;
 
 use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
-use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+use quickcheck::{Arbitrary, Gen, TestResult};
 use rdma_transport::Transport;
 use sim_transport::SimConfig;
+use testkit::model_case::{self, CaseOp};
+
+/// The keys' space: small, so operations meet the same keys often.
+const KEYS: u64 = 400;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -24,8 +28,7 @@ enum Op {
 
 impl Arbitrary for Op {
     fn arbitrary(g: &mut Gen) -> Self {
-        // Keys from a small space, so operations meet the same keys often.
-        let key = u64::arbitrary(g) % 400;
+        let key = u64::arbitrary(g) % KEYS;
         let value = u64::arbitrary(g);
         match u8::arbitrary(g) % 8 {
             0 => Op::Get(key),
@@ -38,6 +41,25 @@ impl Arbitrary for Op {
     }
 }
 
+/// Sized as quickcheck's own `Vec`s are by a generator of size 400 (what these tests drew before
+/// they shared `Case`): up to 399 keys loaded (the tree may start empty), up to 400 operations.
+impl CaseOp for Op {
+    type Entry = u64;
+    const MIN_LOADS: usize = 0;
+    const LOADS: usize = 400;
+    const OPS: usize = 400;
+
+    fn entry(g: &mut Gen) -> u64 {
+        u64::arbitrary(g) % KEYS
+    }
+
+    fn key(entry: &u64) -> u64 {
+        *entry
+    }
+}
+
+type Case = model_case::Case<Op>;
+
 fn tiny() -> BulkLoadConfig {
     BulkLoadConfig {
         page_size: 128,
@@ -47,24 +69,21 @@ fn tiny() -> BulkLoadConfig {
     }
 }
 
-fn run(loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
-    run_with(1, loaded, ops)
+fn run(case: Case) -> TestResult {
+    run_with(1, &case.initial, &case.ops)
 }
 
 /// Nothing cached: every operation descends from the root through READs.
-fn run_uncached(loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
-    run_with(u8::MAX, loaded, ops)
+fn run_uncached(case: Case) -> TestResult {
+    run_with(u8::MAX, &case.initial, &case.ops)
 }
 
-fn run_with(cache_from_level: u8, loaded: Vec<u64>, ops: Vec<Op>) -> TestResult {
+/// Loads `loaded` (sorted, one per key), then runs `ops`.
+fn run_with(cache_from_level: u8, loaded: &[u64], ops: &[Op]) -> TestResult {
     let config_tree = TreeConfig {
         cache_from_level,
         ..TreeConfig::default()
     };
-    let mut loaded = loaded;
-    loaded.iter_mut().for_each(|k| *k %= 400);
-    loaded.sort_unstable();
-    loaded.dedup();
     let (transport, _) = common::loaded_pool(
         loaded.iter().map(|&k| (k, k)).collect(),
         &tiny(),
@@ -135,21 +154,13 @@ fn run_with(cache_from_level: u8, loaded: Vec<u64>, ops: Vec<Op>) -> TestResult 
 }
 
 #[test]
-#[allow(deprecated)]
 fn every_operation_agrees_with_a_btreemap_through_splits_and_new_roots() {
-    QuickCheck::new()
-        .tests(300)
-        .r#gen(Gen::new(400))
-        .quickcheck(run as fn(Vec<u64>, Vec<Op>) -> TestResult);
+    model_case::check(300, run);
 }
 
 #[test]
-#[allow(deprecated)]
 fn without_a_cache_every_operation_agrees_with_a_btreemap_too() {
-    QuickCheck::new()
-        .tests(100)
-        .r#gen(Gen::new(400))
-        .quickcheck(run_uncached as fn(Vec<u64>, Vec<Op>) -> TestResult);
+    model_case::check(100, run_uncached);
 }
 
 #[test]
@@ -158,6 +169,6 @@ fn an_empty_tree_grows_to_many_levels() {
         .map(|i| Op::Insert((i * 7919) % 400 + 400 * (i / 400), i))
         .chain((0..50).map(|i| Op::Scan(i * 37, 19)))
         .collect();
-    let result = run(Vec::new(), ops);
+    let result = run_with(1, &[], &ops);
     assert!(!result.is_error() && !result.is_failure(), "{result:?}");
 }

@@ -1,64 +1,15 @@
 //! What the model-based modules (`model_based`, `values`) used to carry a copy of each: the
-//! quickcheck case (an initial load, then a sequence of operations), its pool, the layout they
-//! run on, the final `verify` of every memory node, and how a property is checked.
+//! quickcheck case (an initial load, then a sequence of operations) and how a property is checked,
+//! from `testkit::model_case` (shared with the other crates' model-based tests); and, needing
+//! this crate's store, the case's pool, the layout they run on and the final `verify` of every
+//! memory node.
 
 #![cfg(not(loom))]
 
-use std::fmt::Debug;
-
 use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
-use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use rdma_transport::Transport;
 use sim_transport::{SimConfig, SimTransport};
-
-/// An operation of a model-based sequence, and how a [`Case`] of them is drawn.
-pub trait CaseOp: Arbitrary + Debug {
-    /// One key of the initial load, with whatever else it loads (its value's length, say).
-    type Entry: Clone + Debug + Ord + Send + 'static;
-    /// A case draws between 4 and `LOADS + 3` entries for its initial load (then keeps one per
-    /// key).
-    const LOADS: usize;
-    /// A case holds between 1 and `OPS` operations.
-    const OPS: usize;
-
-    /// Draws one entry of the initial load.
-    fn entry(g: &mut Gen) -> Self::Entry;
-
-    /// The key of `entry`.
-    fn key(entry: &Self::Entry) -> u64;
-}
-
-/// A model-based case: the entries bulk-loaded (sorted, one per key), then the operations run
-/// against the oracle. Shrinking shortens the operations and keeps the load.
-#[derive(Debug, Clone)]
-pub struct Case<O: CaseOp> {
-    /// What is bulk-loaded.
-    pub initial: Vec<O::Entry>,
-    /// What runs then, in order.
-    pub ops: Vec<O>,
-}
-
-impl<O: CaseOp> Arbitrary for Case<O> {
-    fn arbitrary(g: &mut Gen) -> Self {
-        let mut initial: Vec<O::Entry> = (0..usize::arbitrary(g) % O::LOADS + 4)
-            .map(|_| O::entry(g))
-            .collect();
-        initial.sort_unstable();
-        initial.dedup_by_key(|entry| O::key(entry));
-        let ops = (0..usize::arbitrary(g) % O::OPS + 1)
-            .map(|_| O::arbitrary(g))
-            .collect();
-        Case { initial, ops }
-    }
-
-    fn shrink(&self) -> Box<dyn Iterator<Item = Self>> {
-        let initial = self.initial.clone();
-        Box::new(self.ops.shrink().map(move |ops| Case {
-            initial: initial.clone(),
-            ops,
-        }))
-    }
-}
+pub use testkit::model_case::{Case, CaseOp, check, outcome};
 
 /// Leaves of four entries bulk-loaded with three, two leaves a slot: splits, synonym chains and
 /// unlinks happen constantly.
@@ -106,20 +57,4 @@ pub fn verify_all(transport: &SimTransport) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A run's outcome as quickcheck takes it: its error is the failure's message.
-pub fn outcome(run: Result<(), String>) -> TestResult {
-    match run {
-        Ok(()) => TestResult::passed(),
-        Err(e) => TestResult::error(e),
-    }
-}
-
-/// Checks `prop` on `tests` cases, drawing at most four times as many.
-pub fn check<O: CaseOp>(tests: u64, prop: fn(Case<O>) -> TestResult) {
-    QuickCheck::new()
-        .tests(tests)
-        .max_tests(tests * 4)
-        .quickcheck(prop);
 }

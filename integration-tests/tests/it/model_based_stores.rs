@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 
 use index_core::{CacheMode, Client, Store, StoreConfig, bootstrap};
 use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
-use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+use quickcheck::{Arbitrary, Gen, TestResult};
 use rdma_transport::Transport;
 use retrainer::{RetrainError, Retrainer};
 use sim_transport::{SimConfig, SimEndpoint, SimTransport};
+use testkit::model_case::{self, CaseOp};
 
 use crate::common::no_sweep;
 
@@ -56,31 +57,22 @@ impl Arbitrary for Op {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Case {
-    initial: Vec<u64>,
-    ops: Vec<Op>,
-}
+impl CaseOp for Op {
+    type Entry = u64;
+    const MIN_LOADS: usize = 8;
+    const LOADS: usize = 150;
+    const OPS: usize = 250;
 
-impl Arbitrary for Case {
-    fn arbitrary(g: &mut Gen) -> Self {
-        let mut initial: Vec<u64> = (0..usize::arbitrary(g) % 150 + 8).map(|_| key(g)).collect();
-        initial.sort_unstable();
-        initial.dedup();
-        let ops = (0..usize::arbitrary(g) % 250 + 1)
-            .map(|_| Op::arbitrary(g))
-            .collect();
-        Case { initial, ops }
+    fn entry(g: &mut Gen) -> u64 {
+        key(g)
     }
 
-    fn shrink(&self) -> Box<dyn Iterator<Item = Self>> {
-        let initial = self.initial.clone();
-        Box::new(self.ops.shrink().map(move |ops| Case {
-            initial: initial.clone(),
-            ops,
-        }))
+    fn key(entry: &u64) -> u64 {
+        *entry
     }
 }
+
+type Case = model_case::Case<Op>;
 
 /// What each store may cache: all of it, or each its own budget (see [`budgets`]).
 #[derive(Debug, Clone, Copy)]
@@ -201,31 +193,22 @@ fn run(case: &Case, mode: CacheMode, which: Budgets) -> Result<(), String> {
 }
 
 fn check(case: Case, mode: CacheMode, which: Budgets) -> TestResult {
-    match run(&case, mode, which) {
-        Ok(()) => TestResult::passed(),
-        Err(e) => TestResult::error(e),
-    }
+    model_case::outcome(run(&case, mode, which))
 }
 
 #[test]
 fn three_stores_and_retrainings_agree_with_a_btreemap_pivots() {
-    QuickCheck::new()
-        .tests(80)
-        .quickcheck(check_pivots as fn(Case) -> TestResult);
+    model_case::check(80, check_pivots);
 }
 
 #[test]
 fn three_stores_and_retrainings_agree_with_a_btreemap_lean() {
-    QuickCheck::new()
-        .tests(80)
-        .quickcheck(check_lean as fn(Case) -> TestResult);
+    model_case::check(80, check_lean);
 }
 
 #[test]
 fn three_stores_within_cache_budgets_agree_with_a_btreemap() {
-    QuickCheck::new()
-        .tests(80)
-        .quickcheck(check_budgets as fn(Case) -> TestResult);
+    model_case::check(80, check_budgets);
 }
 
 fn check_pivots(case: Case) -> TestResult {
