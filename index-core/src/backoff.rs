@@ -17,6 +17,11 @@ impl Backoff {
         }
     }
 
+    /// Whether the deadline has passed.
+    pub(crate) fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
     /// Waits a little longer than last time; false once the deadline has passed.
     pub(crate) fn wait(&mut self) -> bool {
         if Instant::now() >= self.deadline {

@@ -119,6 +119,10 @@ pub enum IndexError {
     /// The store is configured in a way it cannot serve.
     #[error("configuration: {0}")]
     Config(String),
+    /// An [`crate::Operation`] was polled again after it had returned its result (a bug of the
+    /// executor polling it).
+    #[error("an operation was polled again after it had completed")]
+    Polled,
 }
 
 impl IndexError {

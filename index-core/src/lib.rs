@@ -107,6 +107,7 @@
 //! # Ok(()) }
 //! ```
 
+mod async_client;
 mod backoff;
 mod bootstrap;
 mod budget;
@@ -117,6 +118,7 @@ mod error;
 mod full_leaves;
 mod locks;
 mod membership;
+mod pipeline;
 mod self_recovery;
 mod stats;
 mod store;
@@ -124,11 +126,13 @@ mod sync;
 mod values;
 mod view;
 
+pub use async_client::{AsyncClient, Operation, block_on};
 pub use bootstrap::{bootstrap, bootstrap_values, bootstrap_with_progress, partition};
 pub use client::Client;
 #[cfg(loom)]
 pub use client::broken;
 pub use config::{CacheMode, StoreConfig};
 pub use error::IndexError;
+pub use pipeline::{Busy, Pipeline, Reply, Request, Session};
 pub use stats::{OpCounters, OpKind, OpStats};
 pub use store::{CacheStats, Store};

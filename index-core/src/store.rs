@@ -332,6 +332,20 @@ where
         }
     }
 
+    /// `depth` clients driven together by one thread: up to `depth` operations in flight
+    /// ([`crate::Pipeline::session`]). Each is a client of its own (see [`Store::client`]).
+    pub fn pipeline(&self, depth: usize) -> Result<crate::Pipeline<T::Endpoint>, IndexError> {
+        if depth == 0 {
+            return Err(IndexError::Config(
+                "a pipeline runs at least one operation at a time".into(),
+            ));
+        }
+        let lanes = (0..depth)
+            .map(|_| self.client())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::Pipeline::new(lanes))
+    }
+
     /// Whether a memory node declared this compute node dead and fenced it (see
     /// [`IndexError::Fenced`]): open the store again to go on.
     pub fn is_fenced(&self) -> bool {

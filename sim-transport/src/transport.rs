@@ -29,7 +29,7 @@ pub struct SimConfig {
     /// and its completion is polled no earlier than the other half after that: a batch
     /// completes no earlier than this after it was posted, in wall-clock time outside a seeded
     /// run. Measured throughput then shows what keeping several batches in flight buys. `None`
-    /// (the default): a posted batch lands at its endpoint's next poll.
+    /// (the default): a posted batch lands at the second poll of its ticket (or of a later one).
     pub latency: Option<Duration>,
 }
 

@@ -20,7 +20,7 @@ impl<E: Endpoint> Client<E> {
     /// `i · leaf_bytes`); returns the words. Leaves come before headers: if a header read agrees
     /// with the cached one, no split or unlink of those chains had bumped it before the leaves
     /// were read, so the cached chains were complete (see the write protocol).
-    pub(super) fn read_batch(
+    pub(super) async fn read_batch(
         &mut self,
         layout: &Layout,
         leaves: &[LeafTableEntry],
@@ -38,7 +38,7 @@ impl<E: Endpoint> Client<E> {
         for (&at, chunk) in words.iter().zip(word_buf.chunks_exact_mut(8)) {
             verbs.push(Verb::read(at, chunk));
         }
-        self.ep.batches(&mut verbs)?;
+        wait::batches(&mut self.ep, self.waiting, &mut verbs).await?;
         drop(verbs);
         Ok(self.buf[leaf_part..]
             .chunks_exact(8)

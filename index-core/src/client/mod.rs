@@ -17,9 +17,12 @@ mod scan;
 mod split;
 mod value;
 mod value_io;
+mod wait;
 mod write;
 
-use write::{Change, Locked};
+pub(crate) use wait::{Waiting, block_on};
+pub(crate) use write::Change;
+use write::Locked;
 
 use std::sync::Arc;
 
@@ -66,6 +69,9 @@ pub struct Client<E: Endpoint> {
     retired: bool,
     /// Value blocks read again because their key, length or checksum did not match.
     value_retries: u64,
+    /// How the operation running now waits for its batches (set as it starts: a client runs one
+    /// operation at a time; a thread runs several clients for several in flight).
+    waiting: Waiting,
 }
 
 impl<E: Endpoint> Drop for Client<E> {
@@ -224,6 +230,7 @@ impl<E: Endpoint> Client<E> {
             active,
             retired: false,
             value_retries: 0,
+            waiting: Waiting::Blocking,
         }
     }
 
@@ -353,11 +360,13 @@ impl<E: Endpoint> Client<E> {
         self.enqueue_failures
     }
 
-    fn counted<R>(
+    async fn counted<R>(
         &mut self,
         kind: OpKind,
-        op: impl FnOnce(&mut Self) -> Result<R, IndexError>,
+        waiting: Waiting,
+        op: impl AsyncFnOnce(&mut Self) -> Result<R, IndexError>,
     ) -> Result<R, IndexError> {
+        self.waiting = waiting;
         if self.caches.members.is_fenced() {
             return Err(self.caches.members.fenced_error());
         }
@@ -374,7 +383,7 @@ impl<E: Endpoint> Client<E> {
         // memory node's reclamation back).
         let running = Running(Arc::clone(&self.active));
         let before = self.ep.stats();
-        let result = op(self);
+        let result = op(self).await;
         // Retired before the operation leaves the active list: a batch whose completion was lost
         // may still land, and the renewer must not announce a later epoch until it cannot.
         // (Writes retire under their stripe; this is the net for every other path.)
@@ -394,38 +403,78 @@ impl<E: Endpoint> Client<E> {
 
     /// The value of `key`, if present. One round trip with a fresh cache.
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
-        self.check_u64_pool(key)?;
-        self.counted(OpKind::Get, |c| c.get_inner(key))
+        wait::block_on(self.get_with(key, Waiting::Blocking))
     }
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
-        self.check_u64_pool(key)?;
-        self.counted(OpKind::Insert, |c| c.write(key, Change::Insert(value)))
+        wait::block_on(self.write_with(key, Change::Insert(value), Waiting::Blocking))
     }
 
     /// Sets the value of a present `key`; `Ok(false)` if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
-        self.check_u64_pool(key)?;
-        self.counted(OpKind::Update, |c| c.write(key, Change::Update(value)))
+        wait::block_on(self.write_with(key, Change::Update(value), Waiting::Blocking))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
-        self.check_u64_pool(key)?;
-        self.counted(OpKind::Upsert, |c| c.write(key, Change::Upsert(value)))
+        wait::block_on(self.write_with(key, Change::Upsert(value), Waiting::Blocking))
     }
 
     /// Deletes `key`, whatever its kind of value; `Ok(false)` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
-        self.counted(OpKind::Delete, |c| c.write(key, Change::Delete))
+        wait::block_on(self.write_with(key, Change::Delete, Waiting::Blocking))
     }
 
     /// Up to `n` entries with keys ≥ `start`, in key order, without duplicates; continues across
     /// model slots and memory nodes.
     pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, IndexError> {
+        wait::block_on(self.scan_with(start, n, Waiting::Blocking))
+    }
+
+    /// [`Self::get`], waiting as `waiting` says.
+    pub(crate) async fn get_with(
+        &mut self,
+        key: u64,
+        waiting: Waiting,
+    ) -> Result<Option<u64>, IndexError> {
+        self.check_u64_pool(key)?;
+        self.counted(OpKind::Get, waiting, async |c| c.get_inner(key).await)
+            .await
+    }
+
+    /// An insert, update, upsert or delete of a `u64` value, waiting as `waiting` says.
+    pub(crate) async fn write_with(
+        &mut self,
+        key: u64,
+        change: Change,
+        waiting: Waiting,
+    ) -> Result<bool, IndexError> {
+        if !matches!(change, Change::Delete) {
+            self.check_u64_pool(key)?;
+        }
+        let kind = match change {
+            Change::Insert(_) => OpKind::Insert,
+            Change::Update(_) => OpKind::Update,
+            Change::Upsert(_) => OpKind::Upsert,
+            Change::Delete => OpKind::Delete,
+        };
+        self.counted(kind, waiting, async |c| c.write(key, change).await)
+            .await
+    }
+
+    /// [`Self::scan`], waiting as `waiting` says.
+    pub(crate) async fn scan_with(
+        &mut self,
+        start: u64,
+        n: usize,
+        waiting: Waiting,
+    ) -> Result<Vec<(u64, u64)>, IndexError> {
         self.check_u64_pool(start)?;
-        self.counted(OpKind::Scan, |c| c.scan_inner(start, n))
+        self.counted(OpKind::Scan, waiting, async |c| {
+            c.scan_inner(start, n).await
+        })
+        .await
     }
 }
 

@@ -20,7 +20,7 @@ use super::cache::Freshness;
 use super::*;
 
 impl<E: Endpoint> Client<E> {
-    pub(super) fn get_inner(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
+    pub(super) async fn get_inner(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
         let guard = pin();
@@ -37,7 +37,7 @@ impl<E: Endpoint> Client<E> {
                 fell_back = true;
             }
             if !fell_back {
-                self.read_batch(&node.layout, &leaves, &[])?;
+                self.read_batch(&node.layout, &leaves, &[]).await?;
                 if let Some(answer) = self.claimed_in_batch(&node.layout, &leaves, key)? {
                     return Ok(answer);
                 }
@@ -45,8 +45,10 @@ impl<E: Endpoint> Client<E> {
                 fell_back = true;
                 self.claim_misses += 1;
             }
-            let seen =
-                ModelHeader::from_raw(self.read_batch(&node.layout, &leaves, &[view.record])?[0]);
+            let seen = ModelHeader::from_raw(
+                self.read_batch(&node.layout, &leaves, &[view.record])
+                    .await?[0],
+            );
             let valid = match Freshness::of(view.header, seen) {
                 Freshness::Fresh => true,
                 Freshness::Stale => false,

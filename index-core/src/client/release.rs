@@ -116,7 +116,7 @@ impl<E: Endpoint> Client<E> {
     /// verbs go around them — its block and free word before, the replaced block's free after —
     /// and the unlock, `unlock`, last (see [`Self::run_ending_batch`]; `release`: false hands the
     /// lock over instead).
-    pub(super) fn end_write<'b>(
+    pub(super) async fn end_write<'b>(
         &mut self,
         value: &'b ValueIo,
         lock: LockRef,
@@ -143,7 +143,7 @@ impl<E: Endpoint> Client<E> {
             batch
         };
         value.ghost_placed();
-        let ran = self.run_ending_batch(lock, build, release);
+        let ran = self.run_ending_batch(lock, build, release).await;
         value.ended(ran.is_ok());
         ran
     }
@@ -159,7 +159,7 @@ impl<E: Endpoint> Client<E> {
     ///
     /// Returns whether the lock was released (false: handed over, `unlock` was false) and the
     /// header the bump found, if the batch ran whole at its first attempt ([`Ended`]).
-    pub(super) fn run_ending_batch<'b>(
+    pub(super) async fn run_ending_batch<'b>(
         &mut self,
         lock: LockRef,
         build: impl Fn(bool, bool) -> Ending<'b>,
@@ -167,7 +167,7 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Ended, IndexError> {
         let mut batch = build(unlock, false);
         let structural = batch.is_structural();
-        let first = match self.ep.batches(&mut batch) {
+        let first = match wait::batches(&mut self.ep, self.waiting, &mut batch).await {
             Ok(()) => {
                 batch.check_link(false)?;
                 if unlock {
@@ -195,7 +195,7 @@ impl<E: Endpoint> Client<E> {
         let mut last = first.clone();
         for _ in 0..REDO_ATTEMPTS {
             let mut batch = build(true, resume);
-            match self.ep.batches(&mut batch) {
+            match wait::batches(&mut self.ep, self.waiting, &mut batch).await {
                 Ok(()) => {
                     if !resume {
                         batch.check_link(true)?;

@@ -21,7 +21,7 @@ impl<E: Endpoint> Client<E> {
     /// read, and the next round starts at `bound`, whichever record serves it by then: a
     /// retraining between rounds (new trained leaves, empty ones dropped) cannot skip or repeat
     /// keys. No arithmetic depends on `n` beyond a saturating leaf count.
-    pub(super) fn scan_inner(
+    pub(super) async fn scan_inner(
         &mut self,
         start: u64,
         n: usize,
@@ -50,7 +50,7 @@ impl<E: Endpoint> Client<E> {
             };
             let mut words: Vec<RemoteAddr> = round.bound_word.into_iter().collect();
             words.extend(round.records.iter().map(|r| r.record));
-            let read = self.read_batch(&node.layout, &round.leaves, &words)?;
+            let read = self.read_batch(&node.layout, &round.leaves, &words).await?;
             let (bound_read, headers) = read.split_at(usize::from(round.bound_word.is_some()));
             let mut stale: Vec<u64> = Vec::new();
             let mut retired: Vec<(u64, RemoteAddr)> = Vec::new();

@@ -26,7 +26,7 @@ impl<E: Endpoint> Client<E> {
     /// Leaves rewritten in place go through the `redo` leaf, if there is one (`leaf_store::redo`).
     /// Returns the header the bump found, when the batch ran whole at its first attempt.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn structural(
+    pub(super) async fn structural(
         &mut self,
         op: &mut WriteOp,
         locked: &mut Locked,
@@ -55,40 +55,42 @@ impl<E: Endpoint> Client<E> {
             entry: lt_final,
             fenced: true,
         };
-        let ran = self.end_write(
-            &op.value,
-            lock,
-            !hand_over,
-            unlock,
-            |batch| {
-                for (at, bytes, in_place) in &writes {
-                    let redo = redo.filter(|_| *in_place);
-                    leaf_store::redo::in_place(batch, *at, bytes, redo, false);
-                }
-                if let Some(new) = lt_change {
-                    batch.link(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
-                }
-                // Fenced behind the link CAS: were the slot marked freed while the LT entry still
-                // pointed at it, a batch cut off there would leave a chain no reader can follow.
-                if let Some((at, bytes)) = &freed {
-                    batch.enter(Step::FreedMark);
-                    batch.push(Verb::write(*at, bytes).fenced());
-                }
-                batch.bump(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
-            },
-            |batch| {
-                // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
-                // executes, and a reader could see the shrunk leaf under the old header.
-                batch.enter(Step::Shrink);
-                for (at, bytes) in &late_writes {
-                    leaf_store::redo::in_place(batch, *at, bytes, redo, fence_shrink);
-                }
-                if let Some((at, word)) = clear_word {
-                    batch.enter(Step::ClearWord);
-                    batch.push(Verb::cas(at, word, 0).fenced());
-                }
-            },
-        );
+        let ran = self
+            .end_write(
+                &op.value,
+                lock,
+                !hand_over,
+                unlock,
+                |batch| {
+                    for (at, bytes, in_place) in &writes {
+                        let redo = redo.filter(|_| *in_place);
+                        leaf_store::redo::in_place(batch, *at, bytes, redo, false);
+                    }
+                    if let Some(new) = lt_change {
+                        batch.link(Verb::cas(lock.lt_addr, lock.held.raw(), new.locked().raw()));
+                    }
+                    // Fenced behind the link CAS: were the slot marked freed while the LT entry still
+                    // pointed at it, a batch cut off there would leave a chain no reader can follow.
+                    if let Some((at, bytes)) = &freed {
+                        batch.enter(Step::FreedMark);
+                        batch.push(Verb::write(*at, bytes).fenced());
+                    }
+                    batch.bump(Verb::faa(lock.record, ModelHeader::CHANGE_ONE).fenced());
+                },
+                |batch| {
+                    // Fenced: on InfiniBand an unfenced WRITE may land before the earlier header FAA
+                    // executes, and a reader could see the shrunk leaf under the old header.
+                    batch.enter(Step::Shrink);
+                    for (at, bytes) in &late_writes {
+                        leaf_store::redo::in_place(batch, *at, bytes, redo, fence_shrink);
+                    }
+                    if let Some((at, word)) = clear_word {
+                        batch.enter(Step::ClearWord);
+                        batch.push(Verb::cas(at, word, 0).fenced());
+                    }
+                },
+            )
+            .await;
         let ended = ran?;
         locked.lt_now = lt_final;
         locked.header =
@@ -155,7 +157,7 @@ impl<E: Endpoint> Client<E> {
     /// around (in the LT entry, keeping the lock, or in the previous SLT entry), its SLT slot
     /// marked freed, the header bumped — one structural batch.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn unlink(
+    pub(super) async fn unlink(
         &mut self,
         op: &mut WriteOp,
         node: &NodeCache,
@@ -220,18 +222,20 @@ impl<E: Endpoint> Client<E> {
         // The chain as it will be: a sibling thread may inherit it with the lock.
         locked.chain.remove(pos);
         crate::sync::step("unlink: batch built");
-        let bumped = self.structural(
-            op,
-            locked,
-            verbs_owned,
-            redo.map(|leaf| layout.leaf_addr(leaf)),
-            lt_change,
-            Some(freed),
-            Vec::new(),
-            unlink_word,
-            hand_over,
-            held_slot,
-        )?;
+        let bumped = self
+            .structural(
+                op,
+                locked,
+                verbs_owned,
+                redo.map(|leaf| layout.leaf_addr(leaf)),
+                lt_change,
+                Some(freed),
+                Vec::new(),
+                unlink_word,
+                hand_over,
+                held_slot,
+            )
+            .await?;
         let freed = (slot_of_gone, LeafTableEntry::freed(gone.leaf_num()));
         self.adopt_change(bumped, node, locked, before, None, Some(freed));
         Ok(())
@@ -242,7 +246,7 @@ impl<E: Endpoint> Client<E> {
     /// claims an SLT slot; the header that claim returns must be the view's when the chain was
     /// not confirmed (`Locked::confirmed`), else nothing is changed (`SplitEnd::Stale`).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn split(
+    pub(super) async fn split(
         &mut self,
         op: &mut WriteOp,
         node: &NodeCache,
@@ -299,7 +303,7 @@ impl<E: Endpoint> Client<E> {
         let outcome = if verbs.is_empty() {
             Ok(())
         } else {
-            self.ep.batch(&mut verbs)
+            wait::batches(&mut self.ep, self.waiting, &mut verbs).await
         };
         let slot_use_raw = match preclaimed {
             None => claim.and_then(|at| at.old(&verbs)).unwrap_or(NOT_EXECUTED),
@@ -327,7 +331,7 @@ impl<E: Endpoint> Client<E> {
             keep_leaf(self, op);
             let cause = IndexError::from(e);
             if let Some(slot) = preclaimed {
-                self.free_slot_and_release(locked, slot)?;
+                self.free_slot_and_release(locked, slot).await?;
                 return Err(cause);
             }
             if slot_use_raw == NOT_EXECUTED {
@@ -338,7 +342,7 @@ impl<E: Endpoint> Client<E> {
                 self.undo_slot_claim(locked.record);
                 return Err(self.release_after(locked.lock_ref(), cause));
             }
-            self.free_slot_and_release(locked, claimed)?;
+            self.free_slot_and_release(locked, claimed).await?;
             return Err(cause);
         }
         let slot_use_old = ModelHeader::from_raw(slot_use_raw).slot_use();
@@ -383,14 +387,14 @@ impl<E: Endpoint> Client<E> {
                 Ok(n) => n,
                 Err(LeafStoreError::PoolExhausted { capacity }) => {
                     // The SLT slot is claimed but will hold nothing: mark it freed, release.
-                    self.free_slot_and_release(locked, slt_slot)?;
+                    self.free_slot_and_release(locked, slt_slot).await?;
                     return Err(IndexError::PoolExhausted {
                         node: node.info.id,
                         capacity,
                     });
                 }
                 Err(e) => {
-                    self.free_slot_and_release(locked, slt_slot)?;
+                    self.free_slot_and_release(locked, slt_slot).await?;
                     return Err(e.into());
                 }
             },
@@ -417,7 +421,7 @@ impl<E: Endpoint> Client<E> {
                 if boxed.is_none() {
                     op.spare_leaves.push((node.info.id, new_leaf));
                 }
-                self.free_slot_and_release(locked, slt_slot)?;
+                self.free_slot_and_release(locked, slt_slot).await?;
                 return Err(e.into());
             }
         };
@@ -483,18 +487,20 @@ impl<E: Endpoint> Client<E> {
             lbox.slots[box_slot as usize] = 0;
             lbox.suspect.push(leaf);
         }
-        let bumped = self.structural(
-            op,
-            locked,
-            writes,
-            redo.map(|leaf| layout.leaf_addr(leaf)),
-            lt_change,
-            None,
-            late,
-            box_clear,
-            hand_over,
-            held_slot,
-        )?;
+        let bumped = self
+            .structural(
+                op,
+                locked,
+                writes,
+                redo.map(|leaf| layout.leaf_addr(leaf)),
+                lt_change,
+                None,
+                late,
+                box_clear,
+                hand_over,
+                held_slot,
+            )
+            .await?;
         // Linked (a box leaf was never in hand: this does nothing for it).
         leaf_store::ghost::put(node.info.id, new_leaf);
         if let Some((_, leaf)) = boxed {
@@ -518,7 +524,11 @@ impl<E: Endpoint> Client<E> {
 
     /// Marks SLT slot `slt_slot`, claimed by this split but left unused, freed, and releases the
     /// lock in the same batch (repeated if it fails, see [`release`]).
-    fn free_slot_and_release(&mut self, locked: &Locked, slt_slot: u64) -> Result<(), IndexError> {
+    async fn free_slot_and_release(
+        &mut self,
+        locked: &Locked,
+        slt_slot: u64,
+    ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
         let (at, freed) = leaf_store::settle::unused_mark(locked.record, locked.layout, slt_slot);
         let build = |unlock: bool, _after_bump: bool| {
@@ -531,7 +541,7 @@ impl<E: Endpoint> Client<E> {
             }
             batch
         };
-        self.run_ending_batch(lock, build, true).map(|_| ())
+        self.run_ending_batch(lock, build, true).await.map(|_| ())
     }
 
     /// Marks an SLT slot claimed in an earlier attempt and not used (the chain, read again, no

@@ -26,6 +26,7 @@ use crate::values::{Block, NodeValues};
 
 use super::op::WriteOp;
 use super::value_io::ValueIo;
+use super::wait::{self, Waiting};
 use super::{Change, Client, retry_pause};
 
 impl<E: Endpoint> Client<E> {
@@ -88,20 +89,34 @@ impl<E: Endpoint> Client<E> {
     /// Reads `key`'s value into `out` (cleared first, its allocation reused); `Ok(false)` if
     /// the key is absent.
     pub fn get_value_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
-        self.counted(OpKind::Get, |c| c.get_value_inner(key, out))
+        wait::block_on(self.get_value_with(key, out, Waiting::Blocking))
     }
 
-    fn get_value_inner(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
+    /// [`Self::get_value_into`], waiting as `waiting` says.
+    pub(crate) async fn get_value_with(
+        &mut self,
+        key: u64,
+        out: &mut Vec<u8>,
+        waiting: Waiting,
+    ) -> Result<bool, IndexError> {
+        self.counted(OpKind::Get, waiting, async |c| {
+            c.get_value_inner(key, out).await
+        })
+        .await
+    }
+
+    async fn get_value_inner(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
         let (_, values) = self.value_node(key)?;
         for _ in 0..self.caches.config.max_attempts {
-            let Some(raw) = self.get_inner(key)? else {
+            let Some(raw) = self.get_inner(key).await? else {
                 out.clear();
                 return Ok(false);
             };
             let value = ValueRef::from_raw(raw);
             out.clear();
             out.resize(value.read_bytes() as usize, 0);
-            self.ep.read(values.region.block_addr(value), out)?;
+            let mut verbs = [Verb::read(values.region.block_addr(value), out)];
+            wait::batches(&mut self.ep, self.waiting, &mut verbs).await?;
             match check_block(out, key, value) {
                 Ok(_) => {
                     out.drain(..leaf_store::value::BLOCK_HEADER_BYTES as usize);
@@ -119,37 +134,64 @@ impl<E: Endpoint> Client<E> {
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
     pub fn insert_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
-        self.counted(OpKind::Insert, |c| {
-            c.write_value(key, Some(value), Change::Insert)
-        })
+        wait::block_on(self.write_value_with(key, value, Change::Insert, Waiting::Blocking))
     }
 
     /// Sets the value of a present `key`; `Ok(false)` if absent.
     pub fn update_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
-        self.counted(OpKind::Update, |c| {
-            c.write_value(key, Some(value), Change::Update)
-        })
+        wait::block_on(self.write_value_with(key, value, Change::Update, Waiting::Blocking))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn put_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
-        self.counted(OpKind::Upsert, |c| {
-            c.write_value(key, Some(value), Change::Upsert)
+        wait::block_on(self.write_value_with(key, value, Change::Upsert, Waiting::Blocking))
+    }
+
+    /// An insert (`Change::Insert`), update or upsert of a byte value, waiting as `waiting`
+    /// says.
+    pub(crate) async fn write_value_with(
+        &mut self,
+        key: u64,
+        value: &[u8],
+        change: fn(u64) -> Change,
+        waiting: Waiting,
+    ) -> Result<bool, IndexError> {
+        let kind = match change(0) {
+            Change::Insert(_) => OpKind::Insert,
+            Change::Update(_) => OpKind::Update,
+            _ => OpKind::Upsert,
+        };
+        self.counted(kind, waiting, async |c| {
+            c.write_value(key, Some(value), change).await
         })
+        .await
     }
 
     /// Up to `n` keys ≥ `start` with their values, in key order (as [`Client::scan`]).
     pub fn scan_values(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
-        self.counted(OpKind::Scan, |c| c.scan_values_inner(start, n))
+        wait::block_on(self.scan_values_with(start, n, Waiting::Blocking))
     }
 
-    fn scan_values_inner(
+    /// [`Self::scan_values`], waiting as `waiting` says.
+    pub(crate) async fn scan_values_with(
+        &mut self,
+        start: u64,
+        n: usize,
+        waiting: Waiting,
+    ) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
+        self.counted(OpKind::Scan, waiting, async |c| {
+            c.scan_values_inner(start, n).await
+        })
+        .await
+    }
+
+    async fn scan_values_inner(
         &mut self,
         start: u64,
         n: usize,
     ) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
         self.value_node(start)?;
-        let rows = self.scan_inner(start, n)?;
+        let rows = self.scan_inner(start, n).await?;
         let caches = Arc::clone(&self.caches);
         let mut blocks: Vec<Vec<u8>> = rows
             .iter()
@@ -170,7 +212,7 @@ impl<E: Endpoint> Client<E> {
                     buf,
                 ));
             }
-            self.ep.batches(&mut verbs)?;
+            wait::batches(&mut self.ep, self.waiting, &mut verbs).await?;
         }
         let mut out = Vec::with_capacity(rows.len());
         for ((key, raw), mut block) in rows.into_iter().zip(blocks) {
@@ -184,7 +226,7 @@ impl<E: Endpoint> Client<E> {
             // Freed and used again under this scan: the key's value now, if it is still there.
             self.value_retries += 1;
             let mut now = Vec::new();
-            if self.get_value_inner(key, &mut now)? {
+            if self.get_value_inner(key, &mut now).await? {
                 out.push((key, now));
             }
         }
@@ -192,7 +234,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// A write of a byte value (`None`: a delete through the byte path is [`Client::delete`]).
-    fn write_value(
+    async fn write_value(
         &mut self,
         key: u64,
         value: Option<&[u8]>,
@@ -223,7 +265,7 @@ impl<E: Endpoint> Client<E> {
             encode_block(key, bytes, reference.offset()),
             values.state_addr(block),
         ));
-        let result = self.write_in(&mut op, key, change(reference.raw()));
+        let result = self.write_in(&mut op, key, change(reference.raw())).await;
         self.settle_block(&values, block, &op.value, result.is_ok());
         self.conclude(op, result)
     }

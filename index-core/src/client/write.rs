@@ -16,6 +16,7 @@ use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
 use super::release::{self, LockRef};
 use super::split::SplitEnd;
+use super::wait::{self, Waiting};
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -57,14 +58,14 @@ impl<E: Endpoint> Client<E> {
         ))
     }
 
-    pub(super) fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
+    pub(super) async fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
         let mut op = WriteOp::default();
-        let result = self.write_in(&mut op, key, change);
+        let result = self.write_in(&mut op, key, change).await;
         self.conclude(op, result)
     }
 
     /// The write of `key`, carrying `op` along its steps (its caller concludes it).
-    pub(super) fn write_in(
+    pub(super) async fn write_in(
         &mut self,
         op: &mut WriteOp,
         key: u64,
@@ -93,7 +94,7 @@ impl<E: Endpoint> Client<E> {
                 if view.header.is_retired() && self.reload_directory(node, &guard)? {
                     continue;
                 }
-                if !backoff.wait() {
+                if !wait::pause(&mut backoff, self.waiting).await {
                     return Err(IndexError::RetrainingTimeout {
                         node: node.info.id,
                         slot: slot as u64,
@@ -112,7 +113,20 @@ impl<E: Endpoint> Client<E> {
             };
             let stripe = caches.locks.stripe(view.record, owner);
             stripe.waiting.fetch_add(1, Ordering::AcqRel);
-            let mut held_slot = stripe.held.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held_slot = match self.waiting {
+                Waiting::Blocking => stripe.held.lock().unwrap_or_else(|e| e.into_inner()),
+                // A sibling operation of this thread may hold the stripe, and goes on only
+                // when this one yields.
+                Waiting::Posting => loop {
+                    match stripe.held.try_lock() {
+                        Ok(held) => break held,
+                        Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                            break poisoned.into_inner();
+                        }
+                        Err(std::sync::TryLockError::WouldBlock) => wait::yield_now().await,
+                    }
+                },
+            };
             stripe.waiting.fetch_sub(1, Ordering::AcqRel);
             let mut locked = None;
             if let Some(held) = held_slot.take() {
@@ -141,15 +155,16 @@ impl<E: Endpoint> Client<E> {
                 Some(locked) => locked,
                 None => {
                     let may_split = matches!(change, Change::Insert(_) | Change::Upsert(_));
-                    let acquired =
-                        self.acquire(op, node, view, slot, owner, &guard, &mut backoff, may_split);
+                    let acquired = self
+                        .acquire(op, node, view, slot, owner, &guard, &mut backoff, may_split)
+                        .await;
                     match self.retiring(acquired)? {
                         Some(locked) => locked,
                         None if std::mem::take(&mut op.wait_unstriped) => {
                             // Our own node's lock, left by a broken operation: wait without the
                             // stripe, which the store's recovery of that lock needs.
                             drop(held_slot);
-                            if !backoff.wait() {
+                            if !wait::pause(&mut backoff, self.waiting).await {
                                 return Err(IndexError::LockTimeout {
                                     node: node.info.id,
                                     slot: slot as u64,
@@ -189,7 +204,10 @@ impl<E: Endpoint> Client<E> {
                     && (split_on_claim
                         || (!trust_cached && !trusted_unconfirmed(&locked.chain, key, &outcome)))
                 {
-                    match self.confirm_chain(node, view, slot, &guard, &mut locked) {
+                    match self
+                        .confirm_chain(node, view, slot, &guard, &mut locked)
+                        .await
+                    {
                         Ok(true) => {}
                         Ok(false) => {
                             let released = self.release(locked.lock_ref());
@@ -211,7 +229,10 @@ impl<E: Endpoint> Client<E> {
                     !matches!(outcome, Outcome::Unchanged(_)),
                     old,
                 );
-                match self.commit(op, node, locked, outcome, stripe, &mut held_slot) {
+                match self
+                    .commit(op, node, locked, outcome, stripe, &mut held_slot)
+                    .await
+                {
                     Ok(Committed::Stale(back)) => locked = *back,
                     other => break other,
                 }
@@ -226,7 +247,7 @@ impl<E: Endpoint> Client<E> {
                 Committed::SltFull => {
                     slt_full = true;
                     drop(held_slot);
-                    if !backoff.wait() {
+                    if !wait::pause(&mut backoff, self.waiting).await {
                         break;
                     }
                     let loaded = self.view(node, slot as u64, &guard)?;
@@ -267,7 +288,7 @@ impl<E: Endpoint> Client<E> {
     /// Takes trained leaf `leaf`'s lock and reads its chain behind the CAS in the same batch.
     /// `None`: not taken (contention: waited; or a stale cache: refreshed) — try again.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn acquire(
+    pub(super) async fn acquire(
         &mut self,
         op: &mut WriteOp,
         node: &NodeCache,
@@ -348,7 +369,7 @@ impl<E: Endpoint> Client<E> {
             let at = node.members.box_addr(node.tag, self.connection_index, 0);
             verbs.push(Verb::read(at, box_buf));
         }
-        let batch = self.ep.batches(&mut verbs);
+        let batch = wait::batches(&mut self.ep, self.waiting, &mut verbs).await;
         let allocated = alloc.and_then(|at| at.executed_old(&verbs));
         // Whether the foreseeing claim took the slot (its CAS found the view's header).
         let claimed = claim.is_some_and(|at| at.old(&verbs) == Some(view.header.raw()))
@@ -404,7 +425,7 @@ impl<E: Endpoint> Client<E> {
                 // A retrainer froze the record (or replaced it, and holds its locks for good):
                 // wait for the new one.
                 self.refresh(node, view, guard)?;
-                if !backoff.wait() {
+                if !wait::pause(backoff, self.waiting).await {
                     return Err(IndexError::RetrainingTimeout {
                         node: node.info.id,
                         slot: slot as u64,
@@ -419,7 +440,7 @@ impl<E: Endpoint> Client<E> {
                 return Ok(None);
             }
             if seen.is_locked() {
-                if !backoff.wait() {
+                if !wait::pause(backoff, self.waiting).await {
                     return Err(IndexError::LockTimeout {
                         node: node.info.id,
                         slot: slot as u64,
@@ -483,7 +504,10 @@ impl<E: Endpoint> Client<E> {
             Ok(None) => {
                 // Torn: damage under the lock, unless the view is stale and the leaf no longer
                 // ours; the header says which.
-                match self.confirm_chain(node, view, slot, guard, &mut locked) {
+                match self
+                    .confirm_chain(node, view, slot, guard, &mut locked)
+                    .await
+                {
                     Ok(true) => return Ok(Some(locked)),
                     Ok(false) => {
                         self.release(locked.lock_ref())?;
@@ -504,7 +528,7 @@ impl<E: Endpoint> Client<E> {
     /// the view was read, and `chain` (the view's) is current; otherwise the tables and the chain
     /// are read again under the lock. Fills `locked`'s chain and header. `false`: the record no
     /// longer has this chain (it was replaced) — let go and start over.
-    pub(super) fn confirm_chain(
+    pub(super) async fn confirm_chain(
         &mut self,
         node: &NodeCache,
         view: &SlotView,
@@ -517,12 +541,15 @@ impl<E: Endpoint> Client<E> {
         let chain = match view.chain(locked.leaf) {
             Some(chain) if view.record == locked.record => chain,
             _ => {
-                let read =
-                    self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)?;
+                let read = self
+                    .reread_locked_chain(node, view, slot, locked.leaf, guard, locked)
+                    .await?;
                 return self.confirmed_from(read, locked);
             }
         };
-        let words = self.read_batch(&node.layout, &chain, &[view.record])?;
+        let words = self
+            .read_batch(&node.layout, &chain, &[view.record])
+            .await?;
         let header = ModelHeader::from_raw(words[0]);
         let read = if header == view.header {
             locked.header = header;
@@ -530,6 +557,7 @@ impl<E: Endpoint> Client<E> {
                 .map(|contents| Some((chain, contents)))
         } else {
             self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)
+                .await
         }?;
         self.confirmed_from(read, locked)
     }
@@ -567,7 +595,7 @@ impl<E: Endpoint> Client<E> {
     /// may predate our lock), install them, and re-read the chain. `None` if the record no longer
     /// has this chain (it was replaced).
     #[allow(clippy::type_complexity)]
-    fn reread_locked_chain(
+    async fn reread_locked_chain(
         &mut self,
         node: &NodeCache,
         view: &SlotView,
@@ -587,7 +615,9 @@ impl<E: Endpoint> Client<E> {
         let Some(chain) = chain else {
             return Ok(None);
         };
-        let words = self.read_batch(&node.layout, &chain, &[view.record])?;
+        let words = self
+            .read_batch(&node.layout, &chain, &[view.record])
+            .await?;
         locked.header = ModelHeader::from_raw(words[0]);
         let contents = self.decode_leaves(&node.layout, &chain)?;
         Ok(Some((chain, contents)))
@@ -595,7 +625,7 @@ impl<E: Endpoint> Client<E> {
 
     /// Applies `outcome` to the locked chain: writes in the order that keeps concurrent readers
     /// correct, then releases the lock or hands it to a waiting sibling thread.
-    pub(super) fn commit(
+    pub(super) async fn commit(
         &mut self,
         op: &mut WriteOp,
         node: &NodeCache,
@@ -629,7 +659,8 @@ impl<E: Endpoint> Client<E> {
         }
         let result = match outcome {
             Outcome::Unchanged(result) => {
-                self.finish(op, &mut locked, Vec::new(), None, hand_over, held_slot)?;
+                self.finish(op, &mut locked, Vec::new(), None, hand_over, held_slot)
+                    .await?;
                 result
             }
             Outcome::Rewrite { result, pos, leaf } => {
@@ -646,11 +677,13 @@ impl<E: Endpoint> Client<E> {
                     redo.map(|leaf| layout.leaf_addr(leaf)),
                     hand_over,
                     held_slot,
-                )?;
+                )
+                .await?;
                 result
             }
             Outcome::Unlink { result, pos } => {
-                self.unlink(op, node, &mut locked, pos, redo, hand_over, held_slot)?;
+                self.unlink(op, node, &mut locked, pos, redo, hand_over, held_slot)
+                    .await?;
                 result
             }
             Outcome::Split {
@@ -659,17 +692,20 @@ impl<E: Endpoint> Client<E> {
                 lower,
                 upper,
                 moved,
-            } => match self.split(
-                op,
-                node,
-                &mut locked,
-                pos,
-                lower,
-                (upper, moved),
-                redo,
-                hand_over,
-                held_slot,
-            )? {
+            } => match self
+                .split(
+                    op,
+                    node,
+                    &mut locked,
+                    pos,
+                    lower,
+                    (upper, moved),
+                    redo,
+                    hand_over,
+                    held_slot,
+                )
+                .await?
+            {
                 SplitEnd::Done => result,
                 SplitEnd::SltFull => return Ok(Committed::SltFull),
                 SplitEnd::Stale => return Ok(Committed::Stale(Box::new(locked))),
@@ -681,7 +717,7 @@ impl<E: Endpoint> Client<E> {
     /// Writes `writes` — leaves rewritten in place, through the `redo` leaf if there is one
     /// (`leaf_store::redo`) — in order, then releases the lock, or leaves it to a waiting
     /// sibling. A failed batch is repeated with the unlock (see [`release`]).
-    pub(super) fn finish(
+    pub(super) async fn finish(
         &mut self,
         op: &mut WriteOp,
         locked: &mut Locked,
@@ -703,23 +739,25 @@ impl<E: Endpoint> Client<E> {
             entry: lock.held,
             fenced: false,
         };
-        let ran = self.end_write(
-            &op.value,
-            lock,
-            !hand_over,
-            unlock,
-            |batch| {
-                for (at, bytes) in &writes {
-                    leaf_store::redo::in_place(batch, *at, bytes, redo, false);
-                }
-            },
-            |batch| {
-                if let Some((at, freed)) = &unused {
-                    batch.enter(Step::FreedMark);
-                    batch.push(Verb::write(*at, freed));
-                }
-            },
-        );
+        let ran = self
+            .end_write(
+                &op.value,
+                lock,
+                !hand_over,
+                unlock,
+                |batch| {
+                    for (at, bytes) in &writes {
+                        leaf_store::redo::in_place(batch, *at, bytes, redo, false);
+                    }
+                },
+                |batch| {
+                    if let Some((at, freed)) = &unused {
+                        batch.enter(Step::FreedMark);
+                        batch.push(Verb::write(*at, freed));
+                    }
+                },
+            )
+            .await;
         if !ran?.released {
             *held_slot = Some(locked.hand_over());
         }
@@ -847,7 +885,7 @@ fn apply(
 
 /// The change a write makes to a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Change {
+pub(crate) enum Change {
     Insert(u64),
     Update(u64),
     Upsert(u64),

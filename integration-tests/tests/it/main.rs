@@ -12,6 +12,7 @@ mod evicted_views;
 mod model_based_stores;
 mod open_large;
 mod orphans;
+mod pipelined;
 mod reclamation;
 mod recovery;
 mod replacement;

@@ -9,8 +9,10 @@
 //! fault the simulator injects (torn and reordered verbs, packet tearing, failures, lost
 //! completions, crashes, fences, pauses) applies to it as it lands.
 //!
-//! **Timing.** Without a latency ([`crate::SimConfig::latency`]) a batch lands at the first
-//! poll after its post and completes as it lands. With a round trip `rtt`, its verbs land no
+//! **Timing.** Without a latency ([`crate::SimConfig::latency`]) a batch lands at the second
+//! poll of its ticket or of a ticket posted after it (the first finds it in flight, so what
+//! else its poster has in flight runs before it lands), or at a synchronous batch of its
+//! endpoint, and completes as it lands. With a round trip `rtt`, its verbs land no
 //! earlier than `rtt / 2` plus its bytes at 100 Gb/s plus a seeded jitter of up to `rtt / 8`
 //! after its post, and its completion is polled no earlier than `rtt / 2` after it landed: so
 //! a batch completes no earlier than `rtt` after its post, in wall-clock time outside a seeded
@@ -36,6 +38,10 @@ pub(super) struct InFlight {
     landed: Option<(Result<(), TransportError>, Instant)>,
     /// Its poster gave up on it: dropped once it landed.
     abandoned: bool,
+    /// Whether a poll found it not landed yet: without a latency, it lands at the poll after
+    /// the first (so a batch polled at once after its post is still in flight then, and the
+    /// poster's other operations run before it lands).
+    polled: bool,
 }
 
 /// An endpoint's posted batches, oldest first.
@@ -104,6 +110,7 @@ impl SimEndpoint {
             lands_at,
             landed: None,
             abandoned: false,
+            polled: false,
         });
         Ok(Ticket::pending(id))
     }
@@ -111,6 +118,9 @@ impl SimEndpoint {
     /// Lands what may land now, then takes `id`'s completion if it can be polled.
     pub(super) fn take_completion(&mut self, id: u64) -> Option<Completion> {
         self.land_due(false);
+        if let Some(flight) = self.posted.queue.iter_mut().find(|f| f.id == id) {
+            flight.polled = true;
+        }
         let now = Instant::now();
         let at = self.posted.queue.iter().position(|f| f.id == id)?;
         match &self.posted.queue[at].landed {
@@ -154,7 +164,12 @@ impl SimEndpoint {
                     earlier.landed.is_none()
                         && earlier.nodes.iter().any(|n| flight.nodes.contains(n))
                 });
-                if !blocked && (flight.lands_at <= now || all) {
+                let due = match self.shared.config.latency {
+                    // It, or a batch posted after it, was found in flight before.
+                    None => self.posted.queue.iter().skip(i).any(|f| f.polled),
+                    Some(_) => flight.lands_at <= now,
+                };
+                if !blocked && (due || all) {
                     ready.push(i);
                 }
             }

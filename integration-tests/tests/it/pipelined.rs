@@ -1,0 +1,282 @@
+//! Several operations in flight per thread: pipelined sessions and async clients on separate
+//! stores (their own caches), with a retrainer running, in torn and reordering mode and with
+//! batches that take a round trip to complete; every history linearizable, every pool clean.
+
+#![cfg(not(loom))]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use index_core::{OpKind, Reply, Request, Store, StoreConfig, bootstrap};
+use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
+use rdma_transport::Transport;
+use retrainer::{RetrainConfig, Retrainer};
+use sim_transport::{SimConfig, SimTransport};
+use testkit::XorShift64;
+use testkit::linearizability::{KvEvent, KvOp, KvResult, check};
+
+fn tiny() -> BulkLoadConfig {
+    BulkLoadConfig {
+        epsilon: 2,
+        delta: 4,
+        fill: 3,
+        slot_leaves: 2,
+        ..BulkLoadConfig::default()
+    }
+}
+
+fn pool(initial: &[(u64, u64)], config: SimConfig) -> SimTransport {
+    let size = required_pool_bytes(initial.len() as u64, &tiny(), 20_000).next_multiple_of(8);
+    let transport = SimTransport::anonymous_with(&[size], config).expect("pool");
+    bootstrap(&transport, initial.to_vec(), &tiny()).expect("load");
+    transport
+}
+
+fn assert_clean(transport: &SimTransport) {
+    let mut ep = transport.endpoint().expect("endpoint");
+    for &node in transport.memory_nodes() {
+        let report = verify(&mut ep, node).expect("verify");
+        assert!(report.is_clean(), "node {}: {report}", node.id);
+    }
+}
+
+/// A retrainer on its own thread until `stop`.
+fn retrainer(transport: &SimTransport, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (transport, stop) = (transport.clone(), Arc::clone(stop));
+    std::thread::spawn(move || {
+        let mut worker = Retrainer::new(
+            transport.endpoint().expect("endpoint"),
+            transport.memory_nodes()[0],
+            RetrainConfig::default(),
+        )
+        .expect("retrainer");
+        worker
+            .run(|| stop.load(Ordering::Acquire))
+            .expect("retrainer run");
+    })
+}
+
+/// A random key-value request on a small domain (so operations of one session meet on one
+/// leaf), as the checker names it.
+fn draw(random: &mut XorShift64) -> (u64, KvOp, Request) {
+    let key = (random.next_u64() % 60) * 7 + 3;
+    let value = random.next_u64() % 1_000_000 + 1;
+    match random.next_u64() % 10 {
+        0..=2 => (key, KvOp::Get, Request::Get(key)),
+        3..=4 => (key, KvOp::Insert(value), Request::Insert(key, value)),
+        5 => (key, KvOp::Update(value), Request::Update(key, value)),
+        6..=7 => (key, KvOp::Upsert(value), Request::Upsert(key, value)),
+        _ => (key, KvOp::Delete, Request::Delete(key)),
+    }
+}
+
+fn result_of(reply: Reply) -> KvResult {
+    match reply {
+        Reply::Value(value) => KvResult::Value(value),
+        Reply::Done(done) => KvResult::Done(done),
+        other => panic!("a key-value request answered {other:?}"),
+    }
+}
+
+/// `threads` threads, each with its own store and a pipeline of `depth`, run `ops` random
+/// requests each; returns the history (call and return stamped by one shared clock).
+fn run_pipelined(transport: &SimTransport, threads: u64, depth: usize, ops: u64) -> Vec<KvEvent> {
+    let clock = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (transport, clock) = (transport.clone(), Arc::clone(&clock));
+            std::thread::spawn(move || {
+                let store = Store::open(transport, StoreConfig::default()).expect("open");
+                let mut pipeline = store.pipeline(depth).expect("pipeline");
+                let mut session = pipeline.session();
+                let mut random = XorShift64::new(t * 7 + 1);
+                let mut pending: BTreeMap<u64, (u64, KvOp, u64)> = BTreeMap::new();
+                let mut history = Vec::new();
+                let mut next = 0u64;
+                let mut most_in_flight = 0;
+                loop {
+                    while next < ops && session.has_room() {
+                        let (key, op, request) = draw(&mut random);
+                        let call = clock.fetch_add(1, Ordering::SeqCst);
+                        pending.insert(next, (key, op, call));
+                        session.submit(next, request).expect("room");
+                        next += 1;
+                    }
+                    most_in_flight = most_in_flight.max(session.in_flight());
+                    let Some((tag, reply)) = session.wait() else {
+                        break;
+                    };
+                    let ret = clock.fetch_add(1, Ordering::SeqCst);
+                    let (key, op, call) = pending.remove(&tag).expect("a submitted tag");
+                    let reply = reply.expect("operation");
+                    history.push(KvEvent {
+                        key,
+                        op,
+                        call,
+                        ret: Some((ret, result_of(reply))),
+                    });
+                }
+                assert!(pending.is_empty());
+                assert_eq!(most_in_flight, depth, "operations were in flight together");
+                drop(session);
+                let counted: u64 = pipeline
+                    .clients()
+                    .iter()
+                    .flat_map(|c| OpKind::ALL.map(|kind| c.stats().get(kind).ops))
+                    .sum();
+                assert_eq!(counted, ops, "every operation ran on one of the clients");
+                history
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("pipelined thread"))
+        .collect()
+}
+
+fn initial() -> Vec<(u64, u64)> {
+    (0..120u64).map(|i| (i * 7 + 3, i + 1)).collect()
+}
+
+#[test]
+fn pipelined_sessions_on_separate_stores_are_linearizable_under_retraining() {
+    for config in [
+        SimConfig::harsh(),
+        SimConfig {
+            latency: Some(Duration::from_micros(20)),
+            ..SimConfig::harsh()
+        },
+    ] {
+        let transport = pool(&initial(), config);
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = retrainer(&transport, &stop);
+        let history = run_pipelined(&transport, 2, 4, 1_500);
+        stop.store(true, Ordering::Release);
+        worker.join().expect("retrainer");
+        let start: BTreeMap<u64, u64> = initial().into_iter().collect();
+        if let Err(violation) = check(&start, &history) {
+            panic!("not linearizable ({config:?}): {violation:?}");
+        }
+        assert_clean(&transport);
+    }
+}
+
+/// Eight inserts of one thread into one leaf at once, batches in flight for a round trip each:
+/// they take the leaf's lock one after the other (through the local stripe, handed over or
+/// released), none waits for a lock its own thread cannot release, and all land.
+#[test]
+fn operations_of_one_thread_on_one_leaf_lock_wait_for_each_other() {
+    let config = SimConfig {
+        latency: Some(Duration::from_micros(50)),
+        ..SimConfig::torn()
+    };
+    for handovers in [8, 0] {
+        let transport = pool(&initial(), config);
+        let store = Store::open(
+            transport.clone(),
+            StoreConfig {
+                max_handovers: handovers,
+                ..StoreConfig::default()
+            },
+        )
+        .expect("open");
+        let mut pipeline = store.pipeline(8).expect("pipeline");
+        let mut session = pipeline.session();
+        // Keys past the last loaded one: all in the last leaf to begin with.
+        let keys: Vec<u64> = (0..200u64).map(|i| 500 * 7 + 1_000 + i).collect();
+        let mut requests = keys.iter().map(|&k| (k, Request::Insert(k, k + 1)));
+        let mut done = 0;
+        loop {
+            while session.has_room() {
+                let Some((tag, request)) = requests.next() else {
+                    break;
+                };
+                session.submit(tag, request).expect("room");
+            }
+            let Some((_, reply)) = session.wait() else {
+                break;
+            };
+            assert_eq!(reply.expect("insert"), Reply::Done(true));
+            done += 1;
+        }
+        assert_eq!(done, keys.len());
+        drop(session);
+        let mut client = store.client().expect("client");
+        for &k in &keys {
+            assert_eq!(client.get(k).expect("get"), Some(k + 1));
+        }
+        assert_clean(&transport);
+    }
+}
+
+/// An async operation dropped after it started runs to its end: its insert lands and no lock
+/// stays held.
+#[test]
+fn a_dropped_async_operation_finishes() {
+    let config = SimConfig {
+        latency: Some(Duration::from_micros(200)),
+        ..SimConfig::default()
+    };
+    let transport = pool(&initial(), config);
+    let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
+    let mut client = store.client().expect("client").into_async();
+    for k in 0..20u64 {
+        let key = 10_000 + k;
+        let operation = client.insert(key, k);
+        drop(operation);
+        assert_eq!(index_core::block_on(client.get(key)), Ok(Some(k)));
+    }
+    let mut client = client.into_inner();
+    assert_eq!(
+        client.insert(10_000, 1),
+        Ok(false),
+        "the leaf is not locked"
+    );
+    assert_clean(&transport);
+}
+
+/// Async clients on a current-thread tokio runtime: tasks of one thread, each with its own
+/// client, their operations in flight together.
+#[test]
+fn async_clients_run_on_tokio() {
+    let config = SimConfig {
+        latency: Some(Duration::from_micros(20)),
+        ..SimConfig::harsh()
+    };
+    let transport = pool(&initial(), config);
+    let store = Arc::new(Store::open(transport.clone(), StoreConfig::default()).expect("open"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    let results = local.block_on(&runtime, async {
+        let tasks: Vec<_> = (0..4u64)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                tokio::task::spawn_local(async move {
+                    let mut client = store.client().expect("client").into_async();
+                    for i in 0..100u64 {
+                        let key = 20_000 + t * 1_000 + i;
+                        assert_eq!(client.insert(key, i).await, Ok(true));
+                        assert_eq!(client.get(key).await, Ok(Some(i)));
+                    }
+                    client
+                        .scan(20_000 + t * 1_000, 100)
+                        .await
+                        .expect("scan")
+                        .len()
+                })
+            })
+            .collect();
+        let mut lens = Vec::new();
+        for task in tasks {
+            lens.push(task.await.expect("task"));
+        }
+        lens
+    });
+    assert_eq!(results, [100; 4]);
+    assert_clean(&transport);
+}
