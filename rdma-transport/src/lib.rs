@@ -11,7 +11,8 @@
 //! * [`Endpoint`] — `read`, `write`, `cas`, `faa`, and [`Endpoint::batch`]: a doorbell batch whose
 //!   verbs are executed **in order** by the memory node and cost **one round trip**; or
 //!   [`Endpoint::post`] and [`Endpoint::poll`]: the same batch posted without waiting, several in
-//!   flight at once, each taken back as a [`Completion`] named by its [`Ticket`].
+//!   flight at once, each taken back as a [`Completion`] named by its [`Ticket`]; [`wait`]
+//!   awaits one from an async operation.
 //! * [`Stats`] — per-endpoint counters; every network figure the project reports comes from them.
 //! * Limits — [`MAX_BATCH_VERBS`] and [`MAX_BATCH_BYTES`] per batch, enforced by every backend;
 //!   [`Endpoint::batches`] splits larger work into consecutive batches.
@@ -113,6 +114,7 @@ mod peers;
 mod posted;
 mod stats;
 mod verb;
+pub mod wait;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 

@@ -3,87 +3,19 @@
 //! its completion has come (an operation awaited, several in flight per thread: see
 //! `crate::pipeline` and ARCHITECTURE §6, "Operations in flight").
 //!
-//! **Invariant.** A posted batch's completion is delivered to the verbs it was posted from, or,
-//! if the operation awaiting it is dropped first, abandoned ([`Posted`]'s `Drop`): a ticket is
-//! never lost with its completion left in the endpoint. An operation yields only where it waits
-//! for a batch or for something a sibling operation of its thread holds (a lock stripe), never
-//! while it holds a value another operation could need to go on; and in blocking mode it never
-//! yields at all, so a synchronous call behaves exactly as before any of this existed.
+//! **Invariant.** A posted batch's completion is delivered to the verbs it was posted from, or
+//! abandoned if the operation awaiting it is dropped first ([`rdma_transport::wait`]). In
+//! posting mode an operation never blocks its thread on anything a sibling operation of the
+//! thread may hold (a lock stripe, a leaf lock it waits out): it yields, so the sibling goes on
+//! and releases it. In blocking mode an operation never yields, so a synchronous call behaves
+//! exactly as it did before operations were futures.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-
-use rdma_transport::{Completion, Endpoint, Ticket, TransportError, Verb};
 
 use crate::backoff::Backoff;
 
-/// How the operation running on a client waits for its batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waiting {
-    /// Each batch executes and completes before the call returns ([`Endpoint::batch`]).
-    Blocking,
-    /// Each batch is posted ([`Endpoint::post`]) and awaited: other operations of the thread go
-    /// on meanwhile.
-    Posting,
-}
-
-/// Executes `verbs` as [`Endpoint::batches`] does: in blocking mode exactly that; in posting
-/// mode one posted batch, awaited, when they fit one (the split into several, rare, blocks).
-pub(crate) async fn batches<E: Endpoint>(
-    ep: &mut E,
-    waiting: Waiting,
-    verbs: &mut [Verb<'_>],
-) -> Result<(), TransportError> {
-    let fits = verbs.len() <= rdma_transport::MAX_BATCH_VERBS
-        && rdma_transport::batch_bytes(verbs) <= rdma_transport::MAX_BATCH_BYTES;
-    if waiting == Waiting::Blocking || !fits || verbs.is_empty() {
-        return ep.batches(verbs);
-    }
-    let ticket = ep.post(verbs)?;
-    Posted {
-        ep,
-        ticket: Some(ticket),
-    }
-    .await
-    .deliver(verbs)
-}
-
-/// A posted batch being awaited: ready once its endpoint returns its completion. Dropped before
-/// that, it abandons the batch (which still executes).
-struct Posted<'e, E: Endpoint> {
-    ep: &'e mut E,
-    ticket: Option<Ticket>,
-}
-
-impl<E: Endpoint> Future for Posted<'_, E> {
-    type Output = Completion;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
-        let this = self.get_mut();
-        let Some(ticket) = this.ticket.take() else {
-            // Polled after it completed: a bug of the executor; never ready again.
-            return Poll::Pending;
-        };
-        match this.ep.poll(ticket) {
-            Ok(done) => Poll::Ready(done),
-            Err(pending) => {
-                this.ticket = Some(pending);
-                // Completions arrive by polling the endpoint: ask to be polled again.
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-        }
-    }
-}
-
-impl<E: Endpoint> Drop for Posted<'_, E> {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.ep.abandon(ticket);
-        }
-    }
-}
+pub(crate) use rdma_transport::wait::{Waiting, batches};
 
 /// Yields once: pending the first time it is polled (asking to be polled again), ready the
 /// second. What an operation awaits while a sibling of its thread holds what it needs.

@@ -1,0 +1,162 @@
+//! Awaiting a batch: the async half of [`Endpoint`], for clients whose operations are futures
+//! (several in flight on one thread). A [`Waiting::Blocking`] client executes each batch at
+//! once with [`Endpoint::batches`] (never pending); a [`Waiting::Posting`] one posts it and is
+//! pending until its completion has come.
+//!
+//! **Invariant.** A posted batch's completion is delivered to the verbs it was posted from, or,
+//! if the future awaiting it is dropped first, the batch is abandoned ([`Endpoint::abandon`]):
+//! a ticket is never lost with its completion left in the endpoint.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::{Completion, Endpoint, Ticket, TransportError, Verb};
+
+/// How an operation waits for its batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Waiting {
+    /// Each batch executes and completes before the call returns ([`Endpoint::batch`]).
+    #[default]
+    Blocking,
+    /// Each batch is posted ([`Endpoint::post`]) and awaited: other operations of the thread go
+    /// on meanwhile.
+    Posting,
+}
+
+/// Executes `verbs` as [`Endpoint::batches`] does: in blocking mode exactly that; in posting
+/// mode one posted batch, awaited, when they fit one (work split into several batches blocks).
+pub async fn batches<E: Endpoint + ?Sized>(
+    ep: &mut E,
+    waiting: Waiting,
+    verbs: &mut [Verb<'_>],
+) -> Result<(), TransportError> {
+    let fits = verbs.len() <= crate::MAX_BATCH_VERBS
+        && crate::batch_bytes(verbs) <= crate::MAX_BATCH_BYTES;
+    if waiting == Waiting::Blocking || !fits || verbs.is_empty() {
+        return ep.batches(verbs);
+    }
+    let ticket = ep.post(verbs)?;
+    Posted {
+        ep,
+        ticket: Some(ticket),
+    }
+    .await
+    .deliver(verbs)
+}
+
+/// A posted batch being awaited: ready once its endpoint returns its completion. Dropped before
+/// that, it abandons the batch (which still executes).
+struct Posted<'e, E: Endpoint + ?Sized> {
+    ep: &'e mut E,
+    ticket: Option<Ticket>,
+}
+
+impl<E: Endpoint + ?Sized> Future for Posted<'_, E> {
+    type Output = Completion;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
+        let this = self.get_mut();
+        let Some(ticket) = this.ticket.take() else {
+            // Polled after it completed: a bug of the executor; never ready again.
+            return Poll::Pending;
+        };
+        match this.ep.poll(ticket) {
+            Ok(done) => Poll::Ready(done),
+            Err(pending) => {
+                this.ticket = Some(pending);
+                // Completions arrive by polling the endpoint: ask to be polled again.
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<E: Endpoint + ?Sized> Drop for Posted<'_, E> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.ep.abandon(ticket);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An endpoint whose posted batches complete at the third poll, and that counts abandons.
+    #[derive(Default)]
+    struct Slow {
+        polls: u32,
+        abandoned: u32,
+        executed: u32,
+    }
+
+    impl Endpoint for Slow {
+        fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
+            self.executed += 1;
+            for verb in verbs {
+                if let Verb::Faa { old, .. } = verb {
+                    *old = 41;
+                }
+            }
+            Ok(())
+        }
+        fn post(&mut self, _verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
+            Ok(Ticket::pending(1))
+        }
+        fn poll(&mut self, ticket: Ticket) -> Result<crate::Completion, Ticket> {
+            self.polls += 1;
+            if self.polls < 3 {
+                return Err(ticket);
+            }
+            let addr = crate::RemoteAddr::new(0, 0).expect("addr");
+            let mut posted = crate::PostedBatch::copy_of(&[Verb::faa(addr, 1)]);
+            let outcome = posted.execute(|verbs| self.batch(verbs));
+            Ok(crate::Completion::new(posted, outcome))
+        }
+        fn abandon(&mut self, _ticket: Ticket) {
+            self.abandoned += 1;
+        }
+        fn stats(&self) -> crate::Stats {
+            crate::Stats::default()
+        }
+    }
+
+    fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn a_posted_batch_is_pending_until_its_completion_and_delivered() {
+        let mut ep = Slow::default();
+        let addr = crate::RemoteAddr::new(0, 0).expect("addr");
+        let mut verbs = [Verb::faa(addr, 1)];
+        {
+            let mut future = std::pin::pin!(batches(&mut ep, Waiting::Posting, &mut verbs));
+            assert!(poll_once(future.as_mut()).is_pending());
+            assert!(poll_once(future.as_mut()).is_pending());
+            assert_eq!(poll_once(future.as_mut()), Poll::Ready(Ok(())));
+        }
+        assert_eq!(verbs[0].old_value(), Some(41));
+        assert_eq!(ep.abandoned, 0);
+    }
+
+    #[test]
+    fn blocking_mode_executes_at_once_and_a_dropped_wait_abandons() {
+        let mut ep = Slow::default();
+        let addr = crate::RemoteAddr::new(0, 0).expect("addr");
+        let mut verbs = [Verb::faa(addr, 1)];
+        {
+            let mut future = std::pin::pin!(batches(&mut ep, Waiting::Blocking, &mut verbs));
+            assert_eq!(poll_once(future.as_mut()), Poll::Ready(Ok(())));
+        }
+        assert_eq!(ep.executed, 1);
+        {
+            let mut future = std::pin::pin!(batches(&mut ep, Waiting::Posting, &mut verbs));
+            assert!(poll_once(future.as_mut()).is_pending());
+        }
+        assert_eq!(ep.abandoned, 1, "the dropped wait gave its ticket up");
+    }
+}
