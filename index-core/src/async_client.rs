@@ -227,13 +227,13 @@ impl<E: Endpoint> AsyncClient<E> {
 
     /// Any operation, as a [`Request`].
     pub fn run(&mut self, request: Request) -> Operation<'_, Reply> {
-        Operation::new(self.client.run(request, Waiting::Posting))
+        Operation::new(self.client.run_request(request, Waiting::Posting))
     }
 }
 
 /// Runs `future` to its end on this thread, polling it again whenever it is pending: the
 /// smallest executor there is, enough for a few operations of an [`AsyncClient`] (a
-/// [`crate::Session`] drives many without boxing each).
+/// [`crate::Session`] drives many).
 pub fn block_on<F: Future>(future: F) -> F::Output {
     crate::client::block_on(future)
 }

@@ -114,9 +114,9 @@ mod peers;
 mod posted;
 mod stats;
 mod verb;
-pub mod wait;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod wait;
 
 pub use addr::{MAX_OFFSET, RemoteAddr};
 pub use endpoint::{Endpoint, Fence, Fenced, MemoryNodeInfo, Transport, validate_verb};

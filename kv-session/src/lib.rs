@@ -1,0 +1,360 @@
+//! Several key-value operations in flight on one thread: a [`Session`] over a set of [`Lane`]s
+//! takes tagged [`Request`]s and gives back their [`Reply`]s as they complete.
+//!
+//! A lane is a client whose operations are futures and that runs one at a time (on a
+//! disaggregated-memory index: its own queue pairs, and whatever state an operation keeps); a
+//! session of `K` lanes keeps up to `K` operations in flight, the way RDMA systems run several
+//! coroutines per thread. No runtime is involved: the session polls its operations' futures
+//! itself, in a loop, and an operation's batch completes when its endpoint is polled.
+//!
+//! **Invariant.** A session is never dropped with an operation half done: dropping it finishes
+//! every operation it started (an index's write stopped between its lock and its unlock would
+//! leave a lock held). And it never holds more results than it has lanes: [`Session::submit`]
+//! refuses work until results are taken.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// One operation, as a [`Session`] takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// a GET.
+    Get(u64),
+    /// An insert (`Reply::Done(false)` if present).
+    Insert(u64, u64),
+    /// An update (`Reply::Done(false)` if absent).
+    Update(u64, u64),
+    /// An upsert (`Reply::Done(true)` if it inserted).
+    Upsert(u64, u64),
+    /// A delete (`Reply::Done(false)` if absent).
+    Delete(u64),
+    /// A scan: start key, most entries.
+    Scan(u64, usize),
+    /// A byte-value GET.
+    GetValue(u64),
+    /// A byte-value insert.
+    InsertValue(u64, Vec<u8>),
+    /// A byte-value update.
+    UpdateValue(u64, Vec<u8>),
+    /// A byte-value upsert.
+    PutValue(u64, Vec<u8>),
+    /// A byte-value scan: start key, most entries.
+    ScanValues(u64, usize),
+}
+
+/// What a [`Request`] came back with (the variant its synchronous twin returns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// A GET's value.
+    Value(Option<u64>),
+    /// A write's outcome: whether it inserted, updated or deleted (as the synchronous call's
+    /// `bool`).
+    Done(bool),
+    /// A scan's entries.
+    Rows(Vec<(u64, u64)>),
+    /// A byte-value GET's bytes.
+    Bytes(Option<Vec<u8>>),
+    /// A byte-value scan's entries.
+    ValueRows(Vec<(u64, Vec<u8>)>),
+}
+
+/// A client a [`Session`] runs operations on, one at a time.
+pub trait Lane {
+    /// Why an operation failed.
+    type Error;
+
+    /// Runs `request`; pending while its batches are in flight.
+    fn run(&mut self, request: Request) -> impl Future<Output = Result<Reply, Self::Error>> + '_;
+
+    /// What a session does when none of its operations could go on: by default a spin hint
+    /// (their batches complete by being polled); a lane whose operations wait on other threads
+    /// under a scheduler that decides who runs yields there.
+    fn idle() {
+        std::hint::spin_loop();
+    }
+}
+
+/// A session over `lanes`: see [`Session`].
+pub fn session<'p, L: Lane + 'p, T: 'p>(lanes: &'p mut [L]) -> Session<'p, L, T> {
+    let depth = lanes.len();
+    Session {
+        idle: lanes.iter_mut().collect(),
+        running: Vec::with_capacity(depth),
+        ready: VecDeque::new(),
+    }
+}
+
+/// What a lane's running operation gives back: the lane, the tag, the result.
+type Finished<'p, L, T> = (&'p mut L, T, Result<Reply, <L as Lane>::Error>);
+
+/// An operation running on a lane.
+type Running<'p, L, T> = Pin<Box<dyn Future<Output = Finished<'p, L, T>> + 'p>>;
+
+/// The operations in flight on a set of lanes ([`session`]): [`Session::submit`] starts one on a free client,
+/// [`Session::poll`] and [`Session::wait`] move every one along and give back those that
+/// completed, with their tags, in the order they completed.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use kv_session::{Lane, Reply, Request};
+///
+/// /// A lane over a map in local memory: its operations are ready at once.
+/// struct Local<'m>(&'m std::cell::RefCell<BTreeMap<u64, u64>>);
+///
+/// impl Lane for Local<'_> {
+///     type Error = String;
+///     async fn run(&mut self, request: Request) -> Result<Reply, String> {
+///         let mut map = self.0.borrow_mut();
+///         Ok(match request {
+///             Request::Get(k) => Reply::Value(map.get(&k).copied()),
+///             Request::Insert(k, v) => Reply::Done(map.insert(k, v).is_none()),
+///             other => return Err(format!("not here: {other:?}")),
+///         })
+///     }
+/// }
+///
+/// let map = std::cell::RefCell::new(BTreeMap::new());
+/// let mut lanes = [Local(&map), Local(&map)];
+/// let mut session = kv_session::session(&mut lanes);
+/// let mut requests = (0..10u64).map(|k| (k, Request::Insert(k, k * 2)));
+/// let mut inserted = 0;
+/// loop {
+///     // Keep every lane busy, then take one result.
+///     while session.has_room() {
+///         let Some((tag, request)) = requests.next() else { break };
+///         session.submit(tag, request).expect("a lane is free");
+///     }
+///     let Some((_tag, reply)) = session.wait() else { break };
+///     assert_eq!(reply, Ok(Reply::Done(true)));
+///     inserted += 1;
+/// }
+/// assert_eq!(inserted, 10);
+/// ```
+pub struct Session<'p, L: Lane, T> {
+    idle: Vec<&'p mut L>,
+    running: Vec<Running<'p, L, T>>,
+    ready: VecDeque<(T, Result<Reply, L::Error>)>,
+}
+
+impl<L: Lane, T> std::fmt::Debug for Session<'_, L, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("idle", &self.idle.len())
+            .field("running", &self.running.len())
+            .field("ready", &self.ready.len())
+            .finish()
+    }
+}
+
+/// A request [`Session::submit`] could not start: every client is busy, or as many results as
+/// the pipeline is deep wait to be taken. Take a result first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Busy<T> {
+    /// The request's tag.
+    pub tag: T,
+    /// The request.
+    pub request: Request,
+}
+
+impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
+    /// Starts `request` on a free client (it runs as far as its first batch), or gives it back
+    /// if every client is busy.
+    pub fn submit(&mut self, tag: T, request: Request) -> Result<(), Busy<T>> {
+        if !self.has_room() {
+            return Err(Busy { tag, request });
+        }
+        let Some(lane) = self.idle.pop() else {
+            return Err(Busy { tag, request });
+        };
+        let mut running: Running<'p, L, T> = Box::pin(async move {
+            let result = lane.run(request).await;
+            (lane, tag, result)
+        });
+        // Started now: its first batch is posted before this returns.
+        let mut cx = Context::from_waker(Waker::noop());
+        match running.as_mut().poll(&mut cx) {
+            Poll::Ready((lane, tag, result)) => {
+                self.idle.push(lane);
+                self.ready.push_back((tag, result));
+            }
+            Poll::Pending => self.running.push(running),
+        }
+        Ok(())
+    }
+
+    /// Whether a request can be submitted now: a client is free and fewer results than the
+    /// pipeline's depth wait to be taken.
+    pub fn has_room(&self) -> bool {
+        !self.idle.is_empty() && self.in_flight() < self.running.len() + self.idle.len()
+    }
+
+    /// Operations started and not yet given back (results waiting in the session included).
+    pub fn in_flight(&self) -> usize {
+        self.running.len() + self.ready.len()
+    }
+
+    /// Moves every running operation along once; gives back one that completed, if any.
+    pub fn poll(&mut self) -> Option<(T, Result<Reply, L::Error>)> {
+        if self.ready.is_empty() {
+            self.sweep();
+        }
+        self.ready.pop_front()
+    }
+
+    /// Moves the running operations along until one completes and gives it back; `None` if
+    /// none is running.
+    pub fn wait(&mut self) -> Option<(T, Result<Reply, L::Error>)> {
+        loop {
+            if let Some(done) = self.ready.pop_front() {
+                return Some(done);
+            }
+            if self.running.is_empty() {
+                return None;
+            }
+            if !self.sweep() {
+                L::idle();
+            }
+        }
+    }
+
+    /// Polls every running operation once; whether one completed.
+    fn sweep(&mut self) -> bool {
+        let before = self.ready.len();
+        let mut at = 0;
+        while at < self.running.len() {
+            let mut cx = Context::from_waker(Waker::noop());
+            match self.running[at].as_mut().poll(&mut cx) {
+                Poll::Ready((lane, tag, result)) => {
+                    drop(self.running.swap_remove(at));
+                    self.idle.push(lane);
+                    self.ready.push_back((tag, result));
+                }
+                Poll::Pending => at += 1,
+            }
+        }
+        self.ready.len() > before
+    }
+}
+
+impl<L: Lane, T> Drop for Session<'_, L, T> {
+    /// Finishes every operation still running (an operation dropped half done could leave a
+    /// leaf lock held); their results are dropped.
+    fn drop(&mut self) {
+        while !self.running.is_empty() {
+            let mut at = 0;
+            let mut progressed = false;
+            while at < self.running.len() {
+                let mut cx = Context::from_waker(Waker::noop());
+                match self.running[at].as_mut().poll(&mut cx) {
+                    Poll::Ready(_) => {
+                        drop(self.running.swap_remove(at));
+                        progressed = true;
+                    }
+                    Poll::Pending => at += 1,
+                }
+            }
+            if !progressed {
+                L::idle();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// A lane whose operation on key `k` is pending `k` polls, then answers `Value(Some(k))`;
+    /// it counts the operations that ran to their end.
+    struct Slow {
+        finished: Rc<Cell<u32>>,
+        order: Rc<RefCell<Vec<u64>>>,
+    }
+
+    impl Lane for Slow {
+        type Error = ();
+        async fn run(&mut self, request: Request) -> Result<Reply, ()> {
+            let Request::Get(k) = request else {
+                return Err(());
+            };
+            let mut left = k;
+            std::future::poll_fn(|cx| {
+                if left == 0 {
+                    Poll::Ready(())
+                } else {
+                    left -= 1;
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            })
+            .await;
+            self.finished.set(self.finished.get() + 1);
+            self.order.borrow_mut().push(k);
+            Ok(Reply::Value(Some(k)))
+        }
+    }
+
+    fn lanes(n: usize) -> (Vec<Slow>, Rc<Cell<u32>>, Rc<RefCell<Vec<u64>>>) {
+        let finished = Rc::new(Cell::new(0));
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let lanes = (0..n)
+            .map(|_| Slow {
+                finished: Rc::clone(&finished),
+                order: Rc::clone(&order),
+            })
+            .collect();
+        (lanes, finished, order)
+    }
+
+    #[test]
+    fn results_come_back_as_operations_complete_and_submit_waits_for_a_free_lane() {
+        let (mut lanes, _, order) = lanes(3);
+        let mut session = session(&mut lanes);
+        for (tag, k) in [(0, 9), (1, 1), (2, 4)] {
+            session.submit(tag, Request::Get(k)).expect("a free lane");
+        }
+        assert!(!session.has_room());
+        assert_eq!(
+            session.submit(3, Request::Get(0)),
+            Err(Busy {
+                tag: 3,
+                request: Request::Get(0)
+            })
+        );
+        assert_eq!(session.in_flight(), 3);
+        let got: Vec<u64> = std::iter::from_fn(|| session.wait().map(|(tag, _)| tag)).collect();
+        assert_eq!(got, [1, 2, 0], "the shortest operation first");
+        assert_eq!(*order.borrow(), [1, 4, 9]);
+        assert_eq!(session.wait(), None, "nothing in flight");
+    }
+
+    #[test]
+    fn results_not_taken_hold_the_session_back() {
+        let (mut lanes, _, _) = lanes(2);
+        let mut session = session(&mut lanes);
+        // Ready at once: the lane is free again, but its result waits to be taken.
+        session.submit(0, Request::Get(0)).expect("free");
+        session.submit(1, Request::Get(0)).expect("free");
+        assert!(!session.has_room(), "two results wait: no room for a third");
+        assert!(session.poll().is_some());
+        assert!(session.has_room());
+    }
+
+    #[test]
+    fn a_dropped_session_finishes_what_it_started() {
+        let (mut lanes, finished, _) = lanes(4);
+        {
+            let mut session = session(&mut lanes);
+            for tag in 0..4 {
+                session.submit(tag, Request::Get(5 + tag)).expect("free");
+            }
+            assert!(session.poll().is_none());
+        }
+        assert_eq!(finished.get(), 4);
+    }
+}
