@@ -133,6 +133,6 @@ pub use client::Client;
 pub use client::broken;
 pub use config::{CacheMode, StoreConfig};
 pub use error::IndexError;
-pub use pipeline::{Busy, Lane, Pipeline, Reply, Request, Session};
+pub use pipeline::{Busy, Done, Lane, Pipeline, Reply, Request, Session};
 pub use stats::{OpCounters, OpKind, OpStats};
 pub use store::{CacheStats, Store};

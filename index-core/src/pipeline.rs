@@ -16,7 +16,7 @@
 
 use rdma_transport::Endpoint;
 
-pub use kv_session::{Busy, Lane, Reply, Request, Session};
+pub use kv_session::{Busy, Done, Lane, Reply, Request, Session};
 
 use crate::IndexError;
 use crate::client::{Change, Client, Waiting};
@@ -126,8 +126,9 @@ impl<E: Endpoint> Pipeline<E> {
     ///         let Some((tag, request)) = requests.next() else { break };
     ///         session.submit(tag, request).expect("a client is free");
     ///     }
-    ///     let Some((tag, reply)) = session.wait() else { break };
-    ///     assert_eq!(reply?, Reply::Value(Some(tag * 10)));
+    ///     let Some(done) = session.wait() else { break };
+    ///     assert_eq!(done.result?, Reply::Value(Some(done.tag * 10)));
+    ///     assert_eq!(done.net.batches, 1, "a GET is one round trip");
     ///     found += 1;
     /// }
     /// assert_eq!(found, 100);
@@ -147,6 +148,10 @@ impl<E: Endpoint> Lane for Client<E> {
         request: Request,
     ) -> impl std::future::Future<Output = Result<Reply, IndexError>> + '_ {
         self.run_request(request, Waiting::Posting)
+    }
+
+    fn net_stats(&self) -> rdma_transport::Stats {
+        Client::net_stats(self)
     }
 
     /// A spin hint, or a yield where the scheduler decides who runs (loom models, seeded runs),

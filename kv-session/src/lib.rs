@@ -17,6 +17,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+pub use rdma_transport::Stats;
+
 /// One operation, as a [`Session`] takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -68,6 +70,10 @@ pub trait Lane {
     /// Runs `request`; pending while its batches are in flight.
     fn run(&mut self, request: Request) -> impl Future<Output = Result<Reply, Self::Error>> + '_;
 
+    /// The lane's network counters so far (its endpoint's): a session reads them before and
+    /// after each operation, so each [`Done`] says what its operation cost.
+    fn net_stats(&self) -> Stats;
+
     /// What a session does when none of its operations could go on: by default a spin hint
     /// (their batches complete by being polled); a lane whose operations wait on other threads
     /// under a scheduler that decides who runs yields there.
@@ -87,7 +93,18 @@ pub fn session<'p, L: Lane + 'p, T: 'p>(lanes: &'p mut [L]) -> Session<'p, L, T>
 }
 
 /// What a lane's running operation gives back: the lane, the tag, the result.
-type Finished<'p, L, T> = (&'p mut L, T, Result<Reply, <L as Lane>::Error>);
+type Finished<'p, L, T> = (&'p mut L, Done<T, <L as Lane>::Error>);
+
+/// An operation that completed: its tag, its result, and what it cost on the network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done<T, E> {
+    /// The tag it was submitted with.
+    pub tag: T,
+    /// What it returned.
+    pub result: Result<Reply, E>,
+    /// The verbs, bytes and round trips it used (its lane's counters across it).
+    pub net: Stats,
+}
 
 /// An operation running on a lane.
 type Running<'p, L, T> = Pin<Box<dyn Future<Output = Finished<'p, L, T>> + 'p>>;
@@ -113,6 +130,9 @@ type Running<'p, L, T> = Pin<Box<dyn Future<Output = Finished<'p, L, T>> + 'p>>;
 ///             other => return Err(format!("not here: {other:?}")),
 ///         })
 ///     }
+///     fn net_stats(&self) -> kv_session::Stats {
+///         kv_session::Stats::default() // no network here
+///     }
 /// }
 ///
 /// let map = std::cell::RefCell::new(BTreeMap::new());
@@ -126,8 +146,8 @@ type Running<'p, L, T> = Pin<Box<dyn Future<Output = Finished<'p, L, T>> + 'p>>;
 ///         let Some((tag, request)) = requests.next() else { break };
 ///         session.submit(tag, request).expect("a lane is free");
 ///     }
-///     let Some((_tag, reply)) = session.wait() else { break };
-///     assert_eq!(reply, Ok(Reply::Done(true)));
+///     let Some(done) = session.wait() else { break };
+///     assert_eq!(done.result, Ok(Reply::Done(true)));
 ///     inserted += 1;
 /// }
 /// assert_eq!(inserted, 10);
@@ -135,7 +155,7 @@ type Running<'p, L, T> = Pin<Box<dyn Future<Output = Finished<'p, L, T>> + 'p>>;
 pub struct Session<'p, L: Lane, T> {
     idle: Vec<&'p mut L>,
     running: Vec<Running<'p, L, T>>,
-    ready: VecDeque<(T, Result<Reply, L::Error>)>,
+    ready: VecDeque<Done<T, L::Error>>,
 }
 
 impl<L: Lane, T> std::fmt::Debug for Session<'_, L, T> {
@@ -169,15 +189,17 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
             return Err(Busy { tag, request });
         };
         let mut running: Running<'p, L, T> = Box::pin(async move {
+            let before = lane.net_stats();
             let result = lane.run(request).await;
-            (lane, tag, result)
+            let net = lane.net_stats() - before;
+            (lane, Done { tag, result, net })
         });
         // Started now: its first batch is posted before this returns.
         let mut cx = Context::from_waker(Waker::noop());
         match running.as_mut().poll(&mut cx) {
-            Poll::Ready((lane, tag, result)) => {
+            Poll::Ready((lane, done)) => {
                 self.idle.push(lane);
-                self.ready.push_back((tag, result));
+                self.ready.push_back(done);
             }
             Poll::Pending => self.running.push(running),
         }
@@ -196,7 +218,7 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
     }
 
     /// Moves every running operation along once; gives back one that completed, if any.
-    pub fn poll(&mut self) -> Option<(T, Result<Reply, L::Error>)> {
+    pub fn poll(&mut self) -> Option<Done<T, L::Error>> {
         if self.ready.is_empty() {
             self.sweep();
         }
@@ -205,7 +227,7 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
 
     /// Moves the running operations along until one completes and gives it back; `None` if
     /// none is running.
-    pub fn wait(&mut self) -> Option<(T, Result<Reply, L::Error>)> {
+    pub fn wait(&mut self) -> Option<Done<T, L::Error>> {
         loop {
             if let Some(done) = self.ready.pop_front() {
                 return Some(done);
@@ -226,10 +248,10 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
         while at < self.running.len() {
             let mut cx = Context::from_waker(Waker::noop());
             match self.running[at].as_mut().poll(&mut cx) {
-                Poll::Ready((lane, tag, result)) => {
+                Poll::Ready((lane, done)) => {
                     drop(self.running.swap_remove(at));
                     self.idle.push(lane);
-                    self.ready.push_back((tag, result));
+                    self.ready.push_back(done);
                 }
                 Poll::Pending => at += 1,
             }
@@ -297,6 +319,12 @@ mod tests {
             self.order.borrow_mut().push(k);
             Ok(Reply::Value(Some(k)))
         }
+        fn net_stats(&self) -> Stats {
+            Stats {
+                batches: u64::from(self.finished.get()),
+                ..Stats::default()
+            }
+        }
     }
 
     fn lanes(n: usize) -> (Vec<Slow>, Rc<Cell<u32>>, Rc<RefCell<Vec<u64>>>) {
@@ -327,7 +355,7 @@ mod tests {
             })
         );
         assert_eq!(session.in_flight(), 3);
-        let got: Vec<u64> = std::iter::from_fn(|| session.wait().map(|(tag, _)| tag)).collect();
+        let got: Vec<u64> = std::iter::from_fn(|| session.wait().map(|done| done.tag)).collect();
         assert_eq!(got, [1, 2, 0], "the shortest operation first");
         assert_eq!(*order.borrow(), [1, 4, 9]);
         assert_eq!(session.wait(), None, "nothing in flight");

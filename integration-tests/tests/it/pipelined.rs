@@ -105,12 +105,12 @@ fn run_pipelined(transport: &SimTransport, threads: u64, depth: usize, ops: u64)
                         next += 1;
                     }
                     most_in_flight = most_in_flight.max(session.in_flight());
-                    let Some((tag, reply)) = session.wait() else {
+                    let Some(done) = session.wait() else {
                         break;
                     };
                     let ret = clock.fetch_add(1, Ordering::SeqCst);
-                    let (key, op, call) = pending.remove(&tag).expect("a submitted tag");
-                    let reply = reply.expect("operation");
+                    let (key, op, call) = pending.remove(&done.tag).expect("a submitted tag");
+                    let reply = done.result.expect("operation");
                     history.push(KvEvent {
                         key,
                         op,
@@ -188,7 +188,7 @@ fn operations_of_one_thread_on_one_leaf_lock_wait_for_each_other() {
         // Keys past the last loaded one: all in the last leaf to begin with.
         let keys: Vec<u64> = (0..200u64).map(|i| 500 * 7 + 1_000 + i).collect();
         let mut requests = keys.iter().map(|&k| (k, Request::Insert(k, k + 1)));
-        let mut done = 0;
+        let mut inserted = 0;
         loop {
             while session.has_room() {
                 let Some((tag, request)) = requests.next() else {
@@ -196,13 +196,13 @@ fn operations_of_one_thread_on_one_leaf_lock_wait_for_each_other() {
                 };
                 session.submit(tag, request).expect("room");
             }
-            let Some((_, reply)) = session.wait() else {
+            let Some(done) = session.wait() else {
                 break;
             };
-            assert_eq!(reply.expect("insert"), Reply::Done(true));
-            done += 1;
+            assert_eq!(done.result.expect("insert"), Reply::Done(true));
+            inserted += 1;
         }
-        assert_eq!(done, keys.len());
+        assert_eq!(inserted, keys.len());
         drop(session);
         let mut client = store.client().expect("client");
         for &k in &keys {
