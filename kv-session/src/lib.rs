@@ -295,7 +295,7 @@ mod tests {
     /// it counts the operations that ran to their end.
     struct Slow {
         finished: Rc<Cell<u32>>,
-        order: Rc<RefCell<Vec<u64>>>,
+        order: Order,
     }
 
     impl Lane for Slow {
@@ -327,7 +327,10 @@ mod tests {
         }
     }
 
-    fn lanes(n: usize) -> (Vec<Slow>, Rc<Cell<u32>>, Rc<RefCell<Vec<u64>>>) {
+    /// The order operations finished in, by key.
+    type Order = Rc<RefCell<Vec<u64>>>;
+
+    fn lanes(n: usize) -> (Vec<Slow>, Rc<Cell<u32>>, Order) {
         let finished = Rc::new(Cell::new(0));
         let order = Rc::new(RefCell::new(Vec::new()));
         let lanes = (0..n)

@@ -33,6 +33,8 @@ pub struct Broken {
     pub adopt_changes: AdoptChanges,
     /// What a writer trusts of a chain it has not confirmed.
     pub writer_trust: WriterTrust,
+    /// How an operation in posting mode waits for a lock stripe.
+    pub stripe_wait: StripeWait,
 }
 
 impl Default for Broken {
@@ -45,6 +47,7 @@ impl Default for Broken {
             confirm_slot_count: true,
             adopt_changes: AdoptChanges::Checked,
             writer_trust: WriterTrust::Claims,
+            stripe_wait: StripeWait::Yields,
         }
     }
 }
@@ -103,6 +106,19 @@ pub enum WriterTrust {
     /// Wrong: an insert whose lock batch claimed a slot foreseeing a split takes its chain as
     /// confirmed whatever header the claim found.
     ForeseenUnchecked,
+}
+
+/// How a write in posting mode (one of several operations in flight on its thread) takes the
+/// lock stripe of its leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StripeWait {
+    /// It try-locks the stripe and, while a sibling operation of its thread holds it, yields to
+    /// that sibling (ARCHITECTURE §6, "Operations in flight").
+    #[default]
+    Yields,
+    /// Wrong: it blocks on the stripe as a synchronous call does — on a stripe a sibling of its
+    /// own thread holds, which can go on only once this one yields: the thread deadlocks.
+    Blocks,
 }
 
 impl<E: Endpoint> Client<E> {

@@ -65,6 +65,11 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// The write of `key`, carrying `op` along its steps (its caller concludes it).
+    // The lock stripe's guard is held across the operation's batches by design: a synchronous
+    // call never yields, and a posting one only try-locks a stripe (yielding while a sibling of
+    // its thread holds it), so no operation blocks its thread on a stripe that thread holds
+    // (`tests/loom_pipeline.rs` catches the blocking variant).
+    #[allow(clippy::await_holding_lock)]
     pub(super) async fn write_in(
         &mut self,
         op: &mut WriteOp,
@@ -115,6 +120,13 @@ impl<E: Endpoint> Client<E> {
             stripe.waiting.fetch_add(1, Ordering::AcqRel);
             let mut held_slot = match self.waiting {
                 Waiting::Blocking => stripe.held.lock().unwrap_or_else(|e| e.into_inner()),
+                // Loom's broken variant: a posting operation blocks as a synchronous call does.
+                #[cfg(loom)]
+                Waiting::Posting
+                    if caches.broken.stripe_wait == super::broken::StripeWait::Blocks =>
+                {
+                    stripe.held.lock().unwrap_or_else(|e| e.into_inner())
+                }
                 // A sibling operation of this thread may hold the stripe, and goes on only
                 // when this one yields.
                 Waiting::Posting => loop {
