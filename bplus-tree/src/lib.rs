@@ -22,6 +22,10 @@
 //!   taken with one FAA; a freed block is used again after [`REUSE_GRACE`] (a time, where ROLEX
 //!   has retirement epochs: see `Client::get_value`).
 //!
+//! - **Operations in flight**: a [`Pipeline`] ([`Tree::pipeline`]) of `K` clients runs up to
+//!   `K` operations on one thread through a [`Session`] of the `kv-session` crate, as ROLEX's
+//!   does: each batch is posted and awaited while the others go on.
+//!
 //! Every operation is linearizable with respect to completed writes; scans never skip a key
 //! present throughout them.
 
@@ -30,8 +34,10 @@ mod client;
 mod layout;
 mod locks;
 mod page;
+mod pipeline;
 mod value;
 mod verify;
+mod wait;
 
 pub use bulk::{BulkLoadConfig, bulk_load, bulk_load_values, required_pool_bytes};
 pub use client::{Client, ClientStats, Tree, TreeConfig};
@@ -39,6 +45,7 @@ pub use layout::{Layout, MAGIC, VERSION, root_word, unpack_root};
 pub use leaf_store::ValueConfig;
 pub use locks::MAX_HANDOVERS;
 pub use page::{HEADER_WORDS, Page, page_checksum};
+pub use pipeline::{Busy, Done, Lane, Pipeline, Reply, Request, Session};
 pub use value::REUSE_GRACE;
 pub use verify::{VerifyReport, verify};
 

@@ -8,7 +8,13 @@
 //! leaf, and WRITE the change with the unlock in one batch. Splits write the new right page, then
 //! the shrunk left page, then unlock, and insert the separator into the parent the same way, up
 //! to a new root installed by CAS of the root word.
+//!
+//! Operations are futures (several may be in flight on one thread, each on a client of its own:
+//! see [`crate::Pipeline`]): every batch is awaited as the operation waits ([`Waiting`], set as
+//! it starts). The synchronous methods run them in blocking mode, where nothing is ever pending:
+//! they behave exactly as before.
 
+mod io;
 mod page_cache;
 mod read;
 mod scan;
@@ -27,6 +33,7 @@ use crate::layout::Layout;
 use crate::locks::{Held, LocalLocks};
 use crate::page::Page;
 use crate::value::NodeValues;
+use crate::wait::{self, Waiting, block_on};
 
 /// How a compute node uses the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +165,22 @@ impl<T: Transport> Tree<T> {
             shared: Arc::clone(&self.shared),
             stats: ClientStats::default(),
             last_parent: None,
+            waiting: Waiting::Blocking,
         })
+    }
+
+    /// `depth` clients driven together by one thread: up to `depth` operations in flight
+    /// ([`crate::Pipeline::session`]). Each is a client of its own (see [`Tree::client`]).
+    pub fn pipeline(&self, depth: usize) -> Result<crate::Pipeline<T::Endpoint>, TreeError> {
+        if depth == 0 {
+            return Err(TreeError::Config(
+                "a pipeline runs at least one operation at a time".into(),
+            ));
+        }
+        let lanes = (0..depth)
+            .map(|_| self.client())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::Pipeline::new(lanes))
     }
 
     /// Bytes of internal pages cached now.
@@ -199,7 +221,7 @@ pub struct ClientStats {
 
 /// The change a write makes.
 #[derive(Debug, Clone, Copy)]
-enum Change {
+pub(crate) enum Change {
     Insert(u64),
     Update(u64),
     Upsert(u64),
@@ -241,49 +263,35 @@ pub struct Client<E: Endpoint> {
     /// The internal page the last `locate` came through (scans predict the next leaves from it,
     /// cached or not).
     last_parent: Option<Arc<Page>>,
+    /// How the operation running now waits for its batches (set as it starts: a client runs one
+    /// operation at a time; a thread runs several clients for several in flight).
+    waiting: Waiting,
 }
 
 impl<E: Endpoint> Client<E> {
     /// The value of `key`, if present. One READ when the leaf's parent is cached.
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, TreeError> {
-        self.expect_values(key, false)?;
-        let shared = Arc::clone(&self.shared);
-        let n = shared.node_of(key);
-        for _ in 0..shared.config.max_attempts {
-            let (leaf_no, parent) = self.locate(n, key, 0)?;
-            match self.leaf_for(n, leaf_no, parent, key)? {
-                Some(page) => return Ok(page.find(key).map(|e| e.1)),
-                None => continue,
-            }
-        }
-        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+        block_on(self.get_with(key, Waiting::Blocking))
     }
 
     /// Inserts `key`; `Ok(false)` (and no change) if present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
-        self.expect_values(key, false)?;
-        Ok(self.write(key, Change::Insert(value), &mut None)?.done)
+        block_on(self.write_with(key, Change::Insert(value), Waiting::Blocking))
     }
 
     /// Sets a present `key`'s value; `Ok(false)` if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
-        self.expect_values(key, false)?;
-        Ok(self.write(key, Change::Update(value), &mut None)?.done)
+        block_on(self.write_with(key, Change::Update(value), Waiting::Blocking))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, TreeError> {
-        self.expect_values(key, false)?;
-        Ok(self.write(key, Change::Upsert(value), &mut None)?.done)
+        block_on(self.write_with(key, Change::Upsert(value), Waiting::Blocking))
     }
 
     /// Deletes `key` (with byte values, its block is freed); `Ok(false)` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, TreeError> {
-        let outcome = self.write(key, Change::Delete, &mut None)?;
-        if let Some(old) = outcome.old {
-            self.release_value(key, old);
-        }
-        Ok(outcome.done)
+        block_on(self.write_with(key, Change::Delete, Waiting::Blocking))
     }
 
     /// Up to `n` entries with keys ≥ `start`, in key order; continues across memory nodes.
@@ -294,8 +302,60 @@ impl<E: Endpoint> Client<E> {
     /// previous one ended; the next round starts where the last page taken ended. A leaf the
     /// cache placed wrongly (a split it has not seen) is found by moving right instead.
     pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, TreeError> {
+        block_on(self.scan_with(start, n, Waiting::Blocking))
+    }
+
+    /// [`Client::get`], waiting as `waiting` says.
+    pub(crate) async fn get_with(
+        &mut self,
+        key: u64,
+        waiting: Waiting,
+    ) -> Result<Option<u64>, TreeError> {
+        self.waiting = waiting;
+        self.expect_values(key, false)?;
+        let shared = Arc::clone(&self.shared);
+        let n = shared.node_of(key);
+        for _ in 0..shared.config.max_attempts {
+            let (leaf_no, parent) = self.locate(n, key, 0).await?;
+            match self.leaf_for(n, leaf_no, parent, key).await? {
+                Some(page) => return Ok(page.find(key).map(|e| e.1)),
+                None => continue,
+            }
+        }
+        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// An insert, update, upsert or delete of a `u64` value (a delete of a byte value too,
+    /// freeing its block), waiting as `waiting` says.
+    pub(crate) async fn write_with(
+        &mut self,
+        key: u64,
+        change: Change,
+        waiting: Waiting,
+    ) -> Result<bool, TreeError> {
+        self.waiting = waiting;
+        if !matches!(change, Change::Delete) {
+            self.expect_values(key, false)?;
+        }
+        let outcome = self.write(key, change, &mut None).await?;
+        if let Some(old) = outcome.old
+            && matches!(change, Change::Delete)
+        {
+            self.release_value(key, old);
+        }
+        Ok(outcome.done)
+    }
+
+    /// [`Client::scan`], waiting as `waiting` says.
+    pub(crate) async fn scan_with(
+        &mut self,
+        start: u64,
+        n: usize,
+        waiting: Waiting,
+    ) -> Result<Vec<(u64, u64)>, TreeError> {
+        self.waiting = waiting;
         self.expect_values(start, false)?;
-        self.scan_entries(start, n)
+        self.scan_entries(start, n).await
     }
 
     /// `Err(WrongValueKind)` unless the pool serving `key` stores byte values (`bytes`) or
@@ -327,21 +387,9 @@ impl<E: Endpoint> Client<E> {
     }
 }
 
-/// Backoff between attempts: spin, then yield, then sleep a little.
-pub(super) fn pause(attempt: u32) {
-    #[cfg(loom)]
-    {
-        let _ = attempt;
-        loom::thread::yield_now();
-    }
-    #[cfg(not(loom))]
-    if attempt >= 12 {
-        std::thread::sleep(Duration::from_micros(20));
-    } else if attempt < 6 {
-        for _ in 0..(1u32 << attempt) {
-            std::hint::spin_loop();
-        }
-    } else {
-        std::thread::yield_now();
+impl<E: Endpoint> Client<E> {
+    /// Backoff between attempts, as the running operation waits ([`wait::pause`]).
+    pub(super) async fn pause(&self, attempt: u32) {
+        wait::pause(attempt, self.waiting).await;
     }
 }

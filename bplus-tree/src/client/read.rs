@@ -7,18 +7,18 @@ use std::sync::atomic::Ordering;
 
 use rdma_transport::{Endpoint, Verb};
 
-use super::{Client, pause};
+use super::Client;
 use crate::TreeError;
 use crate::layout::unpack_root;
 use crate::page::Page;
 
 impl<E: Endpoint> Client<E> {
     /// READs page `page_no` until its checksum holds.
-    pub(super) fn read_page(&mut self, node: usize, page_no: u64) -> Result<Page, TreeError> {
-        self.read_page_bytes(node, page_no).map(|(p, _)| p)
+    pub(super) async fn read_page(&mut self, node: usize, page_no: u64) -> Result<Page, TreeError> {
+        self.read_page_bytes(node, page_no).await.map(|(p, _)| p)
     }
 
-    pub(super) fn read_page_bytes(
+    pub(super) async fn read_page_bytes(
         &mut self,
         node: usize,
         page_no: u64,
@@ -26,18 +26,19 @@ impl<E: Endpoint> Client<E> {
         let layout = self.shared.nodes[node].layout;
         let mut bytes = vec![0u8; layout.page_size as usize];
         for attempt in 0..self.shared.config.max_attempts {
-            self.ep.read(layout.page_addr(page_no), &mut bytes)?;
+            self.remote_read(layout.page_addr(page_no), &mut bytes)
+                .await?;
             if let Some(page) = Page::decode(page_no, &bytes) {
                 return Ok((page, bytes));
             }
             self.stats.torn_reads += 1;
-            pause(attempt);
+            self.pause(attempt).await;
         }
         Err(TreeError::TooManyRetries(self.shared.config.max_attempts))
     }
 
     /// READs `pages` in one batch; a page whose checksum fails is `None`.
-    pub(super) fn read_pages(
+    pub(super) async fn read_pages(
         &mut self,
         node: usize,
         pages: &[u64],
@@ -51,7 +52,7 @@ impl<E: Endpoint> Client<E> {
                 .zip(buf.chunks_exact_mut(size))
                 .map(|(&p, chunk)| Verb::read(layout.page_addr(p), chunk))
                 .collect();
-            self.ep.batches(&mut verbs)?;
+            self.batches(&mut verbs).await?;
         }
         Ok(pages
             .iter()
@@ -61,14 +62,18 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// The internal page `page_no`: from the cache, else READ (and cached).
-    pub(super) fn internal(&mut self, node: usize, page_no: u64) -> Result<Arc<Page>, TreeError> {
+    pub(super) async fn internal(
+        &mut self,
+        node: usize,
+        page_no: u64,
+    ) -> Result<Arc<Page>, TreeError> {
         let shared = Arc::clone(&self.shared);
         // Only pages at or above the cached levels are ever put in the cache.
         if let Some(page) = shared.cache.get(node, page_no) {
             return Ok(page);
         }
         self.stats.cache_misses += 1;
-        let page = Arc::new(self.read_page(node, page_no)?);
+        let page = Arc::new(self.read_page(node, page_no).await?);
         if !page.is_leaf() && page.level >= shared.config.cache_from_level {
             shared.cache.insert(node, page_no, Arc::clone(&page));
         }
@@ -88,9 +93,10 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Re-reads the root word.
-    pub(super) fn refresh_root(&mut self, node: usize) -> Result<(u8, u64), TreeError> {
+    pub(super) async fn refresh_root(&mut self, node: usize) -> Result<(u8, u64), TreeError> {
+        let root_addr = self.shared.nodes[node].layout.root_addr();
+        let word = self.remote_read_word(root_addr).await?;
         let tree = &self.shared.nodes[node];
-        let word = self.ep.read_word(tree.layout.root_addr())?;
         // Roots only ever rise (a new root's word is larger: its level is higher), and a slower
         // thread's older read must not take the cached word back.
         let newest = tree.root.fetch_max(word, Ordering::AcqRel).max(word);
@@ -100,7 +106,7 @@ impl<E: Endpoint> Client<E> {
     /// The page at `level` whose range should hold `key` (a split the cache has not seen may
     /// have moved `key` to a right sibling), and the internal page that led there (if any).
     /// `level` must not exceed the root's.
-    pub(super) fn locate(
+    pub(super) async fn locate(
         &mut self,
         node: usize,
         key: u64,
@@ -112,7 +118,7 @@ impl<E: Endpoint> Client<E> {
                 unpack_root(self.shared.nodes[node].root.load(Ordering::Acquire));
             if at_level < level {
                 // The cached root may be older than the one the caller saw.
-                let (fresh_level, _) = self.refresh_root(node)?;
+                let (fresh_level, _) = self.refresh_root(node).await?;
                 if fresh_level < level {
                     return Err(TreeError::Corrupt(format!(
                         "no level {level} yet (the root is at level {fresh_level})"
@@ -122,14 +128,14 @@ impl<E: Endpoint> Client<E> {
             }
             let mut parent = None;
             while at_level > level {
-                let page = self.internal(node, page_no)?;
+                let page = self.internal(node, page_no).await?;
                 if page.level != at_level || page.low > key {
                     // A cached page from before a change we cannot explain: start over fresh.
                     self.forget(node, page_no);
                     if let Some(p) = parent {
                         self.forget(node, p);
                     }
-                    self.refresh_root(node)?;
+                    self.refresh_root(node).await?;
                     continue 'restart;
                 }
                 if page.past_high(key) {
@@ -139,7 +145,7 @@ impl<E: Endpoint> Client<E> {
                     match parent {
                         Some(p) => self.forget(node, p),
                         None => {
-                            self.refresh_root(node)?;
+                            self.refresh_root(node).await?;
                         }
                     }
                     if page.sibling == 0 {
@@ -166,7 +172,7 @@ impl<E: Endpoint> Client<E> {
 
     /// READs leaf `leaf_no` and moves right until the page covers `key`; `None` if the cache led
     /// somewhere wrong (it has been corrected: locate again).
-    pub(super) fn leaf_for(
+    pub(super) async fn leaf_for(
         &mut self,
         node: usize,
         leaf_no: u64,
@@ -174,11 +180,12 @@ impl<E: Endpoint> Client<E> {
         key: u64,
     ) -> Result<Option<Page>, TreeError> {
         Ok(self
-            .leaf_and_number(node, leaf_no, parent, key)?
+            .leaf_and_number(node, leaf_no, parent, key)
+            .await?
             .map(|(p, _)| p))
     }
 
-    pub(super) fn leaf_and_number(
+    pub(super) async fn leaf_and_number(
         &mut self,
         node: usize,
         mut leaf_no: u64,
@@ -186,12 +193,12 @@ impl<E: Endpoint> Client<E> {
         key: u64,
     ) -> Result<Option<(Page, u64)>, TreeError> {
         for _ in 0..self.shared.config.max_attempts {
-            let page = self.read_page(node, leaf_no)?;
+            let page = self.read_page(node, leaf_no).await?;
             if !page.is_leaf() || page.low > key {
                 if let Some(p) = parent {
                     self.forget(node, p);
                 }
-                self.refresh_root(node)?;
+                self.refresh_root(node).await?;
                 return Ok(None);
             }
             #[cfg(loom)]

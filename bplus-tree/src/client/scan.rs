@@ -10,7 +10,7 @@ use crate::page::Page;
 
 impl<E: Endpoint> Client<E> {
     /// The scan itself, whatever the pool's values (see [`Client::scan`]).
-    pub(super) fn scan_entries(
+    pub(super) async fn scan_entries(
         &mut self,
         start: u64,
         n: usize,
@@ -26,7 +26,7 @@ impl<E: Endpoint> Client<E> {
             }
             let node = shared.node_of(from);
             let layout = shared.nodes[node].layout;
-            let (leaf_no, parent) = self.locate(node, from, 0)?;
+            let (leaf_no, parent) = self.locate(node, from, 0).await?;
             // Loaded leaves hold about four fifths of their entries.
             let per_leaf = (Page::capacity(layout.page_size) * 4 / 5).max(1);
             let want = (n - out.len()).div_ceil(per_leaf).clamp(1, 64);
@@ -34,12 +34,12 @@ impl<E: Endpoint> Client<E> {
             if let Some(page) = self.last_parent.take() {
                 batch.extend(predict_after(&page, leaf_no, want - 1));
             }
-            let mut pages = self.read_pages(node, &batch)?.into_iter();
+            let mut pages = self.read_pages(node, &batch).await?.into_iter();
             // The first page must hold `from`; otherwise (torn, or a split the cache missed)
             // find it the slow way, moving right.
             let first = match pages.next().flatten() {
                 Some(p) if p.is_leaf() && p.covers(from) => p,
-                _ => match self.leaf_and_number(node, leaf_no, parent, from)? {
+                _ => match self.leaf_and_number(node, leaf_no, parent, from).await? {
                     Some((p, _)) => {
                         pages = Vec::new().into_iter();
                         p

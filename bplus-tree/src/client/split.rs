@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use rdma_transport::Endpoint;
 
-use super::{Client, Locked, Shared, pause};
+use super::{Client, Locked, Shared};
 use crate::TreeError;
 use crate::layout::root_word;
 use crate::page::Page;
@@ -14,7 +14,7 @@ use crate::page::Page;
 impl<E: Endpoint> Client<E> {
     /// Splits a full leaf while inserting `key`: a new right page (one page allocation), then
     /// the shrunk left page and the unlock in one batch; then the separator goes to the parent.
-    pub(super) fn split_leaf(
+    pub(super) async fn split_leaf(
         &mut self,
         shared: &Shared,
         locked: Locked<'_>,
@@ -23,10 +23,10 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), TreeError> {
         let node = locked.node;
         let layout = shared.nodes[node].layout;
-        let right_no = match self.allocate(node) {
+        let right_no = match self.allocate(node).await {
             Ok(n) => n,
             Err(e) => {
-                self.release(locked, &[])?;
+                self.release(locked, &[]).await?;
                 return Err(e);
             }
         };
@@ -47,8 +47,9 @@ impl<E: Endpoint> Client<E> {
             left.slots[slot] = Some(e);
         }
         let left_no = locked.page_no;
-        self.write_split(locked, right_no, &right, &left)?;
+        self.write_split(locked, right_no, &right, &left).await?;
         self.insert_separator(shared, node, 1, split_key, right_no, left_no)
+            .await
     }
 
     /// Writes a split of the locked page into `left` (itself, shrunk) and the new page
@@ -57,7 +58,7 @@ impl<E: Endpoint> Client<E> {
     /// and read it again: the order is for progress, the checksum for correctness), then the left
     /// page with the unlock. On an error the lock is released while this thread still holds the
     /// word's stripe (so the word is its own).
-    pub(super) fn write_split(
+    pub(super) async fn write_split(
         &mut self,
         locked: Locked<'_>,
         right_no: u64,
@@ -67,18 +68,21 @@ impl<E: Endpoint> Client<E> {
         let layout = self.shared.nodes[locked.node].layout;
         let right_bytes = right.encode(right_no, layout.page_size);
         let left_bytes = left.encode(locked.page_no, layout.page_size);
-        if let Err(e) = self.ep.write(layout.page_addr(right_no), &right_bytes) {
-            self.abandon(layout, locked.word);
+        if let Err(e) = self
+            .remote_write(layout.page_addr(right_no), &right_bytes)
+            .await
+        {
+            self.abandon(layout, locked.word).await;
             drop(locked);
             return Err(e.into());
         }
-        self.release(locked, &[(0, &left_bytes)])
+        self.release(locked, &[(0, &left_bytes)]).await
     }
 
     /// Installs a root above the chain of pages at level `level` starting at `first` (the old
     /// root and the pages split off it), if the chain fits one page and the root word still
     /// names `first`.
-    pub(super) fn install_root_over_chain(
+    pub(super) async fn install_root_over_chain(
         &mut self,
         node: usize,
         level: u8,
@@ -87,28 +91,29 @@ impl<E: Endpoint> Client<E> {
         let layout = self.shared.nodes[node].layout;
         let capacity = Page::capacity(layout.page_size);
         let mut chain = Vec::new();
-        let mut page = self.read_page(node, first)?;
+        let mut page = self.read_page(node, first).await?;
         while page.sibling != 0 && chain.len() < capacity {
             let next = page.sibling;
-            page = self.read_page(node, next)?;
+            page = self.read_page(node, next).await?;
             chain.push((page.low, next));
         }
         if chain.is_empty() || page.sibling != 0 {
             return Ok(());
         }
-        let root_no = self.allocate(node)?;
+        let root_no = self.allocate(node).await?;
         let mut root = Page::new(level + 1, layout.key_lo, None, capacity);
         root.leftmost = first;
         for (slot, &e) in chain.iter().enumerate() {
             root.slots[slot] = Some(e);
         }
-        self.ep.write(
+        self.remote_write(
             layout.page_addr(root_no),
             &root.encode(root_no, layout.page_size),
-        )?;
+        )
+        .await?;
         let old = root_word(level, first);
         let new = root_word(level + 1, root_no);
-        if self.ep.cas(layout.root_addr(), old, new)? == old {
+        if self.remote_cas(layout.root_addr(), old, new).await? == old {
             self.shared.nodes[node]
                 .root
                 .fetch_max(new, Ordering::AcqRel);
@@ -119,11 +124,11 @@ impl<E: Endpoint> Client<E> {
 
     /// One page from the memory node's allocation word (FAA); an allocation past the capacity is
     /// undone and reported.
-    pub(super) fn allocate(&mut self, node: usize) -> Result<u64, TreeError> {
+    pub(super) async fn allocate(&mut self, node: usize) -> Result<u64, TreeError> {
         let layout = self.shared.nodes[node].layout;
-        let page = self.ep.faa(layout.alloc_addr(), 1)?;
+        let page = self.remote_faa(layout.alloc_addr(), 1).await?;
         if page >= layout.page_capacity {
-            self.ep.faa(layout.alloc_addr(), u64::MAX)?;
+            self.remote_faa(layout.alloc_addr(), u64::MAX).await?;
             return Err(TreeError::PoolExhausted {
                 node: layout.node(),
                 capacity: layout.page_capacity,
@@ -133,104 +138,111 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Inserts separator `key` → `child` (the new right half of `left`, at `level - 1`) into the
-    /// page at `level` covering `key`, splitting it (and so on up) if full; installs a new root
-    /// if `left` was the root.
-    pub(super) fn insert_separator(
+    /// page at `level` covering `key`, splitting it (and so on up: the separator a split moves up
+    /// goes in next, with attempts counted afresh) if full; installs a new root if `left` was the
+    /// root.
+    pub(super) async fn insert_separator(
         &mut self,
         shared: &Shared,
         node: usize,
-        level: u8,
-        key: u64,
-        child: u64,
-        left: u64,
+        mut level: u8,
+        mut key: u64,
+        mut child: u64,
+        mut left: u64,
     ) -> Result<(), TreeError> {
         let layout = shared.nodes[node].layout;
-        for attempt in 0..shared.config.max_attempts {
-            let (root_level, root_page) = self.refresh_root(node)?;
-            if root_level < level {
-                if root_level + 1 == level && root_page == left {
-                    // `left` was the root: a new root above it and its new sibling.
-                    let root_no = self.allocate(node)?;
-                    let mut root =
-                        Page::new(level, layout.key_lo, None, Page::capacity(layout.page_size));
-                    root.leftmost = left;
-                    root.slots[0] = Some((key, child));
-                    let bytes = root.encode(root_no, layout.page_size);
-                    self.ep.write(layout.page_addr(root_no), &bytes)?;
-                    let old = root_word(root_level, root_page);
-                    let new = root_word(level, root_no);
-                    if self.ep.cas(layout.root_addr(), old, new)? == old {
-                        shared.nodes[node].root.fetch_max(new, Ordering::AcqRel);
-                        self.remember(node, root_no, &root);
-                        return Ok(());
+        'levels: loop {
+            for attempt in 0..shared.config.max_attempts {
+                let (root_level, root_page) = self.refresh_root(node).await?;
+                if root_level < level {
+                    if root_level + 1 == level && root_page == left {
+                        // `left` was the root: a new root above it and its new sibling.
+                        let root_no = self.allocate(node).await?;
+                        let mut root =
+                            Page::new(level, layout.key_lo, None, Page::capacity(layout.page_size));
+                        root.leftmost = left;
+                        root.slots[0] = Some((key, child));
+                        let bytes = root.encode(root_no, layout.page_size);
+                        self.remote_write(layout.page_addr(root_no), &bytes).await?;
+                        let old = root_word(root_level, root_page);
+                        let new = root_word(level, root_no);
+                        if self.remote_cas(layout.root_addr(), old, new).await? == old {
+                            shared.nodes[node].root.fetch_max(new, Ordering::AcqRel);
+                            self.remember(node, root_no, &root);
+                            return Ok(());
+                        }
+                        // Someone else installed a root first (the page stays unused).
+                        continue;
                     }
-                    // Someone else installed a root first (the page stays unused).
+                    // Another compute node split the root and has not installed the new one
+                    // yet: help it, with a root over the whole chain of the root level (whoever's
+                    // CAS loses finds its separator already there).
+                    if attempt >= 6 {
+                        self.install_root_over_chain(node, root_level, root_page)
+                            .await?;
+                    }
+                    self.pause(attempt).await;
                     continue;
                 }
-                // Another compute node split the root and has not installed the new one yet: help
-                // it, with a root over the whole chain of the root level (whoever's CAS loses
-                // finds its separator already there).
-                if attempt >= 6 {
-                    self.install_root_over_chain(node, root_level, root_page)?;
+                let (page_no, parent) = self.locate(node, key, level).await?;
+                let Some(mut locked) = self
+                    .lock_covering(shared, node, page_no, parent, key, &mut None)
+                    .await?
+                else {
+                    continue;
+                };
+                let mut seps: Vec<(u64, u64)> = locked.page.entries().collect();
+                if key == locked.page.low || seps.iter().any(|s| s.0 == key) {
+                    // Already there: as a separator, or as this page's low fence (a helper's root
+                    // listed it, and a split of that root moved it up).
+                    self.release(locked, &[]).await?;
+                    return Ok(());
                 }
-                pause(attempt);
-                continue;
-            }
-            let (page_no, parent) = self.locate(node, key, level)?;
-            let Some(mut locked) =
-                self.lock_covering(shared, node, page_no, parent, key, &mut None)?
-            else {
-                continue;
-            };
-            let mut seps: Vec<(u64, u64)> = locked.page.entries().collect();
-            if key == locked.page.low || seps.iter().any(|s| s.0 == key) {
-                // Already there: as a separator, or as this page's low fence (a helper's root
-                // listed it, and a split of that root moved it up).
-                self.release(locked, &[])?;
-                return Ok(());
-            }
-            let at = seps.partition_point(|s| s.0 < key);
-            seps.insert(at, (key, child));
-            let capacity = Page::capacity(layout.page_size);
-            if seps.len() <= capacity {
-                for (slot, e) in locked.page.slots.iter_mut().enumerate() {
-                    *e = seps.get(slot).copied();
+                let at = seps.partition_point(|s| s.0 < key);
+                seps.insert(at, (key, child));
+                let capacity = Page::capacity(layout.page_size);
+                if seps.len() <= capacity {
+                    for (slot, e) in locked.page.slots.iter_mut().enumerate() {
+                        *e = seps.get(slot).copied();
+                    }
+                    let bytes = locked.page.encode(locked.page_no, layout.page_size);
+                    let page = locked.page.clone();
+                    let page_no = locked.page_no;
+                    self.release(locked, &[(0, &bytes)]).await?;
+                    self.remember(node, page_no, &page);
+                    return Ok(());
                 }
-                let bytes = locked.page.encode(locked.page_no, layout.page_size);
-                let page = locked.page.clone();
-                let page_no = locked.page_no;
-                self.release(locked, &[(0, &bytes)])?;
-                self.remember(node, page_no, &page);
-                return Ok(());
-            }
-            // Split the internal page: the middle separator moves up.
-            let right_no = match self.allocate(node) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.release(locked, &[])?;
-                    return Err(e);
+                // Split the internal page: the middle separator moves up.
+                let right_no = match self.allocate(node).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        self.release(locked, &[]).await?;
+                        return Err(e);
+                    }
+                };
+                let mid = seps.len() / 2;
+                let (up_key, up_child) = seps[mid];
+                let mut right = Page::new(level, up_key, locked.page.high, capacity);
+                right.sibling = locked.page.sibling;
+                right.leftmost = up_child;
+                for (slot, &e) in seps[mid + 1..].iter().enumerate() {
+                    right.slots[slot] = Some(e);
                 }
-            };
-            let mid = seps.len() / 2;
-            let (up_key, up_child) = seps[mid];
-            let mut right = Page::new(level, up_key, locked.page.high, capacity);
-            right.sibling = locked.page.sibling;
-            right.leftmost = up_child;
-            for (slot, &e) in seps[mid + 1..].iter().enumerate() {
-                right.slots[slot] = Some(e);
+                let mut left_page = Page::new(level, locked.page.low, Some(up_key), capacity);
+                left_page.sibling = right_no;
+                left_page.leftmost = locked.page.leftmost;
+                for (slot, &e) in seps[..mid].iter().enumerate() {
+                    left_page.slots[slot] = Some(e);
+                }
+                let left_no = locked.page_no;
+                self.write_split(locked, right_no, &right, &left_page)
+                    .await?;
+                self.remember(node, right_no, &right);
+                self.remember(node, left_no, &left_page);
+                (level, key, child, left) = (level + 1, up_key, right_no, left_no);
+                continue 'levels;
             }
-            let mut left_page = Page::new(level, locked.page.low, Some(up_key), capacity);
-            left_page.sibling = right_no;
-            left_page.leftmost = locked.page.leftmost;
-            for (slot, &e) in seps[..mid].iter().enumerate() {
-                left_page.slots[slot] = Some(e);
-            }
-            let left_no = locked.page_no;
-            self.write_split(locked, right_no, &right, &left_page)?;
-            self.remember(node, right_no, &right);
-            self.remember(node, left_no, &left_page);
-            return self.insert_separator(shared, node, level + 1, up_key, right_no, left_no);
+            return Err(TreeError::TooManyRetries(shared.config.max_attempts));
         }
-        Err(TreeError::TooManyRetries(shared.config.max_attempts))
     }
 }

@@ -8,8 +8,9 @@ use std::time::Instant;
 use leaf_store::value::{CLASS_BYTES, ValueRef, check_block, class_for, encode_block};
 use rdma_transport::{Endpoint, Verb};
 
-use super::{Change, Client, pause};
+use super::{Change, Client};
 use crate::TreeError;
+use crate::wait::{Waiting, block_on};
 
 impl<E: Endpoint> Client<E> {
     /// The byte value of `key`, if present: two round trips with the leaf's parent cached (the
@@ -26,13 +27,29 @@ impl<E: Endpoint> Client<E> {
 
     /// Reads the byte value of `key` into `out` (replacing its contents); `Ok(false)` if absent.
     pub fn get_value_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, TreeError> {
+        block_on(self.get_value_with(key, out, Waiting::Blocking))
+    }
+
+    /// [`Client::get_value_into`], waiting as `waiting` says.
+    pub(crate) async fn get_value_with(
+        &mut self,
+        key: u64,
+        out: &mut Vec<u8>,
+        waiting: Waiting,
+    ) -> Result<bool, TreeError> {
+        self.waiting = waiting;
         self.expect_values(key, true)?;
+        self.read_value(key, out).await
+    }
+
+    /// The byte value of `key` into `out`: the leaf, then the block it names.
+    async fn read_value(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, TreeError> {
         let shared = Arc::clone(&self.shared);
         let node = shared.node_of(key);
         let layout = shared.nodes[node].layout;
         for attempt in 0..shared.config.max_attempts {
-            let (leaf_no, parent) = self.locate(node, key, 0)?;
-            let Some(page) = self.leaf_for(node, leaf_no, parent, key)? else {
+            let (leaf_no, parent) = self.locate(node, key, 0).await?;
+            let Some(page) = self.leaf_for(node, leaf_no, parent, key).await? else {
                 continue;
             };
             let Some((_, raw)) = page.find(key) else {
@@ -42,7 +59,7 @@ impl<E: Endpoint> Client<E> {
             let value = ValueRef::from_raw(raw);
             out.clear();
             out.resize(value.read_bytes() as usize, 0);
-            self.ep.read(layout.block_addr(value), out)?;
+            self.remote_read(layout.block_addr(value), out).await?;
             if let Ok(data) = check_block(out, key, value) {
                 let (start, len) = (data.as_ptr() as usize - out.as_ptr() as usize, data.len());
                 out.copy_within(start..start + len, 0);
@@ -51,32 +68,43 @@ impl<E: Endpoint> Client<E> {
             }
             // The block was used again since the leaf named it: back to the leaf.
             self.stats.value_retries += 1;
-            pause(attempt);
+            self.pause(attempt).await;
         }
         Err(TreeError::TooManyRetries(shared.config.max_attempts))
     }
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if present.
     pub fn insert_value(&mut self, key: u64, value: &[u8]) -> Result<bool, TreeError> {
-        self.write_value(key, value, Change::Insert)
+        block_on(self.write_value_with(key, value, Change::Insert, Waiting::Blocking))
     }
 
     /// Sets a present `key`'s value; `Ok(false)` if absent.
     pub fn update_value(&mut self, key: u64, value: &[u8]) -> Result<bool, TreeError> {
-        self.write_value(key, value, Change::Update)
+        block_on(self.write_value_with(key, value, Change::Update, Waiting::Blocking))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn put_value(&mut self, key: u64, value: &[u8]) -> Result<bool, TreeError> {
-        self.write_value(key, value, Change::Upsert)
+        block_on(self.write_value_with(key, value, Change::Upsert, Waiting::Blocking))
     }
 
     /// Up to `n` keys ≥ `start` with their byte values, in key order: the leaves as
     /// [`Client::scan`] reads them, then every block in one batch (a block used again since is
     /// read through its leaf again; a key deleted meanwhile is left out).
     pub fn scan_values(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, TreeError> {
+        block_on(self.scan_values_with(start, n, Waiting::Blocking))
+    }
+
+    /// [`Client::scan_values`], waiting as `waiting` says.
+    pub(crate) async fn scan_values_with(
+        &mut self,
+        start: u64,
+        n: usize,
+        waiting: Waiting,
+    ) -> Result<Vec<(u64, Vec<u8>)>, TreeError> {
+        self.waiting = waiting;
         self.expect_values(start, true)?;
-        let entries = self.scan_entries(start, n)?;
+        let entries = self.scan_entries(start, n).await?;
         let shared = Arc::clone(&self.shared);
         let refs: Vec<ValueRef> = entries.iter().map(|e| ValueRef::from_raw(e.1)).collect();
         let mut buffers: Vec<Vec<u8>> = refs
@@ -94,7 +122,7 @@ impl<E: Endpoint> Client<E> {
                 })
                 .collect();
             if !verbs.is_empty() {
-                self.ep.batches(&mut verbs)?;
+                self.batches(&mut verbs).await?;
             }
         }
         let mut out = Vec::with_capacity(entries.len());
@@ -103,8 +131,10 @@ impl<E: Endpoint> Client<E> {
                 Ok(data) => out.push((key, data.to_vec())),
                 Err(_) => {
                     self.stats.value_retries += 1;
-                    if let Some(v) = self.get_value(key)? {
-                        out.push((key, v));
+                    self.expect_values(key, true)?;
+                    let mut value = Vec::new();
+                    if self.read_value(key, &mut value).await? {
+                        out.push((key, value));
                     }
                 }
             }
@@ -112,12 +142,16 @@ impl<E: Endpoint> Client<E> {
         Ok(out)
     }
 
-    fn write_value(
+    /// A byte-value insert, update or upsert (`change` of the block's reference), waiting as
+    /// `waiting` says.
+    pub(crate) async fn write_value_with(
         &mut self,
         key: u64,
         value: &[u8],
         change: fn(u64) -> Change,
+        waiting: Waiting,
     ) -> Result<bool, TreeError> {
+        self.waiting = waiting;
         self.expect_values(key, true)?;
         let shared = Arc::clone(&self.shared);
         let node = shared.node_of(key);
@@ -131,14 +165,14 @@ impl<E: Endpoint> Client<E> {
                 len,
                 limit,
             })?;
-        let offset = self.take_block(node, class)?;
+        let offset = self.take_block(node, class).await?;
         let reference = ValueRef::new(offset, len).ok_or(TreeError::ValueTooLarge {
             node: layout.node(),
             len,
             limit,
         })?;
         let mut block = Some((layout.value_addr(offset), encode_block(key, value, offset)));
-        let outcome = match self.write(key, change(reference.raw()), &mut block) {
+        let outcome = match self.write(key, change(reference.raw()), &mut block).await {
             Ok(outcome) => outcome,
             Err(e) => {
                 // The block is free again only if it never left (a failed commit may have
@@ -159,7 +193,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// A block of `class` on `node`: freed, carved, or from a chunk taken now (one FAA).
-    fn take_block(&mut self, node: usize, class: usize) -> Result<u64, TreeError> {
+    async fn take_block(&mut self, node: usize, class: usize) -> Result<u64, TreeError> {
         let shared = Arc::clone(&self.shared);
         let Some(values) = shared.values[node].as_ref() else {
             return Err(TreeError::Config("no value region".into()));
@@ -173,9 +207,10 @@ impl<E: Endpoint> Client<E> {
             return Ok(at);
         }
         let layout = shared.nodes[node].layout;
-        let chunk = self.ep.faa(layout.value_chunk_word_addr(), 1)?;
+        let chunk = self.remote_faa(layout.value_chunk_word_addr(), 1).await?;
         if chunk >= layout.value_chunks() {
-            self.ep.faa(layout.value_chunk_word_addr(), u64::MAX)?;
+            self.remote_faa(layout.value_chunk_word_addr(), u64::MAX)
+                .await?;
             return Err(TreeError::ValuesExhausted {
                 node: layout.node(),
                 chunks: layout.value_chunks(),

@@ -1,13 +1,17 @@
 //! Writing one entry: the leaf's lock (a local stripe, then a CAS of the remote lock word with
 //! the leaf's READ fenced behind it), the changed entry and the unlock in one batch, and a held
 //! lock handed to a waiting local thread.
+//!
+//! A write holds its local stripe from the lock's CAS to the unlock, round trips included: a
+//! sibling operation of its thread (posting mode) waiting for the same stripe try-locks it and
+//! yields ([`crate::locks::Stripe::enter_with`]), so the holder goes on and lets it go.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use rdma_transport::{Endpoint, Verb};
 
-use super::{Change, Client, Locked, Outcome, PendingBlock, Shared, pause};
+use super::{Change, Client, Locked, Outcome, PendingBlock, Shared};
 use crate::TreeError;
 use crate::layout::Layout;
 use crate::locks::{Held, MAX_HANDOVERS};
@@ -17,7 +21,7 @@ impl<E: Endpoint> Client<E> {
     /// Applies `change` to `key`'s leaf entry. `block` (byte values) is WRITten in the batch
     /// that takes the lock, and so lands before the entry that names it; it is `None` once
     /// WRITten.
-    pub(super) fn write(
+    pub(super) async fn write(
         &mut self,
         key: u64,
         change: Change,
@@ -26,9 +30,10 @@ impl<E: Endpoint> Client<E> {
         let shared = Arc::clone(&self.shared);
         let node = shared.node_of(key);
         for _ in 0..shared.config.max_attempts {
-            let (leaf_no, parent) = self.locate(node, key, 0)?;
-            let Some(mut locked) =
-                self.lock_covering(&shared, node, leaf_no, parent, key, block)?
+            let (leaf_no, parent) = self.locate(node, key, 0).await?;
+            let Some(mut locked) = self
+                .lock_covering(&shared, node, leaf_no, parent, key, block)
+                .await?
             else {
                 continue;
             };
@@ -43,12 +48,12 @@ impl<E: Endpoint> Client<E> {
                 (Change::Insert(_), Some(_))
                 | (Change::Update(_), None)
                 | (Change::Delete, None) => {
-                    self.release(locked, &[])?;
+                    self.release(locked, &[]).await?;
                     unchanged
                 }
                 (Change::Update(v) | Change::Upsert(v), Some((slot, old))) => {
                     set_entry(&mut locked, slot, Some((key, v)));
-                    self.commit_entry(locked, slot)?;
+                    self.commit_entry(locked, slot).await?;
                     Outcome {
                         done: matches!(change, Change::Update(_)),
                         linked: true,
@@ -57,7 +62,7 @@ impl<E: Endpoint> Client<E> {
                 }
                 (Change::Delete, Some((slot, old))) => {
                     set_entry(&mut locked, slot, None);
-                    self.commit_entry(locked, slot)?;
+                    self.commit_entry(locked, slot).await?;
                     Outcome {
                         done: true,
                         linked: false,
@@ -68,9 +73,9 @@ impl<E: Endpoint> Client<E> {
                     match page.free_slot() {
                         Some(slot) => {
                             set_entry(&mut locked, slot, Some((key, v)));
-                            self.commit_entry(locked, slot)?;
+                            self.commit_entry(locked, slot).await?;
                         }
-                        None => self.split_leaf(&shared, locked, key, v)?,
+                        None => self.split_leaf(&shared, locked, key, v).await?,
                     }
                     Outcome {
                         done: true,
@@ -86,7 +91,7 @@ impl<E: Endpoint> Client<E> {
 
     /// Locks the page at or right of `page_no` that covers `key` (moving right under the lock
     /// protocol); `None` if the cache led somewhere wrong (locate again).
-    pub(super) fn lock_covering<'s>(
+    pub(super) async fn lock_covering<'s>(
         &mut self,
         shared: &'s Shared,
         node: usize,
@@ -96,18 +101,18 @@ impl<E: Endpoint> Client<E> {
         block: &mut Option<PendingBlock>,
     ) -> Result<Option<Locked<'s>>, TreeError> {
         for _ in 0..shared.config.max_attempts {
-            let locked = self.lock(shared, node, page_no, block)?;
+            let locked = self.lock(shared, node, page_no, block).await?;
             if locked.page.low > key {
-                self.release(locked, &[])?;
+                self.release(locked, &[]).await?;
                 if let Some(p) = parent {
                     self.forget(node, p);
                 }
-                self.refresh_root(node)?;
+                self.refresh_root(node).await?;
                 return Ok(None);
             }
             if locked.page.past_high(key) {
                 let sibling = locked.page.sibling;
-                self.release(locked, &[])?;
+                self.release(locked, &[]).await?;
                 self.stats.moves_right += 1;
                 // The parent that led here predates a split: read it again next time.
                 if let Some(p) = parent {
@@ -129,7 +134,12 @@ impl<E: Endpoint> Client<E> {
     /// Takes page `page_no`'s lock and reads the page under it: the local stripe first; then, if
     /// no local thread left the remote lock to this one, a CAS of the lock word with the page's
     /// READ fenced behind it (one round trip per attempt).
-    pub(super) fn lock<'s>(
+    ///
+    /// The stripe's guard is held across the round trips on purpose (it is the local lock, held
+    /// from the CAS to the unlock): a sibling operation of this thread try-locks the stripe and
+    /// yields ([`crate::locks::Stripe::enter_with`]), other threads block on it as before.
+    #[allow(clippy::await_holding_lock)]
+    pub(super) async fn lock<'s>(
         &mut self,
         shared: &'s Shared,
         node: usize,
@@ -139,7 +149,7 @@ impl<E: Endpoint> Client<E> {
         let layout = shared.nodes[node].layout;
         let word = layout.lock_of(page_no);
         let stripe = shared.locks.stripe(layout.node(), word);
-        let mut guard = stripe.enter();
+        let mut guard = stripe.enter_with(self.waiting).await;
         let mut handovers = 0;
         let mut have = false;
         if let Some(held) = guard.take() {
@@ -155,9 +165,11 @@ impl<E: Endpoint> Client<E> {
                     .iter()
                     .find(|n| n.layout.node() == held.node)
                     .map(|n| n.layout.lock_addr(held.word));
-                if let Some(at) = other
-                    && let Err(e) = self.ep.write_word(at, 0)
-                {
+                let released = match other {
+                    Some(at) => self.remote_write_word(at, 0).await,
+                    None => Ok(()),
+                };
+                if let Err(e) = released {
                     // Still held: leave it recorded for whoever comes next.
                     *guard = Some(held);
                     return Err(e.into());
@@ -175,10 +187,10 @@ impl<E: Endpoint> Client<E> {
                     verbs.push(Verb::write(*at, data));
                 }
                 verbs.push(Verb::read(layout.page_addr(page_no), &mut bytes));
-                self.ep.batch(&mut verbs)
+                self.one_batch(&mut verbs).await
             };
             if let Err(e) = result {
-                self.abandon(layout, word);
+                self.abandon(layout, word).await;
                 return Err(e.into());
             }
             *block = None;
@@ -194,15 +206,15 @@ impl<E: Endpoint> Client<E> {
                     let cas = verbs.len();
                     verbs.push(Verb::cas(layout.lock_addr(word), 0, shared.tag));
                     verbs.push(Verb::read(layout.page_addr(page_no), &mut bytes).fenced());
-                    let result = self.ep.batch(&mut verbs);
+                    let result = self.one_batch(&mut verbs).await;
                     (result, verbs[cas].cas_succeeded() == Some(true))
                 };
                 self.stats.lock_verbs += 1;
                 if let Err(e) = result {
                     // The CAS may have executed before the failure: a word holding this compute
                     // node's tag is this thread's (it holds the word's stripe).
-                    if self.ep.read_word(layout.lock_addr(word)) == Ok(shared.tag) {
-                        self.abandon(layout, word);
+                    if self.remote_read_word(layout.lock_addr(word)).await == Ok(shared.tag) {
+                        self.abandon(layout, word).await;
                     }
                     return Err(e.into());
                 }
@@ -216,14 +228,14 @@ impl<E: Endpoint> Client<E> {
                         page: page_no,
                     });
                 }
-                pause(attempt);
+                self.pause(attempt).await;
                 attempt += 1;
             }
         }
         let Some(page) = Page::decode(page_no, &bytes) else {
             // Nothing writes a page without its lock: a page that fails its checksum under the
             // lock is damage, not a race.
-            self.ep.write_word(layout.lock_addr(word), 0)?;
+            self.remote_write_word(layout.lock_addr(word), 0).await?;
             self.stats.lock_verbs += 1;
             return Err(TreeError::Corrupt(format!(
                 "page {page_no} of memory node {} fails its checksum under its lock",
@@ -244,7 +256,7 @@ impl<E: Endpoint> Client<E> {
     /// Ends a locked write: `writes` (fenced in order), then the unlock in the same batch — or,
     /// if a local thread waits for this lock and it has not been handed over too often, no
     /// unlock: the lock is left to that thread.
-    pub(super) fn release(
+    pub(super) async fn release(
         &mut self,
         mut locked: Locked<'_>,
         writes: &[(u64, &[u8])],
@@ -271,19 +283,19 @@ impl<E: Endpoint> Client<E> {
         }
         // Every verb of the batch can be repeated (the same bytes; the unlock), so a batch that
         // failed part-way is run again rather than leaving a page half written under its lock.
-        let mut result = self.ep.batch(&mut verbs);
+        let mut result = self.one_batch(&mut verbs).await;
         for _ in 0..2 {
             if result.is_ok() {
                 break;
             }
-            result = self.ep.batch(&mut verbs);
+            result = self.one_batch(&mut verbs).await;
         }
         drop(verbs);
         if result.is_err() {
             // Still failing: whatever of the batch ran, the lock must not stay held (a lost
             // completion breaks the endpoint for good, so a retry above never repeats a batch
             // that had run whole). Released while the stripe is still this thread's.
-            self.abandon(layout, locked.word);
+            self.abandon(layout, locked.word).await;
         }
         if hand_over && result.is_ok() {
             *locked.guard = Some(Held {
@@ -296,7 +308,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Writes leaf entry `slot` and the page's checksum and bitmap, and unlocks.
-    pub(super) fn commit_entry(
+    pub(super) async fn commit_entry(
         &mut self,
         locked: Locked<'_>,
         slot: usize,
@@ -305,13 +317,14 @@ impl<E: Endpoint> Client<E> {
         let head = locked.bytes[..16].to_vec();
         let entry = locked.bytes[at..at + 16].to_vec();
         self.release(locked, &[(at as u64, &entry), (0, &head)])
+            .await
     }
 
     /// Best-effort release of lock word `word` after an error (the error is what the caller
     /// reports; if this WRITE fails too, the word stays held and writers of its pages time out).
-    pub(super) fn abandon(&mut self, layout: Layout, word: u64) {
+    pub(super) async fn abandon(&mut self, layout: Layout, word: u64) {
         self.stats.lock_verbs += 1;
-        let _ = self.ep.write_word(layout.lock_addr(word), 0);
+        let _ = self.remote_write_word(layout.lock_addr(word), 0).await;
     }
 }
 

@@ -7,6 +7,7 @@ mod common;
 
 mod handover;
 mod model;
+mod pipelined;
 mod roots;
 mod stress;
 mod values;
