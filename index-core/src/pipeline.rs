@@ -31,37 +31,36 @@ impl<E: Endpoint> Client<E> {
         Ok(match request {
             Request::Get(key) => Reply::Value(self.get_with(key, waiting).await?),
             Request::Insert(key, value) => {
-                Reply::Done(self.write_with(key, Change::Insert(value), waiting).await?)
+                Reply::Done(Box::pin(self.write_with(key, Change::Insert(value), waiting)).await?)
             }
             Request::Update(key, value) => {
-                Reply::Done(self.write_with(key, Change::Update(value), waiting).await?)
+                Reply::Done(Box::pin(self.write_with(key, Change::Update(value), waiting)).await?)
             }
             Request::Upsert(key, value) => {
-                Reply::Done(self.write_with(key, Change::Upsert(value), waiting).await?)
+                Reply::Done(Box::pin(self.write_with(key, Change::Upsert(value), waiting)).await?)
             }
             Request::Delete(key) => {
-                Reply::Done(self.write_with(key, Change::Delete, waiting).await?)
+                Reply::Done(Box::pin(self.write_with(key, Change::Delete, waiting)).await?)
             }
-            Request::Scan(start, n) => Reply::Rows(self.scan_with(start, n, waiting).await?),
+            Request::Scan(start, n) => {
+                Reply::Rows(Box::pin(self.scan_with(start, n, waiting)).await?)
+            }
             Request::GetValue(key) => {
                 let mut out = Vec::new();
-                let found = self.get_value_with(key, &mut out, waiting).await?;
+                let found = Box::pin(self.get_value_with(key, &mut out, waiting)).await?;
                 Reply::Bytes(found.then_some(out))
             }
             Request::InsertValue(key, bytes) => Reply::Done(
-                self.write_value_with(key, &bytes, Change::Insert, waiting)
-                    .await?,
+                Box::pin(self.write_value_with(key, &bytes, Change::Insert, waiting)).await?,
             ),
             Request::UpdateValue(key, bytes) => Reply::Done(
-                self.write_value_with(key, &bytes, Change::Update, waiting)
-                    .await?,
+                Box::pin(self.write_value_with(key, &bytes, Change::Update, waiting)).await?,
             ),
             Request::PutValue(key, bytes) => Reply::Done(
-                self.write_value_with(key, &bytes, Change::Upsert, waiting)
-                    .await?,
+                Box::pin(self.write_value_with(key, &bytes, Change::Upsert, waiting)).await?,
             ),
             Request::ScanValues(start, n) => {
-                Reply::ValueRows(self.scan_values_with(start, n, waiting).await?)
+                Reply::ValueRows(Box::pin(self.scan_values_with(start, n, waiting)).await?)
             }
         })
     }

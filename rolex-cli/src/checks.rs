@@ -185,6 +185,36 @@ pub fn threads(s: &str) -> Result<u64, String> {
     )
 }
 
+/// `--inflight`.
+pub fn inflight(s: &str) -> Result<u64, String> {
+    integer_in(
+        s,
+        1..=MAX_INFLIGHT,
+        "each operation in flight takes one of a compute node's connection indexes",
+    )
+}
+
+/// Most operations one bench thread keeps in flight.
+pub const MAX_INFLIGHT: u64 = 64;
+
+/// Longest `--latency-us` round trip.
+pub const MAX_LATENCY_US: f64 = 10_000.0;
+
+/// `--latency-us`: a round trip in microseconds, more than 0 and at most [`MAX_LATENCY_US`].
+pub fn latency_us(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of microseconds"))?;
+    if x.is_finite() && x > 0.0 && x <= MAX_LATENCY_US {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} µs: give a round trip above 0 and at most {MAX_LATENCY_US} µs"
+        ))
+    }
+}
+
 /// `--memory-nodes`.
 pub fn memory_nodes(s: &str) -> Result<u64, String> {
     integer_in(s, 1..=MAX_MEMORY_NODES, "embedded memory nodes")

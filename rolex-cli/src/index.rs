@@ -3,6 +3,7 @@
 //! are shared; only what is behind these two traits differs.
 
 use crate::error::{CliError, Failed, failed};
+use kv_session::{Lane, Reply, Request};
 use rdma_transport::{Stats, Transport};
 
 /// Which index a run drives.
@@ -26,8 +27,11 @@ impl IndexKind {
     }
 }
 
-/// One bench thread's handle on an index.
-pub trait BenchClient: Send + 'static {
+/// One bench thread's handle on an index; as a [`Lane`], one of the clients a thread with
+/// several operations in flight drives together (`--inflight`).
+pub trait BenchClient: Lane + Send + 'static {
+    /// What a failed operation of the lane means to the harness.
+    fn failure(e: <Self as Lane>::Error) -> Failed;
     /// The value of `key`.
     fn get(&mut self, key: u64) -> Result<Option<u64>, Failed>;
     /// Inserts `key`; false if present.
@@ -38,8 +42,6 @@ pub trait BenchClient: Send + 'static {
     fn delete(&mut self, key: u64) -> Result<bool, Failed>;
     /// Scans `n` entries from `start`; how many it returned.
     fn scan(&mut self, start: u64, n: usize) -> Result<usize, Failed>;
-    /// The endpoint's counters.
-    fn net_stats(&self) -> Stats;
     /// Verbs on a lock table (counted within `net_stats` too); 0 for an index without one.
     fn lock_verbs(&self) -> u64;
     /// Value bytes this client's operations read or wrote (0 for 8-byte values).
@@ -93,6 +95,9 @@ fn rolex_failed(e: index_core::IndexError) -> Failed {
 }
 
 impl<E: rdma_transport::Endpoint + 'static> BenchClient for index_core::Client<E> {
+    fn failure(e: index_core::IndexError) -> Failed {
+        rolex_failed(e)
+    }
     fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
         index_core::Client::get(self, key).map_err(rolex_failed)
     }
@@ -109,9 +114,6 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for index_core::Client<E
         index_core::Client::scan(self, start, n)
             .map(|v| v.len())
             .map_err(rolex_failed)
-    }
-    fn net_stats(&self) -> Stats {
-        index_core::Client::net_stats(self)
     }
     fn lock_verbs(&self) -> u64 {
         0
@@ -265,7 +267,59 @@ pub struct ValueClient<C> {
     moved: u64,
 }
 
+/// The first eight bytes of a value as a number (what the bench wrote).
+fn first_word(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let n = bytes.len().min(8);
+    word[..n].copy_from_slice(&bytes[..n]);
+    u64::from_le_bytes(word)
+}
+
+/// A value client as a lane: the bench's u64 requests become byte-value requests of the run's
+/// size, as its synchronous calls do.
+impl<C: BenchClient + ByteClient> Lane for ValueClient<C> {
+    type Error = <C as Lane>::Error;
+
+    async fn run(&mut self, request: Request) -> Result<Reply, Self::Error> {
+        let bytes = |this: &mut Self, key: u64, value: u64| {
+            fill_value(this.size, key, value, &mut this.buf);
+            this.moved += this.buf.len() as u64;
+            this.buf.clone()
+        };
+        let request = match request {
+            Request::Insert(k, v) => Request::InsertValue(k, bytes(self, k, v)),
+            Request::Update(k, v) => Request::UpdateValue(k, bytes(self, k, v)),
+            Request::Upsert(k, v) => Request::PutValue(k, bytes(self, k, v)),
+            Request::Get(k) => Request::GetValue(k),
+            Request::Scan(k, n) => Request::ScanValues(k, n),
+            other => other,
+        };
+        Ok(match self.client.run(request).await? {
+            Reply::Bytes(found) => {
+                self.moved += found.as_ref().map_or(0, |b| b.len() as u64);
+                Reply::Value(found.as_deref().map(first_word))
+            }
+            Reply::ValueRows(rows) => {
+                self.moved += rows.iter().map(|r| r.1.len() as u64).sum::<u64>();
+                Reply::Rows(rows.iter().map(|(k, v)| (*k, first_word(v))).collect())
+            }
+            other => other,
+        })
+    }
+
+    fn net_stats(&self) -> Stats {
+        Lane::net_stats(&self.client)
+    }
+
+    fn idle() {
+        C::idle();
+    }
+}
+
 impl<C: BenchClient + ByteClient> BenchClient for ValueClient<C> {
+    fn failure(e: <Self as Lane>::Error) -> Failed {
+        C::failure(e)
+    }
     /// The value's first eight bytes as a number (what the bench wrote), if present.
     fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
         let found = self.client.get_into(key, &mut self.buf)?;
@@ -294,9 +348,6 @@ impl<C: BenchClient + ByteClient> BenchClient for ValueClient<C> {
         let rows = ByteClient::scan(&mut self.client, start, n)?;
         self.moved += rows.iter().map(|r| r.1.len() as u64).sum::<u64>();
         Ok(rows.len())
-    }
-    fn net_stats(&self) -> Stats {
-        self.client.net_stats()
     }
     fn lock_verbs(&self) -> u64 {
         self.client.lock_verbs()
@@ -362,6 +413,9 @@ fn tree_failed(e: bplus_tree::TreeError) -> Failed {
 }
 
 impl<E: rdma_transport::Endpoint + 'static> BenchClient for bplus_tree::Client<E> {
+    fn failure(e: bplus_tree::TreeError) -> Failed {
+        tree_failed(e)
+    }
     fn get(&mut self, key: u64) -> Result<Option<u64>, Failed> {
         bplus_tree::Client::get(self, key).map_err(tree_failed)
     }
@@ -378,9 +432,6 @@ impl<E: rdma_transport::Endpoint + 'static> BenchClient for bplus_tree::Client<E
         bplus_tree::Client::scan(self, start, n)
             .map(|v| v.len())
             .map_err(tree_failed)
-    }
-    fn net_stats(&self) -> Stats {
-        bplus_tree::Client::net_stats(self)
     }
     fn lock_verbs(&self) -> u64 {
         self.stats().lock_verbs

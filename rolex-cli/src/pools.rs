@@ -65,6 +65,15 @@ pub fn node_of_file(path: &Path) -> Result<(u16, u64), CliError> {
 /// A transport over pool files, each under its superblock's memory-node id. With `complete`, the
 /// files must be every node of one deployment (ids 0 .. count, each once).
 pub fn attach_files(paths: &[PathBuf], complete: bool) -> Result<SimTransport, CliError> {
+    attach_files_with(paths, complete, SimConfig::default())
+}
+
+/// [`attach_files`], the simulator configured as `config` says (its latency mode).
+pub fn attach_files_with(
+    paths: &[PathBuf],
+    complete: bool,
+    config: SimConfig,
+) -> Result<SimTransport, CliError> {
     if paths.is_empty() {
         return Err("no pool file given".into());
     }
@@ -92,7 +101,7 @@ pub fn attach_files(paths: &[PathBuf], complete: bool) -> Result<SimTransport, C
             ));
         }
     }
-    SimTransport::with_node_ids(pools, SimConfig::default()).map_err(CliError::from)
+    SimTransport::with_node_ids(pools, config).map_err(CliError::from)
 }
 
 /// The memory node a single-pool transport serves.

@@ -20,6 +20,10 @@ pub(crate) struct SuiteArgs {
     /// Compute threads (at most 128).
     #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     threads: u64,
+    /// Operations each thread keeps in flight (threads x inflight at most 128; the modeled
+    /// columns count threads x inflight clients).
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::inflight)]
+    inflight: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Write every run's full report here, as a JSON array.
@@ -51,6 +55,7 @@ pub(crate) fn run(args: &SuiteArgs) -> Result<(), CliError> {
             run.keys = args.keys;
             run.ops = args.ops;
             run.threads = args.threads;
+            run.inflight = args.inflight;
             run.seed = args.seed;
             run.workload = workload;
             run.request_dist = Some(dist);

@@ -72,6 +72,17 @@ pub struct BenchArgs {
     /// Compute threads (one client each; at most 128).
     #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     pub threads: u64,
+    /// Operations each thread keeps in flight (one client each: threads x inflight at most
+    /// 128). Above 1 a thread posts its operations' batches and polls their completions, as
+    /// RDMA systems run several coroutines per thread; the cost model counts threads x inflight
+    /// clients.
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::inflight)]
+    pub inflight: u64,
+    /// Simulator latency mode: every batch completes no earlier than this round trip (in µs)
+    /// after it was posted, in wall-clock time, so measured throughput shows what keeping
+    /// operations in flight buys (embedded or attached simulator only).
+    #[arg(long, value_parser = crate::checks::latency_us)]
+    pub latency_us: Option<f64>,
     /// The workload.
     #[arg(long, value_enum, default_value_t = Workload::YcsbA)]
     pub workload: Workload,
@@ -163,7 +174,7 @@ pub struct BenchArgs {
     /// Cost model: bytes per second one memory node's NIC moves.
     #[arg(long, default_value_t = 12.5e9, value_parser = crate::checks::positive)]
     pub model_nic_bytes: f64,
-    /// Cost model: client threads to model (default: --threads).
+    /// Cost model: clients to model (default: --threads x --inflight).
     #[arg(long, value_parser = crate::checks::positive_count)]
     pub model_clients: Option<u64>,
 }

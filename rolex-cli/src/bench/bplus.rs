@@ -46,7 +46,10 @@ pub(super) fn run_bplus(
     let size = bplus_tree::required_pool_bytes(per_node, &config, expected_inserts + 1024)
         .saturating_mul(5)
         / 4;
-    let transport = SimTransport::anonymous(&vec![size.next_multiple_of(4096); nodes as usize])?;
+    let transport = SimTransport::anonymous_with(
+        &vec![size.next_multiple_of(4096); nodes as usize],
+        super::sim_config(args),
+    )?;
     let load_bar = progress(args.quiet, Some(nodes), "bulk load");
     let mut ep = transport.endpoint()?;
     for (&node, (range, share)) in transport.memory_nodes().iter().zip(shares) {

@@ -122,7 +122,8 @@ fn run_threads<I: BenchIndex>(
                 .seed
                 .wrapping_add(t)
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            std::thread::spawn(move || run_thread(&*store, &shared, t, seed))
+            let inflight = args.inflight;
+            std::thread::spawn(move || run_thread(&*store, &shared, t, seed, inflight))
         })
         .collect();
 
@@ -339,7 +340,9 @@ fn assemble<I: BenchIndex>(
         histograms.push((*name, hist));
     }
 
-    let clients = args.model_clients.unwrap_or(args.threads);
+    let clients = args
+        .model_clients
+        .unwrap_or(args.threads.saturating_mul(args.inflight));
     let nodes = store.memory_nodes();
     let mut config = serde_json::to_value(args)?;
     if let Some(obj) = config.as_object_mut() {

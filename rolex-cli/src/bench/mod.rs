@@ -26,7 +26,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_transport::Transport;
 use retrainer::{RetrainConfig, Retrainer};
-use sim_transport::SimTransport;
+use sim_transport::{SimConfig, SimTransport};
 
 use crate::index::IndexKind;
 use crate::keys;
@@ -100,8 +100,32 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
     }
     if args.transport != CliTransport::Verbs {
         refuse(&["connect", "device"], "needs --transport verbs")?;
+    } else {
+        refuse(
+            &["latency_us"],
+            "is the simulator's latency mode; --transport verbs has a real network",
+        )?;
+    }
+    let clients = args.threads.saturating_mul(args.inflight);
+    if clients > crate::checks::MAX_THREADS {
+        return Err(input!(
+            "--threads {} x --inflight {} = {clients} clients: a compute node has {} connection indexes, one per operation in flight",
+            args.threads,
+            args.inflight,
+            crate::checks::MAX_THREADS
+        ));
     }
     Ok(())
+}
+
+/// The simulator's configuration for this run: its latency mode, if asked for.
+pub(crate) fn sim_config(args: &BenchArgs) -> SimConfig {
+    SimConfig {
+        latency: args
+            .latency_us
+            .map(|us| Duration::from_nanos((us * 1_000.0) as u64)),
+        ..SimConfig::default()
+    }
 }
 
 /// Runs the benchmark and returns its report.
@@ -184,7 +208,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         return Err("--attach serves ROLEX pools; the B+-tree baseline runs embedded only".into());
     }
     let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
-        let transport = crate::pools::attach_files(&args.attach, true)?;
+        let transport = crate::pools::attach_files_with(&args.attach, true, sim_config(args))?;
         let loaded = existing_keys(&transport, args.quiet)?;
         let to_insert = match args.insert_order {
             keys::InsertOrder::Random => fresh_keys(args.seed, expected_inserts),
@@ -246,10 +270,10 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         let spare =
             (expected_inserts / args.memory_nodes).saturating_mul(2) / args.fill.max(1) + 1024;
         let size = required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4;
-        let transport = SimTransport::anonymous(&vec![
-            size.next_multiple_of(4096);
-            args.memory_nodes as usize
-        ])?;
+        let transport = SimTransport::anonymous_with(
+            &vec![size.next_multiple_of(4096); args.memory_nodes as usize],
+            sim_config(args),
+        )?;
         bar.finish_and_clear();
         let load_bar = progress(args.quiet, Some(1), "bulk load");
         let show = |node: usize, phase: leaf_store::Phase, done: u64, total: u64| {

@@ -1,7 +1,7 @@
 //! One client thread's loop: pick an operation, run it, and (once the warm-up is over) record its
 //! latency and verbs.
 
-use crate::error::CliError;
+use crate::error::{CliError, failed};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -14,6 +14,7 @@ use rdma_transport::Stats;
 use crate::error::Failed;
 use crate::index::{BenchClient, BenchIndex};
 use crate::workload::{Chooser, Mix, Op};
+use kv_session::{Lane, Request};
 
 /// The operation types, in the order of the per-thread arrays.
 pub(super) const OP_NAMES: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"];
@@ -74,16 +75,8 @@ pub(super) struct ThreadResult {
     pub finished: Instant,
 }
 
-/// Thread `t`'s loop: warm-up operations until `shared.measuring`, then its share of the
-/// measured ones (or until the deadline).
-pub(super) fn run_thread<I: BenchIndex>(
-    store: &I,
-    shared: &Arc<Shared>,
-    t: u64,
-    seed: u64,
-) -> Result<ThreadResult, CliError> {
-    let mut client = store.client()?;
-    let mut rng = StdRng::seed_from_u64(seed);
+/// A thread's result before its first operation.
+fn empty_result(shared: &Shared, t: u64) -> Result<ThreadResult, CliError> {
     let mut result = ThreadResult {
         latency: (0..OP_NAMES.len())
             .map(|_| latency_histogram())
@@ -106,6 +99,25 @@ pub(super) fn run_thread<I: BenchIndex>(
             .copied()
             .collect();
     }
+    Ok(result)
+}
+
+/// Thread `t`'s loop: warm-up operations until `shared.measuring`, then its share of the
+/// measured ones (or until the deadline); with `inflight` above one, that many at once
+/// ([`run_pipelined`]).
+pub(super) fn run_thread<I: BenchIndex>(
+    store: &I,
+    shared: &Arc<Shared>,
+    t: u64,
+    seed: u64,
+    inflight: u64,
+) -> Result<ThreadResult, CliError> {
+    if inflight > 1 {
+        return run_pipelined(store, shared, t, seed, inflight);
+    }
+    let mut client = store.client()?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut result = empty_result(shared, t)?;
     let (mut measured, mut unflushed, mut warm_unflushed) = (0u64, 0u64, 0u64);
     let mut value_bytes_at_start = None;
     loop {
@@ -250,4 +262,166 @@ fn execute<C: BenchClient>(
             4
         }
     })
+}
+
+/// An operation in flight on a pipelined thread.
+struct InFlight {
+    op: Op,
+    kind: usize,
+    started: Instant,
+    /// Started after the warm-up: recorded.
+    measured: bool,
+    /// What its requests have used so far (a read-modify-write makes two).
+    net: Stats,
+    /// A read-modify-write whose GET is done: its update is in flight.
+    updating: bool,
+}
+
+/// The request that starts `op` (a read-modify-write starts with its GET).
+fn first_request(op: Op) -> (Request, usize) {
+    match op {
+        Op::Read(k) => (Request::Get(k), 0),
+        Op::Update(k) => (Request::Update(k, k.wrapping_add(1)), 1),
+        Op::Insert(k) => (Request::Insert(k, k), 2),
+        Op::Scan(k, n) => (Request::Scan(k, n), 3),
+        Op::ReadModifyWrite(k) => (Request::Get(k), 4),
+        Op::Delete(k) => (Request::Delete(k), 5),
+    }
+}
+
+/// [`run_thread`] with `inflight` operations at once: one client per operation in flight, driven
+/// by one session (`kv_session`), each operation's latency from its start to its end and its
+/// verbs from its own client's counters. The warm-up and the measured stretch are two sessions:
+/// the warm-up's operations all end before the first measured one starts.
+fn run_pipelined<I: BenchIndex>(
+    store: &I,
+    shared: &Arc<Shared>,
+    t: u64,
+    seed: u64,
+    inflight: u64,
+) -> Result<ThreadResult, CliError> {
+    let mut lanes: Vec<I::Client> = (0..inflight)
+        .map(|_| store.client())
+        .collect::<Result<_, _>>()?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut result = empty_result(shared, t)?;
+    let mut value_bytes_at_start = 0;
+    for measuring in [false, true] {
+        if measuring {
+            if !shared.measuring.load(Ordering::Acquire) {
+                // Still warming up: this thread's warm-up goes on until the run's ends.
+                while !shared.measuring.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+            }
+            value_bytes_at_start = lanes.iter().map(BenchClient::value_bytes).sum();
+        } else if shared.measuring.load(Ordering::Acquire) {
+            continue;
+        }
+        drive(shared, &mut lanes, &mut rng, &mut result, measuring)?;
+    }
+    result.finished = Instant::now();
+    result.value_bytes =
+        lanes.iter().map(BenchClient::value_bytes).sum::<u64>() - value_bytes_at_start;
+    Ok(result)
+}
+
+/// One stretch of a pipelined thread: the warm-up (until the run's warm-up ends) or the measured
+/// operations (its share, or until the deadline).
+fn drive<C: BenchClient>(
+    shared: &Shared,
+    lanes: &mut [C],
+    rng: &mut StdRng,
+    result: &mut ThreadResult,
+    measuring: bool,
+) -> Result<(), CliError> {
+    let mut session = kv_session::session(lanes);
+    let mut flights: std::collections::HashMap<u64, InFlight> = std::collections::HashMap::new();
+    let (mut next_tag, mut started, mut unflushed) = (0u64, 0u64, 0u64);
+    let over = |started: u64| {
+        if !measuring {
+            return shared.measuring.load(Ordering::Acquire);
+        }
+        if shared.timed {
+            shared.started.elapsed().as_nanos() as u64 >= shared.deadline_ns.load(Ordering::Acquire)
+        } else {
+            started >= shared.per_thread
+        }
+    };
+    loop {
+        while session.has_room() && !over(started) {
+            let op = next_op(shared, rng, &mut result.owned);
+            let (request, kind) = first_request(op);
+            flights.insert(
+                next_tag,
+                InFlight {
+                    op,
+                    kind,
+                    started: Instant::now(),
+                    measured: measuring,
+                    net: Stats::default(),
+                    updating: false,
+                },
+            );
+            if session.submit(next_tag, request).is_err() {
+                return Err(failed!("a pipelined session refused work it had room for"));
+            }
+            next_tag += 1;
+            started += 1;
+        }
+        let Some(done) = session.wait() else {
+            break;
+        };
+        let Some(mut flight) = flights.remove(&done.tag) else {
+            return Err(failed!("a pipelined session returned an unknown operation"));
+        };
+        flight.net += done.net;
+        let reply = done.result.map_err(|e| CliError::from(C::failure(e)))?;
+        // A read-modify-write's GET: now its update, on the lane the GET just freed.
+        if let (Op::ReadModifyWrite(k), kv_session::Reply::Value(v), false) =
+            (flight.op, &reply, flight.updating)
+        {
+            let update = Request::Update(k, v.unwrap_or(0).wrapping_add(1));
+            flights.insert(
+                done.tag,
+                InFlight {
+                    updating: true,
+                    ..flight
+                },
+            );
+            if session.submit(done.tag, update).is_err() {
+                return Err(failed!("a pipelined session refused work it had room for"));
+            }
+            continue;
+        }
+        if let (Op::Insert(k), kv_session::Reply::Done(true)) = (flight.op, &reply) {
+            if shared.churn {
+                // The key is this thread's to delete later, not a lasting insert.
+                result.owned.push(k);
+            } else {
+                result.inserted.push(k);
+            }
+            result.inserted_count += u64::from(flight.measured);
+        }
+        if let (Op::Delete(k), kv_session::Reply::Done(false)) = (flight.op, &reply) {
+            return Err(Failed::Other(format!(
+                "churn: deleting {k}, which this thread owns, found nothing"
+            ))
+            .into());
+        }
+        if !flight.measured {
+            shared.warm_done.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let ns = flight.started.elapsed().as_nanos() as u64;
+        let _ = result.latency[flight.kind].record(ns.clamp(1, MAX_LATENCY_NS));
+        result.net[flight.kind] += flight.net;
+        unflushed += 1;
+        if unflushed == FLUSH_EVERY {
+            shared.done.fetch_add(unflushed, Ordering::Relaxed);
+            unflushed = 0;
+        }
+    }
+    shared.done.fetch_add(unflushed, Ordering::Relaxed);
+    Ok(())
 }

@@ -1,5 +1,5 @@
 //! The cache-budget sweep of `rolex compare`: YCSB C and A (uniform requests) with both indexes
-//! held to each budget of `--budget-sweep`, modeled at 64 clients, as a second table.
+//! held to each budget of `--budget-sweep`, modeled at 64 threads with the comparison's operations in flight, as a second table.
 
 use sim_transport::cost_model::NetworkProfile;
 
@@ -27,7 +27,10 @@ pub(super) fn budget_sweep(
     emit: &mut dyn FnMut(String),
 ) -> Result<Vec<BudgetPoint>, CliError> {
     emit(String::new());
-    emit("Against the compute-side cache budget (uniform requests, modeled at 64 clients):".into());
+    emit(format!(
+        "Against the compute-side cache budget (uniform requests, modeled at 64 threads x {} in flight):",
+        args.inflight
+    ));
     emit(String::new());
     emit("| budget, bytes/key | workload | ROLEX ops/s | B+-tree ops/s | ratio | ROLEX cache, bytes/key | B+-tree cache, bytes/key | RTT/op ROLEX | RTT/op B+-tree | bytes/op ROLEX | bytes/op B+-tree |".into());
     emit("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".into());
@@ -63,8 +66,8 @@ pub(super) fn budget_sweep(
             let point = BudgetPoint {
                 workload: workload::name(workload),
                 budget_bytes_per_key: budget,
-                rolex_ops_s: modeled_at(&rolex, 64, profile),
-                bplus_ops_s: modeled_at(&bplus, 64, profile),
+                rolex_ops_s: modeled_at(&rolex, 64 * args.inflight, profile),
+                bplus_ops_s: modeled_at(&bplus, 64 * args.inflight, profile),
                 rolex_cache_bytes_per_key: rolex.cache_bytes_per_key,
                 bplus_cache_bytes_per_key: bplus.cache_bytes_per_key,
                 rolex_rtts_per_op: weighted(&rolex, |o| o.rtts_per_op),

@@ -31,6 +31,10 @@ pub struct CompareArgs {
     /// Compute threads (measured runs; at most 128).
     #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     pub threads: u64,
+    /// Operations each thread keeps in flight, for both indexes (CHIME's and SMART's runs use
+    /// 2); every modeled figure counts threads x inflight clients.
+    #[arg(long, default_value_t = 2, value_parser = crate::checks::inflight)]
+    pub inflight: u64,
     /// Seed of the keys and operation streams (the same for both indexes).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -102,11 +106,11 @@ struct CaseSpread {
     bplus_throughput_ops_s: Spread,
     measured_throughput_ratio: Spread,
     modeled_throughput_ratio: Spread,
-    modeled_throughput_64_clients_ratio: Spread,
-    rolex_modeled_64_clients_ops_s: Spread,
-    bplus_modeled_64_clients_ops_s: Spread,
-    rolex_modeled_2_clients_ops_s: Spread,
-    bplus_modeled_2_clients_ops_s: Spread,
+    modeled_throughput_64_threads_ratio: Spread,
+    rolex_modeled_64_threads_ops_s: Spread,
+    bplus_modeled_64_threads_ops_s: Spread,
+    rolex_modeled_2_threads_ops_s: Spread,
+    bplus_modeled_2_threads_ops_s: Spread,
 }
 
 /// ROLEX's figure over the baseline's (> 1: ROLEX ahead, for throughput; < 1: ROLEX moves
@@ -115,9 +119,9 @@ struct CaseSpread {
 struct Ratios {
     measured_throughput: f64,
     modeled_throughput: f64,
-    /// The same at 64 modeled clients (where the memory node's NIC, not the round trips, bounds
-    /// throughput).
-    modeled_throughput_64_clients: f64,
+    /// The same at 64 modeled threads, each with `inflight` operations in flight (where the
+    /// memory node's NIC, not the round trips, bounds throughput).
+    modeled_throughput_64_threads: f64,
     bytes_per_op: f64,
     rtts_per_op: f64,
 }
@@ -132,7 +136,9 @@ struct Comparison {
     /// Byte values' length bounds (absent: 8-byte values).
     value_size: Option<crate::checks::ValueSize>,
     cases: Vec<Case>,
-    /// Modeled throughput of YCSB A and C (zipfian) for 1–256 modeled clients.
+    /// Operations in flight per thread.
+    inflight: u64,
+    /// Modeled throughput of YCSB A and C (zipfian) for 1–128 modeled threads x `inflight`.
     clients_sweep: Vec<ClientPoint>,
     /// The compute-side cache budget of the cases (absent: no limit).
     cache_budget: Option<crate::checks::CacheBudget>,
@@ -159,6 +165,9 @@ struct BudgetPoint {
 #[derive(Debug, Clone, serde::Serialize)]
 struct ClientPoint {
     workload: String,
+    /// Modeled threads.
+    threads: u64,
+    /// Modeled clients: threads x operations in flight per thread.
     clients: u64,
     rolex_ops_s: f64,
     bplus_ops_s: f64,
@@ -173,6 +182,7 @@ fn run_of(args: &CompareArgs, defaults: &BenchArgs, index: IndexKind, seed: u64)
     run.keys = args.keys;
     run.ops = args.ops;
     run.threads = args.threads;
+    run.inflight = args.inflight;
     run.seed = seed;
     run.value_size = args.value_size;
     run.quiet = true;
@@ -244,7 +254,10 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         table.push_str(&line);
         table.push('\n');
     };
-    emit("| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | modeled ratio, 64 clients | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |".into());
+    emit(format!(
+        "| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | modeled ratio, 64 threads x {} in flight | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |",
+        args.inflight
+    ));
     emit(
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
             .into(),
@@ -307,18 +320,27 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             modeled_throughput_ratio: over(&|p| {
                 p.rolex.modeled.throughput_ops_s / p.bplus.modeled.throughput_ops_s.max(1e-9)
             }),
-            modeled_throughput_64_clients_ratio: over(&|p| {
-                modeled_at(&p.rolex, 64, &profile) / modeled_at(&p.bplus, 64, &profile).max(1e-9)
+            modeled_throughput_64_threads_ratio: over(&|p| {
+                modeled_at(&p.rolex, 64 * args.inflight, &profile)
+                    / modeled_at(&p.bplus, 64 * args.inflight, &profile).max(1e-9)
             }),
-            rolex_modeled_64_clients_ops_s: over(&|p| modeled_at(&p.rolex, 64, &profile)),
-            bplus_modeled_64_clients_ops_s: over(&|p| modeled_at(&p.bplus, 64, &profile)),
-            rolex_modeled_2_clients_ops_s: over(&|p| modeled_at(&p.rolex, 2, &profile)),
-            bplus_modeled_2_clients_ops_s: over(&|p| modeled_at(&p.bplus, 2, &profile)),
+            rolex_modeled_64_threads_ops_s: over(&|p| {
+                modeled_at(&p.rolex, 64 * args.inflight, &profile)
+            }),
+            bplus_modeled_64_threads_ops_s: over(&|p| {
+                modeled_at(&p.bplus, 64 * args.inflight, &profile)
+            }),
+            rolex_modeled_2_threads_ops_s: over(&|p| {
+                modeled_at(&p.rolex, 2 * args.inflight, &profile)
+            }),
+            bplus_modeled_2_threads_ops_s: over(&|p| {
+                modeled_at(&p.bplus, 2 * args.inflight, &profile)
+            }),
         };
         let ratios = Ratios {
             measured_throughput: spread.measured_throughput_ratio.mean,
             modeled_throughput: spread.modeled_throughput_ratio.mean,
-            modeled_throughput_64_clients: spread.modeled_throughput_64_clients_ratio.mean,
+            modeled_throughput_64_threads: spread.modeled_throughput_64_threads_ratio.mean,
             bytes_per_op: over(&|p| bytes(&p.rolex) / bytes(&p.bplus).max(1e-9)).mean,
             rtts_per_op: over(&|p| rtts(&p.rolex) / rtts(&p.bplus).max(1e-9)).mean,
         };
@@ -343,7 +365,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             shown(&spread.bplus_throughput_ops_s, 0),
             shown(&spread.measured_throughput_ratio, 2),
             shown(&spread.modeled_throughput_ratio, 2),
-            shown(&spread.modeled_throughput_64_clients_ratio, 2),
+            shown(&spread.modeled_throughput_64_threads_ratio, 2),
             bytes(&rolex),
             bytes(&bplus),
             ratios.bytes_per_op,
@@ -362,7 +384,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             spread: (args.runs > 1).then_some(spread),
         });
     }
-    let clients_sweep = clients_sweep(&cases, &profile);
+    let clients_sweep = clients_sweep(&cases, &profile, args.inflight);
     if let Some(c) = cases
         .iter()
         .find(|c| c.name == "ycsb-c" && c.dist == "zipfian")
@@ -391,7 +413,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         std::fs::write(&path, svg).map_err(|e| failed!("{}: {e}", path.display()))?;
     }
     println!(
-        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled clients, throughput_vs_write_ratio_2_clients.svg, throughput_vs_clients.svg, {}measured_throughput.svg, bytes_per_op.svg, rtts_per_op.svg, latency_cdf.svg); {} runs in {:.0} s",
+        "table and plots: {} (table.md, throughput_vs_write_ratio.svg at 64 modeled threads, throughput_vs_write_ratio_2_threads.svg, throughput_vs_clients.svg, {}measured_throughput.svg, bytes_per_op.svg, rtts_per_op.svg, latency_cdf.svg); {} runs in {:.0} s",
         args.out.display(),
         if budget_sweep.is_empty() {
             ""
@@ -409,6 +431,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             runs: args.runs,
             value_size: args.value_size,
             cases,
+            inflight: args.inflight,
             clients_sweep,
             cache_budget: args.cache_budget,
             budget_sweep,
@@ -418,8 +441,9 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Modeled throughput of YCSB A and C (zipfian) at 1–256 modeled clients (one request in flight each), from each run's counters.
-fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
+/// Modeled throughput of YCSB A and C (zipfian) at 1–128 modeled threads with `inflight`
+/// operations in flight each, from each run's counters.
+fn clients_sweep(cases: &[Case], profile: &NetworkProfile, inflight: u64) -> Vec<ClientPoint> {
     let mut out = Vec::new();
     for name in ["ycsb-a", "ycsb-c"] {
         let Some(case) = cases.iter().find(|c| c.name == name && c.dist == "zipfian") else {
@@ -427,9 +451,11 @@ fn clients_sweep(cases: &[Case], profile: &NetworkProfile) -> Vec<ClientPoint> {
         };
         let (rolex, rolex_ops) = totals(&case.rolex);
         let (bplus, bplus_ops) = totals(&case.bplus);
-        for clients in [1, 2, 4, 8, 16, 32, 64, 128, 256] {
+        for threads in [1, 2, 4, 8, 16, 32, 64, 128] {
+            let clients = threads * inflight;
             out.push(ClientPoint {
                 workload: name.into(),
+                threads,
                 clients,
                 rolex_ops_s: profile.throughput_ops_s(&rolex, rolex_ops, clients, 1),
                 bplus_ops_s: profile.throughput_ops_s(&bplus, bplus_ops, clients, 1),

@@ -35,23 +35,27 @@ pub(super) fn plots(
                 let figure = |c: &Case| -> (f64, f64) {
                     match (&c.spread, index, clients) {
                         (Some(s), "ROLEX", 64) => (
-                            s.rolex_modeled_64_clients_ops_s.mean,
-                            s.rolex_modeled_64_clients_ops_s.sd,
+                            s.rolex_modeled_64_threads_ops_s.mean,
+                            s.rolex_modeled_64_threads_ops_s.sd,
                         ),
                         (Some(s), _, 64) => (
-                            s.bplus_modeled_64_clients_ops_s.mean,
-                            s.bplus_modeled_64_clients_ops_s.sd,
+                            s.bplus_modeled_64_threads_ops_s.mean,
+                            s.bplus_modeled_64_threads_ops_s.sd,
                         ),
                         (Some(s), "ROLEX", _) => (
-                            s.rolex_modeled_2_clients_ops_s.mean,
-                            s.rolex_modeled_2_clients_ops_s.sd,
+                            s.rolex_modeled_2_threads_ops_s.mean,
+                            s.rolex_modeled_2_threads_ops_s.sd,
                         ),
                         (Some(s), _, _) => (
-                            s.bplus_modeled_2_clients_ops_s.mean,
-                            s.bplus_modeled_2_clients_ops_s.sd,
+                            s.bplus_modeled_2_threads_ops_s.mean,
+                            s.bplus_modeled_2_threads_ops_s.sd,
                         ),
-                        (None, "ROLEX", _) => (modeled_at(&c.rolex, clients, profile), 0.0),
-                        (None, _, _) => (modeled_at(&c.bplus, clients, profile), 0.0),
+                        (None, "ROLEX", _) => {
+                            (modeled_at(&c.rolex, clients * args.inflight, profile), 0.0)
+                        }
+                        (None, _, _) => {
+                            (modeled_at(&c.bplus, clients * args.inflight, profile), 0.0)
+                        }
                     }
                 };
                 let picked: Vec<(f64, (f64, f64))> = cases
@@ -154,7 +158,10 @@ pub(super) fn plots(
         (
             "throughput_vs_write_ratio.svg",
             svg::line_chart(
-                "Modeled throughput, 64 clients, against the share of inserts",
+                &format!(
+                    "Modeled throughput, 64 threads x {} in flight, against the share of inserts",
+                    args.inflight
+                ),
                 &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
                 "inserts, % of operations",
                 "modeled operations per second",
@@ -163,9 +170,12 @@ pub(super) fn plots(
             ),
         ),
         (
-            "throughput_vs_write_ratio_2_clients.svg",
+            "throughput_vs_write_ratio_2_threads.svg",
             svg::line_chart(
-                "Modeled throughput, 2 clients, against the share of inserts",
+                &format!(
+                    "Modeled throughput, 2 threads x {} in flight, against the share of inserts",
+                    args.inflight
+                ),
                 &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
                 "inserts, % of operations",
                 "modeled operations per second",
@@ -178,7 +188,7 @@ pub(super) fn plots(
             svg::line_chart(
                 "Modeled throughput against compute clients (zipfian)",
                 "modeled from each run's round trips, verbs and bytes; one memory node",
-                "modeled compute clients",
+                "modeled compute clients (threads x operations in flight)",
                 "modeled operations per second",
                 &by_clients,
                 true,
@@ -225,7 +235,7 @@ pub(super) fn plots(
         plots.push((
             "throughput_vs_cache_budget.svg",
             svg::line_chart(
-                "Modeled throughput, 64 clients, against the compute-side cache budget",
+                &format!("Modeled throughput, 64 threads x {} in flight, against the compute-side cache budget", args.inflight),
                 &format!("uniform requests; budget in bytes per key (log scale); {sizes}"),
                 "cache budget, bytes per key",
                 "modeled operations per second",

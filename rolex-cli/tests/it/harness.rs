@@ -354,3 +354,59 @@ fn what_the_harness_cannot_do_is_refused_before_any_work() {
     ]);
     assert!(line.contains("--interval-plot"), "{line}");
 }
+
+/// Operations in flight: a pipelined run (also in the simulator's latency mode) does every
+/// operation, verifies clean, counts threads x inflight modeled clients, and says so in its
+/// JSON.
+#[test]
+fn a_pipelined_run_keeps_operations_in_flight_and_models_them_as_clients() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (workload, latency, values) in [
+        ("ycsb-a", None, None),
+        ("ycsb-f", Some("5"), None),
+        ("churn", None, None),
+        ("ycsb-e", None, Some("64-200")),
+    ] {
+        let out = dir.path().join(format!("{workload}.json"));
+        let mut args = vec![
+            "bench",
+            "--keys",
+            "20000",
+            "--ops",
+            "20000",
+            "--threads",
+            "2",
+            "--inflight",
+            "4",
+            "--workload",
+            workload,
+            "--quiet",
+            "--json",
+            out.to_str().expect("path"),
+        ];
+        if let Some(us) = latency {
+            args.extend(["--latency-us", us]);
+        }
+        if let Some(size) = values {
+            args.extend(["--value-size", size]);
+        }
+        let (stdout, _) = rolex(&args);
+        assert!(stdout.contains("verify: clean"), "{workload}: {stdout}");
+        assert!(stdout.contains("with 8 clients"), "{workload}: {stdout}");
+        let report = json(&out);
+        assert_eq!(report["config"]["inflight"], 4, "{workload}");
+        let counted: u64 = report["ops"]
+            .as_object()
+            .expect("ops")
+            .values()
+            .map(|op| op["count"].as_u64().expect("count"))
+            .sum();
+        assert_eq!(counted, 20_000, "{workload}: every operation ran once");
+        if let Some(read) = report["ops"].get("read") {
+            assert!(
+                (read["rtts_per_op"].as_f64().expect("rtt") - 1.0).abs() < 0.05,
+                "{workload}: a GET is one round trip with several in flight: {read}"
+            );
+        }
+    }
+}

@@ -36,6 +36,22 @@ fn what_cannot_run_is_refused_with_its_limit() {
         &["--duration"],
     );
     refused(&["bench", "--threads", "100000"], &["1..=128"]);
+    refused(&["bench", "--inflight", "0"], &["--inflight", "1..=64"]);
+    refused(
+        &["bench", "--threads", "100", "--inflight", "2"],
+        &["200 clients", "connection indexes"],
+    );
+    refused(
+        &["bench", "--latency-us", "0"],
+        &["--latency-us", "above 0"],
+    );
+    refused(&["bench", "--latency-us", "inf"], &["--latency-us"]);
+    refused(
+        &["bench", "--transport", "verbs", "--latency-us", "10"],
+        &["--latency-us", "simulator"],
+    );
+    refused(&["compare", "--inflight", "65"], &["--inflight", "1..=64"]);
+    refused(&["suite", "--inflight", "0"], &["--inflight"]);
     refused(&["bench", "--memory-nodes", "1000"], &["1..=64"]);
     refused(&["bench", "--delta", "1000000"], &["1..=4096"]);
     refused(&["bench", "--ops", "0"], &["--ops", "at least 1"]);
