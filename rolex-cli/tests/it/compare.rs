@@ -143,7 +143,17 @@ fn compare_writes_a_table_json_and_plots() {
                 > 0.0
         );
     }
-    assert_eq!(r["clients_sweep"].as_array().expect("sweep").len(), 18);
+    // YCSB A and C at 1 to 128 modeled threads, each with the comparison's two in flight.
+    let sweep = r["clients_sweep"].as_array().expect("sweep");
+    assert_eq!(sweep.len(), 16);
+    assert_eq!(r["inflight"], 2);
+    for point in sweep {
+        assert_eq!(
+            point["clients"].as_u64(),
+            point["threads"].as_u64().map(|t| t * 2),
+            "{point}"
+        );
+    }
     // The budget sweep: YCSB C and A at six budgets, each index within its budget (ROLEX may
     // exceed one smaller than its directories and one view).
     let budgets = r["budget_sweep"].as_array().expect("budget sweep");
