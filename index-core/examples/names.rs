@@ -38,7 +38,7 @@ mod demo {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
-    use index_core::{Client, Store, StoreConfig, bootstrap_values};
+    use index_core::{Client, Reply, Request, Store, StoreConfig, bootstrap_values};
     use leaf_store::{BulkLoadConfig, ValueConfig, required_pool_bytes};
     use rdma_transport::Transport;
     use retrainer::{RetrainConfig, Retrainer};
@@ -210,16 +210,38 @@ mod demo {
         let started = Instant::now();
 
         // Register every person of a two- and three-syllable name (576 more, ids after the
-        // loaded ones).
-        let mut registered = 0;
+        // loaded ones), eight inserts in flight at once on this thread.
+        let mut registrations = Vec::new();
         for (i, name) in names(2).iter().chain(&names(3)).enumerate() {
             let key = key_of(name).ok_or("bad name")?;
-            let id = 4096 + i as u64;
-            if client.insert_value(key, &record(name, id, CITIES[i % CITIES.len()]))? {
+            let row = record(name, 4096 + i as u64, CITIES[i % CITIES.len()]);
+            registrations.push((key, Request::InsertValue(key, row)));
+        }
+        let mut pipeline = store.pipeline(8)?;
+        let mut session = pipeline.session();
+        let mut registrations = registrations.into_iter();
+        let (mut registered, mut round_trips) = (0, 0);
+        loop {
+            while session.has_room() {
+                let Some((key, request)) = registrations.next() else {
+                    break;
+                };
+                if session.submit(key, request).is_err() {
+                    return Err("a session with room refused a request".into());
+                }
+            }
+            let Some(done) = session.wait() else {
+                break;
+            };
+            round_trips += done.net.batches;
+            if done.result? == Reply::Done(true) {
                 registered += 1;
             }
         }
-        println!("[compute] registered {registered} people");
+        drop(session);
+        println!(
+            "[compute] registered {registered} people, eight at a time ({round_trips} round trips)"
+        );
 
         for name in ["kalomi", "vivivivi", "sutone", "rarararara"] {
             match key_of(name) {
