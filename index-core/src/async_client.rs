@@ -235,5 +235,5 @@ impl<E: Endpoint> AsyncClient<E> {
 /// smallest executor there is, enough for a few operations of an [`AsyncClient`] (a
 /// [`crate::Session`] drives many).
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    crate::client::block_on(future)
+    crate::client::block_on(std::pin::pin!(future))
 }

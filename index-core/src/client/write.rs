@@ -693,8 +693,10 @@ impl<E: Endpoint> Client<E> {
                 .await?;
                 result
             }
+            // Structural changes are rare and their futures large: boxed, so a rewrite's future
+            // (the common case, moved on every call) stays small.
             Outcome::Unlink { result, pos } => {
-                self.unlink(op, node, &mut locked, pos, redo, hand_over, held_slot)
+                Box::pin(self.unlink(op, node, &mut locked, pos, redo, hand_over, held_slot))
                     .await?;
                 result
             }
@@ -704,19 +706,18 @@ impl<E: Endpoint> Client<E> {
                 lower,
                 upper,
                 moved,
-            } => match self
-                .split(
-                    op,
-                    node,
-                    &mut locked,
-                    pos,
-                    lower,
-                    (upper, moved),
-                    redo,
-                    hand_over,
-                    held_slot,
-                )
-                .await?
+            } => match Box::pin(self.split(
+                op,
+                node,
+                &mut locked,
+                pos,
+                lower,
+                (upper, moved),
+                redo,
+                hand_over,
+                held_slot,
+            ))
+            .await?
             {
                 SplitEnd::Done => result,
                 SplitEnd::SltFull => return Ok(Committed::SltFull),
