@@ -16,6 +16,7 @@ mod checks;
 mod compare;
 mod error;
 mod index;
+mod inflight;
 mod inspect;
 mod keys;
 mod memnode;
@@ -56,6 +57,9 @@ enum Command {
     /// ROLEX against the B+-tree baseline on the same transport, keys and operation streams:
     /// YCSB A–F and a write-ratio sweep, uniform and zipfian; a table of ratios, JSON, SVG plots.
     Compare(compare::CompareArgs),
+    /// Throughput against the operations each thread keeps in flight, both indexes: measured in
+    /// the simulator's latency mode and modeled; a table, JSON and an SVG plot.
+    Inflight(inflight::InflightArgs),
 }
 
 /// The subcommand named on the command line, if any (for pointing at its help).
@@ -143,6 +147,7 @@ fn main() -> ExitCode {
         Command::Memnode(args) => memnode::run(args).map(|()| true),
         Command::Inspect(args) => inspect::run(args),
         Command::Suite(args) => suite::run(args).map(|()| true),
+        Command::Inflight(args) => inflight::run(args).map(|()| true),
         Command::Compare(args) => suite::BenchDefaults::try_parse_from(["rolex"])
             .map_err(error::CliError::from)
             .and_then(|d| compare::run(args, d.args))

@@ -410,3 +410,47 @@ fn a_pipelined_run_keeps_operations_in_flight_and_models_them_as_clients() {
         }
     }
 }
+
+/// `rolex inflight`: both indexes at each depth, measured in latency mode and modeled, as a
+/// table, a JSON report and a plot; the modeled figure grows with the depth.
+#[test]
+fn inflight_sweeps_both_indexes_and_plots_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("inflight");
+    let (stdout, _) = rolex(&[
+        "inflight",
+        "--keys",
+        "20000",
+        "--ops",
+        "4000",
+        "--depths",
+        "1,4",
+        "--latency-us",
+        "5",
+        "--quiet",
+        "--out",
+        out.to_str().expect("path"),
+    ]);
+    assert!(stdout.contains("| rolex | 4 |"), "{stdout}");
+    assert!(stdout.contains("| bplus | 1 |"), "{stdout}");
+    let report = json(&out.join("inflight.json"));
+    let points = report["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4);
+    for index in ["rolex", "bplus"] {
+        let modeled = |depth: u64| {
+            points
+                .iter()
+                .find(|p| p["index"] == index && p["inflight"] == depth)
+                .and_then(|p| p["modeled_ops_s"].as_f64())
+                .expect("point")
+        };
+        assert!(modeled(4) > 3.0 * modeled(1), "{index}: {points:?}");
+    }
+    let svg = std::fs::read_to_string(out.join("throughput_vs_inflight.svg")).expect("plot");
+    assert!(svg.contains("ROLEX measured") && svg.contains("B+-tree modeled"));
+    assert!(bad_input_line(&["inflight", "--depths", "1,0"]).contains("--depths"));
+    assert!(
+        bad_input_line(&["inflight", "--threads", "64", "--depths", "1,4"])
+            .contains("connection indexes")
+    );
+}
