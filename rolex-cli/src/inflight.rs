@@ -181,7 +181,7 @@ pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
     );
     let write = |name: &str, body: String| -> Result<(), CliError> {
         let path = args.out.join(name);
-        std::fs::write(&path, body).map_err(|e| failed!("{}: {e}", path.display()).into())
+        std::fs::write(&path, body).map_err(|e| failed!("{}: {e}", path.display()))
     };
     write("table.md", table)?;
     write("throughput_vs_inflight.svg", plot)?;
