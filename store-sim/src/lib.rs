@@ -20,7 +20,7 @@ use sim_scheduler::{Config, Outcome, Strategy};
 
 pub use ledger::{Account, Ledger};
 pub use times::LEASE;
-pub use world::{Faults, Options, Summary};
+pub use world::{Faults, MAX_IN_FLIGHT, Options, Summary};
 
 use std::collections::BTreeMap;
 
@@ -124,6 +124,8 @@ pub struct Coverage {
     pub reads_waited: u64,
     /// What the ledgers of leaves and value blocks accounted for, summed.
     pub ledger: Ledger,
+    /// Seeds by the operations each client thread kept in flight.
+    pub inflight: BTreeMap<usize, u64>,
 }
 
 impl Coverage {
@@ -148,6 +150,7 @@ impl Coverage {
         self.reads_waited += l.reads_waited;
         self.ledger.leaves.add(&report.summary.ledger.leaves);
         self.ledger.blocks.add(&report.summary.ledger.blocks);
+        *self.inflight.entry(report.summary.inflight).or_default() += 1;
     }
 }
 
@@ -176,6 +179,15 @@ impl std::fmt::Display for Coverage {
         };
         writeln!(f, "  faults injected: {}", list(&self.faults))?;
         writeln!(f, "  operations failed: {}", list(&self.errors))?;
+        writeln!(
+            f,
+            "  seeds by operations in flight per client thread: {}",
+            self.inflight
+                .iter()
+                .map(|(k, n)| format!("K = {k}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
         let (l, b) = (&self.ledger.leaves, &self.ledger.blocks);
         writeln!(
             f,

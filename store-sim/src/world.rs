@@ -8,8 +8,11 @@
 //!   renewer and connections) with one or two client threads running random operations on a few
 //!   dozen keys (in a third of the runs on 16 hot keys of one or two slots; in a fifth, three
 //!   client threads each on 4 keys of one leaf, which hand its lock over), each write with a
-//!   value never written before; with byte values, in a third of the runs in a value region too
-//!   small for every compute node to keep a chunk of every size class.
+//!   value never written before; in seven runs of eight each thread keeps 2 to 8 of them in
+//!   flight, a pipeline of as many clients driven by one session ([`run_pipelined`]; a
+//!   contended run then has one thread per compute node, running the three's operations); with
+//!   byte values, in a third of the runs in a value region too small for every compute node to
+//!   keep a chunk of every size class.
 //! - **Faults**, drawn from the seed by a thread of their own: a compute node killed wherever its
 //!   threads are (a WRITE in flight lands a prefix of its packets), a compute node paused past
 //!   its lease (wherever it is, or at a named step of a write or split), transient verb
@@ -30,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use index_core::{Client, IndexError, Store, StoreConfig};
+use index_core::{Client, Done, IndexError, Pipeline, Reply, Request, Session, Store, StoreConfig};
 use leaf_store::BulkLoadConfig;
 use leaf_store::members::{MemberState, MemberTable};
 use rdma_transport::{Transport, TransportError};
@@ -41,13 +44,14 @@ use testkit::XorShift64;
 use testkit::linearizability::{KvOp, KvResult};
 
 use crate::history::{Entry, Op, Recorder, Returned};
-use crate::liveness::{Liveness, LivenessStats, gives_up};
+use crate::liveness::{Began, Liveness, LivenessStats, gives_up};
 use crate::times::{LEASE, RECOVERY_LIMIT, RENEWAL};
 
 /// How a run is shaped (the seed fills in the rest).
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Operations each client runs.
+    /// Operations each client runs (three times as many in a contended run with several in
+    /// flight, whose one client thread per compute node runs the three's).
     pub ops_per_client: usize,
     /// Whether faults are injected.
     pub faults: bool,
@@ -55,6 +59,10 @@ pub struct Options {
     /// blocks: `get_value`, `put_value`, `scan_values`, ...), each value's bytes naming its key and
     /// the number the history records.
     pub byte_values: bool,
+    /// Operations each client thread keeps in flight (1 to [`MAX_IN_FLIGHT`]) in every run;
+    /// `None`: 1 to 8 drawn from the seed by a generator of its own (so a seed draws its other
+    /// choices as before).
+    pub inflight: Option<usize>,
 }
 
 impl Default for Options {
@@ -63,8 +71,21 @@ impl Default for Options {
             ops_per_client: 25,
             faults: true,
             byte_values: false,
+            inflight: None,
         }
     }
+}
+
+/// The most operations a client thread keeps in flight.
+pub const MAX_IN_FLIGHT: usize = 8;
+
+/// Operations each client thread of a run keeps in flight: `pinned`, or 1 to [`MAX_IN_FLIGHT`]
+/// drawn from the seed by a generator of its own (so the seed's other choices are those it made
+/// before). With 1 a thread runs one operation at a time, as it did before pipelines existed.
+fn in_flight(seed: u64, pinned: Option<usize>) -> usize {
+    pinned.unwrap_or_else(|| {
+        1 + (side_draw(seed, 0x91e1_17ed_0000_0001) % MAX_IN_FLIGHT as u64) as usize
+    })
 }
 
 /// The bytes the simulation stores for value `v` of `key` in a pool with byte values: both
@@ -189,6 +210,8 @@ pub struct Summary {
     pub liveness: LivenessStats,
     /// What the ledgers of leaves and value blocks accounted for.
     pub ledger: crate::Ledger,
+    /// Operations each client thread kept in flight.
+    pub inflight: usize,
 }
 
 struct World {
@@ -408,24 +431,39 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     } else {
         (0, 30)
     };
+    // Several operations in flight per client thread in seven runs of eight: each a pipeline of
+    // that many clients (its own endpoints and connection indexes) driven by one session.
+    let inflight = in_flight(seed, options.inflight);
+    let mut ops_per_client = options.ops_per_client;
     // A fifth of the runs are contended instead: three clients on each compute node and 4 keys
     // of one leaf, so that writers of one compute node queue on its local lock and hand the leaf
     // lock over (8 to 24 times a run in seeds 0-30, against 0 to 3 in the others; with 8 keys,
-    // 0 to 14), and the leaf's splits and unlinks meet every other write.
-    if side_draw(seed, 0xc0e7_e57e_d000_0001).is_multiple_of(5) {
-        clients = 3;
+    // 0 to 14), and the leaf's splits and unlinks meet every other write. With several
+    // operations in flight, one client thread per compute node runs the three's operations: its
+    // writers queue as operations of one session. (Three threads of seven in flight on each of
+    // three compute nodes, up to 63 operations at once on 4 keys, made seed 321's history of one
+    // key, every landed leaf image a read, take the linearizability search 66 s; the whole run
+    // takes 0.3 s this way.)
+    let contended = side_draw(seed, 0xc0e7_e57e_d000_0001).is_multiple_of(5);
+    if contended {
         key_space = (100, 2);
+        if inflight == 1 {
+            clients = 3;
+        } else {
+            clients = 1;
+            ops_per_client *= 3;
+        }
     }
     // A sixth of the others grow then shrink: on the hot keys, each client inserts for the first
     // half of its operations and deletes for the second, so that leaves split into synonyms that
     // deletes then empty and unlink (about one run in twenty unlinked a leaf before; an unlink
     // is a structural change of its own, with its own crash points and recovery).
-    let grow_then_shrink = clients != 3 && side_draw(seed, 0x6e0e_5e11_0000_0001).is_multiple_of(6);
+    let grow_then_shrink = !contended && side_draw(seed, 0x6e0e_5e11_0000_0001).is_multiple_of(6);
     if grow_then_shrink {
         key_space = (100, 8);
     }
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
+        "{compute_nodes} compute nodes x {clients} clients of {ops_per_client} operations, {inflight} in flight, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}",
         key_space.1 * 2,
         if grow_then_shrink {
             " grown then shrunk"
@@ -446,7 +484,11 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
             .generation_bits
             .unwrap_or(leaf_store::ModelHeader::GENERATION_BITS),
     );
-    summary.lock().unwrap_or_else(|e| e.into_inner()).shape = shape;
+    {
+        let mut s = summary.lock().unwrap_or_else(|e| e.into_inner());
+        s.shape = shape;
+        s.inflight = inflight;
+    }
     let world = Arc::new(World {
         compute: (0..compute_nodes)
             .map(|_| (Mutex::new(transport.process()), sim_scheduler::new_group()))
@@ -505,9 +547,9 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         .map(|i| {
             let world = Arc::clone(&world);
             let seed = rng.next_u64();
-            let ops = options.ops_per_client;
+            let ops = ops_per_client;
             thread::spawn_in(world.compute[i].1, &format!("cn{i}"), move || {
-                compute_node(&world, i, clients, ops, seed);
+                compute_node(&world, i, clients, ops, inflight, seed);
             })
             .unwrap_or_else(|e| sim_scheduler::fail(&format!("spawn: {e}")))
         })
@@ -791,9 +833,17 @@ fn cache_budget(seed: u64, incarnation: u64) -> Option<u64> {
     }
 }
 
-/// A compute node: opens a store on its process and runs its clients; killed or fenced, it
-/// starts again as a new member until its clients have run all their operations.
-fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, seed: u64) {
+/// A compute node: opens a store on its process and runs its client threads, each with
+/// `inflight` operations in flight; killed or fenced, it starts again as a new member until its
+/// clients have run all their operations.
+fn compute_node(
+    world: &Arc<World>,
+    index: usize,
+    clients: usize,
+    ops: usize,
+    inflight: usize,
+    seed: u64,
+) {
     let mut rng = XorShift64::new(seed | 1);
     let mut left = vec![ops; clients];
     for incarnation in 0.. {
@@ -838,9 +888,13 @@ fn compute_node(world: &Arc<World>, index: usize, clients: usize, ops: usize, se
                 let world = Arc::clone(world);
                 (
                     c,
-                    thread::Builder::new()
-                        .name(name.clone())
-                        .spawn(move || run_client(&world, index, &store, &name, l, seed)),
+                    thread::Builder::new().name(name.clone()).spawn(move || {
+                        if inflight == 1 {
+                            run_client(&world, index, &store, &name, l, seed)
+                        } else {
+                            run_pipelined(&world, index, &store, &name, l, seed, inflight)
+                        }
+                    }),
                 )
             })
             .collect();
@@ -928,45 +982,48 @@ fn node_gone(e: &IndexError, process: &SimTransport) -> bool {
         || matches!(e, IndexError::Transport(TransportError::Crashed))
 }
 
-/// A client thread: `ops` random operations; returns how many it ran before its compute node
-/// was killed or fenced.
-fn run_client(
-    world: &World,
-    node: usize,
-    store: &Store<SimTransport>,
-    name: &str,
-    ops: usize,
-    seed: u64,
-) -> usize {
-    let mut rng = XorShift64::new(seed | 1);
-    let mut client: Client<SimEndpoint> = match store.client() {
-        Ok(client) => client,
-        Err(_) => return 0,
-    };
-    let process = store.transport().clone();
-    // Values never written before: the client's seed in the high bits, a counter below.
-    let first_value = (seed >> 40) << 20;
-    // The keys this client inserted, latest last (a run that grows then shrinks deletes them).
-    let mut inserted: Vec<u64> = Vec::new();
-    let mut sweep = seed % 16;
-    for done in 0..ops {
-        if world.reopen[node].load(Ordering::SeqCst) {
-            return done;
+/// A client thread's random operations, drawn in the same order whether it runs them one at a
+/// time ([`run_client`]) or several at once ([`run_pipelined`]): before each operation, whether
+/// it idles first and whether a client restarts, then the operation.
+struct Draws {
+    rng: XorShift64,
+    /// Values never written before: the client's seed in the high bits, a counter below.
+    first_value: u64,
+    /// The keys this client inserted, latest last (a run that grows then shrinks deletes them).
+    inserted: Vec<u64>,
+    /// Where the shrinking half's deletes of every key in turn are.
+    sweep: u64,
+}
+
+impl Draws {
+    fn new(seed: u64) -> Self {
+        Self {
+            rng: XorShift64::new(seed | 1),
+            first_value: (seed >> 40) << 20,
+            inserted: Vec::new(),
+            sweep: seed % 16,
         }
-        if rng.next_u64().is_multiple_of(6) {
-            // Idle for a while: this store's views age across retirement epochs while the
-            // others' writes retrain the slots they name (and records are reclaimed under them).
-            thread::sleep(Duration::from_micros(1000 + rng.next_u64() % 11_000));
-        }
-        if rng.next_u64().is_multiple_of(40) {
-            // Dropped and made again (a thread of the compute node restarting).
-            drop(client);
-            world.count(|f| f.client_restarts += 1);
-            client = match store.client() {
-                Ok(client) => client,
-                Err(_) => return done,
-            };
-        }
+    }
+
+    /// Whether the thread idles before its next operation, and for how long: this store's views
+    /// age across retirement epochs while the others' writes retrain the slots they name (and
+    /// records are reclaimed under them).
+    fn idle(&mut self) -> Option<Duration> {
+        self.rng
+            .next_u64()
+            .is_multiple_of(6)
+            .then(|| Duration::from_micros(1000 + self.rng.next_u64() % 11_000))
+    }
+
+    /// Whether a client is dropped and made again before the next operation (a thread of the
+    /// compute node restarting).
+    fn restart(&mut self) -> bool {
+        self.rng.next_u64().is_multiple_of(40)
+    }
+
+    /// Operation `done` of the thread's `ops`.
+    fn op(&mut self, world: &World, done: usize, ops: usize) -> Op {
+        let rng = &mut self.rng;
         let key = world.keys.0
             + (rng.next_u64() % world.keys.1) * 10
             + if rng.next_u64().is_multiple_of(4) {
@@ -974,9 +1031,9 @@ fn run_client(
             } else {
                 0
             };
-        let value = first_value + done as u64 + 1;
+        let value = self.first_value + done as u64 + 1;
         let draw = rng.next_u64() % 20;
-        let op = match (world.grow_then_shrink, done < ops / 2) {
+        match (world.grow_then_shrink, done < ops / 2) {
             // Growing: mostly inserts, which split leaves.
             (true, true) => match draw {
                 0..=2 => Op::Kv(key, KvOp::Get),
@@ -993,8 +1050,9 @@ fn run_client(
                 // The keys it inserted, last first (they went to the synonym leaves), then
                 // every key in turn, so that whole leaves empty.
                 4..=14 => Op::Kv(
-                    inserted.pop().unwrap_or_else(|| {
-                        sweep += 1;
+                    self.inserted.pop().unwrap_or_else(|| {
+                        self.sweep += 1;
+                        let sweep = self.sweep;
                         world.keys.0 + (sweep % world.keys.1) * 10 + 5 * (sweep / world.keys.1 % 2)
                     }),
                     KvOp::Delete,
@@ -1010,7 +1068,107 @@ fn run_client(
                 14..=17 => Op::Kv(key, KvOp::Delete),
                 _ => Op::Scan(key, 1 + (rng.next_u64() % 6) as usize),
             },
-        };
+        }
+    }
+
+    /// An operation came back `returned`: an insert or upsert that inserted puts its key on
+    /// the list a shrinking half deletes from.
+    fn returned(&mut self, op: Op, returned: &Returned) {
+        if let (
+            Op::Kv(key, KvOp::Insert(_) | KvOp::Upsert(_)),
+            Returned::Kv(KvResult::Done(true)),
+        ) = (op, returned)
+        {
+            self.inserted.push(key);
+        }
+    }
+}
+
+/// A GET or a scan.
+fn is_read(op: Op) -> bool {
+    matches!(op, Op::Kv(_, KvOp::Get) | Op::Scan(..))
+}
+
+/// Whether an operation that failed with `e` ended in its own node's death or fence. Judged
+/// from the error alone: asking the process would be a sync point.
+fn ended_by_death(e: &IndexError) -> bool {
+    e.is_fenced() || matches!(e, IndexError::Transport(TransportError::Crashed))
+}
+
+/// What an operation of `client` that came back `result` leaves to the run's accounts (done
+/// in one place for [`run_client`] and [`run_pipelined`]): the liveness oracle is told of it
+/// (`read`: judged as a read, which must not back off for a memory node's worker; `began`: when
+/// it was called), its error is tallied and its return is recorded at `at`.
+#[allow(clippy::too_many_arguments)]
+fn account(
+    world: &World,
+    client: &str,
+    op: Op,
+    at: usize,
+    began: Began,
+    read: bool,
+    result: &Result<Returned, IndexError>,
+    draws: &mut Draws,
+) {
+    let gave_up = matches!(result, Err(e) if gives_up(e));
+    world
+        .liveness
+        .ended(client, || format!("{op:?}"), began, read, gave_up);
+    if let Err(e) = result {
+        *world
+            .errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(error_kind(e))
+            .or_default() += 1;
+    }
+    match result {
+        Ok(returned) => {
+            draws.returned(op, returned);
+            world.recorder.ret(at, returned.clone());
+        }
+        Err(e) => world.recorder.ret(at, Returned::Failed(e.to_string())),
+    }
+}
+
+/// Whether an operation's error means it lost its connection or its node (judged from the
+/// error alone): its leaves are then excused, placed or forgotten or not.
+fn lost_connection(result: &Result<Returned, IndexError>) -> bool {
+    matches!(result, Err(e) if e.is_connection_lost() || e.is_fenced())
+}
+
+/// A client thread: `ops` random operations, one at a time; returns how many it ran before its
+/// compute node was killed or fenced.
+fn run_client(
+    world: &World,
+    node: usize,
+    store: &Store<SimTransport>,
+    name: &str,
+    ops: usize,
+    seed: u64,
+) -> usize {
+    let mut draws = Draws::new(seed);
+    let mut client: Client<SimEndpoint> = match store.client() {
+        Ok(client) => client,
+        Err(_) => return 0,
+    };
+    let process = store.transport().clone();
+    for done in 0..ops {
+        if world.reopen[node].load(Ordering::SeqCst) {
+            return done;
+        }
+        if let Some(idle) = draws.idle() {
+            thread::sleep(idle);
+        }
+        if draws.restart() {
+            drop(client);
+            world.count(|f| f.client_restarts += 1);
+            client = match store.client() {
+                Ok(client) => client,
+                Err(_) => return done,
+            };
+        }
+        let op = draws.op(world, done, ops);
         let at = world.recorder.call(name, op);
         let began = world.liveness.begin();
         let rereads = client.value_retries();
@@ -1057,63 +1215,304 @@ fn run_client(
                 });
         }
         // A read that ended in its own node's death may have waited at that death (a batch of
-        // a dying node stalls until it is cut): not judged as a read. Judged from the error
-        // alone: asking the process would be a sync point.
-        let read = matches!(op, Op::Kv(_, KvOp::Get) | Op::Scan(..))
-            && !matches!(
-                &result,
-                Err(e) if e.is_fenced()
-                    || matches!(e, IndexError::Transport(TransportError::Crashed))
-            );
-        let gave_up = matches!(&result, Err(e) if gives_up(e));
-        // Its leaves: placed or forgotten, unless the operation lost its connection or its node
-        // (judged from the error alone, as above).
-        let lost = matches!(
-            &result,
-            Err(e) if e.is_connection_lost() || e.is_fenced()
-        );
+        // a dying node stalls until it is cut): not judged as a read.
+        let read = is_read(op) && !matches!(&result, Err(e) if ended_by_death(e));
+        // Its leaves: placed or forgotten, unless the operation lost its connection or its node.
         if let Err(e) = crate::ledger::after_operation(
             &format!("{name} {op:?} (history clock {})", world.recorder.now()),
-            lost,
+            lost_connection(&result),
         ) {
             world.left_in_hand(e);
         }
-        world
-            .liveness
-            .ended(name, || format!("{op:?}"), began, read, gave_up);
-        if let Err(e) = &result {
-            *world
-                .errors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(error_kind(e))
-                .or_default() += 1;
-        }
-        match result {
-            Ok(returned) => {
-                if let (
-                    Op::Kv(key, KvOp::Insert(_) | KvOp::Upsert(_)),
-                    Returned::Kv(KvResult::Done(true)),
-                ) = (op, &returned)
-                {
-                    inserted.push(key);
-                }
-                world.recorder.ret(at, returned)
+        account(world, name, op, at, began, read, &result, &mut draws);
+        if let Err(e) = result {
+            if node_gone(&e, &process) {
+                return done + 1;
             }
-            Err(e) => {
-                world.recorder.ret(at, Returned::Failed(e.to_string()));
-                if node_gone(&e, &process) {
-                    return done + 1;
-                }
-                if matches!(e, IndexError::Transport(TransportError::Broken(_)))
-                    && store.reconnect(&mut client).is_err()
-                {
-                    return done + 1;
-                }
+            if matches!(e, IndexError::Transport(TransportError::Broken(_)))
+                && store.reconnect(&mut client).is_err()
+            {
+                return done + 1;
             }
         }
     }
     ops
+}
+
+/// An operation of a pipelined client thread in flight: what it asked, its history entry,
+/// when it began, and whether a write of its thread was in flight beside it.
+struct InFlight {
+    op: Op,
+    at: usize,
+    began: Began,
+    beside_write: bool,
+}
+
+/// What a pipelined client thread does once its session is drained (see [`run_pipelined`]).
+#[derive(Debug, Default)]
+struct Between {
+    /// Its node is gone (killed, fenced) or its store reopens: the thread ends.
+    stop: bool,
+    /// An operation's completion was lost (`Broken`): the clients reconnect.
+    reconnect: bool,
+    /// The thread idles this long before its next operation.
+    idle: Option<Duration>,
+    /// One of its clients is dropped and made again before its next operation.
+    restart: bool,
+}
+
+/// The state of a pipelined client thread across its sessions.
+struct Pipelined<'w> {
+    world: &'w World,
+    node: usize,
+    process: SimTransport,
+    /// Each session slot's name in the history: the thread's, then `.k` and the slot.
+    names: Vec<String>,
+    /// What each slot runs (the slot is the operation's tag).
+    flight: Vec<Option<InFlight>>,
+    draws: Draws,
+    ops: usize,
+    submitted: usize,
+    completed: usize,
+    /// Whether the next operation's idle and restart draws were made (the session ended for
+    /// them; the operation comes in the next).
+    drawn: bool,
+}
+
+impl Pipelined<'_> {
+    /// Submits operations to `session` as it has room, until they are all submitted or
+    /// something needs the clients themselves (or ends the thread); then drains it. What to do
+    /// between this session and the next.
+    fn run(&mut self, session: &mut Session<'_, Client<SimEndpoint>, usize>) -> Between {
+        let mut between = Between::default();
+        'submit: loop {
+            while !session.has_room() {
+                let Some(done) = session.wait() else { break };
+                self.finish(done, &mut between);
+                if between.stop || between.reconnect {
+                    break 'submit;
+                }
+            }
+            if self.submitted == self.ops {
+                break;
+            }
+            if self.world.reopen[self.node].load(Ordering::SeqCst) {
+                between.stop = true;
+                break;
+            }
+            if !self.drawn {
+                self.drawn = true;
+                between.idle = self.draws.idle();
+                between.restart = self.draws.restart();
+                if between.idle.is_some() || between.restart {
+                    break;
+                }
+            }
+            self.drawn = false;
+            let op = self.draws.op(self.world, self.submitted, self.ops);
+            let Some(slot) = self.flight.iter().position(Option::is_none) else {
+                sim_scheduler::fail("a session with room has no free slot");
+            };
+            // A read is judged as one that must not back off only if no write of its thread
+            // was in flight beside it: a thread's sleep is not told apart by operation, and a
+            // write may back off (waiting for freed value blocks to pass the reuse horizon).
+            let beside_write = if is_read(op) {
+                self.flight.iter().flatten().any(|f| !is_read(f.op))
+            } else {
+                for f in self.flight.iter_mut().flatten() {
+                    f.beside_write = true;
+                }
+                false
+            };
+            let at = self.world.recorder.call(&self.names[slot], op);
+            let began = self.world.liveness.begin();
+            self.flight[slot] = Some(InFlight {
+                op,
+                at,
+                began,
+                beside_write,
+            });
+            self.submitted += 1;
+            if session.submit(slot, self.request(op)).is_err() {
+                sim_scheduler::fail("a session with room refused an operation");
+            }
+        }
+        while let Some(done) = session.wait() {
+            self.finish(done, &mut between);
+        }
+        between
+    }
+
+    /// `op` as a session's request (through the value blocks in a run with byte values).
+    fn request(&self, op: Op) -> Request {
+        match (op, self.world.byte_values) {
+            (Op::Kv(key, KvOp::Get), false) => Request::Get(key),
+            (Op::Kv(key, KvOp::Insert(v)), false) => Request::Insert(key, v),
+            (Op::Kv(key, KvOp::Update(v)), false) => Request::Update(key, v),
+            (Op::Kv(key, KvOp::Upsert(v)), false) => Request::Upsert(key, v),
+            (Op::Scan(start, n), false) => Request::Scan(start, n),
+            (Op::Kv(key, KvOp::Get), true) => Request::GetValue(key),
+            (Op::Kv(key, KvOp::Insert(v)), true) => Request::InsertValue(key, value_bytes(key, v)),
+            (Op::Kv(key, KvOp::Update(v)), true) => Request::UpdateValue(key, value_bytes(key, v)),
+            (Op::Kv(key, KvOp::Upsert(v)), true) => Request::PutValue(key, value_bytes(key, v)),
+            (Op::Scan(start, n), true) => Request::ScanValues(start, n),
+            (Op::Kv(key, KvOp::Delete), _) => Request::Delete(key),
+        }
+    }
+
+    /// An operation came back: recorded and accounted as [`run_client`] does, and `between`
+    /// told if the thread must stop or reconnect.
+    fn finish(&mut self, done: Done<usize, IndexError>, between: &mut Between) {
+        let Some(f) = self.flight.get_mut(done.tag).and_then(Option::take) else {
+            sim_scheduler::fail(&format!("a session gave back tag {} twice", done.tag));
+        };
+        let result = done.result.map(|reply| returned(f.op, reply));
+        self.world.ops.fetch_add(1, Ordering::SeqCst);
+        self.completed += 1;
+        let read =
+            is_read(f.op) && !f.beside_write && !matches!(&result, Err(e) if ended_by_death(e));
+        let name = &self.names[done.tag];
+        // An operation that lost its connection or its node may leave what it held in its
+        // thread's hands: excused at once, with whatever its siblings in flight hold (the
+        // thread's holdings are not told apart by operation). Were they excused only once the
+        // session is drained, a sibling that takes a leaf lock this one left held, once it is
+        // recovered, would seem to take it from its own thread's hands.
+        if lost_connection(&result) {
+            let _ = crate::ledger::after_operation("", true);
+        }
+        account(
+            self.world,
+            name,
+            f.op,
+            f.at,
+            f.began,
+            read,
+            &result,
+            &mut self.draws,
+        );
+        if let Err(e) = result {
+            if node_gone(&e, &self.process) {
+                between.stop = true;
+            } else if matches!(e, IndexError::Transport(TransportError::Broken(_))) {
+                between.reconnect = true;
+            }
+        }
+    }
+}
+
+/// What a session's `reply` to `op` stands for in the history (a value's bytes read back as
+/// its number).
+fn returned(op: Op, reply: Reply) -> Returned {
+    match (op, reply) {
+        (_, Reply::Value(v)) => Returned::Kv(KvResult::Value(v)),
+        (_, Reply::Done(d)) => Returned::Kv(KvResult::Done(d)),
+        (_, Reply::Rows(rows)) => Returned::Scan(rows),
+        (Op::Kv(key, _), Reply::Bytes(b)) => {
+            Returned::Kv(KvResult::Value(b.map(|b| value_number(key, &b))))
+        }
+        (_, Reply::ValueRows(rows)) => Returned::Scan(
+            rows.into_iter()
+                .map(|(k, b)| (k, value_number(k, &b)))
+                .collect(),
+        ),
+        (op, reply) => sim_scheduler::fail(&format!("{op:?} answered {reply:?}")),
+    }
+}
+
+/// The value blocks a pipeline's clients re-read so far (see [`Client::value_retries`]).
+fn value_retries(pipeline: &Pipeline<SimEndpoint>) -> u64 {
+    pipeline.clients().iter().map(Client::value_retries).sum()
+}
+
+/// A client thread with `depth` operations in flight: the random operations [`run_client`]
+/// draws, through sessions of a pipeline of `depth` clients (each operation on a client of its
+/// own, named in the history by its session slot, `name.kS`: operations of one thread in
+/// flight together are concurrent clients to the oracles). What needs the clients themselves —
+/// reconnecting after a lost completion, a client dropped and made again, the re-read value
+/// blocks, and the ledger's check that the thread holds nothing (its ghost holdings are the
+/// thread's, so only checked when none of its operations is in flight) — is done between
+/// sessions: the thread stops submitting, drains the session and drops it. It idles between
+/// sessions too (a sleep with operations in flight would be their wait). Returns how many
+/// operations it ran before its compute node was killed or fenced, or its store reopens.
+fn run_pipelined(
+    world: &World,
+    node: usize,
+    store: &Store<SimTransport>,
+    name: &str,
+    ops: usize,
+    seed: u64,
+    depth: usize,
+) -> usize {
+    let mut pipeline = match store.pipeline(depth) {
+        Ok(pipeline) => pipeline,
+        Err(_) => return 0,
+    };
+    let mut thread = Pipelined {
+        world,
+        node,
+        process: store.transport().clone(),
+        names: (0..depth).map(|k| format!("{name}.k{k}")).collect(),
+        flight: (0..depth).map(|_| None).collect(),
+        draws: Draws::new(seed),
+        ops,
+        submitted: 0,
+        completed: 0,
+        drawn: false,
+    };
+    loop {
+        let rereads = value_retries(&pipeline);
+        let from = world.recorder.now();
+        let between = thread.run(&mut pipeline.session());
+        let to = world.recorder.now();
+        let reread = value_retries(&pipeline) - rereads;
+        if reread != 0 {
+            world
+                .reused_under_reader
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| {
+                    format!(
+                        "an operation of {name}'s session (history clocks {from} to {to}) re-read {reread} value blocks"
+                    )
+                });
+        }
+        // Its leaves: placed or forgotten (what an operation that lost its connection or its
+        // node held was excused when it came back).
+        if let Err(e) = crate::ledger::after_operation(
+            &format!("an operation of {name}'s session (history clocks {from} to {to})"),
+            false,
+        ) {
+            world.left_in_hand(e);
+        }
+        if between.stop {
+            return thread.completed;
+        }
+        if between.reconnect {
+            // The client whose completion was lost is not told apart: all of them reconnect.
+            for client in pipeline.clients_mut() {
+                if store.reconnect(client).is_err() {
+                    return thread.completed;
+                }
+            }
+        }
+        if thread.submitted == ops {
+            return thread.completed;
+        }
+        if let Some(idle) = between.idle {
+            thread::sleep(idle);
+        }
+        if between.restart {
+            let mut clients = pipeline.into_clients();
+            let lane = (thread.draws.rng.next_u64() % depth as u64) as usize;
+            drop(clients.swap_remove(lane));
+            world.count(|f| f.client_restarts += 1);
+            match store.client() {
+                Ok(client) => clients.push(client),
+                Err(_) => return thread.completed,
+            }
+            pipeline = Pipeline::new(clients);
+        }
+    }
 }
 
 /// What each draw of [`inject_faults`] does (some draws fall through to another, as logged).

@@ -9,36 +9,47 @@ use std::time::Instant;
 
 use store_sim::{Coverage, Options, run_seed};
 
-/// Seeds the CI runs (at about 5.6 schedules per second in a release build on this 2-core
-/// machine; the test build, a little optimised, takes about three minutes more).
+/// Seeds the CI runs (at about 3.3 schedules per second in a release build on this shared
+/// 2-core machine, against 3.9 for one operation in flight per thread; the test build, a little
+/// optimised, took 340 s beside the byte-value test).
 const CI_SEEDS: u64 = 1000;
 
 /// Seeds that find a bug when it is restored (docs/ARCHITECTURE.md §11, "Mutations"), kept as
-/// regression cases; those past `CI_SEEDS` run too (below it, every seed of the table runs
-/// anyway). Checked against the restored bug at the commit that last changed the faults' streams
-/// (a seed that found a bug under older faults need not find it now, and is dropped): recovery
-/// going on while a fenced batch is in flight (1067). And a false alarm of the leaf ledger: a
-/// worker killed between a retraining's redirect and its free-listing of the leaves the old
-/// record alone named lost them to the orphan sweep, and nothing said the worker held them
-/// (2163).
+/// regression cases and run with one operation in flight per client thread (`Options::inflight`
+/// pinned at 1: the schedules that found them predate pipelined clients, which a drawn K > 1
+/// would change). Checked against the restored bug at the commit that last changed the faults'
+/// streams (a seed that found a bug under older faults need not find it now, and is dropped):
+/// recovery going on while a fenced batch is in flight (1067). And a false alarm of the leaf
+/// ledger: a worker killed between a retraining's redirect and its free-listing of the leaves
+/// the old record alone named lost them to the orphan sweep, and nothing said the worker held
+/// them (2163).
 const REGRESSIONS: &[u64] = &[1067, 2163];
 
 #[test]
 fn the_ci_budget_of_seeds_passes_every_check() {
     let started = Instant::now();
-    let options = Options::default();
+    let drawn = Options::default();
+    let one_at_a_time = Options {
+        inflight: Some(1),
+        ..Options::default()
+    };
     let (mut ops, mut faults, mut steps, mut runs) = (0, 0, 0, 0);
     let mut coverage = Coverage::default();
-    let seeds: Vec<u64> = (0..CI_SEEDS)
-        .chain(REGRESSIONS.iter().copied().filter(|&s| s >= CI_SEEDS))
-        .collect();
-    for seed in seeds {
-        let report = run_seed(seed, &options);
+    let seeds = (0..CI_SEEDS)
+        .map(|s| (s, &drawn))
+        .chain(REGRESSIONS.iter().map(|&s| (s, &one_at_a_time)));
+    for (seed, options) in seeds {
+        let report = run_seed(seed, options);
         assert!(
             report.passed(),
-            "seed {seed}: {:?}\n{}\nreplay: cargo run --release -p store-sim --bin simulate -- --seed {seed}",
+            "seed {seed}: {:?}\n{}\nreplay: cargo run --release -p store-sim --bin simulate -- --seed {seed}{}",
             report.outcome,
-            report.summary.shape
+            report.summary.shape,
+            if options.inflight.is_some() {
+                " --inflight 1"
+            } else {
+                ""
+            }
         );
         runs += 1;
         ops += report.summary.ops;
@@ -59,27 +70,40 @@ fn the_ci_budget_of_seeds_passes_every_check() {
 /// chunks, reuse past the horizon, chunks left and adopted, free words settled by recovery).
 const CI_VALUE_SEEDS: u64 = 200;
 
-/// Byte-value seeds past `CI_VALUE_SEEDS` kept as regression cases: the liveness oracle once
-/// took a stalled batch's hold from the fault's injection instead of its gate's timer, and
-/// failed a read at 861 with no bug.
+/// Byte-value seeds past `CI_VALUE_SEEDS` kept as regression cases (run with one operation in
+/// flight per client thread, as [`REGRESSIONS`]): the liveness oracle once took a stalled
+/// batch's hold from the fault's injection instead of its gate's timer, and failed a read at 861
+/// with no bug.
 const VALUE_REGRESSIONS: &[u64] = &[861];
 
 #[test]
 fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     let started = Instant::now();
-    let options = Options {
+    let drawn = Options {
         byte_values: true,
         ..Options::default()
     };
+    let one_at_a_time = Options {
+        inflight: Some(1),
+        ..drawn.clone()
+    };
     let (mut ops, mut faults, mut runs) = (0, 0, 0);
     let mut coverage = Coverage::default();
-    for seed in (0..CI_VALUE_SEEDS).chain(VALUE_REGRESSIONS.iter().copied()) {
-        let report = run_seed(seed, &options);
+    let seeds = (0..CI_VALUE_SEEDS)
+        .map(|s| (s, &drawn))
+        .chain(VALUE_REGRESSIONS.iter().map(|&s| (s, &one_at_a_time)));
+    for (seed, options) in seeds {
+        let report = run_seed(seed, options);
         assert!(
             report.passed(),
-            "seed {seed}: {:?}\n{}\nreplay: cargo run --release -p store-sim --bin simulate -- --seed {seed} --values",
+            "seed {seed}: {:?}\n{}\nreplay: cargo run --release -p store-sim --bin simulate -- --seed {seed} --values{}",
             report.outcome,
-            report.summary.shape
+            report.summary.shape,
+            if options.inflight.is_some() {
+                " --inflight 1"
+            } else {
+                ""
+            }
         );
         runs += 1;
         ops += report.summary.ops;
@@ -95,11 +119,17 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
 
 #[test]
 fn a_seed_replays_the_same_schedule() {
-    let options = Options::default();
-    let (a, b) = (run_seed(7, &options), run_seed(7, &options));
-    assert_eq!(
-        (a.trace, a.steps, a.summary.ops),
-        (b.trace, b.steps, b.summary.ops)
-    );
-    assert_eq!(a.summary.history, b.summary.history);
+    // As drawn, and with eight operations in flight per client thread.
+    for inflight in [None, Some(8)] {
+        let options = Options {
+            inflight,
+            ..Options::default()
+        };
+        let (a, b) = (run_seed(7, &options), run_seed(7, &options));
+        assert_eq!(
+            (a.trace, a.steps, a.summary.ops),
+            (b.trace, b.steps, b.summary.ops)
+        );
+        assert_eq!(a.summary.history, b.summary.history);
+    }
 }

@@ -2,10 +2,12 @@
 //! prints the command that replays it.
 //!
 //! ```text
-//! simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values]   run seeds S, S+1, ... (N of them)
-//! simulate --seed S [--ops N] [--no-faults] [--values] [--history]     replay one seed
+//! simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K]   run seeds S, S+1, ... (N of them)
+//! simulate --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]     replay one seed
 //!
 //! With `--values`, the pools store byte values and every operation goes through value blocks.
+//! With `--inflight K` (1 to 8), every client thread keeps K operations in flight; without it,
+//! each seed draws its K (1 in about one seed of eight: one operation at a time).
 //! ```
 //!
 //! With `--history`, a replay prints the faults as they were injected (each with the history's
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--history]";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +44,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "--values",
         "--history",
         "--keep-going",
+        "--inflight",
         "--help",
     ];
     let mut i = 0;
@@ -67,10 +70,23 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     if ops == 0 || ops > 100_000 {
         return Err("--ops must be between 1 and 100000".into());
     }
+    let inflight = if args.iter().any(|a| a == "--inflight") {
+        let k = flag_u64(args, "--inflight", 0)?;
+        if k == 0 || k > store_sim::MAX_IN_FLIGHT as u64 {
+            return Err(format!(
+                "--inflight must be between 1 and {}",
+                store_sim::MAX_IN_FLIGHT
+            ));
+        }
+        Some(k as usize)
+    } else {
+        None
+    };
     let options = Options {
         ops_per_client: ops as usize,
         faults: !args.iter().any(|a| a == "--no-faults"),
         byte_values: args.iter().any(|a| a == "--values"),
+        inflight,
     };
     let flags = replay_flags(&options);
     if args.iter().any(|a| a == "--seed") {
@@ -96,6 +112,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let started = Instant::now();
     let mut last_print = Instant::now();
     let (mut ops_total, mut faults_total, mut steps_total) = (0u64, 0u64, 0u64);
+    let mut pipelined = 0u64;
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let mut failed = Vec::new();
     let mut coverage = store_sim::Coverage::default();
@@ -104,6 +121,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         ops_total += report.summary.ops;
         faults_total += report.summary.faults.total();
         steps_total += report.steps;
+        pipelined += u64::from(report.summary.inflight > 1);
         coverage.add(&report);
         if !report.passed() {
             print_one(&report);
@@ -120,7 +138,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             last_print = Instant::now();
             let secs = started.elapsed().as_secs_f64().max(1e-9);
             println!(
-                "{} seeds ({from}..={seed}, {} failed) in {:.0} s: {} operations, {} faults, {} sync points; {:.2} schedules/s, {:.0} operations/s",
+                "{} seeds ({from}..={seed}, {} failed) in {:.0} s: {} operations, {} faults, {} sync points; {:.2} schedules/s, {:.0} operations/s; K > 1 in {pipelined} of {} seeds",
                 n + 1,
                 failed.len(),
                 secs,
@@ -128,7 +146,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 faults_total,
                 steps_total,
                 (n + 1) as f64 / secs,
-                ops_total as f64 / secs
+                ops_total as f64 / secs,
+                n + 1
             );
         }
     }
@@ -150,6 +169,9 @@ fn replay_flags(options: &Options) -> String {
     }
     if !options.faults {
         flags.push_str(" --no-faults");
+    }
+    if let Some(k) = options.inflight {
+        flags.push_str(&format!(" --inflight {k}"));
     }
     flags
 }
