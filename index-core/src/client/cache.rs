@@ -302,7 +302,7 @@ impl<E: Endpoint> Client<E> {
     /// the cached directory may predate a split, and then the record it leads to ends below
     /// `key` (records carry their last key). The directory is then read again (two round trips)
     /// and the key routed again.
-    pub(super) fn route<'g>(
+    pub(super) async fn route<'g>(
         &mut self,
         node: &NodeCache,
         key: u64,
@@ -327,7 +327,9 @@ impl<E: Endpoint> Client<E> {
                     end,
                 });
             }
-            if !self.reload_directory(node, guard)? && !backoff.wait() {
+            if !self.reload_directory(node, guard)?
+                && !super::wait::pause(&mut backoff, self.waiting).await
+            {
                 // The slot table names no slot serving `key` beyond this one's records: only a
                 // split cut short could do that (the memory node publishes the new slot before
                 // redirecting the old one).

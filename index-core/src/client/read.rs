@@ -26,7 +26,7 @@ impl<E: Endpoint> Client<E> {
         let guard = pin();
         let mut fell_back = false;
         for _ in 0..caches.config.max_attempts {
-            let routed = self.route(node, key, &guard)?;
+            let routed = self.route(node, key, &guard).await?;
             let view: &SlotView = &routed.view;
             let Some(leaves) = Self::chains_for(view, key) else {
                 self.refresh(node, view, &guard)?;

@@ -40,7 +40,9 @@ impl<E: Endpoint> Client<E> {
                 .div_ceil(fill)
                 .saturating_add(1)
                 .min(MAX_SCAN_LEAVES);
-            let Some(round) = self.plan_scan_round(node, from, node_end, want_leaves, &guard)?
+            let Some(round) = self
+                .plan_scan_round(node, from, node_end, want_leaves, &guard)
+                .await?
             else {
                 attempts += 1;
                 if attempts > caches.config.max_attempts {
@@ -129,7 +131,7 @@ impl<E: Endpoint> Client<E> {
 
     /// The chains one scan round reads from `from` on (see [`Self::scan_inner`]); `None` if a
     /// cached view was inconsistent and has been refreshed (plan again).
-    fn plan_scan_round(
+    async fn plan_scan_round(
         &mut self,
         node: &NodeCache,
         from: u64,
@@ -148,7 +150,7 @@ impl<E: Endpoint> Client<E> {
         // Each slot's view is loaded once and used for everything the round takes from that slot
         // (leaf indexes, chains, pivots, header): a sibling thread may replace the cell meanwhile,
         // and a leaf index of one record applied to another would skip or repeat chains.
-        let routed = self.route(node, from, guard)?;
+        let routed = self.route(node, from, guard).await?;
         round.known = routed.known;
         let mut end = routed.end;
         let mut loaded = routed.view;
@@ -188,7 +190,7 @@ impl<E: Endpoint> Client<E> {
                     round.bound = Bound::Key(next);
                     break;
                 }
-                let routed = self.route(node, next, guard)?;
+                let routed = self.route(node, next, guard).await?;
                 round.known = round.known.min(routed.known);
                 end = routed.end;
                 loaded = routed.view;

@@ -274,7 +274,7 @@ impl<E: Endpoint> Client<E> {
                 len,
                 limit: values.region.max_value_len(),
             })?;
-        let block = self.alloc_block(&values, class)?;
+        let block = self.alloc_block(&values, class).await?;
         let Some(reference) = values.reference(block, len) else {
             values.unused(block);
             return Err(IndexError::ValueTooLarge {
@@ -299,7 +299,11 @@ impl<E: Endpoint> Client<E> {
     /// operation's epoch, which would otherwise hold that horizon back itself (nothing has been
     /// read yet that the epoch protects). Then, or at once when nothing could free a block,
     /// [`IndexError::ValuesExhausted`].
-    fn alloc_block(&mut self, values: &NodeValues, class: usize) -> Result<Block, IndexError> {
+    async fn alloc_block(
+        &mut self,
+        values: &NodeValues,
+        class: usize,
+    ) -> Result<Block, IndexError> {
         let mut waiting: Option<(Backoff, usize)> = None;
         loop {
             let e = match values.alloc(&mut self.ep, class) {
@@ -316,7 +320,9 @@ impl<E: Endpoint> Client<E> {
                 return Err(e);
             }
             self.active.leave();
-            let waited = backoff.wait();
+            // In posting mode a yield: a sibling operation of this thread may be what holds
+            // the reuse horizon back.
+            let waited = wait::pause(backoff, self.waiting).await;
             self.op_epoch = self.caches.members.epochs.enter(&self.active);
             if !waited {
                 return Err(e);

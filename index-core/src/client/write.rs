@@ -86,7 +86,7 @@ impl<E: Endpoint> Client<E> {
             // A slot an earlier attempt claimed and did not use (every exit of the operation
             // itself frees one too: `Client::conclude`).
             self.free_preclaimed(op);
-            let loaded = self.route(node, key, &guard)?.view;
+            let loaded = self.route(node, key, &guard).await?.view;
             let view: &SlotView = &loaded;
             slot = view.slot as usize;
             if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
