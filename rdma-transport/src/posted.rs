@@ -14,6 +14,8 @@
 //! [`crate::Endpoint::batch`] does: an atomic's `old` keeps its preset sentinel, a READ's buffer
 //! its bytes.
 
+use smallvec::SmallVec;
+
 use crate::{RemoteAddr, TransportError, Verb};
 
 /// A batch posted through an endpoint and not yet taken back: handed to
@@ -84,15 +86,17 @@ struct Owned {
 /// [`PostedBatch::verbs`]) and what [`Completion::deliver`] copies back.
 #[derive(Debug, Clone, Default)]
 pub struct PostedBatch {
-    verbs: Vec<Owned>,
-    arena: Vec<u8>,
+    /// Inline up to a lock batch's size: a posted batch of a few verbs allocates nothing for them.
+    verbs: SmallVec<[Owned; 4]>,
+    /// Inline up to two leaves' bytes.
+    arena: SmallVec<[u8; 576]>,
 }
 
 impl PostedBatch {
     /// A copy of `verbs` (see the module's invariant).
     pub fn copy_of(verbs: &[Verb<'_>]) -> Self {
         let bytes = verbs.iter().filter(|v| !v.is_atomic()).map(Verb::len).sum();
-        let mut arena = Vec::with_capacity(bytes);
+        let mut arena = SmallVec::with_capacity(bytes);
         let owned = verbs
             .iter()
             .map(|verb| {
@@ -147,9 +151,9 @@ impl PostedBatch {
     }
 
     /// The batch as verbs borrowing its own buffers (see [`PostedBatch::execute`]).
-    fn verbs(&mut self) -> Vec<Verb<'_>> {
+    fn verbs(&mut self) -> SmallVec<[Verb<'_>; 4]> {
         let mut rest: &mut [u8] = &mut self.arena;
-        let mut out = Vec::with_capacity(self.verbs.len());
+        let mut out = SmallVec::with_capacity(self.verbs.len());
         for owned in &self.verbs {
             let verb = match owned.kind {
                 Kind::Read | Kind::Write => {
@@ -204,7 +208,7 @@ impl PostedBatch {
         let (outcome, olds) = {
             let mut verbs = self.verbs();
             let outcome = run(&mut verbs);
-            let olds: Vec<Option<u64>> = verbs.iter().map(Verb::old_value).collect();
+            let olds: SmallVec<[Option<u64>; 4]> = verbs.iter().map(Verb::old_value).collect();
             (outcome, olds)
         };
         self.settle(&olds);

@@ -14,9 +14,9 @@
 //! else its poster has in flight runs before it lands), or at a synchronous batch of its
 //! endpoint, and completes as it lands. With a round trip `rtt`, its verbs land no
 //! earlier than `rtt / 2` plus its bytes at 100 Gb/s plus a seeded jitter of up to `rtt / 8`
-//! after its post, and its completion is polled no earlier than `rtt / 2` after it landed: so
-//! a batch completes no earlier than `rtt` after its post, in wall-clock time outside a seeded
-//! run (where time is virtual).
+//! after its post, and its completion is polled no earlier than `rtt / 2` after that landing
+//! time (or at once, if the poll that landed it came later): so a batch completes no earlier
+//! than `rtt` after its post, in wall-clock time outside a seeded run (where time is virtual).
 
 use std::collections::VecDeque;
 
@@ -117,11 +117,20 @@ impl SimEndpoint {
 
     /// Lands what may land now, then takes `id`'s completion if it can be polled.
     pub(super) fn take_completion(&mut self, id: u64) -> Option<Completion> {
-        self.land_due(false);
+        let now = Instant::now();
+        let nothing_due = self.shared.config.latency.is_some()
+            && self
+                .posted
+                .queue
+                .iter()
+                .all(|f| f.landed.is_some() || f.lands_at > now);
+        if !nothing_due {
+            self.land_due(false, now);
+        }
         if let Some(flight) = self.posted.queue.iter_mut().find(|f| f.id == id) {
             flight.polled = true;
         }
-        let now = Instant::now();
+        let now = if nothing_due { now } else { Instant::now() };
         let at = self.posted.queue.iter().position(|f| f.id == id)?;
         match &self.posted.queue[at].landed {
             Some((_, done_at)) if *done_at <= now => {}
@@ -144,16 +153,19 @@ impl SimEndpoint {
     /// landing times.
     pub(super) fn land_all(&mut self) {
         while self.posted.queue.iter().any(|f| f.landed.is_none()) {
-            self.land_due(true);
+            self.land_due(true, Instant::now());
         }
     }
 
     /// Lands the batches whose time has come (or, with `all`, the oldest not landed yet, its
     /// time waited out), each only after every earlier batch sharing a memory node with it;
     /// batches on disjoint memory nodes in a seeded order.
-    fn land_due(&mut self, all: bool) {
+    fn land_due(&mut self, all: bool, mut now: Instant) {
+        let mut first_round = true;
         loop {
-            let now = Instant::now();
+            if !std::mem::take(&mut first_round) {
+                now = Instant::now();
+            }
             // The batches that may land now: due, and no earlier unlanded batch shares a node.
             let mut ready: smallvec::SmallVec<[usize; 8]> = smallvec::SmallVec::new();
             for (i, flight) in self.posted.queue.iter().enumerate() {
@@ -187,9 +199,12 @@ impl SimEndpoint {
             }
             let mut batch = std::mem::take(&mut self.posted.queue[pick].batch);
             let outcome = batch.execute(|verbs| self.run_batch(verbs));
+            // Timed from when the verbs were due to land, as a NIC executes them whether or not
+            // its host polls (a poll that came late lands them late, and completes them at once
+            // if their round trip is over).
             let done_at = match self.shared.config.latency {
                 None => Instant::now(),
-                Some(rtt) => Instant::now() + rtt / 2,
+                Some(rtt) => (lands_at + rtt / 2).max(Instant::now()),
             };
             let flight = &mut self.posted.queue[pick];
             flight.batch = batch;
