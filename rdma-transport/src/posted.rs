@@ -83,7 +83,7 @@ struct Owned {
 }
 
 /// A batch copied out of its poster's verbs: what a backend executes (through
-/// [`PostedBatch::verbs`]) and what [`Completion::deliver`] copies back.
+/// [`PostedBatch::execute`]) and what [`Completion::deliver`] copies back.
 #[derive(Debug, Clone, Default)]
 pub struct PostedBatch {
     /// Inline up to a lock batch's size: a posted batch of a few verbs allocates nothing for them.
