@@ -9,7 +9,10 @@
 //!
 //! The futures are not `Send` (an operation holds its thread's epoch pin and lock stripe across
 //! its batches): run them on the thread that made them — a current-thread runtime, a
-//! `LocalSet`, or any `block_on`.
+//! `LocalSet`, or any `block_on`. Await every operation a thread started, or drop it: one left
+//! unpolled keeps its lock stripe, and a sibling waiting for that stripe gives up after the
+//! store's wait limit (`LockTimeout`); a synchronous call of the same thread on that stripe would
+//! wait for ever.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -119,6 +122,10 @@ impl<R> Future for Operation<'_, R> {
 
 impl<R> Drop for Operation<'_, R> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Polling a future whose thread unwinds could abort the process.
+            return;
+        }
         if let State::Running(future) = &mut self.state {
             // Finished, its result dropped (see the module's invariant).
             drop(crate::client::block_on(future.as_mut()));

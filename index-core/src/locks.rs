@@ -64,3 +64,26 @@ impl LockTable {
         &self.stripes[(h.finish() % STRIPES as u64) as usize]
     }
 }
+
+/// A writer counted as waiting on a stripe ([`Stripe::waiting`], which tells the holder to hand
+/// its lock over) from [`Queued::on`] until dropped — taken the stripe, or dropped with its
+/// operation: a waiter that went away is never counted on.
+#[derive(Debug)]
+pub(crate) struct Queued<'s>(&'s Stripe);
+
+impl<'s> Queued<'s> {
+    pub(crate) fn on(stripe: &'s Stripe) -> Self {
+        stripe
+            .waiting
+            .fetch_add(1, crate::sync::atomic::Ordering::AcqRel);
+        Self(stripe)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0
+            .waiting
+            .fetch_sub(1, crate::sync::atomic::Ordering::AcqRel);
+    }
+}

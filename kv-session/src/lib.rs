@@ -8,7 +8,8 @@
 //! itself, in a loop, and an operation's batch completes when its endpoint is polled.
 //!
 //! **Invariant.** A session is never dropped with an operation half done: dropping it finishes
-//! every operation it started (an index's write stopped between its lock and its unlock would
+//! every operation it started (but while its thread unwinds from a panic, when polling again
+//! could abort the process) (an index's write stopped between its lock and its unlock would
 //! leave a lock held). And it never holds more results than it has lanes: [`Session::submit`]
 //! refuses work until results are taken.
 
@@ -198,7 +199,7 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
         let mut cx = Context::from_waker(Waker::noop());
         match running.as_mut().poll(&mut cx) {
             Poll::Ready((lane, done)) => {
-                self.idle.push(lane);
+                self.give_back(lane, &done);
                 self.ready.push_back(done);
             }
             Poll::Pending => self.running.push(running),
@@ -241,6 +242,17 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
         }
     }
 
+    /// `lane` free again after `done`: taken next if its operation succeeded, last if it failed
+    /// (a lane whose connection broke fails what it is given until its owner reconnects it, and
+    /// must not take every request while the others stand idle).
+    fn give_back(&mut self, lane: &'p mut L, done: &Done<T, L::Error>) {
+        if done.result.is_ok() {
+            self.idle.push(lane);
+        } else {
+            self.idle.insert(0, lane);
+        }
+    }
+
     /// Polls every running operation once; whether one completed.
     fn sweep(&mut self) -> bool {
         let before = self.ready.len();
@@ -250,7 +262,7 @@ impl<'p, L: Lane + 'p, T: 'p> Session<'p, L, T> {
             match self.running[at].as_mut().poll(&mut cx) {
                 Poll::Ready((lane, done)) => {
                     drop(self.running.swap_remove(at));
-                    self.idle.push(lane);
+                    self.give_back(lane, &done);
                     self.ready.push_back(done);
                 }
                 Poll::Pending => at += 1,
@@ -264,6 +276,11 @@ impl<L: Lane, T> Drop for Session<'_, L, T> {
     /// Finishes every operation still running (an operation dropped half done could leave a
     /// leaf lock held); their results are dropped.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // An operation that panicked cannot be polled again (that would abort the process):
+            // what the others hold is left to their owners' recovery.
+            return;
+        }
         while !self.running.is_empty() {
             let mut at = 0;
             let mut progressed = false;
@@ -387,5 +404,74 @@ mod tests {
             assert!(session.poll().is_none());
         }
         assert_eq!(finished.get(), 4);
+    }
+
+    /// A lane that answers with its own number, or fails (`bad`); a GET of 13 panics once it has
+    /// been pending.
+    struct Numbered {
+        id: u64,
+        bad: bool,
+    }
+
+    impl Lane for Numbered {
+        type Error = u64;
+        async fn run(&mut self, request: Request) -> Result<Reply, u64> {
+            if let Request::Get(k) = request {
+                // Pending k polls, as `Slow`.
+                let mut left = k;
+                std::future::poll_fn(|cx| {
+                    if left == 0 {
+                        Poll::Ready(())
+                    } else {
+                        left -= 1;
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                })
+                .await;
+                if k == 13 {
+                    panic!("a lane's operation panicked");
+                }
+            }
+            if self.bad {
+                Err(self.id)
+            } else {
+                Ok(Reply::Value(Some(self.id)))
+            }
+        }
+        fn net_stats(&self) -> Stats {
+            Stats::default()
+        }
+    }
+
+    #[test]
+    fn a_lane_whose_operation_failed_is_taken_last() {
+        let mut lanes = [Numbered { id: 0, bad: false }, Numbered { id: 1, bad: true }];
+        let mut session = session(&mut lanes);
+        // The failing lane first (the last lane is taken first), then only the good one.
+        session.submit(0, Request::Get(0)).expect("free");
+        assert_eq!(session.wait().map(|d| d.result), Some(Err(1)));
+        for tag in 1..5 {
+            session.submit(tag, Request::Get(0)).expect("free");
+            assert_eq!(
+                session.wait().map(|d| d.result),
+                Some(Ok(Reply::Value(Some(0)))),
+                "request {tag} went to the lane that failed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_session_dropped_while_its_thread_unwinds_polls_nothing_more() {
+        let mut lanes = [Numbered { id: 0, bad: false }, Numbered { id: 1, bad: false }];
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut session = session(&mut lanes);
+            session.submit(0, Request::Get(50)).expect("free");
+            session.submit(1, Request::Get(13)).expect("free");
+            // The second panics in a later poll, inside `wait`: the session drops while
+            // unwinding, with the panicked future among its running ones.
+            while session.wait().is_some() {}
+        }));
+        assert!(outcome.is_err(), "the lane's panic reaches the caller, and nothing aborts");
     }
 }

@@ -117,7 +117,8 @@ impl<E: Endpoint> Client<E> {
                 _ => self.lean_owner(view, key)?,
             };
             let stripe = caches.locks.stripe(view.record, owner);
-            stripe.waiting.fetch_add(1, Ordering::AcqRel);
+            // Counted as waiting until the stripe is taken, or the operation dropped.
+            let queued = crate::locks::Queued::on(stripe);
             let mut held_slot = match self.waiting {
                 Waiting::Blocking => stripe.held.lock().unwrap_or_else(|e| e.into_inner()),
                 // Loom's broken variant: a posting operation blocks as a synchronous call does.
@@ -128,18 +129,30 @@ impl<E: Endpoint> Client<E> {
                     stripe.held.lock().unwrap_or_else(|e| e.into_inner())
                 }
                 // A sibling operation of this thread may hold the stripe, and goes on only
-                // when this one yields.
-                Waiting::Posting => loop {
-                    match stripe.held.try_lock() {
-                        Ok(held) => break held,
-                        Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-                            break poisoned.into_inner();
+                // when this one yields; one its executor does not poll (an async operation
+                // awaited after this one) would hold it for ever, so the wait is bounded.
+                Waiting::Posting => {
+                    let mut stripe_wait = Backoff::new(caches.config.wait_limit);
+                    loop {
+                        match stripe.held.try_lock() {
+                            Ok(held) => break held,
+                            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                                break poisoned.into_inner();
+                            }
+                            Err(std::sync::TryLockError::WouldBlock) => {
+                                if !wait::pause(&mut stripe_wait, Waiting::Posting).await {
+                                    return Err(IndexError::LockTimeout {
+                                        node: node.info.id,
+                                        slot: slot as u64,
+                                        leaf: owner,
+                                    });
+                                }
+                            }
                         }
-                        Err(std::sync::TryLockError::WouldBlock) => wait::yield_now().await,
                     }
-                },
+                }
             };
-            stripe.waiting.fetch_sub(1, Ordering::AcqRel);
+            drop(queued);
             let mut locked = None;
             if let Some(held) = held_slot.take() {
                 leaf_store::ghost::receive_lock(held.lt_addr);

@@ -280,3 +280,40 @@ fn async_clients_run_on_tokio() {
     assert_eq!(results, [100; 4]);
     assert_clean(&transport);
 }
+
+/// Two async operations of one thread on one leaf awaited in the wrong order (the second, which
+/// waits for the stripe the first holds, first): the waiting one gives up after the store's wait
+/// limit instead of spinning for ever, and the first then completes.
+#[test]
+fn an_operation_waiting_on_a_sibling_that_is_not_polled_gives_up() {
+    let config = SimConfig {
+        latency: Some(Duration::from_micros(200)),
+        ..SimConfig::default()
+    };
+    let transport = pool(&initial(), config);
+    let store = Store::open(
+        transport.clone(),
+        StoreConfig {
+            wait_limit: Duration::from_millis(50),
+            ..StoreConfig::default()
+        },
+    )
+    .expect("open");
+    let mut one = store.client().expect("client").into_async();
+    let mut two = store.client().expect("client").into_async();
+    let (a, b) = index_core::block_on(async {
+        let a = one.insert(30_001, 1);
+        let b = two.insert(30_002, 2);
+        let b = b.await;
+        (a.await, b)
+    });
+    assert_eq!(a, Ok(true));
+    assert!(
+        matches!(b, Err(index_core::IndexError::LockTimeout { .. })),
+        "{b:?}"
+    );
+    let mut client = store.client().expect("client");
+    assert_eq!(client.get(30_001), Ok(Some(1)));
+    assert_eq!(client.get(30_002), Ok(None));
+    assert_clean(&transport);
+}
