@@ -403,49 +403,33 @@ impl<E: Endpoint> Client<E> {
 
     /// The value of `key`, if present. One round trip with a fresh cache.
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
-        wait::block_on(std::pin::pin!(self.get_with(key, Waiting::Blocking)))
+        wait::blocking!(self.get_with(key, Waiting::Blocking))
     }
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_with(
-            key,
-            Change::Insert(value),
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_with(key, Change::Insert(value), Waiting::Blocking))
     }
 
     /// Sets the value of a present `key`; `Ok(false)` if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_with(
-            key,
-            Change::Update(value),
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_with(key, Change::Update(value), Waiting::Blocking))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_with(
-            key,
-            Change::Upsert(value),
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_with(key, Change::Upsert(value), Waiting::Blocking))
     }
 
     /// Deletes `key`, whatever its kind of value; `Ok(false)` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_with(
-            key,
-            Change::Delete,
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_with(key, Change::Delete, Waiting::Blocking))
     }
 
     /// Up to `n` entries with keys ≥ `start`, in key order, without duplicates; continues across
     /// model slots and memory nodes.
     pub fn scan(&mut self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, IndexError> {
-        wait::block_on(std::pin::pin!(self.scan_with(start, n, Waiting::Blocking)))
+        wait::blocking!(self.scan_with(start, n, Waiting::Blocking))
     }
 
     /// [`Self::get`], waiting as `waiting` says.

@@ -89,11 +89,7 @@ impl<E: Endpoint> Client<E> {
     /// Reads `key`'s value into `out` (cleared first, its allocation reused); `Ok(false)` if
     /// the key is absent.
     pub fn get_value_into(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.get_value_with(
-            key,
-            out,
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.get_value_with(key, out, Waiting::Blocking))
     }
 
     /// [`Self::get_value_into`], waiting as `waiting` says.
@@ -138,32 +134,17 @@ impl<E: Endpoint> Client<E> {
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
     pub fn insert_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_value_with(
-            key,
-            value,
-            Change::Insert,
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_value_with(key, value, Change::Insert, Waiting::Blocking))
     }
 
     /// Sets the value of a present `key`; `Ok(false)` if absent.
     pub fn update_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_value_with(
-            key,
-            value,
-            Change::Update,
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_value_with(key, value, Change::Update, Waiting::Blocking))
     }
 
     /// Inserts or updates `key`; `Ok(true)` if it was inserted.
     pub fn put_value(&mut self, key: u64, value: &[u8]) -> Result<bool, IndexError> {
-        wait::block_on(std::pin::pin!(self.write_value_with(
-            key,
-            value,
-            Change::Upsert,
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.write_value_with(key, value, Change::Upsert, Waiting::Blocking))
     }
 
     /// An insert (`Change::Insert`), update or upsert of a byte value, waiting as `waiting`
@@ -188,11 +169,7 @@ impl<E: Endpoint> Client<E> {
 
     /// Up to `n` keys ≥ `start` with their values, in key order (as [`Client::scan`]).
     pub fn scan_values(&mut self, start: u64, n: usize) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
-        wait::block_on(std::pin::pin!(self.scan_values_with(
-            start,
-            n,
-            Waiting::Blocking
-        )))
+        wait::blocking!(self.scan_values_with(start, n, Waiting::Blocking))
     }
 
     /// [`Self::scan_values`], waiting as `waiting` says.

@@ -62,3 +62,20 @@ pub(crate) fn block_on<F: Future + ?Sized>(mut future: std::pin::Pin<&mut F>) ->
         crate::sync::thread::yield_now();
     }
 }
+
+/// Runs an operation's future to its end on this thread ([`block_on`]), pinned where it is
+/// made — or, in loom builds, on the heap: a loom thread's stack is small, and an operation's
+/// future (kilobytes, nested) overflowed it.
+macro_rules! blocking {
+    ($future:expr) => {{
+        #[cfg(loom)]
+        {
+            $crate::client::wait::block_on(Box::pin($future).as_mut())
+        }
+        #[cfg(not(loom))]
+        {
+            $crate::client::wait::block_on(std::pin::pin!($future))
+        }
+    }};
+}
+pub(crate) use blocking;
