@@ -446,7 +446,10 @@ mod tests {
 
     #[test]
     fn a_lane_whose_operation_failed_is_taken_last() {
-        let mut lanes = [Numbered { id: 0, bad: false }, Numbered { id: 1, bad: true }];
+        let mut lanes = [
+            Numbered { id: 0, bad: false },
+            Numbered { id: 1, bad: true },
+        ];
         let mut session = session(&mut lanes);
         // The failing lane first (the last lane is taken first), then only the good one.
         session.submit(0, Request::Get(0)).expect("free");
@@ -463,7 +466,10 @@ mod tests {
 
     #[test]
     fn a_session_dropped_while_its_thread_unwinds_polls_nothing_more() {
-        let mut lanes = [Numbered { id: 0, bad: false }, Numbered { id: 1, bad: false }];
+        let mut lanes = [
+            Numbered { id: 0, bad: false },
+            Numbered { id: 1, bad: false },
+        ];
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut session = session(&mut lanes);
             session.submit(0, Request::Get(50)).expect("free");
@@ -472,6 +478,9 @@ mod tests {
             // unwinding, with the panicked future among its running ones.
             while session.wait().is_some() {}
         }));
-        assert!(outcome.is_err(), "the lane's panic reaches the caller, and nothing aborts");
+        assert!(
+            outcome.is_err(),
+            "the lane's panic reaches the caller, and nothing aborts"
+        );
     }
 }
