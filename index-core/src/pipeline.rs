@@ -67,76 +67,8 @@ impl<E: Endpoint> Client<E> {
 }
 
 /// `K` clients that one thread drives together: up to `K` operations in flight (see the
-/// module's invariant). Made by [`crate::Store::pipeline`].
-#[derive(Debug)]
-pub struct Pipeline<E: Endpoint> {
-    lanes: Vec<Client<E>>,
-}
-
-impl<E: Endpoint> Pipeline<E> {
-    /// A pipeline of `lanes` (at least one).
-    pub fn new(lanes: Vec<Client<E>>) -> Self {
-        Self { lanes }
-    }
-
-    /// How many operations it runs at once.
-    pub fn depth(&self) -> usize {
-        self.lanes.len()
-    }
-
-    /// Its clients (their counters; [`crate::Store::reconnect`] for one that was retired).
-    pub fn clients_mut(&mut self) -> &mut [Client<E>] {
-        &mut self.lanes
-    }
-
-    /// Its clients.
-    pub fn clients(&self) -> &[Client<E>] {
-        &self.lanes
-    }
-
-    /// Gives the clients back.
-    pub fn into_clients(self) -> Vec<Client<E>> {
-        self.lanes
-    }
-
-    /// A session: submit tagged requests, take their results as they complete.
-    ///
-    /// ```
-    /// # #[cfg(loom)] fn main() {}
-    /// # #[cfg(not(loom))] fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use index_core::{Reply, Request, Store, StoreConfig, bootstrap};
-    /// use leaf_store::{BulkLoadConfig, required_pool_bytes};
-    /// use sim_transport::SimTransport;
-    ///
-    /// let entries: Vec<(u64, u64)> = (0..1_000).map(|k| (k * 10, k * 10)).collect();
-    /// let load = BulkLoadConfig::default();
-    /// let size = required_pool_bytes(entries.len() as u64, &load, 1_000).next_multiple_of(8);
-    /// let memory_node = SimTransport::anonymous(&[size])?;
-    /// bootstrap(&memory_node, entries, &load)?;
-    /// let store = Store::open(memory_node, StoreConfig::default())?;
-    ///
-    /// let mut pipeline = store.pipeline(4)?; // four operations in flight on this thread
-    /// let mut session = pipeline.session();
-    /// let mut requests = (0..100u64).map(|i| (i, Request::Get(i * 10)));
-    /// let mut found = 0;
-    /// loop {
-    ///     // Keep every client busy, then take one result.
-    ///     while session.has_room() {
-    ///         let Some((tag, request)) = requests.next() else { break };
-    ///         session.submit(tag, request).expect("a client is free");
-    ///     }
-    ///     let Some(done) = session.wait() else { break };
-    ///     assert_eq!(done.result?, Reply::Value(Some(done.tag * 10)));
-    ///     assert_eq!(done.net.batches, 1, "a GET is one round trip");
-    ///     found += 1;
-    /// }
-    /// assert_eq!(found, 100);
-    /// # Ok(()) }
-    /// ```
-    pub fn session<'p, T: 'p>(&'p mut self) -> Session<'p, Client<E>, T> {
-        kv_session::session(&mut self.lanes)
-    }
-}
+/// module's invariant), through [`kv_session::Pipeline::session`]. Made by [`crate::Store::pipeline`].
+pub type Pipeline<E> = kv_session::Pipeline<Client<E>>;
 
 /// A client as a lane of a [`Session`]: its operations post their batches and yield.
 impl<E: Endpoint> Lane for Client<E> {

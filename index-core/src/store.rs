@@ -333,7 +333,40 @@ where
     }
 
     /// `depth` clients driven together by one thread: up to `depth` operations in flight
-    /// ([`crate::Pipeline::session`]). Each is a client of its own (see [`Store::client`]).
+    /// ([`kv_session::Pipeline::session`]). Each is a client of its own (see [`Store::client`]).
+    ///
+    /// ```
+    /// # #[cfg(loom)] fn main() {}
+    /// # #[cfg(not(loom))] fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use index_core::{Reply, Request, Store, StoreConfig, bootstrap};
+    /// use leaf_store::{BulkLoadConfig, required_pool_bytes};
+    /// use sim_transport::SimTransport;
+    ///
+    /// let entries: Vec<(u64, u64)> = (0..1_000).map(|k| (k * 10, k * 10)).collect();
+    /// let load = BulkLoadConfig::default();
+    /// let size = required_pool_bytes(entries.len() as u64, &load, 1_000).next_multiple_of(8);
+    /// let memory_node = SimTransport::anonymous(&[size])?;
+    /// bootstrap(&memory_node, entries, &load)?;
+    /// let store = Store::open(memory_node, StoreConfig::default())?;
+    ///
+    /// let mut pipeline = store.pipeline(4)?; // four operations in flight on this thread
+    /// let mut session = pipeline.session();
+    /// let mut requests = (0..100u64).map(|i| (i, Request::Get(i * 10)));
+    /// let mut found = 0;
+    /// loop {
+    ///     // Keep every client busy, then take one result.
+    ///     while session.has_room() {
+    ///         let Some((tag, request)) = requests.next() else { break };
+    ///         session.submit(tag, request).expect("a client is free");
+    ///     }
+    ///     let Some(done) = session.wait() else { break };
+    ///     assert_eq!(done.result?, Reply::Value(Some(done.tag * 10)));
+    ///     assert_eq!(done.net.batches, 1, "a GET is one round trip");
+    ///     found += 1;
+    /// }
+    /// assert_eq!(found, 100);
+    /// # Ok(()) }
+    /// ```
     pub fn pipeline(&self, depth: usize) -> Result<crate::Pipeline<T::Endpoint>, IndexError> {
         if depth == 0 {
             return Err(IndexError::Config(

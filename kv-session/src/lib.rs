@@ -69,6 +69,10 @@ pub trait Lane {
     type Error;
 
     /// Runs `request`; pending while its batches are in flight.
+    ///
+    /// The future must be polled to its end: dropped half done, it may leave what the operation
+    /// took (a remote lock whose CAS landed) to nobody. [`Session`] never drops one before it
+    /// completes, and an index's own async face finishes an operation dropped early.
     fn run(&mut self, request: Request) -> impl Future<Output = Result<Reply, Self::Error>> + '_;
 
     /// The lane's network counters so far (its endpoint's): a session reads them before and
@@ -90,6 +94,48 @@ pub fn session<'p, L: Lane + 'p, T: 'p>(lanes: &'p mut [L]) -> Session<'p, L, T>
         idle: lanes.iter_mut().collect(),
         running: Vec::with_capacity(depth),
         ready: VecDeque::new(),
+    }
+}
+
+/// `K` lanes that one thread drives together: up to `K` operations in flight, through
+/// [`Pipeline::session`]. An index makes one of its clients (for example `Store::pipeline`).
+#[derive(Debug)]
+pub struct Pipeline<L> {
+    lanes: Vec<L>,
+}
+
+impl<L: Lane> Pipeline<L> {
+    /// A pipeline of `lanes`.
+    pub fn new(lanes: Vec<L>) -> Self {
+        Self { lanes }
+    }
+
+    /// How many operations it runs at once.
+    pub fn depth(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Its lanes (their counters).
+    pub fn clients(&self) -> &[L] {
+        &self.lanes
+    }
+
+    /// Its lanes, mutably (to reconnect one whose connection broke).
+    pub fn clients_mut(&mut self) -> &mut [L] {
+        &mut self.lanes
+    }
+
+    /// Gives the lanes back.
+    pub fn into_clients(self) -> Vec<L> {
+        self.lanes
+    }
+
+    /// A session over its lanes: submit tagged requests, take their results as they complete.
+    pub fn session<'p, T: 'p>(&'p mut self) -> Session<'p, L, T>
+    where
+        L: 'p,
+    {
+        session(&mut self.lanes)
     }
 }
 
@@ -379,6 +425,39 @@ mod tests {
         assert_eq!(got, [1, 2, 0], "the shortest operation first");
         assert_eq!(*order.borrow(), [1, 4, 9]);
         assert_eq!(session.wait(), None, "nothing in flight");
+    }
+
+    #[test]
+    fn a_pipeline_runs_sessions_over_its_lanes_one_after_another() {
+        let (lanes, finished, _) = lanes(3);
+        let mut pipeline = Pipeline::new(lanes);
+        assert_eq!(pipeline.depth(), 3);
+        for round in 0..2u64 {
+            let mut session = pipeline.session();
+            for tag in 0..3 {
+                session
+                    .submit(tag, Request::Get(tag + round))
+                    .expect("free");
+            }
+            assert!(!session.has_room(), "three lanes, three in flight");
+            let mut tags: Vec<u64> =
+                std::iter::from_fn(|| session.wait().map(|done| done.tag)).collect();
+            tags.sort_unstable();
+            assert_eq!(tags, [0, 1, 2]);
+        }
+        assert_eq!(finished.get(), 6);
+        // Each lane's counters: every operation ran on one of them.
+        let ran: u64 = pipeline
+            .clients()
+            .iter()
+            .map(|l| l.net_stats().batches)
+            .sum();
+        assert_eq!(
+            ran,
+            3 * 6,
+            "the lanes share one counter here: three reads of six"
+        );
+        assert_eq!(pipeline.into_clients().len(), 3);
     }
 
     #[test]

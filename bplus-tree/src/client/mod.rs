@@ -170,7 +170,43 @@ impl<T: Transport> Tree<T> {
     }
 
     /// `depth` clients driven together by one thread: up to `depth` operations in flight
-    /// ([`crate::Pipeline::session`]). Each is a client of its own (see [`Tree::client`]).
+    /// ([`kv_session::Pipeline::session`]). Each is a client of its own (see [`Tree::client`]).
+    ///
+    /// ```
+    /// # #[cfg(loom)] fn main() {}
+    /// # #[cfg(not(loom))] fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use bplus_tree::{BulkLoadConfig, Reply, Request, Tree, TreeConfig, bulk_load};
+    /// use bplus_tree::required_pool_bytes;
+    /// use rdma_transport::Transport;
+    /// use sim_transport::SimTransport;
+    ///
+    /// let entries: Vec<(u64, u64)> = (0..1_000).map(|k| (k * 10, k * 10)).collect();
+    /// let load = BulkLoadConfig::default();
+    /// let size = required_pool_bytes(entries.len() as u64, &load, 1_000).next_multiple_of(8);
+    /// let memory_node = SimTransport::anonymous(&[size])?;
+    /// let mut ep = memory_node.endpoint()?;
+    /// bulk_load(&mut ep, memory_node.memory_nodes()[0], entries, &load)?;
+    /// let tree = Tree::open(memory_node, TreeConfig::default())?;
+    ///
+    /// let mut pipeline = tree.pipeline(4)?; // four operations in flight on this thread
+    /// let mut session = pipeline.session();
+    /// let mut requests = (0..100u64).map(|i| (i, Request::Get(i * 10)));
+    /// let mut found = 0;
+    /// loop {
+    ///     // Keep every client busy, then take one result.
+    ///     while session.has_room() {
+    ///         let Some((tag, request)) = requests.next() else { break };
+    ///         session.submit(tag, request).expect("a client is free");
+    ///     }
+    ///     let Some(done) = session.wait() else { break };
+    ///     assert_eq!(done.result?, Reply::Value(Some(done.tag * 10)));
+    ///     // One READ once the leaf's parent is cached (the first GETs fill the cache).
+    ///     assert!(done.net.batches >= 1);
+    ///     found += 1;
+    /// }
+    /// assert_eq!(found, 100);
+    /// # Ok(()) }
+    /// ```
     pub fn pipeline(&self, depth: usize) -> Result<crate::Pipeline<T::Endpoint>, TreeError> {
         if depth == 0 {
             return Err(TreeError::Config(
