@@ -59,6 +59,28 @@ impl Ticket {
             pending @ TicketState::Pending(_) => Err(Ticket(pending)),
         }
     }
+
+    /// What an endpoint's [`crate::Endpoint::poll`] does with a ticket: the completion it came
+    /// with, or the one `take` finds for its number, or the ticket again if its batch is still
+    /// in flight.
+    pub fn poll_with(
+        self,
+        take: impl FnOnce(u64) -> Option<Completion>,
+    ) -> Result<Completion, Ticket> {
+        match self.0 {
+            TicketState::Ready(done) => Ok(*done),
+            TicketState::Pending(id) => take(id).ok_or(self),
+        }
+    }
+
+    /// What an endpoint's [`crate::Endpoint::abandon`] does with a ticket: `forget` its number
+    /// if its batch is in flight (a ticket that completed at post holds nothing of the
+    /// endpoint's).
+    pub fn abandon_with(self, forget: impl FnOnce(u64)) {
+        if let TicketState::Pending(id) = self.0 {
+            forget(id);
+        }
+    }
 }
 
 /// One verb of a [`PostedBatch`]: the verb's fields, its bytes in the batch's arena.
@@ -383,5 +405,29 @@ mod tests {
         let pending = Ticket::pending(7);
         assert_eq!(pending.id(), Some(7));
         assert!(pending.into_ready().is_err());
+    }
+
+    #[test]
+    fn polling_a_ticket_asks_its_endpoint_only_about_a_batch_in_flight() {
+        let done = || Completion::new(PostedBatch::default(), Ok(()));
+        let ready = Ticket::ready(done());
+        assert!(
+            ready
+                .poll_with(|_| panic!("a ready ticket asks nobody"))
+                .is_ok()
+        );
+        let mut asked = Vec::new();
+        let still = Ticket::pending(3).poll_with(|id| {
+            asked.push(id);
+            None
+        });
+        let still = still.expect_err("not complete yet");
+        assert_eq!(still.id(), Some(3), "the same ticket back");
+        assert!(still.poll_with(|_| Some(done())).is_ok());
+        assert_eq!(asked, [3]);
+        let mut forgotten = Vec::new();
+        Ticket::pending(9).abandon_with(|id| forgotten.push(id));
+        Ticket::ready(done()).abandon_with(|id| forgotten.push(id));
+        assert_eq!(forgotten, [9], "only a batch in flight is forgotten");
     }
 }

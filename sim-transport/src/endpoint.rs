@@ -637,19 +637,11 @@ impl Endpoint for SimEndpoint {
     }
 
     fn poll(&mut self, ticket: Ticket) -> Result<Completion, Ticket> {
-        let Some(id) = ticket.id() else {
-            return ticket.into_ready();
-        };
-        match self.take_completion(id) {
-            Some(done) => Ok(done),
-            None => Err(ticket),
-        }
+        ticket.poll_with(|id| self.take_completion(id))
     }
 
     fn abandon(&mut self, ticket: Ticket) {
-        if let Some(id) = ticket.id() {
-            self.abandon_batch(id);
-        }
+        ticket.abandon_with(|id| self.abandon_batch(id));
     }
 
     fn in_flight(&self) -> usize {
