@@ -1,9 +1,10 @@
 //! Helpers shared by the workspace's tests, examples and benchmarks — never by the library code.
 //!
-//! The crate has no workspace dependencies, so any crate of the workspace can take it as a
-//! dev-dependency without a cycle, and by default no dependencies at all. Its one feature,
-//! `quickcheck`, adds the `quickcheck` crate (and the `model_case` module) only for the test
-//! crates that turn it on: the libraries and the `rolex` binary never build it.
+//! By default the crate has no dependencies at all, so any crate of the workspace can take it as
+//! a dev-dependency without a cycle. Its features add some only for the test crates that turn
+//! them on (the libraries and the `rolex` binary never build them): `quickcheck` the
+//! `quickcheck` crate and the `model_case` module, `pipelined` the `kv-session` crate and the
+//! `pipelined` module.
 //!
 //! - [`XorShift64`]: the deterministic generator the tests and examples draw keys from, so a
 //!   seed names the same key set everywhere.
@@ -15,11 +16,15 @@
 //! - `model_case` (feature `quickcheck`): the model-based tests' quickcheck case — an initial
 //!   load, then a sequence of operations, shrunk by shortening the operations and keeping the
 //!   load — with how a run's outcome is told to quickcheck and how a property is checked.
+//! - `pipelined` (feature `pipelined`): a pipelined session's random run as a history for the
+//!   linearizability checker.
 
 mod args;
 pub mod linearizability;
 #[cfg(feature = "quickcheck")]
 pub mod model_case;
+#[cfg(feature = "pipelined")]
+pub mod pipelined;
 mod stats;
 mod xorshift;
 

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::common;
@@ -20,8 +20,8 @@ use bplus_tree::{
 };
 use rdma_transport::Transport;
 use sim_transport::{SimConfig, SimTransport};
-use testkit::XorShift64;
-use testkit::linearizability::{KvEvent, KvOp, KvResult, check};
+use testkit::linearizability::{KvEvent, check};
+use testkit::{XorShift64, pipelined};
 
 /// Pages of four entries, three loaded, sharing 64 lock words: splits, internal splits and new
 /// roots all the time, and pages of one lock word meeting on one local stripe.
@@ -47,41 +47,9 @@ fn assert_clean(transport: &SimTransport) {
     }
 }
 
-/// A random request on a small domain (so operations of one session meet on one leaf), as the
-/// checker names it; `None` for a scan (checked on its own: the checker knows key-value
-/// operations only).
-fn draw(random: &mut XorShift64) -> (Option<(u64, KvOp)>, Request) {
-    let key = (random.next_u64() % 120) * 7 + 3;
-    let value = random.next_u64() % 1_000_000 + 1;
-    match random.next_u64() % 20 {
-        0..=5 => (Some((key, KvOp::Get)), Request::Get(key)),
-        6..=9 => (
-            Some((key, KvOp::Insert(value))),
-            Request::Insert(key, value),
-        ),
-        10..=11 => (
-            Some((key, KvOp::Update(value))),
-            Request::Update(key, value),
-        ),
-        12..=14 => (
-            Some((key, KvOp::Upsert(value))),
-            Request::Upsert(key, value),
-        ),
-        15..=18 => (Some((key, KvOp::Delete)), Request::Delete(key)),
-        _ => (None, Request::Scan(key, 12)),
-    }
-}
-
-fn result_of(reply: Reply) -> KvResult {
-    match reply {
-        Reply::Value(value) => KvResult::Value(value),
-        Reply::Done(done) => KvResult::Done(done),
-        other => panic!("a key-value request answered {other:?}"),
-    }
-}
-
-/// One thread's session of `depth` on `tree`, running `ops` random requests; returns its history
-/// (call and return stamped by the shared `clock`).
+/// One thread's session of `depth` on `tree`, running `ops` random requests on 120 keys, scans
+/// among them ([`testkit::pipelined`]); returns its history (call and return stamped by the
+/// shared `clock`).
 fn run_session(
     tree: &Tree<SimTransport>,
     seed: u64,
@@ -92,47 +60,12 @@ fn run_session(
     let mut pipeline = tree.pipeline(depth).expect("pipeline");
     let mut session = pipeline.session();
     let mut random = XorShift64::new(seed);
-    let mut pending: BTreeMap<u64, (Option<(u64, KvOp)>, u64)> = BTreeMap::new();
-    let mut history = Vec::new();
-    let mut next = 0u64;
-    let mut most_in_flight = 0;
-    let mut round_trips = 0;
-    loop {
-        while next < ops && session.has_room() {
-            let (op, request) = draw(&mut random);
-            let call = clock.fetch_add(1, Ordering::SeqCst);
-            pending.insert(next, (op, call));
-            session.submit(next, request).expect("room");
-            next += 1;
-        }
-        most_in_flight = most_in_flight.max(session.in_flight());
-        let Some(done) = session.wait() else {
-            break;
-        };
-        let ret = clock.fetch_add(1, Ordering::SeqCst);
-        let (op, call) = pending.remove(&done.tag).expect("a submitted tag");
-        let reply = done.result.expect("operation");
-        round_trips += done.net.batches;
-        match op {
-            Some((key, op)) => history.push(KvEvent {
-                key,
-                op,
-                call,
-                ret: Some((ret, result_of(reply))),
-            }),
-            None => {
-                let Reply::Rows(rows) = reply else {
-                    panic!("a scan answered {reply:?}");
-                };
-                assert!(
-                    rows.windows(2).all(|w| w[0].0 < w[1].0),
-                    "scan out of order: {rows:?}"
-                );
-            }
-        }
-    }
-    assert!(pending.is_empty());
-    assert_eq!(most_in_flight, depth, "operations were in flight together");
+    let run = pipelined::run_session(&mut session, &mut random, (120, true), ops, clock);
+    assert_eq!(
+        run.most_in_flight, depth,
+        "operations were in flight together"
+    );
+    assert!(run.scans > 0, "scans ran among the operations");
     drop(session);
     let net: u64 = pipeline
         .clients()
@@ -140,10 +73,10 @@ fn run_session(
         .map(|c| c.net_stats().batches)
         .sum();
     assert_eq!(
-        net, round_trips,
+        net, run.round_trips,
         "every round trip counted to one operation"
     );
-    history
+    run.history
 }
 
 #[test]

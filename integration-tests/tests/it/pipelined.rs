@@ -14,8 +14,8 @@ use leaf_store::{BulkLoadConfig, required_pool_bytes, verify};
 use rdma_transport::Transport;
 use retrainer::{RetrainConfig, Retrainer};
 use sim_transport::{SimConfig, SimTransport};
-use testkit::XorShift64;
-use testkit::linearizability::{KvEvent, KvOp, KvResult, check};
+use testkit::linearizability::{KvEvent, check};
+use testkit::{XorShift64, pipelined};
 
 fn tiny() -> BulkLoadConfig {
     BulkLoadConfig {
@@ -58,30 +58,9 @@ fn retrainer(transport: &SimTransport, stop: &Arc<AtomicBool>) -> std::thread::J
     })
 }
 
-/// A random key-value request on a small domain (so operations of one session meet on one
-/// leaf), as the checker names it.
-fn draw(random: &mut XorShift64) -> (u64, KvOp, Request) {
-    let key = (random.next_u64() % 60) * 7 + 3;
-    let value = random.next_u64() % 1_000_000 + 1;
-    match random.next_u64() % 10 {
-        0..=2 => (key, KvOp::Get, Request::Get(key)),
-        3..=4 => (key, KvOp::Insert(value), Request::Insert(key, value)),
-        5 => (key, KvOp::Update(value), Request::Update(key, value)),
-        6..=7 => (key, KvOp::Upsert(value), Request::Upsert(key, value)),
-        _ => (key, KvOp::Delete, Request::Delete(key)),
-    }
-}
-
-fn result_of(reply: Reply) -> KvResult {
-    match reply {
-        Reply::Value(value) => KvResult::Value(value),
-        Reply::Done(done) => KvResult::Done(done),
-        other => panic!("a key-value request answered {other:?}"),
-    }
-}
-
 /// `threads` threads, each with its own store and a pipeline of `depth`, run `ops` random
-/// requests each; returns the history (call and return stamped by one shared clock).
+/// requests each on 60 keys ([`testkit::pipelined`]); returns the history (call and return
+/// stamped by one shared clock).
 fn run_pipelined(transport: &SimTransport, threads: u64, depth: usize, ops: u64) -> Vec<KvEvent> {
     let clock = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..threads)
@@ -92,34 +71,12 @@ fn run_pipelined(transport: &SimTransport, threads: u64, depth: usize, ops: u64)
                 let mut pipeline = store.pipeline(depth).expect("pipeline");
                 let mut session = pipeline.session();
                 let mut random = XorShift64::new(t * 7 + 1);
-                let mut pending: BTreeMap<u64, (u64, KvOp, u64)> = BTreeMap::new();
-                let mut history = Vec::new();
-                let mut next = 0u64;
-                let mut most_in_flight = 0;
-                loop {
-                    while next < ops && session.has_room() {
-                        let (key, op, request) = draw(&mut random);
-                        let call = clock.fetch_add(1, Ordering::SeqCst);
-                        pending.insert(next, (key, op, call));
-                        session.submit(next, request).expect("room");
-                        next += 1;
-                    }
-                    most_in_flight = most_in_flight.max(session.in_flight());
-                    let Some(done) = session.wait() else {
-                        break;
-                    };
-                    let ret = clock.fetch_add(1, Ordering::SeqCst);
-                    let (key, op, call) = pending.remove(&done.tag).expect("a submitted tag");
-                    let reply = done.result.expect("operation");
-                    history.push(KvEvent {
-                        key,
-                        op,
-                        call,
-                        ret: Some((ret, result_of(reply))),
-                    });
-                }
-                assert!(pending.is_empty());
-                assert_eq!(most_in_flight, depth, "operations were in flight together");
+                let run =
+                    pipelined::run_session(&mut session, &mut random, (60, false), ops, &clock);
+                assert_eq!(
+                    run.most_in_flight, depth,
+                    "operations were in flight together"
+                );
                 drop(session);
                 let counted: u64 = pipeline
                     .clients()
@@ -127,7 +84,7 @@ fn run_pipelined(transport: &SimTransport, threads: u64, depth: usize, ops: u64)
                     .flat_map(|c| OpKind::ALL.map(|kind| c.stats().get(kind).ops))
                     .sum();
                 assert_eq!(counted, ops, "every operation ran on one of the clients");
-                history
+                run.history
             })
         })
         .collect();
