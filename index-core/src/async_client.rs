@@ -7,8 +7,8 @@
 //! stopped between its lock and its unlock would leave a leaf lock held that nothing recovers
 //! while its client lives. Cancel by not starting an operation, not by dropping it.
 //!
-//! The futures are not `Send` (an operation holds its thread's epoch pin and lock stripe across
-//! its batches): run them on the thread that made them — a current-thread runtime, a
+//! The futures are not `Send` (a write holds its leaf's local lock stripe, a mutex of its
+//! thread, across its batches): run them on the thread that made them — a current-thread runtime, a
 //! `LocalSet`, or any `block_on`. Await every operation a thread started, or drop it: one left
 //! unpolled keeps its lock stripe, and a sibling waiting for that stripe gives up after the
 //! store's wait limit (`LockTimeout`); a synchronous call of the same thread on that stripe would

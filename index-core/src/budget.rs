@@ -7,7 +7,7 @@
 //! fails), and subtracts the bytes of the view it replaced only after the swap: so every
 //! subtraction follows the addition of the same view, and the counter never wraps.
 //!
-//! A view is never shrunk in place (readers hold it under an epoch guard): it is replaced, by a
+//! A view is never shrunk in place (readers hold counted references to it): it is replaced, by a
 //! copy without pivots (a lean view, which reads every candidate chain) or by an evicted stub,
 //! which [`crate::Client`] reloads on its next use. Which views go is chosen as CLOCK does, over
 //! the ring of resident views (each installed, not evicted view once): a view used since the
@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use crate::sync::MembershipMutex as Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::view::{Guard, SlotView, ViewCell};
+use crate::view::{SlotView, ViewCell};
 
 /// A compute node's cache budget and what is charged against it.
 #[derive(Debug)]
@@ -159,14 +159,13 @@ impl Budget {
         current: &SlotView,
         new: SlotView,
         at: (usize, u64),
-        guard: &Guard,
     ) -> bool {
         if !self.limited() {
-            return cell.replace(current, new, guard);
+            return cell.replace(current, new);
         }
         self.touch(&new);
         let came_back = current.evicted && !new.evicted;
-        if !self.swap(cell, current, new, guard) {
+        if !self.swap(cell, current, new) {
             return false;
         }
         if came_back {
@@ -191,10 +190,10 @@ impl Budget {
     }
 
     /// [`Self::replace`] without the ring (the caller keeps it).
-    fn swap(&self, cell: &ViewCell, current: &SlotView, new: SlotView, guard: &Guard) -> bool {
+    fn swap(&self, cell: &ViewCell, current: &SlotView, new: SlotView) -> bool {
         let (added, removed) = (new.cache_bytes(), current.cache_bytes());
         let (gains, loses) = (new.pivots.is_some(), current.pivots.is_some());
-        let done = self.exchange(added, removed, || cell.replace(current, new, guard));
+        let done = self.exchange(added, removed, || cell.replace(current, new));
         if done && gains && !loses {
             self.with_pivots.fetch_add(1, Ordering::Relaxed);
         } else if done && loses && !gains {
@@ -212,12 +211,11 @@ impl Budget {
         &self,
         cell_at: impl Fn((usize, u64)) -> Option<&'a ViewCell>,
         keep: (usize, u64),
-        guard: &Guard,
     ) {
         if !self.over() {
             return;
         }
-        let keep_has_pivots = cell_at(keep).is_some_and(|cell| cell.load(guard).pivots.is_some());
+        let keep_has_pivots = cell_at(keep).is_some_and(|cell| cell.load().pivots.is_some());
         let mut ring = self.resident();
         let mut steps = 4 * ring.len() + 4;
         while steps > 0 && self.over() {
@@ -228,7 +226,7 @@ impl Budget {
             let Some(cell) = cell_at(at) else {
                 continue;
             };
-            let view = cell.load(guard);
+            let view = cell.load();
             if view.evicted {
                 // Not resident any more (a stale entry): drop it.
                 continue;
@@ -245,14 +243,14 @@ impl Budget {
                 if view.pivots.is_some() {
                     let mut lean = SlotView::clone(&view);
                     lean.pivots = None;
-                    self.swap(cell, &view, lean, guard);
+                    self.swap(cell, &view, lean);
                 }
                 ring.push_back(at);
                 continue;
             }
             let evicted = view
                 .evicted_stub()
-                .is_some_and(|stub| self.swap(cell, &view, stub, guard));
+                .is_some_and(|stub| self.swap(cell, &view, stub));
             if !evicted {
                 ring.push_back(at);
             }

@@ -133,12 +133,11 @@ impl LocalEpoch {
 /// a view describes another record (its tables, generation and leaves), and confirming it would
 /// let a writer lock and write through it.
 fn confirm_views(views: &SlotCells, table: &[(RemoteAddr, u64)], current: u64, next: u64) {
-    let guard = crate::view::pin();
     for (cell, &(record, _)) in views.iter().zip(table) {
         let Some(cell) = cell.get() else {
             continue;
         };
-        let view = cell.load(&guard);
+        let view = cell.load();
         if view.record == record && confirmable(view.validated.get(), current) {
             view.validated.raise(next);
         }

@@ -499,19 +499,18 @@ where
 
     /// What this compute node caches now, by kind of view, and its budget.
     pub fn cache_stats(&self) -> CacheStats {
-        let guard = crate::view::pin();
         let mut stats = CacheStats {
             bytes: 0,
             budget: self.caches.config.cache_budget,
             ..CacheStats::default()
         };
         for n in &self.caches.nodes {
-            let directory = n.directory.load(&guard);
+            let directory = n.directory.load();
             stats.bytes += directory.cache_bytes();
             stats.bytes += n.full.as_ref().map_or(0, |f| f.cache_bytes());
             stats.slots += directory.count;
             for cell in n.slots.iter().filter_map(|c| c.get()) {
-                let view = cell.load(&guard);
+                let view = cell.load();
                 stats.bytes += view.cache_bytes();
                 if view.evicted {
                     continue;
@@ -528,11 +527,10 @@ where
     /// Model slots over all memory nodes, as far as this compute node knows (retraining splits
     /// slots; a compute node learns of new ones when it routes a key to them).
     pub fn slots(&self) -> u64 {
-        let guard = crate::view::pin();
         self.caches
             .nodes
             .iter()
-            .map(|n| n.directory.load(&guard).count)
+            .map(|n| n.directory.load().count)
             .sum()
     }
 }

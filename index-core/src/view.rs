@@ -376,81 +376,92 @@ pub(crate) fn owner_among(pivots: &[u64], model: &LeafModel, key: u64) -> u64 {
 
 #[cfg(not(loom))]
 mod cell {
-    use crossbeam_epoch::{Atomic, Owned};
-    use std::sync::atomic::Ordering;
-
-    use super::SlotView;
-
-    /// A pinned epoch: values loaded under it stay valid until it is dropped.
-    pub(crate) struct Guard(crossbeam_epoch::Guard);
-
-    /// A value loaded under a guard.
-    pub(crate) struct ViewRef<'g, T = SlotView>(&'g T);
-
-    impl<T> std::ops::Deref for ViewRef<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            self.0
-        }
-    }
-
-    pub(crate) fn pin() -> Guard {
-        Guard(crossbeam_epoch::pin())
-    }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicPtr, Ordering};
 
     /// The current value of a cached thing (a slot's view, a node's slot directory), replaced
-    /// atomically; old values are freed once no pinned reader can still hold them
-    /// (crossbeam-epoch).
+    /// atomically. A reader takes a counted reference ([`Cell::load`]), which it may keep across
+    /// its operation's awaits without holding anything of its thread: the cell's own reference
+    /// to a replaced value is released through crossbeam-epoch, once no thread can still be in
+    /// the middle of a `load` of it.
+    ///
+    /// **Invariant.** The pointer is always `Arc::into_raw` of a value whose count includes one
+    /// reference owned by the cell; that reference is released only by a function deferred when
+    /// the value was unlinked, which crossbeam-epoch runs after every thread pinned at that time
+    /// has unpinned. A `load` pins around its read of the pointer and its increment of the count,
+    /// so the count it increments is never zero.
     #[derive(Debug)]
-    pub(crate) struct Cell<T>(Atomic<T>);
+    pub(crate) struct Cell<T>(AtomicPtr<T>);
 
-    impl<T> Cell<T> {
+    impl<T: Send + Sync> Cell<T> {
         pub(crate) fn new(value: T) -> Self {
-            Self(Atomic::new(value))
+            Self(AtomicPtr::new(Arc::into_raw(Arc::new(value)).cast_mut()))
         }
 
-        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> ViewRef<'g, T> {
-            let shared = self.0.load(Ordering::Acquire, &guard.0);
-            // SAFETY: the cell is created non-null and only ever replaced by non-null values
-            // (`replace`), and a replaced value is destroyed through `defer_destroy`, i.e. only
-            // after every guard pinned before the replacement — including `guard` — is dropped.
-            // So the pointer is valid for the guard's lifetime `'g`.
-            ViewRef(unsafe { shared.deref() })
+        /// The current value.
+        pub(crate) fn load(&self) -> Arc<T> {
+            let _pinned = crossbeam_epoch::pin();
+            let raw = self.0.load(Ordering::Acquire);
+            // SAFETY: `raw` came from `Arc::into_raw` (the invariant), and the cell's reference
+            // to it is released only after this thread unpins (it was pinned before the load,
+            // so a replacement that unlinks `raw` defers the release past `_pinned`): the count
+            // is at least one here, and the new reference is ours to own.
+            unsafe {
+                Arc::increment_strong_count(raw);
+                Arc::from_raw(raw)
+            }
         }
 
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it
-        /// first (then `new` is dropped and the caller reloads).
-        pub(crate) fn replace(&self, current: &T, new: T, guard: &Guard) -> bool {
-            let shared = self.0.load(Ordering::Acquire, &guard.0);
-            if !std::ptr::eq(shared.as_raw(), current) {
-                return false;
-            }
-            match self.0.compare_exchange(
-                shared,
-                Owned::new(new),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-                &guard.0,
-            ) {
-                Ok(_) => {
-                    // SAFETY: `shared` was just unlinked by the successful exchange, so no new
-                    // reader can load it; readers that loaded it earlier are pinned, and
-                    // `defer_destroy` frees it only after all of them have unpinned.
-                    unsafe { guard.0.defer_destroy(shared) };
+        /// first (then `new` is dropped and the caller reloads). `current` is alive (borrowed),
+        /// so no other live value can have its address: the pointer comparison cannot be fooled
+        /// by a freed value's address reused.
+        pub(crate) fn replace(&self, current: &T, new: T) -> bool {
+            let new = Arc::into_raw(Arc::new(new)).cast_mut();
+            let pinned = crossbeam_epoch::pin();
+            let expected = std::ptr::from_ref(current).cast_mut();
+            match self
+                .0
+                .compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(old) => {
+                    let old = Unlinked(old);
+                    // SAFETY: `old` is no longer reachable from the cell, so no new `load`
+                    // can read it; a `load` that read it earlier is pinned, and the deferred
+                    // release runs only after it unpins. `T: Send + Sync`, so the value may be
+                    // dropped on whichever thread runs the deferred function.
+                    unsafe { pinned.defer_unchecked(move || old.release()) };
                     true
                 }
-                Err(_) => false,
+                Err(_) => {
+                    // SAFETY: `new` came from `Arc::into_raw` above and was never published.
+                    drop(unsafe { Arc::from_raw(new) });
+                    false
+                }
             }
+        }
+    }
+
+    /// The cell's reference to a value it no longer holds, until released.
+    struct Unlinked<T>(*mut T);
+
+    // SAFETY: it is only ever released (once), and `T: Send + Sync` wherever one is made
+    // (`Cell::replace`): dropping the reference on another thread is what `Arc<T>` allows.
+    unsafe impl<T: Send + Sync> Send for Unlinked<T> {}
+
+    impl<T> Unlinked<T> {
+        fn release(self) {
+            // SAFETY: the pointer came from `Arc::into_raw` and this is the cell's reference
+            // to it, released once (`self` is consumed).
+            drop(unsafe { Arc::from_raw(self.0) });
         }
     }
 
     impl<T> Drop for Cell<T> {
         fn drop(&mut self) {
-            // SAFETY: `drop` has exclusive access to the cell, so no other thread can load the
-            // value any more; every reader borrowed it under a guard tied to a `&self` borrow,
-            // which cannot outlive this exclusive `&mut self`.
-            let owned = unsafe { std::mem::replace(&mut self.0, Atomic::null()).into_owned() };
-            drop(owned);
+            // SAFETY: `drop` has exclusive access to the cell, whose pointer holds the cell's
+            // own reference (the invariant); readers hold references of their own.
+            drop(unsafe { Arc::from_raw(*self.0.get_mut()) });
         }
     }
 }
@@ -491,26 +502,8 @@ impl PartialEq for Referenced {
 mod cell {
     use std::sync::{Arc, Mutex};
 
-    use super::SlotView;
-
     /// Under loom, epochs are not modelled: a mutex around an `Arc` stands in for the cell. The
     /// mutex is never held across a loom operation, so it cannot block a loom thread.
-    pub(crate) struct Guard;
-
-    pub(crate) fn pin() -> Guard {
-        Guard
-    }
-
-    /// A value loaded under a guard.
-    pub(crate) struct ViewRef<'g, T = SlotView>(Arc<T>, std::marker::PhantomData<&'g ()>);
-
-    impl<T> std::ops::Deref for ViewRef<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            &self.0
-        }
-    }
-
     #[derive(Debug)]
     pub(crate) struct Cell<T>(Mutex<Arc<T>>);
 
@@ -519,14 +512,11 @@ mod cell {
             Self(Mutex::new(Arc::new(value)))
         }
 
-        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> ViewRef<'g, T> {
-            ViewRef(
-                Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner())),
-                std::marker::PhantomData,
-            )
+        pub(crate) fn load(&self) -> Arc<T> {
+            Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
         }
 
-        pub(crate) fn replace(&self, current: &T, new: T, _guard: &Guard) -> bool {
+        pub(crate) fn replace(&self, current: &T, new: T) -> bool {
             let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if !std::ptr::eq(Arc::as_ptr(&slot), current) {
                 return false;
@@ -537,7 +527,11 @@ mod cell {
     }
 }
 
-pub(crate) use cell::{Cell, Guard, ViewRef, pin};
+pub(crate) use cell::Cell;
+
+/// A view as an operation holds it: counted, so it stays valid across the operation's awaits
+/// however the cell changes meanwhile.
+pub(crate) type ViewRef<T = SlotView> = std::sync::Arc<T>;
 
 /// The cell holding a slot's view.
 pub(crate) type ViewCell = Cell<SlotView>;
@@ -596,6 +590,49 @@ pub(crate) type SlotCells = Vec<std::sync::OnceLock<ViewCell>>;
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Counts its drops.
+    struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A value loaded and held (as an operation holds its view across its awaits) stays valid
+    /// after the cell moves on, and does not keep the values replaced meanwhile alive: the
+    /// holder has no epoch pinned, so they are freed as the epoch advances. (Held under an
+    /// epoch guard, as views once were, none of them would be.)
+    #[test]
+    fn a_held_value_stays_valid_and_holds_no_other_back() {
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let cell = Cell::new((0u64, Counted(std::sync::Arc::clone(&dropped))));
+        let held = cell.load();
+        const REPLACED: usize = 1_000;
+        for i in 1..=REPLACED as u64 {
+            let current = cell.load();
+            assert!(cell.replace(&current, (i, Counted(std::sync::Arc::clone(&dropped)))));
+            assert!(
+                !cell.replace(&current, (0, Counted(std::sync::Arc::clone(&dropped)))),
+                "a replaced value is not current"
+            );
+        }
+        for _ in 0..64 {
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!(held.0, 0, "the held value is intact");
+        assert_eq!(cell.load().0, REPLACED as u64);
+        // The refused replacements are dropped at once; of the replaced values, all but the held
+        // one and those a few epochs have not yet passed.
+        let freed = dropped.load(Ordering::Relaxed) - REPLACED;
+        assert!(
+            freed >= REPLACED - 300,
+            "only {freed} of {REPLACED} replaced values freed while one was held"
+        );
+        drop(held);
+        drop(cell);
+    }
 
     fn entry(leaf: u64) -> LeafTableEntry {
         LeafTableEntry::new(leaf).expect("fits")

@@ -7,7 +7,7 @@ use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
 use crate::store::NodeCache;
-use crate::view::{ChainEntries, Guard, SlotView};
+use crate::view::{ChainEntries, SlotView};
 
 use super::*;
 
@@ -60,7 +60,6 @@ impl<E: Endpoint> Client<E> {
         node: &NodeCache,
         views: &[(u64, RemoteAddr)],
         known: u64,
-        guard: &Guard,
     ) -> Result<Vec<bool>, IndexError> {
         let layout = &node.layout;
         let mut words = vec![0u8; 8 * (views.len() + 1)];
@@ -80,7 +79,7 @@ impl<E: Endpoint> Client<E> {
             u64::MAX
         };
         if le_word(&words, views.len()) > known {
-            self.reload_directory(node, guard)?;
+            self.reload_directory(node)?;
             return Ok(vec![false; views.len()]);
         }
         Ok(views
@@ -92,14 +91,10 @@ impl<E: Endpoint> Client<E> {
 
     /// Reads the node's slot table and installs it as the node's directory if it holds more
     /// slots than the cached one. Whether it did.
-    pub(super) fn reload_directory(
-        &mut self,
-        node: &NodeCache,
-        guard: &Guard,
-    ) -> Result<bool, IndexError> {
+    pub(super) fn reload_directory(&mut self, node: &NodeCache) -> Result<bool, IndexError> {
         self.directory_reloads += 1;
         let table = leaf_store::read_slot_table(&mut self.ep, &node.layout)?;
-        let cached = node.directory.load(guard);
+        let cached = node.directory.load();
         if table.len() as u64 <= cached.count {
             return Ok(false);
         }
@@ -111,11 +106,9 @@ impl<E: Endpoint> Client<E> {
         })?;
         let budget = &self.caches.budget;
         let (added, removed) = (fresh.cache_bytes(), cached.cache_bytes());
-        if budget.exchange(added, removed, || {
-            node.directory.replace(&cached, fresh, guard)
-        }) {
+        if budget.exchange(added, removed, || node.directory.replace(&cached, fresh)) {
             // A larger directory (a slot split) makes room among the views.
-            budget.shrink(|at| self.caches.cell_at(at), NO_VIEW_KEPT, guard);
+            budget.shrink(|at| self.caches.cell_at(at), NO_VIEW_KEPT);
         }
         Ok(true)
     }
@@ -141,15 +134,10 @@ impl<E: Endpoint> Client<E> {
     /// Re-reads a slot's header, then its LT and SLT (header first: a header that shows a bump
     /// proves the tables read after it include the change that bump published), and installs
     /// the new view. A retired record is replaced by the slot's current one.
-    pub(super) fn refresh(
-        &mut self,
-        node: &NodeCache,
-        stale: &SlotView,
-        guard: &Guard,
-    ) -> Result<(), IndexError> {
+    pub(super) fn refresh(&mut self, node: &NodeCache, stale: &SlotView) -> Result<(), IndexError> {
         let fresh = self.fetch_view(node, stale)?;
         if let Some(cell) = node.cell(stale.slot) {
-            self.install(node, cell, stale, fresh, guard);
+            self.install(node, cell, stale, fresh);
         }
         Ok(())
     }
@@ -163,12 +151,11 @@ impl<E: Endpoint> Client<E> {
         cell: &crate::view::ViewCell,
         current: &SlotView,
         fresh: SlotView,
-        guard: &Guard,
     ) {
         let slot = fresh.slot;
         let budget = &self.caches.budget;
-        budget.replace(cell, current, fresh, (node.position, slot), guard);
-        budget.shrink(|at| self.caches.cell_at(at), (node.position, slot), guard);
+        budget.replace(cell, current, fresh, (node.position, slot));
+        budget.shrink(|at| self.caches.cell_at(at), (node.position, slot));
     }
 
     /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
@@ -235,12 +222,11 @@ impl<E: Endpoint> Client<E> {
     /// Slot `slot`'s cached view, reloaded from the slot table first if it was not validated in
     /// this operation's epoch (its record may have been retired and, once every compute node has
     /// moved past that epoch, reused — see `crate::membership`).
-    pub(super) fn view<'g>(
+    pub(super) fn view(
         &mut self,
         node: &NodeCache,
         slot: u64,
-        guard: &'g Guard,
-    ) -> Result<crate::view::ViewRef<'g>, IndexError> {
+    ) -> Result<crate::view::ViewRef, IndexError> {
         for _ in 0..16 {
             let Some(cell) = node.cell(slot) else {
                 // First use of a slot published since this compute node started.
@@ -254,14 +240,12 @@ impl<E: Endpoint> Client<E> {
                         reason: "slot beyond the slot table's capacity".into(),
                     }));
                 }
-                self.caches.budget.shrink(
-                    |at| self.caches.cell_at(at),
-                    (node.position, slot),
-                    guard,
-                );
+                self.caches
+                    .budget
+                    .shrink(|at| self.caches.cell_at(at), (node.position, slot));
                 continue;
             };
-            let loaded = cell.load(guard);
+            let loaded = cell.load();
             let current = loaded.validated.get() >= self.op_epoch;
             if current && !loaded.evicted {
                 self.caches.budget.touch(&loaded);
@@ -292,7 +276,7 @@ impl<E: Endpoint> Client<E> {
                 },
                 false => self.reload(node, slot)?,
             };
-            self.install(node, cell, &loaded, fresh, guard);
+            self.install(node, cell, &loaded, fresh);
         }
         Err(IndexError::TooManyRetries(16))
     }
@@ -302,18 +286,13 @@ impl<E: Endpoint> Client<E> {
     /// the cached directory may predate a split, and then the record it leads to ends below
     /// `key` (records carry their last key). The directory is then read again (two round trips)
     /// and the key routed again.
-    pub(super) async fn route<'g>(
-        &mut self,
-        node: &NodeCache,
-        key: u64,
-        guard: &'g Guard,
-    ) -> Result<Routed<'g>, IndexError> {
+    pub(super) async fn route(&mut self, node: &NodeCache, key: u64) -> Result<Routed, IndexError> {
         let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
         let attempts = self.caches.config.max_attempts;
         for _ in 0..attempts {
-            let directory = node.directory.load(guard);
+            let directory = node.directory.load();
             let slot = directory.slot_of(key);
-            let view = self.view(node, slot, guard)?;
+            let view = self.view(node, slot)?;
             if key <= view.last_key {
                 // What the record serves as far as this directory knows: an old record whose
                 // split is published (not yet redirected) still names the new slot's leaves,
@@ -327,7 +306,7 @@ impl<E: Endpoint> Client<E> {
                     end,
                 });
             }
-            if !self.reload_directory(node, guard)?
+            if !self.reload_directory(node)?
                 && !super::wait::pause(&mut backoff, self.waiting).await
             {
                 // The slot table names no slot serving `key` beyond this one's records: only a
@@ -360,8 +339,8 @@ impl<E: Endpoint> Client<E> {
 }
 
 /// A routed view and the slot count of the directory that routed it.
-pub(super) struct Routed<'g> {
-    pub(super) view: crate::view::ViewRef<'g>,
+pub(super) struct Routed {
+    pub(super) view: crate::view::ViewRef,
     /// Slots the routing directory knew of.
     pub(super) known: u64,
     /// The last key the view's record serves as far as the routing directory knows.

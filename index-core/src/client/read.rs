@@ -14,7 +14,7 @@ use leaf_store::{Claimed, Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHea
 use rdma_transport::Endpoint;
 
 use crate::IndexError;
-use crate::view::{SlotView, pin};
+use crate::view::SlotView;
 
 use super::cache::Freshness;
 use super::*;
@@ -23,13 +23,12 @@ impl<E: Endpoint> Client<E> {
     pub(super) async fn get_inner(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
-        let guard = pin();
         let mut fell_back = false;
         for _ in 0..caches.config.max_attempts {
-            let routed = self.route(node, key, &guard).await?;
+            let routed = self.route(node, key).await?;
             let view: &SlotView = &routed.view;
             let Some(leaves) = Self::chains_for(view, key) else {
-                self.refresh(node, view, &guard)?;
+                self.refresh(node, view)?;
                 continue;
             };
             #[cfg(loom)]
@@ -55,11 +54,11 @@ impl<E: Endpoint> Client<E> {
                 #[cfg(loom)]
                 Freshness::Retired if !caches.broken.confirm_retired => true,
                 Freshness::Retired => {
-                    self.still_current(node, &[(view.slot, view.record)], routed.known, &guard)?[0]
+                    self.still_current(node, &[(view.slot, view.record)], routed.known)?[0]
                 }
             };
             if !valid {
-                self.refresh(node, view, &guard)?;
+                self.refresh(node, view)?;
                 continue;
             }
             match self.lookup_in_batch(&node.layout, &leaves, key)? {

@@ -7,7 +7,7 @@ use rdma_transport::{Endpoint, RemoteAddr};
 
 use crate::IndexError;
 use crate::store::NodeCache;
-use crate::view::{Guard, SlotView, pin};
+use crate::view::SlotView;
 
 use super::cache::Freshness;
 use super::*;
@@ -28,7 +28,6 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let caches = Arc::clone(&self.caches);
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(n.min(4096));
-        let guard = pin();
         let mut from = start;
         let mut attempts = 0;
         while out.len() < n {
@@ -41,7 +40,7 @@ impl<E: Endpoint> Client<E> {
                 .saturating_add(1)
                 .min(MAX_SCAN_LEAVES);
             let Some(round) = self
-                .plan_scan_round(node, from, node_end, want_leaves, &guard)
+                .plan_scan_round(node, from, node_end, want_leaves)
                 .await?
             else {
                 attempts += 1;
@@ -64,7 +63,7 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             if !retired.is_empty() {
-                let current = self.still_current(node, &retired, round.known, &guard)?;
+                let current = self.still_current(node, &retired, round.known)?;
                 stale.extend(
                     retired
                         .iter()
@@ -74,8 +73,8 @@ impl<E: Endpoint> Client<E> {
                 );
             }
             for &s in &stale {
-                let loaded = self.view(node, s, &guard)?;
-                self.refresh(node, &loaded, &guard)?;
+                let loaded = self.view(node, s)?;
+                self.refresh(node, &loaded)?;
             }
             let contents = if stale.is_empty() {
                 self.decode_leaves(&node.layout, &round.leaves)?
@@ -137,7 +136,6 @@ impl<E: Endpoint> Client<E> {
         from: u64,
         node_end: Option<u64>,
         want_leaves: usize,
-        guard: &Guard,
     ) -> Result<Option<ScanRound>, IndexError> {
         let mut round = ScanRound {
             leaves: Vec::new(),
@@ -150,7 +148,7 @@ impl<E: Endpoint> Client<E> {
         // Each slot's view is loaded once and used for everything the round takes from that slot
         // (leaf indexes, chains, pivots, header): a sibling thread may replace the cell meanwhile,
         // and a leaf index of one record applied to another would skip or repeat chains.
-        let routed = self.route(node, from, guard).await?;
+        let routed = self.route(node, from).await?;
         round.known = routed.known;
         let mut end = routed.end;
         let mut loaded = routed.view;
@@ -190,7 +188,7 @@ impl<E: Endpoint> Client<E> {
                     round.bound = Bound::Key(next);
                     break;
                 }
-                let routed = self.route(node, next, guard).await?;
+                let routed = self.route(node, next).await?;
                 round.known = round.known.min(routed.known);
                 end = routed.end;
                 loaded = routed.view;
@@ -211,7 +209,7 @@ impl<E: Endpoint> Client<E> {
                 break;
             }
             let Some(chain) = view.chain(leaf) else {
-                self.refresh(node, view, guard)?;
+                self.refresh(node, view)?;
                 return Ok(None);
             };
             if round.records.last().is_none_or(|r| r.slot != view.slot) {

@@ -138,18 +138,17 @@ impl<E: Endpoint> Client<E> {
             return;
         }
         let after = ModelHeader::from_raw(bumped.raw().wrapping_add(ModelHeader::CHANGE_ONE));
-        let guard = crate::view::pin();
         let Some(cell) = node.cell(locked.slot) else {
             return;
         };
-        let current = cell.load(&guard);
+        let current = cell.load();
         if current.record != locked.record || (current.header != before && checked) {
             return;
         }
         let chain: Vec<LeafTableEntry> = locked.chain.iter().map(|(entry, _)| *entry).collect();
         if let Some(fresh) = current.after_change(after, locked.leaf, &chain, freed) {
             crate::sync::step("write: view adopted");
-            self.install(node, cell, &current, fresh, &guard);
+            self.install(node, cell, &current, fresh);
         }
     }
 

@@ -10,7 +10,7 @@ use crate::IndexError;
 use crate::backoff::Backoff;
 use crate::locks::{HeldLock, Stripe};
 use crate::store::NodeCache;
-use crate::view::{ChainEntries, Guard, SlotView, pin};
+use crate::view::{ChainEntries, SlotView};
 
 use super::batch::{self, NOT_EXECUTED};
 use super::op::WriteOp;
@@ -78,7 +78,6 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<bool, IndexError> {
         let caches = Arc::clone(&self.caches);
         let node = &caches.nodes[caches.node_of(key)];
-        let guard = pin();
         let mut backoff = Backoff::new(caches.config.wait_limit);
         let mut slt_full = false;
         let mut slot = 0;
@@ -86,17 +85,17 @@ impl<E: Endpoint> Client<E> {
             // A slot an earlier attempt claimed and did not use (every exit of the operation
             // itself frees one too: `Client::conclude`).
             self.free_preclaimed(op);
-            let loaded = self.route(node, key, &guard).await?.view;
+            let loaded = self.route(node, key).await?.view;
             let view: &SlotView = &loaded;
             slot = view.slot as usize;
             if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
-                self.refresh(node, view, &guard)?;
+                self.refresh(node, view)?;
                 continue;
             }
             if view.header.is_locked() {
                 // The retrainer froze this record; wait for the new one. Once it is retired, a
                 // split may already have published the slot that serves `key`.
-                if view.header.is_retired() && self.reload_directory(node, &guard)? {
+                if view.header.is_retired() && self.reload_directory(node)? {
                     continue;
                 }
                 if !wait::pause(&mut backoff, self.waiting).await {
@@ -105,7 +104,7 @@ impl<E: Endpoint> Client<E> {
                         slot: slot as u64,
                     });
                 }
-                self.refresh(node, view, &guard)?;
+                self.refresh(node, view)?;
                 continue;
             }
             let (owner, range) = match (view.owner(key), &view.pivots) {
@@ -181,7 +180,7 @@ impl<E: Endpoint> Client<E> {
                 None => {
                     let may_split = matches!(change, Change::Insert(_) | Change::Upsert(_));
                     let acquired = self
-                        .acquire(op, node, view, slot, owner, &guard, &mut backoff, may_split)
+                        .acquire(op, node, view, slot, owner, &mut backoff, may_split)
                         .await;
                     match self.retiring(acquired)? {
                         Some(locked) => locked,
@@ -229,10 +228,7 @@ impl<E: Endpoint> Client<E> {
                     && (split_on_claim
                         || (!trust_cached && !trusted_unconfirmed(&locked.chain, key, &outcome)))
                 {
-                    match self
-                        .confirm_chain(node, view, slot, &guard, &mut locked)
-                        .await
-                    {
+                    match self.confirm_chain(node, view, slot, &mut locked).await {
                         Ok(true) => {}
                         Ok(false) => {
                             let released = self.release(locked.lock_ref());
@@ -275,8 +271,8 @@ impl<E: Endpoint> Client<E> {
                     if !wait::pause(&mut backoff, self.waiting).await {
                         break;
                     }
-                    let loaded = self.view(node, slot as u64, &guard)?;
-                    self.refresh(node, &loaded, &guard)?;
+                    let loaded = self.view(node, slot as u64)?;
+                    self.refresh(node, &loaded)?;
                 }
             }
         }
@@ -320,12 +316,11 @@ impl<E: Endpoint> Client<E> {
         view: &SlotView,
         slot: usize,
         leaf: u64,
-        guard: &Guard,
         backoff: &mut Backoff,
         may_split: bool,
     ) -> Result<Option<Locked>, IndexError> {
         let Some(chain) = view.chain(leaf) else {
-            self.refresh(node, view, guard)?;
+            self.refresh(node, view)?;
             return Ok(None);
         };
         let expected = view.lt_entry(leaf);
@@ -449,7 +444,7 @@ impl<E: Endpoint> Client<E> {
             if seen.is_frozen() {
                 // A retrainer froze the record (or replaced it, and holds its locks for good):
                 // wait for the new one.
-                self.refresh(node, view, guard)?;
+                self.refresh(node, view)?;
                 if !wait::pause(backoff, self.waiting).await {
                     return Err(IndexError::RetrainingTimeout {
                         node: node.info.id,
@@ -473,7 +468,7 @@ impl<E: Endpoint> Client<E> {
                     });
                 }
             } else {
-                self.refresh(node, view, guard)?;
+                self.refresh(node, view)?;
             }
             return Ok(None);
         }
@@ -529,10 +524,7 @@ impl<E: Endpoint> Client<E> {
             Ok(None) => {
                 // Torn: damage under the lock, unless the view is stale and the leaf no longer
                 // ours; the header says which.
-                match self
-                    .confirm_chain(node, view, slot, guard, &mut locked)
-                    .await
-                {
+                match self.confirm_chain(node, view, slot, &mut locked).await {
                     Ok(true) => return Ok(Some(locked)),
                     Ok(false) => {
                         self.release(locked.lock_ref())?;
@@ -558,7 +550,6 @@ impl<E: Endpoint> Client<E> {
         node: &NodeCache,
         view: &SlotView,
         slot: usize,
-        guard: &Guard,
         locked: &mut Locked,
     ) -> Result<bool, IndexError> {
         // The view's chain, which the header can vouch for (a lock handed over carries the chain
@@ -567,7 +558,7 @@ impl<E: Endpoint> Client<E> {
             Some(chain) if view.record == locked.record => chain,
             _ => {
                 let read = self
-                    .reread_locked_chain(node, view, slot, locked.leaf, guard, locked)
+                    .reread_locked_chain(node, view, slot, locked.leaf, locked)
                     .await?;
                 return self.confirmed_from(read, locked);
             }
@@ -581,7 +572,7 @@ impl<E: Endpoint> Client<E> {
             self.decode_leaves(&node.layout, &chain)
                 .map(|contents| Some((chain, contents)))
         } else {
-            self.reread_locked_chain(node, view, slot, locked.leaf, guard, locked)
+            self.reread_locked_chain(node, view, slot, locked.leaf, locked)
                 .await
         }?;
         self.confirmed_from(read, locked)
@@ -626,7 +617,6 @@ impl<E: Endpoint> Client<E> {
         view: &SlotView,
         slot: usize,
         leaf: u64,
-        guard: &Guard,
         locked: &mut Locked,
     ) -> Result<Option<(ChainEntries, Option<Vec<Leaf>>)>, IndexError> {
         self.write_rereads += 1;
@@ -635,7 +625,7 @@ impl<E: Endpoint> Client<E> {
             .then(|| fresh.chain(leaf))
             .flatten();
         if let Some(cell) = node.cell(slot as u64) {
-            self.install(node, cell, view, fresh, guard);
+            self.install(node, cell, view, fresh);
         }
         let Some(chain) = chain else {
             return Ok(None);

@@ -14,16 +14,12 @@ fn an_operation_in_a_later_epoch_reloads_a_view_not_confirmed_in_it() {
     let mut client = store.client().expect("client");
     assert_eq!(client.get(500), Ok(Some(500)));
     let caches = store.caches();
-    let slot = caches.nodes[0]
-        .directory
-        .load(&crate::view::pin())
-        .slot_of(500);
+    let slot = caches.nodes[0].directory.load().slot_of(500);
     let validated = |caches: &super::super::store::Caches| {
-        let guard = crate::view::pin();
         caches.nodes[0]
             .cell(slot)
             .expect("a used slot")
-            .load(&guard)
+            .load()
             .validated
             .get()
     };
@@ -54,13 +50,12 @@ fn an_operation_in_a_later_epoch_reloads_a_view_not_confirmed_in_it() {
 
 /// The validation epoch of the view of the slot serving `key` on node `node`.
 fn validated_of(store: &Store<SimTransport>, node: usize, key: u64) -> u64 {
-    let guard = crate::view::pin();
     let cache = &store.caches().nodes[node];
-    let slot = cache.directory.load(&guard).slot_of(key);
+    let slot = cache.directory.load().slot_of(key);
     cache
         .cell(slot)
         .expect("a used slot")
-        .load(&guard)
+        .load()
         .validated
         .get()
 }
