@@ -405,11 +405,10 @@ mod cell {
             // SAFETY: `raw` came from `Arc::into_raw` (the invariant), and the cell's reference
             // to it is released only after this thread unpins (it was pinned before the load,
             // so a replacement that unlinks `raw` defers the release past `_pinned`): the count
-            // is at least one here, and the new reference is ours to own.
-            unsafe {
-                Arc::increment_strong_count(raw);
-                Arc::from_raw(raw)
-            }
+            // is at least one here.
+            unsafe { Arc::increment_strong_count(raw) };
+            // SAFETY: the reference just counted is ours to own, and `raw` is `Arc::into_raw`'s.
+            unsafe { Arc::from_raw(raw) }
         }
 
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it

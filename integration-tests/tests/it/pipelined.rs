@@ -136,6 +136,9 @@ fn operations_of_one_thread_on_one_leaf_lock_wait_for_each_other() {
             transport.clone(),
             StoreConfig {
                 max_handovers: handovers,
+                // Waiting is what is tested, not its limit: on a loaded machine the last of
+                // eight writers (splits among them) once waited out the default 2 s.
+                wait_limit: Duration::from_secs(60),
                 ..StoreConfig::default()
             },
         )
