@@ -26,12 +26,58 @@
 //!   one pass of a protocol (a pass begins at the first; a step may be left out, never met
 //!   after a later one). A step out of order fails the run where it is met.
 //!
+//! - **Lanes.** A thread that keeps several operations in flight acts for each of them in turn;
+//!   the harness says which ([`as_lane`]), and each lane's holds and step orders are its own, as
+//!   a thread's are: a resource one operation took and a sibling released is a conflict, and an
+//!   operation that ends holding something is told apart from its siblings still running.
+//!
 //! **Invariant.** Ghost state never feeds back into the system under test: nothing here returns
 //! a value the system's code reads.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use crate::run::with_ghost;
+
+/// Lanes a thread may act as (lane 0 is the thread itself).
+const LANES: usize = 256;
+
+thread_local! {
+    /// The lane the calling thread acts as ([`as_lane`]).
+    static LANE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs `f` with the calling thread acting as its lane `lane` (1 to 255; 0 is the thread
+/// itself): whatever `f` takes, puts, hands, forgets or meets as a step is that lane's, and
+/// [`take_mine`] inside it takes the lane's holds. Lanes nest as calls do.
+///
+/// # Panics
+/// If `lane` is 256 or more (a harness's bug).
+pub fn as_lane<R>(lane: usize, f: impl FnOnce() -> R) -> R {
+    assert!(lane < LANES, "lane {lane} of at most {LANES}");
+    /// Restores the lane acted as before, however `f` ends.
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LANE.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(LANE.with(|l| l.replace(lane)));
+    f()
+}
+
+/// Task `task`'s holder as the calling thread acts now: the task and its lane, one number.
+pub(crate) fn holder(task: usize) -> usize {
+    task * LANES + LANE.with(Cell::get)
+}
+
+/// A holder as a conflict names it.
+fn named_holder(holder: usize) -> String {
+    match holder % LANES {
+        0 => format!("task {}", holder / LANES),
+        lane => format!("task {} (lane {lane})", holder / LANES),
+    }
+}
 
 /// One entry of the [`ledger`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,11 +216,13 @@ pub fn put(kind: &'static str, value: u64) {
         let superseded = g.superseded.contains(&(task, kind, value));
         if g.settle(task, kind, value) {
             g.conflicts.push(format!(
-                "{kind} {value:#x} put to use by task {task} after a sweep reclaimed it from its hands"
+                "{kind} {value:#x} put to use by {} after a sweep reclaimed it from its hands",
+                named_holder(task)
             ));
         } else if superseded {
             g.conflicts.push(format!(
-                "{kind} {value:#x} put by task {task} after another task took it while this one held it"
+                "{kind} {value:#x} put by {} after another holder took it while this one held it",
+                named_holder(task)
             ));
         }
     });

@@ -204,15 +204,15 @@ pub fn is_simulated() -> bool {
     ACTIVE.with(Cell::get)
 }
 
-/// Runs `f` on the run's ghost state with the calling thread's task and group; `None` outside
-/// a run. Not a sync point.
+/// Runs `f` on the run's ghost state with the calling thread's holder (its task, and the lane
+/// it acts as: [`crate::ghost::as_lane`]) and group; `None` outside a run. Not a sync point.
 pub(crate) fn with_ghost<R>(
     f: impl FnOnce(&mut crate::ghost::Ghost, usize, usize) -> R,
 ) -> Option<R> {
     let cur = current()?;
     let mut state = lock(&cur.shared);
     let group = state.tasks[cur.id].group;
-    Some(f(&mut state.ghost, cur.id, group))
+    Some(f(&mut state.ghost, crate::ghost::holder(cur.id), group))
 }
 
 fn current() -> Option<Current> {
@@ -720,7 +720,7 @@ pub fn step(name: &'static str) {
             let mut state = lock(&cur.shared);
             *state.steps_met.entry(name).or_default() += 1;
             let group = state.tasks[cur.id].group;
-            out_of_order = state.ghost.step_met(cur.id, name);
+            out_of_order = state.ghost.step_met(crate::ghost::holder(cur.id), name);
             if let Some(i) = state
                 .step_plans
                 .iter()

@@ -355,6 +355,42 @@ fn ghost_holds_say_what_was_taken_twice_or_used_after_a_reclaim() {
 }
 
 #[test]
+fn a_thread_s_lanes_hold_apart() {
+    use crate::ghost;
+    let report = run(config(1, Strategy::Random), || {
+        // Lane 1 takes a leaf; lane 2 ends holding nothing, lane 1 holding it.
+        ghost::as_lane(1, || ghost::take("leaf", 5));
+        let (two, one) = (
+            ghost::as_lane(2, ghost::take_mine),
+            ghost::as_lane(1, ghost::take_mine),
+        );
+        if !two.is_empty() || one != [("leaf", 5)] || !ghost::take_mine().is_empty() {
+            crate::fail(&format!("lane 2 {two:?}, lane 1 {one:?}"));
+        }
+        // A lock lane 1 holds, lane 2 takes (lane 1 lost it): lane 1's put is a conflict that
+        // names its lane; a hand-over between lanes of one thread is none.
+        ghost::as_lane(1, || ghost::take("lock", 8));
+        ghost::as_lane(2, || ghost::take("lock", 8));
+        ghost::as_lane(1, || ghost::put("lock", 8));
+        ghost::as_lane(2, || ghost::hand("lock", 8));
+        ghost::as_lane(3, || ghost::receive("lock", 8));
+        ghost::as_lane(3, || ghost::put("lock", 8));
+        let conflicts = ghost::conflicts();
+        if conflicts.len() != 1 || !conflicts[0].contains("put by task 0 (lane 1)") {
+            crate::fail(&format!("conflicts: {conflicts:?}"));
+        }
+        // Steps: each lane's pass of an order is its own (as one thread's, "b" after "c" would
+        // break the order).
+        ghost::require_order(&["a", "b", "c"]);
+        ghost::as_lane(1, || crate::step("a"));
+        ghost::as_lane(2, || crate::step("a"));
+        ghost::as_lane(1, || crate::step("c"));
+        ghost::as_lane(2, || crate::step("b"));
+    });
+    assert_eq!(report.outcome, Outcome::Finished, "{:?}", report.outcome);
+}
+
+#[test]
 fn a_held_leaf_at_a_quiescent_point_fails_the_run() {
     use crate::ghost;
     let report = run(config(1, Strategy::Random), || {

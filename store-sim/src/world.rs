@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use index_core::{Client, Done, IndexError, Pipeline, Reply, Request, Session, Store, StoreConfig};
+use index_core::{Client, Done, IndexError, Lane, Reply, Request, Session, Store, StoreConfig};
 use leaf_store::BulkLoadConfig;
 use leaf_store::members::{MemberState, MemberTable};
 use rdma_transport::{Transport, TransportError};
@@ -1283,7 +1283,7 @@ impl Pipelined<'_> {
     /// Submits operations to `session` as it has room, until they are all submitted or
     /// something needs the clients themselves (or ends the thread); then drains it. What to do
     /// between this session and the next.
-    fn run(&mut self, session: &mut Session<'_, Client<SimEndpoint>, usize>) -> Between {
+    fn run(&mut self, session: &mut Session<'_, Tracked<'_>, usize>) -> Between {
         let mut between = Between::default();
         'submit: loop {
             while !session.has_room() {
@@ -1372,14 +1372,8 @@ impl Pipelined<'_> {
         let read =
             is_read(f.op) && !f.beside_write && !matches!(&result, Err(e) if ended_by_death(e));
         let name = &self.names[done.tag];
-        // An operation that lost its connection or its node may leave what it held in its
-        // thread's hands: excused at once, with whatever its siblings in flight hold (the
-        // thread's holdings are not told apart by operation). Were they excused only once the
-        // session is drained, a sibling that takes a leaf lock this one left held, once it is
-        // recovered, would seem to take it from its own thread's hands.
-        if lost_connection(&result) {
-            let _ = crate::ledger::after_operation("", true);
-        }
+        // What the operation held at its end was judged (or excused) as it ended, on its lane
+        // ([`Tracked`]).
         account(
             self.world,
             name,
@@ -1420,8 +1414,67 @@ fn returned(op: Op, reply: Reply) -> Returned {
 }
 
 /// The value blocks a pipeline's clients re-read so far (see [`Client::value_retries`]).
-fn value_retries(pipeline: &Pipeline<SimEndpoint>) -> u64 {
-    pipeline.clients().iter().map(Client::value_retries).sum()
+fn value_retries(pipeline: &kv_session::Pipeline<Tracked<'_>>) -> u64 {
+    pipeline
+        .clients()
+        .iter()
+        .map(|t| t.client.value_retries())
+        .sum()
+}
+
+/// A pipeline's client as a lane of the ghost state (`sim_scheduler::ghost::as_lane`, lanes
+/// numbered from 1): what each of its operations takes, places and meets as a step is that
+/// operation's own, so an operation that ends holding a leaf, block or lock is caught as it
+/// ends — as [`run_client`] catches one — however long its siblings stay in flight, and one
+/// that lost its connection or its node has its holds excused, not its siblings'.
+struct Tracked<'w> {
+    client: Client<SimEndpoint>,
+    lane: usize,
+    world: &'w World,
+    /// The thread's name.
+    thread: &'w str,
+}
+
+impl Tracked<'_> {
+    /// Runs `f` on the client as its lane.
+    fn as_lane<R>(&mut self, f: impl FnOnce(&mut Client<SimEndpoint>) -> R) -> R {
+        let client = &mut self.client;
+        sim_scheduler::ghost::as_lane(self.lane, || f(client))
+    }
+}
+
+impl Lane for Tracked<'_> {
+    type Error = IndexError;
+
+    fn run(
+        &mut self,
+        request: Request,
+    ) -> impl std::future::Future<Output = Result<Reply, IndexError>> + '_ {
+        let (lane, world, thread) = (self.lane, self.world, self.thread);
+        let who = format!("{thread}'s {request:?} (lane {lane})");
+        let mut inner = Box::pin(Lane::run(&mut self.client, request));
+        async move {
+            let result = std::future::poll_fn(|cx| {
+                sim_scheduler::ghost::as_lane(lane, || inner.as_mut().poll(cx))
+            })
+            .await;
+            let lost = matches!(&result, Err(e) if e.is_connection_lost() || e.is_fenced());
+            sim_scheduler::ghost::as_lane(lane, || {
+                if let Err(e) = crate::ledger::after_operation(&who, lost) {
+                    world.left_in_hand(e);
+                }
+            });
+            result
+        }
+    }
+
+    fn net_stats(&self) -> rdma_transport::Stats {
+        self.client.net_stats()
+    }
+
+    fn idle() {
+        <Client<SimEndpoint> as Lane>::idle();
+    }
 }
 
 /// A client thread with `depth` operations in flight: the random operations [`run_client`]
@@ -1429,9 +1482,9 @@ fn value_retries(pipeline: &Pipeline<SimEndpoint>) -> u64 {
 /// own, named in the history by its session slot, `name.kS`: operations of one thread in
 /// flight together are concurrent clients to the oracles). What needs the clients themselves —
 /// reconnecting after a lost completion, a client dropped and made again, the re-read value
-/// blocks, and the ledger's check that the thread holds nothing (its ghost holdings are the
-/// thread's, so only checked when none of its operations is in flight) — is done between
-/// sessions: the thread stops submitting, drains the session and drops it. It idles between
+/// blocks, and the ledger's check that the thread itself holds nothing (each operation's own
+/// holds are checked as it ends: [`Tracked`]) — is done between sessions: the thread stops
+/// submitting, drains the session and drops it. It idles between
 /// sessions too (a sleep with operations in flight would be their wait). Returns how many
 /// operations it ran before its compute node was killed or fenced, or its store reopens.
 fn run_pipelined(
@@ -1444,7 +1497,19 @@ fn run_pipelined(
     depth: usize,
 ) -> usize {
     let mut pipeline = match store.pipeline(depth) {
-        Ok(pipeline) => pipeline,
+        Ok(pipeline) => kv_session::Pipeline::new(
+            pipeline
+                .into_clients()
+                .into_iter()
+                .enumerate()
+                .map(|(k, client)| Tracked {
+                    client,
+                    lane: k + 1,
+                    world,
+                    thread: name,
+                })
+                .collect(),
+        ),
         Err(_) => return 0,
     };
     let mut thread = Pipelined {
@@ -1476,10 +1541,9 @@ fn run_pipelined(
                     )
                 });
         }
-        // Its leaves: placed or forgotten (what an operation that lost its connection or its
-        // node held was excused when it came back).
+        // The thread's own holds, outside its operations' lanes: none.
         if let Err(e) = crate::ledger::after_operation(
-            &format!("an operation of {name}'s session (history clocks {from} to {to})"),
+            &format!("{name} between its sessions (history clocks {from} to {to})"),
             false,
         ) {
             world.left_in_hand(e);
@@ -1489,8 +1553,8 @@ fn run_pipelined(
         }
         if between.reconnect {
             // The client whose completion was lost is not told apart: all of them reconnect.
-            for client in pipeline.clients_mut() {
-                if store.reconnect(client).is_err() {
+            for lane in pipeline.clients_mut() {
+                if lane.as_lane(|client| store.reconnect(client)).is_err() {
                     return thread.completed;
                 }
             }
@@ -1502,15 +1566,22 @@ fn run_pipelined(
             thread::sleep(idle);
         }
         if between.restart {
-            let mut clients = pipeline.into_clients();
-            let lane = (thread.draws.rng.next_u64() % depth as u64) as usize;
-            drop(clients.swap_remove(lane));
+            let mut lanes = pipeline.into_clients();
+            let at = (thread.draws.rng.next_u64() % depth as u64) as usize;
+            let gone = lanes.swap_remove(at);
+            let lane = gone.lane;
+            sim_scheduler::ghost::as_lane(lane, || drop(gone));
             world.count(|f| f.client_restarts += 1);
-            match store.client() {
-                Ok(client) => clients.push(client),
+            match sim_scheduler::ghost::as_lane(lane, || store.client()) {
+                Ok(client) => lanes.push(Tracked {
+                    client,
+                    lane,
+                    world,
+                    thread: name,
+                }),
                 Err(_) => return thread.completed,
             }
-            pipeline = Pipeline::new(clients);
+            pipeline = kv_session::Pipeline::new(lanes);
         }
     }
 }
