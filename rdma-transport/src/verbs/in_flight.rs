@@ -36,10 +36,11 @@ struct Run {
 #[derive(Debug)]
 enum RunState {
     Waiting,
-    /// Posted: each verb's staging offset, its work requests' ids, when it times out.
+    /// Posted: each verb's staging offset, the id of its last (signalled) work request — ids
+    /// count up from 1 per link, wrapping — and when it times out.
     Posted {
         offsets: Vec<usize>,
-        wr_ids: Range<u64>,
+        last_wr: u64,
         deadline: Instant,
     },
     Done,
@@ -165,19 +166,28 @@ impl VerbsEndpoint {
             if self.links[link].runs_out == 0 {
                 continue;
             }
-            let mut seen: Vec<(u64, u32)> = Vec::with_capacity(POLL_BATCH);
-            if let Ok(mut poller) = self.links[link].cq.start_poll() {
-                while seen.len() < POLL_BATCH {
-                    let Some(wc) = poller.next() else {
-                        break;
-                    };
-                    seen.push((wc.wr_id(), wc.status()));
+            // Every completion the queue holds, POLL_BATCH at a time, before any deadline is
+            // judged: a run whose completion is queued is not late, however long since the
+            // last poll.
+            loop {
+                let mut seen: Vec<(u64, u32)> = Vec::with_capacity(POLL_BATCH);
+                if let Ok(mut poller) = self.links[link].cq.start_poll() {
+                    while seen.len() < POLL_BATCH {
+                        let Some(wc) = poller.next() else {
+                            break;
+                        };
+                        seen.push((wc.wr_id(), wc.status()));
+                    }
                 }
-            }
-            for (wr_id, status) in seen {
-                if let Err(why) = self.completed(link, wr_id, status) {
-                    self.broken = Some(why);
-                    return;
+                let more = seen.len() == POLL_BATCH;
+                for (wr_id, status) in seen {
+                    if let Err(why) = self.completed(link, wr_id, status) {
+                        self.broken = Some(why);
+                        return;
+                    }
+                }
+                if !more {
+                    break;
                 }
             }
             let now = Instant::now();
@@ -186,13 +196,13 @@ impl VerbsEndpoint {
                     && matches!(&r.state, RunState::Posted { deadline, .. } if *deadline <= now)
             });
             if let Some(Run {
-                state: RunState::Posted { wr_ids, .. },
+                state: RunState::Posted { last_wr, .. },
                 ..
             }) = late
             {
                 self.broken = Some(format!(
                     "no completion for work request {} within {} s",
-                    wr_ids.end - 1,
+                    last_wr,
                     COMPLETION_TIMEOUT.as_secs()
                 ));
                 return;
@@ -212,7 +222,7 @@ impl VerbsEndpoint {
         let found = self.flights.queue.iter_mut().find_map(|flight| {
             let at = flight.runs.iter().position(|r| {
                 r.link == link
-                    && matches!(&r.state, RunState::Posted { wr_ids, .. } if wr_ids.end - 1 == wr_id)
+                    && matches!(&r.state, RunState::Posted { last_wr, .. } if *last_wr == wr_id)
             })?;
             Some((flight, at))
         });
@@ -322,7 +332,6 @@ impl Link {
         }
         let base = self.staging.as_ptr() as u64;
         let (lkey, last) = (self.staging_mr.lkey(), verbs.len() - 1);
-        let first_wr = self.next_wr.wrapping_add(1);
         let mut guard = self.qp.start_post_send();
         for (i, (verb, &at)) in verbs.iter().zip(&offsets).enumerate() {
             let mut flags = if i == last {
@@ -365,7 +374,7 @@ impl Link {
         self.runs_out += 1;
         Ok(Some(RunState::Posted {
             offsets,
-            wr_ids: first_wr..self.next_wr.wrapping_add(1),
+            last_wr: self.next_wr,
             deadline: Instant::now() + COMPLETION_TIMEOUT,
         }))
     }
