@@ -376,6 +376,7 @@ pub(crate) fn owner_among(pivots: &[u64], model: &LeafModel, key: u64) -> u64 {
 
 #[cfg(not(loom))]
 mod cell {
+    use std::marker::PhantomData;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -391,11 +392,16 @@ mod cell {
     /// has unpinned. A `load` pins around its read of the pointer and its increment of the count,
     /// so the count it increments is never zero.
     #[derive(Debug)]
-    pub(crate) struct Cell<T>(AtomicPtr<T>);
+    pub(crate) struct Cell<T>(AtomicPtr<T>, PhantomData<Arc<T>>);
 
-    impl<T: Send + Sync> Cell<T> {
+    // `T: 'static`: a replaced value is dropped whenever the epoch lets it, maybe after every
+    // borrow it could hold has ended. `Send + Sync`: it is shared, and dropped on any thread.
+    impl<T: Send + Sync + 'static> Cell<T> {
         pub(crate) fn new(value: T) -> Self {
-            Self(AtomicPtr::new(Arc::into_raw(Arc::new(value)).cast_mut()))
+            Self(
+                AtomicPtr::new(Arc::into_raw(Arc::new(value)).cast_mut()),
+                PhantomData,
+            )
         }
 
         /// The current value.
@@ -617,14 +623,18 @@ mod tests {
                 "a replaced value is not current"
             );
         }
-        for _ in 0..64 {
+        // The refused replacements are dropped at once; of the replaced values, all but the held
+        // one and those a few epochs have not yet passed, once other threads (tests running
+        // beside this one, briefly pinned) let the epoch advance.
+        let freed = || dropped.load(Ordering::Relaxed) - REPLACED;
+        let started = std::time::Instant::now();
+        while freed() < REPLACED - 300 && started.elapsed() < std::time::Duration::from_secs(10) {
             crossbeam_epoch::pin().flush();
+            std::thread::yield_now();
         }
         assert_eq!(held.0, 0, "the held value is intact");
         assert_eq!(cell.load().0, REPLACED as u64);
-        // The refused replacements are dropped at once; of the replaced values, all but the held
-        // one and those a few epochs have not yet passed.
-        let freed = dropped.load(Ordering::Relaxed) - REPLACED;
+        let freed = freed();
         assert!(
             freed >= REPLACED - 300,
             "only {freed} of {REPLACED} replaced values freed while one was held"
