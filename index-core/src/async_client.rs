@@ -7,12 +7,12 @@
 //! stopped between its lock and its unlock would leave a leaf lock held that nothing recovers
 //! while its client lives. Cancel by not starting an operation, not by dropping it.
 //!
-//! The futures are not `Send` (a write holds its leaf's local lock stripe, a mutex of its
-//! thread, across its batches): run them on the thread that made them — a current-thread runtime, a
-//! `LocalSet`, or any `block_on`. Await every operation a thread started, or drop it: one left
-//! unpolled keeps its lock stripe, and a sibling waiting for that stripe gives up after the
-//! store's wait limit (`LockTimeout`); a synchronous call of the same thread on that stripe would
-//! wait for ever.
+//! The futures are `Send`: a multi-threaded runtime may move an operation to another worker
+//! between two of its batches (`tokio::spawn` takes them; a write owns its leaf's local lock
+//! stripe as a token, not a mutex guard). Await every operation you started, or drop it: one
+//! left unpolled keeps its lock stripe, and an async sibling waiting for that stripe gives up
+//! after the store's wait limit (`LockTimeout`); a synchronous call on that stripe would wait
+//! until the operation is polled to its end.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -73,7 +73,7 @@ pub struct Operation<'c, R> {
 }
 
 enum State<'c, R> {
-    Running(Pin<Box<dyn Future<Output = Result<R, IndexError>> + 'c>>),
+    Running(Pin<Box<dyn Future<Output = Result<R, IndexError>> + Send + 'c>>),
     Done(Option<Result<R, IndexError>>),
 }
 
@@ -87,8 +87,8 @@ impl<R> std::fmt::Debug for Operation<'_, R> {
 
 impl<'c, R> Operation<'c, R> {
     /// `future`, started: polled once now.
-    fn new(future: impl Future<Output = Result<R, IndexError>> + 'c) -> Self {
-        let mut future: Pin<Box<dyn Future<Output = Result<R, IndexError>> + 'c>> =
+    fn new(future: impl Future<Output = Result<R, IndexError>> + Send + 'c) -> Self {
+        let mut future: Pin<Box<dyn Future<Output = Result<R, IndexError>> + Send + 'c>> =
             Box::pin(future);
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let state = match future.as_mut().poll(&mut cx) {

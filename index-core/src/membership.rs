@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::thread::JoinHandle;
 use crate::sync::time::Duration;
-use crate::sync::{Condvar, MembershipMutex as Mutex};
+use crate::sync::{MembershipCondvar as Condvar, MembershipMutex as Mutex};
 
 use leaf_store::Layout;
 

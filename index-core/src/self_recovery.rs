@@ -132,10 +132,8 @@ pub(crate) fn settle_group<E: Endpoint>(
     let layout = table.layout();
     let record_addr = RemoteAddr::unpack(ep.read_word(layout.slot_entry_addr(slot))?);
     let stripe = locks.stripe(record_addr, leaf);
-    let parked = match stripe.held.try_lock() {
-        Ok(parked) => parked,
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return Ok(Settled::NotYet),
+    let Some(parked) = stripe.try_lock() else {
+        return Ok(Settled::NotYet);
     };
     // Everything the decision rests on is read under the stripe: a read from before it could
     // show a sibling's lock (since released, the slot retrained and its leaves reused) as ours.

@@ -21,14 +21,14 @@ mod rt {
     pub(crate) use std::{sync, thread, time};
 }
 
-/// A lock the data path takes (loom's in loom builds).
+/// A lock the data path takes, and what it waits with (loom's in loom builds).
 #[cfg(loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::{Condvar, Mutex};
 #[cfg(not(loom))]
-pub(crate) use rt::sync::Mutex;
+pub(crate) use rt::sync::{Condvar, Mutex};
 
 /// What the membership and epoch machinery locks and waits with (never loom's: see above).
-pub(crate) use rt::sync::{Condvar, Mutex as MembershipMutex};
+pub(crate) use rt::sync::{Condvar as MembershipCondvar, Mutex as MembershipMutex};
 
 pub(crate) mod atomic {
     /// The data path's lock-stripe counters (loom's in loom builds).

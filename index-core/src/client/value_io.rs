@@ -6,7 +6,9 @@
 //! and a replaced block is freed only after the leaves stop naming it (its free goes after them),
 //! the free word naming it meanwhile so recovery can finish the free.
 
-use std::cell::Cell;
+// Flags an operation keeps for itself, atomic only so that an operation (its future) may move
+// between threads between two of its batches; never shared, so `Relaxed` suffices.
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use leaf_store::value::{STATE_FREE, STATE_USED, ValueRef};
 use rdma_transport::{RemoteAddr, Verb};
@@ -26,9 +28,9 @@ pub(super) struct ValueIo {
     /// Whether the change being committed changes the key's entry (else nothing is written).
     armed: bool,
     /// Whether an ending batch carrying the new block was run (it may have landed).
-    sent: Cell<bool>,
+    sent: AtomicBool,
     /// Whether one completed.
-    linked: Cell<bool>,
+    linked: AtomicBool,
 }
 
 const USED: [u8; 1] = [STATE_USED];
@@ -60,12 +62,12 @@ impl ValueIo {
 
     /// Whether an ending batch carrying the new block was run (it may have landed).
     pub(super) fn sent(&self) -> bool {
-        self.sent.get()
+        self.sent.load(Relaxed)
     }
 
     /// Whether one completed: a leaf names the new block.
     pub(super) fn linked(&self) -> bool {
-        self.linked.get()
+        self.linked.load(Relaxed)
     }
 
     /// The verbs that go before the leaves: the free word naming the block being replaced, the
@@ -109,8 +111,12 @@ impl ValueIo {
     /// the free word (told to the ghost state).
     pub(super) fn ended(&self, completed: bool) {
         let carries = self.carries_block();
-        self.sent.set(self.sent.get() || carries);
-        self.linked.set(self.linked.get() || (carries && completed));
+        if carries {
+            self.sent.store(true, Relaxed);
+            if completed {
+                self.linked.store(true, Relaxed);
+            }
+        }
         if let (true, true, Some((word, _))) = (completed, self.armed, &self.free_word) {
             leaf_store::ghost::settle_free_word(*word);
         }

@@ -65,11 +65,10 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// The write of `key`, carrying `op` along its steps (its caller concludes it).
-    // The lock stripe's guard is held across the operation's batches by design: a synchronous
-    // call never yields, and a posting one only try-locks a stripe (yielding while a sibling of
-    // its thread holds it), so no operation blocks its thread on a stripe that thread holds
+    // The lock stripe is owned across the operation's batches by design: a synchronous call
+    // never yields, and a posting one only try-locks a stripe (yielding while a sibling of its
+    // thread owns it), so no operation blocks its thread on a stripe that thread owns
     // (`tests/loom_pipeline.rs` catches the blocking variant).
-    #[allow(clippy::await_holding_lock)]
     pub(super) async fn write_in(
         &mut self,
         op: &mut WriteOp,
@@ -119,13 +118,13 @@ impl<E: Endpoint> Client<E> {
             // Counted as waiting until the stripe is taken, or the operation dropped.
             let queued = crate::locks::Queued::on(stripe);
             let mut held_slot = match self.waiting {
-                Waiting::Blocking => stripe.held.lock().unwrap_or_else(|e| e.into_inner()),
+                Waiting::Blocking => stripe.lock(),
                 // Loom's broken variant: a posting operation blocks as a synchronous call does.
                 #[cfg(loom)]
                 Waiting::Posting
                     if caches.broken.stripe_wait == super::broken::StripeWait::Blocks =>
                 {
-                    stripe.held.lock().unwrap_or_else(|e| e.into_inner())
+                    stripe.lock()
                 }
                 // A sibling operation of this thread may hold the stripe, and goes on only
                 // when this one yields; one its executor does not poll (an async operation
@@ -133,20 +132,15 @@ impl<E: Endpoint> Client<E> {
                 Waiting::Posting => {
                     let mut stripe_wait = Backoff::new(caches.config.wait_limit);
                     loop {
-                        match stripe.held.try_lock() {
-                            Ok(held) => break held,
-                            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-                                break poisoned.into_inner();
-                            }
-                            Err(std::sync::TryLockError::WouldBlock) => {
-                                if !wait::pause(&mut stripe_wait, Waiting::Posting).await {
-                                    return Err(IndexError::LockTimeout {
-                                        node: node.info.id,
-                                        slot: slot as u64,
-                                        leaf: owner,
-                                    });
-                                }
-                            }
+                        if let Some(held) = stripe.try_lock() {
+                            break held;
+                        }
+                        if !wait::pause(&mut stripe_wait, Waiting::Posting).await {
+                            return Err(IndexError::LockTimeout {
+                                node: node.info.id,
+                                slot: slot as u64,
+                                leaf: owner,
+                            });
                         }
                     }
                 }

@@ -198,47 +198,65 @@ fn a_dropped_async_operation_finishes() {
     assert_clean(&transport);
 }
 
-/// Async clients on a current-thread tokio runtime: tasks of one thread, each with its own
-/// client, their operations in flight together.
+/// Async clients on tokio's multi-threaded runtime: tasks spawned with `tokio::spawn` (their
+/// operations' futures are `Send`), each with its own client, moving between the worker threads
+/// between their batches, all inserting past the loaded keys (into the last leaves, split as
+/// they fill, a retrainer running); and on a current-thread runtime, tasks of one thread with
+/// their operations in flight together.
 #[test]
 fn async_clients_run_on_tokio() {
     let config = SimConfig {
         latency: Some(Duration::from_micros(20)),
         ..SimConfig::harsh()
     };
-    let transport = pool(&initial(), config);
-    let store = Arc::new(Store::open(transport.clone(), StoreConfig::default()).expect("open"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    /// Task `t`: 100 inserts and GETs of its own keys, then a scan of them.
+    async fn task(store: Arc<Store<SimTransport>>, base: u64) -> usize {
+        let mut client = store.client().expect("client").into_async();
+        for i in 0..100u64 {
+            assert_eq!(client.insert(base + i, i).await, Ok(true));
+            assert_eq!(client.get(base + i).await, Ok(Some(i)));
+        }
+        client.scan(base, 100).await.expect("scan").len()
+    }
+    let threaded = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .build()
         .expect("runtime");
-    let local = tokio::task::LocalSet::new();
-    let results = local.block_on(&runtime, async {
-        let tasks: Vec<_> = (0..4u64)
-            .map(|t| {
-                let store = Arc::clone(&store);
-                tokio::task::spawn_local(async move {
-                    let mut client = store.client().expect("client").into_async();
-                    for i in 0..100u64 {
-                        let key = 20_000 + t * 1_000 + i;
-                        assert_eq!(client.insert(key, i).await, Ok(true));
-                        assert_eq!(client.get(key).await, Ok(Some(i)));
+    let current = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    for multi_threaded in [true, false] {
+        let transport = pool(&initial(), config);
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = retrainer(&transport, &stop);
+        let store = Arc::new(Store::open(transport.clone(), StoreConfig::default()).expect("open"));
+        let spawned = async {
+            let tasks: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let work = task(Arc::clone(&store), 20_000 + t * 1_000);
+                    if multi_threaded {
+                        tokio::spawn(work)
+                    } else {
+                        tokio::task::spawn_local(work)
                     }
-                    client
-                        .scan(20_000 + t * 1_000, 100)
-                        .await
-                        .expect("scan")
-                        .len()
                 })
-            })
-            .collect();
-        let mut lens = Vec::new();
-        for task in tasks {
-            lens.push(task.await.expect("task"));
-        }
-        lens
-    });
-    assert_eq!(results, [100; 4]);
-    assert_clean(&transport);
+                .collect();
+            let mut lens = Vec::new();
+            for task in tasks {
+                lens.push(task.await.expect("task"));
+            }
+            lens
+        };
+        let results = if multi_threaded {
+            threaded.block_on(spawned)
+        } else {
+            tokio::task::LocalSet::new().block_on(&current, spawned)
+        };
+        stop.store(true, Ordering::Release);
+        worker.join().expect("retrainer");
+        assert_eq!(results, [100; 4], "multi-threaded: {multi_threaded}");
+        assert_clean(&transport);
+    }
 }
 
 /// Two async operations of one thread on one leaf awaited in the wrong order (the second, which
