@@ -417,6 +417,17 @@ mod cell {
             unsafe { Arc::from_raw(raw) }
         }
 
+        /// `f` of the current value, borrowed for the call alone: no count is taken (what a
+        /// reader that never holds the value across a wait uses — a count is one more atomic on
+        /// a line every thread's operations share).
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+            let _pinned = crossbeam_epoch::pin();
+            let raw = self.0.load(Ordering::Acquire);
+            // SAFETY: `raw` came from `Arc::into_raw` (the invariant) and the cell's reference to
+            // it is released only after this thread unpins, which it does after `f` returns.
+            f(unsafe { &*raw })
+        }
+
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it
         /// first (then `new` is dropped and the caller reloads). `current` is alive (borrowed),
         /// so no other live value can have its address: the pointer comparison cannot be fooled
@@ -519,6 +530,10 @@ mod cell {
 
         pub(crate) fn load(&self) -> Arc<T> {
             Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        }
+
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+            f(&self.load())
         }
 
         pub(crate) fn replace(&self, current: &T, new: T) -> bool {

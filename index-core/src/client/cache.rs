@@ -290,22 +290,28 @@ impl<E: Endpoint> Client<E> {
         let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
         let attempts = self.caches.config.max_attempts;
         for _ in 0..attempts {
-            let directory = node.directory.load();
-            let slot = directory.slot_of(key);
-            let view = self.view(node, slot)?;
-            if key <= view.last_key {
+            // The directory is borrowed for this step alone (never across a wait).
+            let slot = match node.directory.with(|directory| {
+                let slot = directory.slot_of(key);
+                let view = self.view(node, slot)?;
+                if key > view.last_key {
+                    return Ok(Err(slot));
+                }
                 // What the record serves as far as this directory knows: an old record whose
                 // split is published (not yet redirected) still names the new slot's leaves,
                 // which may have changed through the new slot.
                 let end = directory
                     .next_first_after(view.first_key)
                     .map_or(view.last_key, |next| view.last_key.min(next - 1));
-                return Ok(Routed {
+                Ok::<_, IndexError>(Ok(Routed {
                     view,
                     known: directory.count,
                     end,
-                });
-            }
+                }))
+            })? {
+                Ok(routed) => return Ok(routed),
+                Err(slot) => slot,
+            };
             if !self.reload_directory(node)?
                 && !super::wait::pause(&mut backoff, self.waiting).await
             {

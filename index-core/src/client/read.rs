@@ -8,7 +8,6 @@
 //! nothing (the key moved to a leaf the cached chain lacks, a leaf was torn, an unlink left
 //! keys unclaimed until the next write) falls back to the validated read of the same round trip
 //! count as before, which refreshes a stale view.
-use std::sync::Arc;
 
 use leaf_store::{Claimed, Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader};
 use rdma_transport::Endpoint;
@@ -21,7 +20,8 @@ use super::*;
 
 impl<E: Endpoint> Client<E> {
     pub(super) async fn get_inner(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
-        let caches = Arc::clone(&self.caches);
+        // SAFETY: used only within this operation, which borrows `self` throughout.
+        let caches = unsafe { self.op_caches() };
         let node = &caches.nodes[caches.node_of(key)];
         let mut fell_back = false;
         for _ in 0..caches.config.max_attempts {

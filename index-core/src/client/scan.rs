@@ -1,6 +1,5 @@
 //! SCAN: rounds of one batch over the leaves the cached views predict, each round bounded by
 //! the records it read through.
-use std::sync::Arc;
 
 use leaf_store::{LeafStoreError, LeafTableEntry, ModelHeader};
 use rdma_transport::{Endpoint, RemoteAddr};
@@ -26,7 +25,8 @@ impl<E: Endpoint> Client<E> {
         start: u64,
         n: usize,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
-        let caches = Arc::clone(&self.caches);
+        // SAFETY: used only within this operation, which borrows `self` throughout.
+        let caches = unsafe { self.op_caches() };
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(n.min(4096));
         let mut from = start;
         let mut attempts = 0;

@@ -192,7 +192,8 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Vec<(u64, Vec<u8>)>, IndexError> {
         self.value_node(start)?;
         let rows = self.scan_inner(start, n).await?;
-        let caches = Arc::clone(&self.caches);
+        // SAFETY: used only within this operation, which borrows `self` throughout.
+        let caches = unsafe { self.op_caches() };
         let mut blocks: Vec<Vec<u8>> = rows
             .iter()
             .map(|&(_, raw)| vec![0u8; ValueRef::from_raw(raw).read_bytes() as usize])

@@ -1,6 +1,5 @@
 //! The write path: the leaf-lock protocol shared by INSERT, UPDATE, UPSERT and DELETE.
 use crate::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use leaf_store::settle::Step;
 use leaf_store::{Leaf, LeafStoreError, LeafTableEntry, ModelHeader, check_allocation, le_word};
@@ -75,7 +74,8 @@ impl<E: Endpoint> Client<E> {
         key: u64,
         change: Change,
     ) -> Result<bool, IndexError> {
-        let caches = Arc::clone(&self.caches);
+        // SAFETY: used only within this operation, which borrows `self` throughout.
+        let caches = unsafe { self.op_caches() };
         let node = &caches.nodes[caches.node_of(key)];
         let mut backoff = Backoff::new(caches.config.wait_limit);
         let mut slt_full = false;
