@@ -91,6 +91,12 @@ const MAX_BUDGET_PER_KEY: f64 = 4096.0;
 
 /// `--cache-budget`: `B` bytes per key (`0.5`), or `M` MiB per compute node (`64MiB`).
 pub fn cache_budget(s: &str) -> Result<CacheBudget, String> {
+    not_negative(
+        s,
+        &format!(
+            "bytes per key in 0..={MAX_BUDGET_PER_KEY} (0.5) or MiB per compute node in 0..={MAX_BUDGET_MIB} (64MiB)"
+        ),
+    )?;
     let t = s.trim();
     let (number, per_node) = match t.strip_suffix("MiB") {
         Some(n) => (n, true),
@@ -132,6 +138,10 @@ pub fn budget_per_key(s: &str) -> Result<f64, String> {
 /// `--value-size`: `N` bytes, or `MIN-MAX` (uniform), each at most 64 KiB.
 pub fn value_size(s: &str) -> Result<ValueSize, String> {
     let limit = leaf_store::value::MAX_VALUE_LEN;
+    not_negative(
+        s,
+        &format!("a whole number of bytes in 0..={limit}, or MIN-MAX (uniform)"),
+    )?;
     let why = "a value is at most 64 KiB";
     let (min, max) = match s.split_once('-') {
         Some((a, b)) => (
@@ -160,7 +170,26 @@ pub const MAX_MEMORY_NODES: u64 = 64;
 /// Longest `--duration`, in seconds.
 pub const MAX_SECONDS: f64 = 1e7;
 
+/// Refuses a value starting with `-` where the flag takes none: a negative number (`-5`, `-5s`,
+/// `-1MiB`), or the next flag taken for this one's value. Numeric flags take such values (see
+/// `main.rs`) so that this says what the flag needs instead of clap's "unexpected argument".
+pub fn not_negative(s: &str, needs: &str) -> Result<(), String> {
+    if s.trim_start().starts_with('-') {
+        Err(format!("needs {needs}, not {s}"))
+    } else {
+        Ok(())
+    }
+}
+
 fn integer_in(s: &str, range: RangeInclusive<u64>, why: &str) -> Result<u64, String> {
+    not_negative(
+        s,
+        &format!(
+            "a whole number in {}..={} ({why})",
+            range.start(),
+            range.end()
+        ),
+    )?;
     let n: u64 = s
         .trim()
         .parse()
@@ -202,6 +231,10 @@ pub const MAX_LATENCY_US: f64 = 10_000.0;
 
 /// `--latency-us`: a round trip in microseconds, more than 0 and at most [`MAX_LATENCY_US`].
 pub fn latency_us(s: &str) -> Result<f64, String> {
+    not_negative(
+        s,
+        &format!("a round trip above 0 and at most {MAX_LATENCY_US} µs"),
+    )?;
     let x: f64 = s
         .trim()
         .parse()
@@ -232,6 +265,7 @@ pub fn epsilon(s: &str) -> Result<u64, String> {
 
 /// A count that must be positive (`--model-clients`, `--ops`, `--keys` of a suite).
 pub fn positive_count(s: &str) -> Result<u64, String> {
+    not_negative(s, "a whole number ≥ 1")?;
     match s.trim().parse::<u64>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
@@ -253,6 +287,10 @@ fn finite_number(s: &str) -> Result<f64, String> {
 
 /// `--duration` (seconds).
 pub fn seconds(s: &str) -> Result<f64, String> {
+    not_negative(
+        s,
+        &format!("a number of seconds above 0 and at most {MAX_SECONDS:e}"),
+    )?;
     let x = finite_number(s)?;
     if x > 0.0 && x <= MAX_SECONDS {
         Ok(x)
@@ -265,12 +303,85 @@ pub fn seconds(s: &str) -> Result<f64, String> {
 
 /// A cost-model figure: positive and finite.
 pub fn positive(s: &str) -> Result<f64, String> {
+    not_negative(s, "a number above 0")?;
     let x = finite_number(s)?;
     if x > 0.0 {
         Ok(x)
     } else {
         Err(format!("{s} must be above 0"))
     }
+}
+
+/// A whole number, 0 or more (`--seed`, `--lease-ms`).
+pub fn whole_number(s: &str) -> Result<u64, String> {
+    not_negative(s, "a whole number, 0 or more")?;
+    s.trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number (0 to {})", u64::MAX))
+}
+
+/// How often a bench run is sampled: the shortest `--report-interval`.
+pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// `--report-interval` (seconds): at least the sampling period, [`SAMPLE_EVERY`] (an interval
+/// ends at a sample, so a shorter one could not be kept).
+pub fn report_interval(s: &str) -> Result<f64, String> {
+    let x = seconds(s)?;
+    let min = SAMPLE_EVERY.as_secs_f64();
+    if x < min {
+        Err(format!(
+            "{s} s is shorter than the {} ms the run is sampled at: give at least {min}",
+            SAMPLE_EVERY.as_millis()
+        ))
+    } else {
+        Ok(x)
+    }
+}
+
+/// `--insert-ratio`: a share of the operations, in `[0, 1]`.
+pub fn share(s: &str) -> Result<f64, String> {
+    not_negative(s, "a share of the operations in [0, 1]")?;
+    let x = finite_number(s)?;
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{s} is outside [0, 1] (a share of the operations)"))
+    }
+}
+
+/// `--page-size`: the B+-tree's page, a multiple of 64 bytes in 128..=65536.
+pub fn page_size(s: &str) -> Result<u64, String> {
+    let n = integer_in(s, 128..=65536, "bytes per B+-tree page, a multiple of 64")?;
+    if n.is_multiple_of(64) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n} is not a multiple of 64 (bytes per B+-tree page)"
+        ))
+    }
+}
+
+/// `--cache-from-level`: the lowest level of internal B+-tree pages a compute node caches, 1
+/// (every internal page) to 255 (none); level 0 holds the leaves, which are never cached.
+pub fn cache_from_level(s: &str) -> Result<u8, String> {
+    let n = integer_in(
+        s,
+        1..=u64::from(u8::MAX),
+        "1: every internal page, 2: not the leaves' parents, 255: none; leaves are never cached",
+    )?;
+    u8::try_from(n).map_err(|_| format!("{n} is outside 1..=255"))
+}
+
+/// `memnode --node`: a memory-node id.
+pub fn node_id(s: &str) -> Result<u16, String> {
+    let n = integer_in(s, 0..=u64::from(u16::MAX), "a memory-node id")?;
+    u16::try_from(n).map_err(|_| format!("{n} is outside 0..=65535"))
+}
+
+/// `memnode --nodes`: memory nodes in a deployment.
+pub fn node_count(s: &str) -> Result<u16, String> {
+    let n = integer_in(s, 1..=u64::from(u16::MAX), "memory nodes in the deployment")?;
+    u16::try_from(n).map_err(|_| format!("{n} is outside 1..=65535"))
 }
 
 /// Whether `path` names standard output (`-`).
@@ -309,16 +420,76 @@ pub fn output_file(path: &std::path::Path, flag: &str, stdout_ok: bool) -> Resul
     }
 }
 
-/// Makes the directory `path` for a command's output files before any work (an existing file
-/// there is refused).
-pub fn output_dir(path: &std::path::Path, flag: &str) -> Result<(), String> {
-    if path.exists() && !path.is_dir() {
-        return Err(format!(
-            "{flag} {}: exists and is not a directory",
-            path.display()
-        ));
+/// Checks, before any work, a directory a command writes its files into: one that exists, or a
+/// missing one whose parent exists — only the last level of a directory is made, so a mistyped
+/// path is not created whole. Returns the directory to make, if it is missing ([`make_dir`]).
+pub fn output_dir(
+    path: &std::path::Path,
+    flag: &str,
+) -> Result<Option<std::path::PathBuf>, String> {
+    dir_to_make(path, flag, path)
+}
+
+/// [`output_dir`] for `dir`, named in messages as `shown` (the path given to `flag`).
+fn dir_to_make(
+    dir: &std::path::Path,
+    flag: &str,
+    shown: &std::path::Path,
+) -> Result<Option<std::path::PathBuf>, String> {
+    if dir.is_dir() {
+        return Ok(None);
     }
-    std::fs::create_dir_all(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+    if dir.exists() {
+        return Err(if dir == shown {
+            format!("{flag} {}: exists and is not a directory", shown.display())
+        } else {
+            format!(
+                "{flag} {}: {} is not a directory",
+                shown.display(),
+                dir.display()
+            )
+        });
+    }
+    let shown = shown.display();
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if parent.is_dir() {
+        Ok(Some(dir.to_path_buf()))
+    } else {
+        Err(format!(
+            "{flag} {shown}: directory {} does not exist (only the last level of a missing directory is made)",
+            parent.display()
+        ))
+    }
+}
+
+/// [`output_file`] (standard output refused) for a command that makes its output directory:
+/// the file's directory may be missing if its parent exists. Returns the directory to make, if
+/// any ([`make_dir`]).
+pub fn output_file_in_dir(
+    path: &std::path::Path,
+    flag: &str,
+) -> Result<Option<std::path::PathBuf>, String> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if is_stdout(path) || dir.is_dir() {
+        return output_file(path, flag, false).map(|()| None);
+    }
+    dir_to_make(dir, flag, path)
+}
+
+/// Makes the directory [`output_dir`] or [`output_file_in_dir`] found missing (its last level
+/// only).
+pub fn make_dir(path: &std::path::Path, flag: &str) -> Result<(), String> {
+    match std::fs::create_dir(path) {
+        Ok(()) => Ok(()),
+        Err(_) if path.is_dir() => Ok(()),
+        Err(e) => Err(format!("{flag} {}: {e}", path.display())),
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +527,7 @@ pub enum Warmup {
 
 /// `--warmup`: a count of operations (`100000`) or seconds (`2s`, `0.5s`).
 pub fn warmup(s: &str) -> Result<Warmup, String> {
+    not_negative(s, "a count of operations (100000) or seconds (2s), above 0")?;
     match s.strip_suffix('s') {
         Some(secs) => seconds(secs).map(Warmup::Seconds),
         None => positive_count(s).map(Warmup::Ops).map_err(|_| {
@@ -369,6 +541,7 @@ pub const MAX_RUNS: u64 = 100;
 
 /// `--runs`: 1 to [`MAX_RUNS`].
 pub fn runs(s: &str) -> Result<u64, String> {
+    not_negative(s, &format!("a number of runs in 1..={MAX_RUNS}"))?;
     let n: u64 = s
         .parse()
         .map_err(|_| format!("{s:?} is not a number of runs"))?;

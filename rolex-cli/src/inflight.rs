@@ -34,7 +34,7 @@ pub(crate) struct InflightArgs {
     /// The workload.
     #[arg(long, value_enum, default_value_t = Workload::YcsbC)]
     workload: Workload,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::whole_number)]
     seed: u64,
     /// Where the table (`table.md`), the report (`inflight.json`) and the plot
     /// (`throughput_vs_inflight.svg`) go.
@@ -57,7 +57,7 @@ struct Point {
 }
 
 pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
-    crate::checks::output_dir(&args.out, "--out")?;
+    let make_out = crate::checks::output_dir(&args.out, "--out")?;
     let mut depths = args.depths.clone();
     depths.sort_unstable();
     depths.dedup();
@@ -71,7 +71,9 @@ pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
             crate::checks::MAX_THREADS
         ));
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| failed!("{}: {e}", args.out.display()))?;
+    if let Some(dir) = make_out {
+        crate::checks::make_dir(&dir, "--out")?;
+    }
     let mut table = format!(
         "{} over {} keys, {} operations per run, {} thread(s), simulator latency mode ({} µs round trip); modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s, threads x inflight clients\n\n",
         crate::workload::name(args.workload),

@@ -62,10 +62,37 @@ enum Command {
     Inflight(inflight::InflightArgs),
 }
 
+/// The command line's parser. Every flag that takes a number also takes a value beginning with
+/// `-` (`-5`, `-5s`, `-1MiB`): its own check then says what the flag needs ("needs a whole
+/// number ≥ 1, not -5"), where clap would take the value for an unknown flag. No numeric flag
+/// takes a negative value.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    use std::any::TypeId;
+    let numeric = [
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<f64>(),
+        TypeId::of::<checks::Warmup>(),
+        TypeId::of::<checks::ValueSize>(),
+        TypeId::of::<checks::CacheBudget>(),
+    ];
+    Cli::command().mut_subcommands(|sub| {
+        sub.mut_args(|arg| {
+            let id = arg.get_value_parser().type_id();
+            if numeric.iter().any(|t| id == *t) {
+                arg.allow_hyphen_values(true)
+            } else {
+                arg
+            }
+        })
+    })
+}
+
 /// The subcommand named on the command line, if any (for pointing at its help).
 fn subcommand() -> Option<String> {
-    use clap::CommandFactory;
-    let names: Vec<String> = Cli::command()
+    let names: Vec<String> = command()
         .get_subcommands()
         .map(|c| c.get_name().to_string())
         .collect();
@@ -95,14 +122,14 @@ fn one_line(text: &str, subcommand: Option<String>) -> String {
 }
 
 fn main() -> ExitCode {
-    use clap::{CommandFactory, FromArgMatches};
+    use clap::FromArgMatches;
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.len() == 3 && args[1] == "help" && (args[2] == "--help" || args[2] == "-h") {
         // `rolex help --help`: the help, as `rolex --help` gives it.
-        let _ = Cli::command().print_long_help();
+        let _ = command().print_long_help();
         return ExitCode::SUCCESS;
     }
-    let parsed = Cli::command()
+    let parsed = command()
         .try_get_matches_from(args)
         .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
     let cli = match parsed {
@@ -134,7 +161,7 @@ fn main() -> ExitCode {
         }
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             // `rolex` alone: what there is to run, on standard error (nothing ran).
-            eprint!("{}", Cli::command().render_help());
+            eprint!("{}", command().render_help());
             return ExitCode::from(2);
         }
         Err(e) => {

@@ -28,14 +28,15 @@ pub(crate) struct MemnodeArgs {
     #[arg(long, conflicts_with_all = ["size", "load", "keys", "force", "node", "nodes"])]
     resume: bool,
     /// Keys to generate and bulk-load (all memory nodes' together: each takes its share).
-    #[arg(long, default_value_t = 1_000_000, conflicts_with = "load")]
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "load",
+          value_parser = crate::checks::positive_count)]
     keys: u64,
     /// This memory node's id in a deployment of `--nodes` (each started with the same key flags;
     /// node i loads the i-th range of the keys, as `bootstrap` splits them).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::checks::node_id)]
     node: u16,
     /// Memory nodes in the deployment.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::node_count)]
     nodes: u16,
     /// Key distribution of the generated keys.
     #[arg(long, value_enum, default_value_t = keys::KeyDist::Uniform)]
@@ -47,9 +48,9 @@ pub(crate) struct MemnodeArgs {
     epsilon: u64,
     #[arg(long, default_value_t = 16, value_parser = crate::checks::delta)]
     delta: u64,
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = crate::checks::positive_count)]
     fill: u64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::whole_number)]
     seed: u64,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_parser = crate::checks::seconds)]
@@ -64,7 +65,7 @@ pub(crate) struct MemnodeArgs {
     /// A compute node whose lease has not been renewed for this many milliseconds is declared
     /// dead: its connections are cut off and the leaf locks it held released (its cut-short
     /// writes finished or undone). Compute nodes renew every 5 ms. 0 turns the watch off.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = crate::checks::whole_number)]
     lease_ms: u64,
     /// With `--transport verbs`: the TCP address to serve bootstrap requests on.
     #[arg(long)]
@@ -75,6 +76,10 @@ pub(crate) struct MemnodeArgs {
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
+    crate::checks::not_negative(
+        s,
+        "a size: bytes, or with a suffix K, M, G, T (4096, 64M, 2G)",
+    )?;
     let s = s.trim();
     let (digits, unit) = s
         .find(|c: char| !c.is_ascii_digit())

@@ -9,12 +9,15 @@ use rdma_transport::{MemoryNodeInfo, Transport};
 use sim_transport::{Pool, SimConfig, SimTransport};
 
 /// Refuses a file that is not a ROLEX pool of this build's layout, from its first two words (the
-/// superblock's magic and layout version), before it is mapped.
-pub fn check_pool_file(path: &Path) -> Result<(), CliError> {
+/// superblock's magic and layout version), and one shorter than its superblock says the pool is
+/// (a truncated file), before it is mapped. Returns the pool's size as its superblock records it,
+/// when the superblock is whole (a damaged one is reported when the pool is attached).
+pub fn check_pool_file(path: &Path) -> Result<Option<u64>, CliError> {
     use std::io::Read;
     let shown = path.display();
-    let mut head = [0u8; 16];
+    let mut head = [0u8; leaf_store::SUPERBLOCK_BYTES as usize];
     let mut file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let file_len = file.metadata().map_err(|e| format!("{shown}: {e}"))?.len();
     let mut read = 0;
     while read < head.len() {
         match file.read(&mut head[read..]) {
@@ -28,7 +31,7 @@ pub fn check_pool_file(path: &Path) -> Result<(), CliError> {
         w.copy_from_slice(&head[8 * i..8 * i + 8]);
         u64::from_le_bytes(w)
     };
-    if read < head.len() || word(0) != leaf_store::SUPERBLOCK_MAGIC {
+    if read < 16 || word(0) != leaf_store::SUPERBLOCK_MAGIC {
         return Err(input!(
             "{shown}: not a ROLEX pool (it does not begin with the superblock's magic \"ROLEXPL1\")"
         ));
@@ -40,13 +43,49 @@ pub fn check_pool_file(path: &Path) -> Result<(), CliError> {
             leaf_store::LAYOUT_VERSION
         ));
     }
-    Ok(())
+    if read < head.len() {
+        return Err(input!(
+            "{shown}: the file is {file_len} bytes, shorter than a pool's superblock ({} bytes): was it truncated?",
+            head.len()
+        ));
+    }
+    // The pool's own size as its superblock records it (any region length passes here).
+    let Ok(sb) = leaf_store::Superblock::decode(&head, u64::MAX) else {
+        return Ok(None);
+    };
+    if file_len < sb.pool_bytes {
+        return Err(truncated(path, file_len, sb.pool_bytes));
+    }
+    Ok(Some(sb.pool_bytes))
+}
+
+/// A pool file shorter than its superblock says.
+fn truncated(path: &Path, file_len: u64, pool_bytes: u64) -> CliError {
+    input!(
+        "{}: the file is {file_len} bytes, shorter than its superblock says: a pool of {pool_bytes} bytes, and the simulated NIC's area after it; was it truncated?",
+        path.display()
+    )
+}
+
+/// Maps a pool file, after [`check_pool_file`]: a file too short for the pool its superblock
+/// records, and the simulated NIC's area behind it, is named so.
+pub fn open_pool(path: &Path) -> Result<Pool, CliError> {
+    let pool_bytes = check_pool_file(path)?;
+    let file_len = || std::fs::metadata(path).map_or(0, |m| m.len());
+    match (Pool::open_file(path), pool_bytes) {
+        (Ok(pool), Some(needed)) if pool.len() < needed => Err(truncated(path, file_len(), needed)),
+        (Ok(pool), _) => Ok(pool),
+        // The file is no longer than the NIC's area: shorter than any pool.
+        (Err(sim_transport::PoolError::BadSize(n)), Some(needed)) if n == file_len() => {
+            Err(truncated(path, n, needed))
+        }
+        (Err(e), _) => Err(input!("{}: {e}", path.display())),
+    }
 }
 
 /// The memory-node id and node count a pool file's superblock names.
 pub fn node_of_file(path: &Path) -> Result<(u16, u64), CliError> {
-    check_pool_file(path)?;
-    let pool = Pool::open_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let pool = open_pool(path)?;
     let transport = SimTransport::new(vec![pool], SimConfig::default());
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint()?;
@@ -81,7 +120,7 @@ pub fn attach_files_with(
     let mut counts = Vec::with_capacity(paths.len());
     for path in paths {
         let (id, count) = node_of_file(path)?;
-        let pool = Pool::open_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let pool = open_pool(path)?;
         pools.push((id, pool));
         counts.push((id, count, path.display().to_string()));
     }

@@ -24,7 +24,7 @@ pub(crate) struct SuiteArgs {
     /// columns count threads x inflight clients).
     #[arg(long, default_value_t = 1, value_parser = crate::checks::inflight)]
     inflight: u64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::whole_number)]
     seed: u64,
     /// Write every run's full report here, as a JSON array.
     #[arg(long)]

@@ -197,7 +197,15 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             "insertproportion" => mix.insert = number()?,
             "scanproportion" => mix.scan = number()?,
             "readmodifywriteproportion" => mix.read_modify_write = number()?,
-            "maxscanlength" => mix.max_scan_length = count()?.max(1),
+            "maxscanlength" => {
+                mix.max_scan_length = count()?;
+                if mix.max_scan_length == 0 {
+                    return Err(format!(
+                        "{}: maxscanlength must be at least 1 (a scan reads 1 to maxscanlength keys)",
+                        where_()
+                    ));
+                }
+            }
             "hotspotdatafraction" | "hotspotopnfraction" => {
                 let f = number()?;
                 if !(0.0..=1.0).contains(&f) {

@@ -14,15 +14,15 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = IndexKind::Rolex)]
     pub index: IndexKind,
     /// B+-tree baseline: bytes per page (Sherman's is 1 KiB).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = crate::checks::page_size)]
     pub page_size: u64,
     /// B+-tree baseline: the lowest level of internal pages its compute nodes cache (1: every
-    /// internal page, as Sherman; 2: not the leaves' parents).
-    #[arg(long, default_value_t = 1)]
+    /// internal page, as Sherman; 2: not the leaves' parents; up to 255: none).
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::cache_from_level)]
     pub cache_from_level: u8,
     /// Keys to bulk-load (embedded memory node). Given on the command line, it wins over a
     /// workload file's `recordcount`.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     pub keys: u64,
     /// Operations in total (over all threads). Given on the command line, it wins over a
     /// workload file's `operationcount`.
@@ -44,7 +44,7 @@ pub struct BenchArgs {
     pub typed: Vec<String>,
     /// Inserts as this share of the operations, the rest GETs (a point of a write-ratio sweep;
     /// overrides --workload).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::checks::share)]
     pub insert_ratio: Option<f64>,
     /// Run for this many seconds instead of a number of operations.
     #[arg(long, value_parser = crate::checks::seconds)]
@@ -54,8 +54,8 @@ pub struct BenchArgs {
     #[arg(long, value_parser = crate::checks::warmup)]
     pub warmup: Option<crate::checks::Warmup>,
     /// Print the throughput every this many seconds as the run goes (on standard error), and keep
-    /// the series in the JSON (`intervals`).
-    #[arg(long, value_parser = crate::checks::seconds)]
+    /// the series in the JSON (`intervals`). At least 0.005: the run is sampled every 5 ms.
+    #[arg(long, value_parser = crate::checks::report_interval)]
     pub report_interval: Option<f64>,
     /// With `--report-interval`: also draw the series (throughput over time) as an SVG here.
     #[arg(long, requires = "report_interval")]
@@ -98,7 +98,7 @@ pub struct BenchArgs {
     /// Request distribution (default: the workload's own: zipfian, or latest for YCSB D).
     #[arg(long, value_enum)]
     pub request_dist: Option<RequestDist>,
-    /// Zipfian exponent θ.
+    /// Zipfian exponent θ (of the zipfian and latest request distributions only).
     #[arg(long, default_value_t = 0.99, value_parser = crate::checks::positive)]
     pub theta: f64,
     /// Key set to bulk-load.
@@ -108,7 +108,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub keys_file: Option<PathBuf>,
     /// The order inserted keys arrive in: `random` (the key distribution's) or `append`
-    /// (ascending above every loaded key, as time-stamped keys arrive).
+    /// (ascending above every loaded key, as time-stamped keys arrive). Workloads with inserts
+    /// only.
     #[arg(long, value_enum, default_value_t = keys::InsertOrder::Random)]
     pub insert_order: keys::InsertOrder,
     /// Model error bound ε.
@@ -118,7 +119,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 16, value_parser = crate::checks::delta)]
     pub delta: u64,
     /// Keys per bulk-loaded leaf.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = crate::checks::positive_count)]
     pub fill: u64,
     /// Compute-side cache mode.
     #[arg(long, value_enum, default_value_t = CliCacheMode::Pivots)]
@@ -133,7 +134,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = crate::checks::memory_nodes)]
     pub memory_nodes: u64,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::whole_number)]
     pub seed: u64,
     /// Write the JSON report here.
     #[arg(long)]
@@ -153,7 +154,8 @@ pub struct BenchArgs {
     /// With `--transport verbs`: the RDMA device to use (default: the first).
     #[arg(long)]
     pub device: Option<String>,
-    /// After the run, read back every key this run inserted and report how many are missing.
+    /// After the run, read back every key this run inserted and report how many are missing
+    /// (workloads with inserts only).
     #[arg(long)]
     pub check_inserts: bool,
     /// Do not run a retrainer beside the embedded memory node.

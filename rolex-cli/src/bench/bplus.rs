@@ -81,7 +81,7 @@ pub(super) fn run_bplus(
     let tree = bplus_tree::Tree::open(
         transport,
         bplus_tree::TreeConfig {
-            cache_from_level: args.cache_from_level.max(1),
+            cache_from_level: args.cache_from_level,
             cache_budget: args.cache_budget.map(|b| b.bytes(set.loaded.len() as u64)),
             ..bplus_tree::TreeConfig::default()
         },

@@ -26,8 +26,8 @@ use crate::workload::{Chooser, Mix, Workload};
 /// The embedded retrainers' threads.
 pub(super) type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, CliError>>>;
 
-/// How often the run is sampled.
-const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+/// How often the run is sampled (`--report-interval` is at least this).
+const SAMPLE_EVERY: Duration = crate::checks::SAMPLE_EVERY;
 
 /// Runs the workload on `store` (either index) and assembles the report.
 #[allow(clippy::too_many_arguments)]

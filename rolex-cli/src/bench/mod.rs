@@ -118,6 +118,36 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Refuses a flag typed on the command line that the workload that runs (a named one, a file's
+/// or `--insert-ratio`'s, its request distribution settled) would not use.
+fn check_workload_flags(args: &BenchArgs, mix: &Mix) -> Result<(), CliError> {
+    use crate::workload::{RequestDist, name};
+    let typed = |id: &str| args.typed.iter().any(|t| t == id);
+    if typed("theta") && !matches!(mix.request_dist, RequestDist::Zipfian | RequestDist::Latest) {
+        return Err(input!(
+            "--theta does not apply: {} requests do not use the zipfian exponent (zipfian and latest do)",
+            name(mix.request_dist)
+        ));
+    }
+    if mix.insert <= 0.0 {
+        // --insert-ratio overrides a workload file, which overrides --workload.
+        let workload = match (args.insert_ratio, &args.workload_file) {
+            (Some(ratio), _) => format!("--insert-ratio {ratio}"),
+            (None, Some(path)) => format!("workload file {}", path.display()),
+            (None, None) => format!("workload {}", name(args.workload)),
+        };
+        for (id, flag) in [
+            ("insert_order", "--insert-order"),
+            ("check_inserts", "--check-inserts"),
+        ] {
+            if typed(id) {
+                return Err(input!("{flag} does not apply: {workload} inserts no keys"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The simulator's configuration for this run: its latency mode, if asked for.
 pub(crate) fn sim_config(args: &BenchArgs) -> SimConfig {
     SimConfig {
@@ -194,6 +224,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     if let Some(dist) = args.request_dist {
         mix.request_dist = dist;
     }
+    check_workload_flags(args, &mix)?;
     let expected_inserts = (ops as f64 * mix.insert) as u64 + 1024;
 
     if args.transport == CliTransport::Verbs {

@@ -36,16 +36,16 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 2, value_parser = crate::checks::inflight)]
     pub inflight: u64,
     /// Seed of the keys and operation streams (the same for both indexes).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::checks::whole_number)]
     pub seed: u64,
     /// Write the JSON report here (every run's full report and the ratios).
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Directory for the SVG plots (created if missing).
+    /// Directory for the table and the SVG plots (made if missing, when its parent exists).
     #[arg(long, default_value = "compare")]
     pub out: PathBuf,
     /// B+-tree page size in bytes (Sherman's: 1 KiB).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = crate::checks::page_size)]
     pub page_size: u64,
     /// Both indexes store byte values of this many bytes (`N`, or `MIN-MAX` uniform; at most
     /// 65536) in value blocks, instead of 8-byte values.
@@ -206,10 +206,18 @@ fn totals(report: &Report) -> (Stats, u64) {
 
 /// Runs the comparison, prints the table, writes the JSON and the plots.
 pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
-    if let Some(path) = &args.json {
-        crate::checks::output_file(path, "--json", false)?;
+    // Every output path is checked before any work, then the missing directories made (the last
+    // level of each only: `--json` may name a file in the `--out` directory this makes).
+    let json_dir = match &args.json {
+        Some(path) => crate::checks::output_file_in_dir(path, "--json")?,
+        None => None,
+    };
+    if let Some(dir) = crate::checks::output_dir(&args.out, "--out")? {
+        crate::checks::make_dir(&dir, "--out")?;
     }
-    crate::checks::output_dir(&args.out, "--out")?;
+    if let Some(dir) = json_dir {
+        crate::checks::make_dir(&dir, "--json")?;
+    }
     let profile = NetworkProfile {
         rtt_us: defaults.model_rtt_us,
         link_gbps: defaults.model_link_gbps,

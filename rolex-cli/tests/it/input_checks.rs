@@ -307,3 +307,356 @@ fn a_workload_files_settings_are_honoured_or_refused_and_the_report_says_what_ra
         &["scanlengthdistribution"],
     );
 }
+
+/// `refused`, and the refusal came at once, before any key was generated or loaded: the runs
+/// below ask for 10^8 keys, which take far longer to make; one still running after five seconds
+/// is stopped, and fails the test.
+fn refused_at_once(args: &[&str], needles: &[&str]) {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    let mut child = Command::new(ROLEX)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after 5 s, not refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).expect("stderr");
+    }
+    assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("rolex: "), "{args:?}: {stderr}");
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {stderr:?} lacks {needle:?}"
+        );
+    }
+}
+
+/// Every flag of each command that takes a value, from its help.
+fn flags_with_values(command: &str) -> Vec<String> {
+    let out = Command::new(ROLEX)
+        .args([command, "--help"])
+        .output()
+        .expect("run");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut flags: Vec<String> = help
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim_start().strip_prefix("--")?;
+            let (name, value) = rest.split_once(' ')?;
+            value.starts_with('<').then(|| format!("--{name}"))
+        })
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+/// Each command's flags that take numbers (every other flag taking a value takes a path, an
+/// address, a device or one of a list of names).
+const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
+    (
+        "bench",
+        &[
+            "--cache-budget",
+            "--cache-from-level",
+            "--delta",
+            "--duration",
+            "--epsilon",
+            "--fill",
+            "--inflight",
+            "--insert-ratio",
+            "--keys",
+            "--latency-us",
+            "--memory-nodes",
+            "--model-clients",
+            "--model-link-gbps",
+            "--model-nic-bytes",
+            "--model-nic-verbs",
+            "--model-rtt-us",
+            "--ops",
+            "--page-size",
+            "--report-interval",
+            "--runs",
+            "--seed",
+            "--theta",
+            "--threads",
+            "--value-size",
+            "--warmup",
+        ],
+    ),
+    (
+        "compare",
+        &[
+            "--budget-sweep",
+            "--cache-budget",
+            "--inflight",
+            "--keys",
+            "--ops",
+            "--page-size",
+            "--runs",
+            "--seed",
+            "--threads",
+            "--value-size",
+        ],
+    ),
+    (
+        "suite",
+        &["--inflight", "--keys", "--ops", "--seed", "--threads"],
+    ),
+    (
+        "memnode",
+        &[
+            "--delta",
+            "--duration",
+            "--epsilon",
+            "--fill",
+            "--keys",
+            "--lease-ms",
+            "--node",
+            "--nodes",
+            "--seed",
+            "--size",
+        ],
+    ),
+    (
+        "inflight",
+        &[
+            "--depths",
+            "--keys",
+            "--latency-us",
+            "--ops",
+            "--seed",
+            "--threads",
+        ],
+    ),
+];
+
+#[test]
+fn a_negative_number_says_what_its_flag_needs() {
+    let not_numeric = [
+        // Paths, addresses and devices.
+        "--attach",
+        "--connect",
+        "--device",
+        "--interval-plot",
+        "--json",
+        "--keys-file",
+        "--latency-histogram",
+        "--listen",
+        "--load",
+        "--out",
+        "--pool",
+        "--workload-file",
+        // Names from a list.
+        "--cache-mode",
+        "--index",
+        "--insert-order",
+        "--key-dist",
+        "--request-dist",
+        "--transport",
+        "--workload",
+    ];
+    for (command, numeric) in NUMERIC_FLAGS {
+        // The list is every numeric flag the command has.
+        let listed: Vec<String> = flags_with_values(command)
+            .into_iter()
+            .filter(|f| !not_numeric.contains(&f.as_str()))
+            .collect();
+        assert_eq!(listed, numeric.to_vec(), "rolex {command}'s numeric flags");
+        for flag in numeric {
+            for value in ["-1", "-5"] {
+                let line = bad_input_line(&[command, flag, value]);
+                assert!(
+                    line.contains(&format!("{flag} <"))
+                        && line.contains("needs ")
+                        && line.contains(&format!("not {value}"))
+                        && !line.contains("unexpected argument"),
+                    "rolex {command} {flag} {value}: {line}"
+                );
+            }
+        }
+    }
+    // The cases, and negatives in each flag's other forms.
+    refused_at_once(
+        &["bench", "--keys", "100000000", "--value-size", "-5"],
+        &["--value-size", "a whole number of bytes", "not -5"],
+    );
+    refused_at_once(&["bench", "--warmup", "-5"], &["--warmup", "seconds (2s)"]);
+    refused_at_once(&["bench", "--warmup", "-5s"], &["--warmup", "not -5s"]);
+    refused_at_once(&["bench", "--theta", "-1"], &["--theta", "above 0"]);
+    refused_at_once(&["bench", "--seed", "-1"], &["--seed", "0 or more"]);
+    refused_at_once(
+        &["compare", "--budget-sweep", "-1"],
+        &["--budget-sweep", "bytes per key"],
+    );
+    refused_at_once(&["compare", "--budget-sweep", "0.5,-1"], &["not -1"]);
+    refused_at_once(&["bench", "--value-size", "-5-10"], &["not -5-10"]);
+    refused_at_once(&["bench", "--cache-budget", "-1MiB"], &["not -1MiB"]);
+    refused_at_once(&["bench", "--duration", "-inf"], &["--duration"]);
+    refused_at_once(&["memnode", "--pool", "p", "--size", "-1G"], &["--size"]);
+    // A flag given where a number belongs is not taken for one.
+    refused_at_once(&["bench", "--seed", "--quiet"], &["--seed", "not --quiet"]);
+}
+
+#[test]
+fn a_flag_the_workload_does_not_use_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reads = dir.path().join("reads");
+    std::fs::write(
+        &reads,
+        "readproportion=1\nrequestdistribution=uniform\nrecordcount=100000000\n",
+    )
+    .expect("write");
+    let reads = reads.to_str().expect("utf-8");
+    let huge = ["--keys", "100000000"];
+    for dist in ["uniform", "hotspot", "exponential"] {
+        refused_at_once(
+            &[
+                &["bench", "--request-dist", dist, "--theta", "0.5"][..],
+                &huge,
+            ]
+            .concat(),
+            &["--theta", dist, "zipfian"],
+        );
+    }
+    refused_at_once(
+        &["bench", "--workload-file", reads, "--theta", "0.5"],
+        &["--theta", "uniform"],
+    );
+    refused_at_once(
+        &["bench", "--workload", "insert-only", "--theta", "0.5"],
+        &["--theta"],
+    );
+    for flag in [&["--insert-order", "append"][..], &["--check-inserts"]] {
+        refused_at_once(
+            &[&["bench"][..], &huge, flag].concat(),
+            &[flag[0], "ycsb-a inserts no keys"],
+        );
+        refused_at_once(
+            &[&["bench", "--workload", "ycsb-c"][..], &huge, flag].concat(),
+            &[flag[0], "ycsb-c inserts no keys"],
+        );
+        refused_at_once(
+            &[&["bench", "--attach", "/nonexistent.pool"][..], flag].concat(),
+            &[flag[0], "inserts no keys"],
+        );
+        refused_at_once(
+            &[&["bench", "--workload-file", reads][..], flag].concat(),
+            &[flag[0], "workload file", "inserts no keys"],
+        );
+        refused_at_once(
+            &[&["bench", "--insert-ratio", "0"][..], &huge, flag].concat(),
+            &[flag[0], "--insert-ratio 0 inserts no keys"],
+        );
+    }
+    refused_at_once(
+        &[
+            &["bench", "--index", "bplus", "--cache-from-level", "0"][..],
+            &huge,
+        ]
+        .concat(),
+        &["--cache-from-level", "1..=255", "every internal page"],
+    );
+}
+
+#[test]
+fn a_value_the_run_would_change_is_refused() {
+    refused_at_once(
+        &["bench", "--keys", "100000000", "--report-interval", "0.001"],
+        &["--report-interval", "5 ms", "at least 0.005"],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scans = dir.path().join("scans");
+    std::fs::write(
+        &scans,
+        "recordcount=100000000\nscanproportion=1\nmaxscanlength=0\n",
+    )
+    .expect("write");
+    let scans = scans.to_str().expect("utf-8");
+    refused_at_once(
+        &["bench", "--workload-file", scans],
+        &[scans, "maxscanlength", "at least 1"],
+    );
+}
+
+#[test]
+fn a_truncated_pool_file_says_it_is_shorter_than_its_superblock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    let path = pool.to_str().expect("utf-8");
+    let out = Command::new(ROLEX)
+        .args(["memnode", "--pool", path, "--size", "64M", "--keys", "1000"])
+        .args(["--duration", "0.1"])
+        .output()
+        .expect("run memnode");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let full = std::fs::metadata(&pool).expect("pool").len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&pool)
+        .expect("open");
+    file.set_len(1 << 20).expect("truncate");
+    drop(file);
+    for args in [
+        &["inspect", "--attach", path][..],
+        &["bench", "--attach", path],
+        &["memnode", "--resume", "--pool", path],
+    ] {
+        let line = bad_input_line(args);
+        assert!(
+            line.contains("the file is 1048576 bytes, shorter than its superblock says")
+                && !line.contains("multiple of 8"),
+            "{args:?}: {line}"
+        );
+        // The pool's size as its superblock records it: at most the file it was made in.
+        let recorded: u64 = line
+            .split("a pool of ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("the superblock's size");
+        assert!(recorded > 1 << 20 && recorded <= full, "{line}");
+    }
+}
+
+#[test]
+fn output_directories_are_made_one_level_deep() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing");
+    let deeper = missing.join("deeper");
+    let deeper = deeper.to_str().expect("utf-8");
+    let json = missing.join("deeper").join("c.json");
+    let json = json.to_str().expect("utf-8");
+    refused_at_once(
+        &["compare", "--keys", "100000000", "--out", deeper],
+        &["--out", "does not exist", "only the last level"],
+    );
+    refused_at_once(
+        &["inflight", "--keys", "100000000", "--out", deeper],
+        &["--out", "does not exist"],
+    );
+    refused_at_once(
+        &["compare", "--keys", "100000000", "--json", json],
+        &["--json", "does not exist", "only the last level"],
+    );
+    assert!(!missing.exists(), "no directory was made");
+}

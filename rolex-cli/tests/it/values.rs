@@ -43,6 +43,7 @@ fn churn_with_values_keeps_the_region_within_twice_the_live_bytes() {
         "500000",
         "--value-size",
         "100",
+        "--check-inserts",
     ]);
     let values = &report["values"];
     let live = values["live_bytes"].as_f64().expect("live");

@@ -11,7 +11,15 @@ fn bench(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn churn_keeps_the_key_count_and_finds_every_owned_key() {
-    let report = bench(&["--workload", "churn", "--keys", "20000", "--ops", "40000"]);
+    let report = bench(&[
+        "--workload",
+        "churn",
+        "--keys",
+        "20000",
+        "--ops",
+        "40000",
+        "--check-inserts",
+    ]);
     let deletes = report["ops"]["delete"]["count"].as_u64().expect("deletes");
     let inserts = report["ops"]["insert"]["count"].as_u64().expect("inserts");
     assert!(
@@ -43,6 +51,7 @@ fn append_inserts_ascend_above_the_loaded_keys() {
         "20000",
         "--ops",
         "60000",
+        "--check-inserts",
     ]);
     assert_eq!(report["config"]["insert_order"], "append");
     assert_eq!(report["keys_after"], 80_000);
