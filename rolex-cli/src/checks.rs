@@ -551,3 +551,122 @@ pub fn runs(s: &str) -> Result<u64, String> {
         Err(format!("{n} runs: give 1 to {MAX_RUNS}"))
     }
 }
+
+/// The most bytes read from a workload property file (`--workload-file`): such files are a few
+/// dozen `key=value` lines; anything longer (a device, a wrong file) is refused, not read on.
+pub const MAX_WORKLOAD_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads `path` whole, refusing it (before reading further) once it holds more than `limit`
+/// bytes: a device such as `/dev/zero` or a huge file costs at most `limit` + 1 bytes.
+/// `what` names the file in the message (`--workload-file /dev/zero`).
+pub fn read_at_most(path: &std::path::Path, limit: u64, what: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{what}: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{what}: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "{what}: more than {limit} bytes ({}); refused unread",
+            bytes_text(limit)
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `bytes` for a person: `1 MiB`, `80.8 GB`.
+pub fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = bytes as f64;
+    let mut unit = 0;
+    while x >= 1024.0 && unit + 1 < UNITS.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else if x.fract() == 0.0 {
+        format!("{x:.0} {}", UNITS[unit])
+    } else {
+        format!("{x:.1} {}", UNITS[unit])
+    }
+}
+
+/// The memory this machine has for a run: `MemAvailable` from `/proc/meminfo` (`MemTotal` where
+/// the kernel gives no `MemAvailable`), in bytes, with the field's name; `None` where neither
+/// can be read (the check is then skipped).
+pub fn machine_memory() -> Option<(u64, &'static str)> {
+    let text = read_at_most(
+        std::path::Path::new("/proc/meminfo"),
+        1 << 16,
+        "/proc/meminfo",
+    )
+    .ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let field = |name: &str| {
+        text.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix(':')?;
+            let kib: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+            kib.checked_mul(1024)
+        })
+    };
+    field("MemAvailable")
+        .map(|b| (b, "MemAvailable"))
+        .or_else(|| field("MemTotal").map(|b| (b, "MemTotal")))
+}
+
+/// Refuses a run whose estimated memory, `needs` bytes (`parts` says of what), exceeds what
+/// this machine has available; `what` names the run (`--keys 10000000000`). Passes where the
+/// machine's memory cannot be read.
+pub fn memory_fits(needs: u64, parts: &str, what: &str) -> Result<(), String> {
+    fits(needs, parts, what, machine_memory())
+}
+
+fn fits(needs: u64, parts: &str, what: &str, machine: Option<(u64, &str)>) -> Result<(), String> {
+    match machine {
+        Some((have, field)) if needs > have => Err(format!(
+            "{what}: the run needs about {} of memory ({parts}); this machine has {} ({field} in /proc/meminfo)",
+            bytes_text(needs),
+            bytes_text(have)
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_past_its_bound_is_refused_and_one_within_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, [7u8; 100]).expect("write");
+        assert_eq!(read_at_most(&path, 100, "f").expect("read").len(), 100);
+        let e = read_at_most(&path, 99, "--workload-file f").unwrap_err();
+        assert!(
+            e.starts_with("--workload-file f: more than 99 bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn memory_is_compared_with_the_machines() {
+        assert!(fits(10, "keys", "--keys 1", Some((100, "MemAvailable"))).is_ok());
+        assert!(fits(10, "keys", "--keys 1", None).is_ok());
+        let e = fits(
+            3 << 30,
+            "keys 3 GiB",
+            "--keys 9",
+            Some((1 << 30, "MemTotal")),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("about 3 GiB") && e.contains("has 1 GiB (MemTotal"),
+            "{e}"
+        );
+        assert_eq!(bytes_text(1536), "1.5 KiB");
+        assert_eq!(bytes_text(12), "12 bytes");
+    }
+}

@@ -1,7 +1,11 @@
-//! The command's errors: bad input, which ends the command before any work with exit code 2, or
-//! a run that failed, exit code 1. Either is one line on standard error.
+//! The command's errors: bad input, which ends the command before any work with exit code 2, a
+//! run that failed, exit code 1, or a run stopped by Ctrl-C, exit code 130 (after writing what it
+//! measured). Each is one line on standard error.
 
 use std::fmt;
+
+/// The exit code of a command stopped by SIGINT (128 + 2, as shells report it).
+pub const INTERRUPTED: u8 = 130;
 
 /// Why a command stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,14 +15,18 @@ pub enum CliError {
     /// The run failed: an index, transport or pool error, or a check that found a problem
     /// (exit code 1).
     Run(String),
+    /// Ctrl-C stopped the run; what it measured was written (exit code 130).
+    Interrupted(String),
 }
 
 impl CliError {
-    /// The exit code: 2 for bad input, 1 for a failed run.
+    /// The exit code: 2 for bad input, 1 for a failed run, [`INTERRUPTED`] for a run stopped by
+    /// Ctrl-C.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Input(_) => 2,
             CliError::Run(_) => 1,
+            CliError::Interrupted(_) => INTERRUPTED,
         }
     }
 
@@ -27,6 +35,7 @@ impl CliError {
         match self {
             CliError::Input(m) => CliError::Input(format!("{context}: {m}")),
             CliError::Run(m) => CliError::Run(format!("{context}: {m}")),
+            CliError::Interrupted(m) => CliError::Interrupted(format!("{context}: {m}")),
         }
     }
 }
@@ -34,7 +43,7 @@ impl CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Input(m) | CliError::Run(m) => f.write_str(m),
+            CliError::Input(m) | CliError::Run(m) | CliError::Interrupted(m) => f.write_str(m),
         }
     }
 }

@@ -123,48 +123,104 @@ pub fn generate(dist: KeyDist, loaded: usize, extra: usize, seed: u64) -> KeySet
     }
 }
 
-/// Reads a SOSD key file: a little-endian `u64` count, then that many sorted `u64` keys.
-/// Duplicates (SOSD files may hold them) are dropped, and a line on stderr says how many (a
-/// store holds each key once). Any malformation is an error.
-pub fn read_sosd(path: &Path) -> Result<Vec<u64>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let count_bytes: [u8; 8] = bytes
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| {
-            format!(
-                "{}: too short for a SOSD key file (no count)",
-                path.display()
-            )
-        })?;
-    let count = u64::from_le_bytes(count_bytes);
-    let body = &bytes[8..];
-    if count.checked_mul(8) != Some(body.len() as u64) {
+/// The most keys read from a SOSD key file (32 GiB of keys; SOSD's largest data sets hold
+/// 800 million).
+pub const MAX_SOSD_KEYS: u64 = 1 << 32;
+
+/// The key count a SOSD key file's header announces (its first eight bytes, little-endian),
+/// refused above [`MAX_SOSD_KEYS`]. `flag` names the file's flag in messages.
+pub fn sosd_count(path: &Path, flag: &str) -> Result<u64, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    sosd_header(&mut file, path, flag)
+}
+
+/// [`sosd_count`] from `file`, opened on `path`, read up to its keys.
+fn sosd_header(file: &mut impl std::io::Read, path: &Path, flag: &str) -> Result<u64, String> {
+    let shown = path.display();
+    let mut header = [0u8; 8];
+    file.read_exact(&mut header).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            format!("{shown}: too short for a SOSD key file (no count)")
+        }
+        _ => format!("{shown}: {e}"),
+    })?;
+    let count = u64::from_le_bytes(header);
+    if count > MAX_SOSD_KEYS {
         return Err(format!(
-            "{}: SOSD header announces {count} keys, the file holds {} bytes of keys",
-            path.display(),
-            body.len()
+            "{flag} {shown}: the SOSD header announces {count} keys; at most {MAX_SOSD_KEYS} ({}) are read",
+            crate::checks::bytes_text(MAX_SOSD_KEYS * 8)
         ));
     }
-    let mut keys: Vec<u64> = body
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-        .collect();
+    Ok(count)
+}
+
+/// Reads a SOSD key file: a little-endian `u64` count, then that many sorted `u64` keys.
+/// Duplicates (SOSD files may hold them) are dropped, and a line on stderr says how many (a
+/// store holds each key once). Any malformation is an error. What is read is bounded by the
+/// header's count (at most [`MAX_SOSD_KEYS`], and what this machine's memory holds): a file or
+/// device holding more (`/dev/zero`) is refused at the first byte past it.
+pub fn read_sosd(path: &Path, flag: &str) -> Result<Vec<u64>, String> {
+    use std::io::Read;
+    let shown = path.display();
+    // Opened once: a pipe's header is read from the same stream as its keys.
+    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let count = sosd_header(&mut reader, path, flag)?;
+    let body_bytes = count * 8;
+    crate::checks::memory_fits(
+        body_bytes,
+        &format!("{count} keys of 8 bytes"),
+        &format!("{flag} {shown}"),
+    )?;
+    let mismatch = |held: String| {
+        format!("{shown}: SOSD header announces {count} keys, the file holds {held} bytes of keys")
+    };
+    if meta.is_file() && meta.len().saturating_sub(8) != body_bytes {
+        return Err(mismatch(meta.len().saturating_sub(8).to_string()));
+    }
+    // A regular file's length matched its header: room for every key at once; from anything
+    // else, room as the keys arrive.
+    let capacity = if meta.is_file() {
+        count
+    } else {
+        count.min(1 << 20)
+    };
+    let mut keys: Vec<u64> = Vec::with_capacity(capacity as usize);
+    let mut word = [0u8; 8];
+    for read in 0..count {
+        if let Err(e) = reader.read_exact(&mut word) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => mismatch(format!("only {}", read * 8)),
+                _ => format!("{shown}: {e}"),
+            });
+        }
+        keys.push(u64::from_le_bytes(word));
+    }
+    let mut one = [0u8; 1];
+    match reader.read(&mut one) {
+        Ok(0) => {}
+        Ok(_) => {
+            return Err(format!(
+                "{flag} {shown}: the SOSD header announces {count} keys ({body_bytes} bytes), the file holds more; refused at the first byte past them"
+            ));
+        }
+        Err(e) => return Err(format!("{shown}: {e}")),
+    }
     if !keys.is_sorted() {
-        return Err(format!("{}: SOSD keys are not sorted", path.display()));
+        return Err(format!("{shown}: SOSD keys are not sorted"));
     }
     let before = keys.len();
     keys.dedup();
     if keys.len() < before {
         eprintln!(
-            "rolex: {}: {} duplicate keys dropped ({} distinct loaded)",
-            path.display(),
+            "rolex: {shown}: {} duplicate keys dropped ({} distinct loaded)",
             before - keys.len(),
             keys.len()
         );
     }
     if keys.is_empty() {
-        return Err(format!("{}: the key file holds no keys", path.display()));
+        return Err(format!("{shown}: the key file holds no keys"));
     }
     Ok(keys)
 }

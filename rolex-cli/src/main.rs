@@ -18,6 +18,7 @@ mod error;
 mod index;
 mod inflight;
 mod inspect;
+mod interrupt;
 mod keys;
 mod memnode;
 mod pools;

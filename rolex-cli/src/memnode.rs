@@ -144,7 +144,7 @@ fn create_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), CliE
         std::fs::remove_file(&args.pool).map_err(|e| format!("{}: {e}", args.pool.display()))?;
     }
     let keys = match &args.load {
-        Some(path) => keys::read_sosd(path)?,
+        Some(path) => keys::read_sosd(path, "--load")?,
         None => keys::generate(args.key_dist, args.keys as usize, 0, args.seed).loaded,
     };
     let config = BulkLoadConfig {

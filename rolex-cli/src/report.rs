@@ -267,6 +267,8 @@ pub struct Report {
     pub warmup_ops: u64,
     /// Throughput per `--report-interval` over the measured stretch (empty without it).
     pub intervals: Vec<Interval>,
+    /// Ctrl-C stopped the run: its figures cover the operations done until then.
+    pub interrupted: bool,
     /// Each operation type's latencies, in nanoseconds (written by `--latency-histogram`).
     #[serde(skip)]
     pub latency_histograms: Vec<(&'static str, hdrhistogram::Histogram<u64>)>,
@@ -376,6 +378,23 @@ impl Report {
             text(&c["ops_run"]),
             text(&c["threads"]),
         ));
+        if self.interrupted {
+            out.push_str("interrupted (Ctrl-C): the figures cover the operations run until then\n");
+        }
+        if let (Some(min), Some(max)) = (
+            c["value_size"]["min"].as_u64(),
+            c["value_size"]["max"].as_u64(),
+        ) {
+            let size = if min == max {
+                format!("{min}-byte values")
+            } else {
+                format!("values of {min}-{max} bytes (uniform)")
+            };
+            let source = c["value_source"]
+                .as_str()
+                .map_or("--value-size".to_string(), str::to_string);
+            out.push_str(&format!("{size} ({source})\n"));
+        }
         out.push_str(&format!(
             "measured on the simulator ({}): {:.0} ops/s over {}; cache {} bytes ({:.3} per key{}); {} {}, {} leaves ({} synonym){}\n",
             self.index,
@@ -579,6 +598,8 @@ pub struct RunsReport {
     pub timestamp: String,
     pub runs: Vec<Report>,
     pub spread: RunsSpread,
+    /// Ctrl-C stopped the last run (and the runs after it never started).
+    pub interrupted: bool,
 }
 
 /// The spread of a run's figures over repeated runs.

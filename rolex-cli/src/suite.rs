@@ -44,6 +44,22 @@ pub(crate) fn run(args: &SuiteArgs) -> Result<(), CliError> {
     }
     use workload::{RequestDist, Workload};
     let workloads = Workload::YCSB;
+    let run_of = |workload: Workload, dist: RequestDist| -> Result<bench::BenchArgs, CliError> {
+        let mut run = BenchDefaults::try_parse_from(["rolex"])?.args;
+        run.keys = args.keys;
+        run.ops = args.ops;
+        run.threads = args.threads;
+        run.inflight = args.inflight;
+        run.seed = args.seed;
+        run.workload = workload;
+        run.request_dist = Some(dist);
+        run.quiet = true;
+        Ok(run)
+    };
+    // Every run must fit in this machine's memory, checked before the first.
+    for workload in workloads {
+        bench::check_memory_of(&run_of(workload, RequestDist::Uniform)?)?;
+    }
     println!(
         "| workload | requests | measured ops/s | RTT/op | bytes/op | p50 µs | p99 µs || modeled µs/op | modeled ops/s |"
     );
@@ -51,15 +67,7 @@ pub(crate) fn run(args: &SuiteArgs) -> Result<(), CliError> {
     let mut reports = Vec::new();
     for workload in workloads {
         for dist in [RequestDist::Uniform, RequestDist::Zipfian] {
-            let mut run = BenchDefaults::try_parse_from(["rolex"])?.args;
-            run.keys = args.keys;
-            run.ops = args.ops;
-            run.threads = args.threads;
-            run.inflight = args.inflight;
-            run.seed = args.seed;
-            run.workload = workload;
-            run.request_dist = Some(dist);
-            run.quiet = true;
+            let run = run_of(workload, dist)?;
             let report = bench::run(&run)?;
             let weighted = |f: fn(&report::OpReport) -> f64| report::weighted(&report, f);
             // Latency percentiles of the workload's main operation.

@@ -142,9 +142,34 @@ pub struct PropertyFile {
     pub theta: Option<f64>,
     /// `insertorder`: `ordered` is [`crate::keys::InsertOrder::Append`], `hashed` is `Random`.
     pub insert_order: Option<crate::keys::InsertOrder>,
-    /// `fieldcount` × `fieldlength` (YCSB's defaults, 10 and 100, for the one not given), when the
-    /// file gives either: the record size, stored as a byte value.
-    pub record_bytes: Option<u64>,
+    /// The record size, stored as a byte value: `fieldcount` × `fieldlength` (YCSB's defaults,
+    /// 10 and 100, for those not given: 1,000-byte records), each field's length drawn as
+    /// `fieldlengthdistribution` says (constant; uniform in 1..=fieldlength).
+    pub record: crate::checks::ValueSize,
+    /// How the record size came about, for the report (`fieldcount 10 x fieldlength 100
+    /// (YCSB's defaults)`).
+    pub record_source: String,
+    /// `insertstart` and `insertcount`, where given (a YCSB client loading a share of the keys):
+    /// the bench loads every key in one process, so only `insertstart` 0 and `insertcount` equal
+    /// to the keys loaded run (see [`PropertyFile::check_insert_range`]).
+    pub insert_start: Option<u64>,
+    pub insert_count: Option<u64>,
+}
+
+impl PropertyFile {
+    /// Refuses `insertstart`/`insertcount` that ask for a share of the `keys` loaded (as
+    /// several YCSB clients split a load): one bench process loads them all.
+    pub fn check_insert_range(&self, path: &Path, keys: u64) -> Result<(), String> {
+        let start = self.insert_start.unwrap_or(0);
+        let count = self.insert_count.unwrap_or(keys.saturating_sub(start));
+        if start == 0 && count == keys {
+            return Ok(());
+        }
+        Err(format!(
+            "--workload-file {}: insertstart {start} and insertcount {count} load a share of the {keys} keys, as several YCSB clients split a load; rolex bench loads every key in one process (insertstart 0, insertcount {keys}, or neither)",
+            path.display()
+        ))
+    }
 }
 
 /// Parses a YCSB workload property file (`key=value` lines, `#` comments): `recordcount`,
@@ -155,7 +180,11 @@ pub struct PropertyFile {
 /// `fieldlength` (their product is the record size, stored as a byte value). Unknown keys are
 /// ignored, as YCSB does; malformed values and proportions that do not sum to 1 are errors.
 pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let what = format!("--workload-file {}", path.display());
+    let bytes = crate::checks::read_at_most(path, crate::checks::MAX_WORKLOAD_FILE_BYTES, &what)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        format!("{what}: not a text file (a YCSB property file is key=value lines)")
+    })?;
     let mut mix = Mix {
         read: 0.0,
         update: 0.0,
@@ -169,6 +198,8 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
     let (mut records, mut operations) = (None, None);
     let (mut theta, mut insert_order) = (None, None);
     let (mut field_count, mut field_length) = (None, None);
+    let mut uniform_fields = false;
+    let (mut insert_start, mut insert_count) = (None, None);
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -233,6 +264,20 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             }
             "fieldcount" => field_count = Some(count()?),
             "fieldlength" => field_length = Some(count()?),
+            "fieldlengthdistribution" => {
+                uniform_fields = match value {
+                    "constant" => false,
+                    "uniform" => true,
+                    other => {
+                        return Err(format!(
+                            "{}: fieldlengthdistribution {other:?} is not supported (constant, or uniform: each field 1..=fieldlength bytes)",
+                            where_()
+                        ));
+                    }
+                }
+            }
+            "insertstart" => insert_start = Some(count()?),
+            "insertcount" => insert_count = Some(count()?),
             "zipfianconstant" => {
                 let t = number()?;
                 if !(t.is_finite() && t > 0.0) {
@@ -291,19 +336,39 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
             path.display()
         ));
     }
-    let record_bytes = match (field_count, field_length) {
-        (None, None) => None,
-        (count, length) => {
-            let bytes = count.unwrap_or(10).saturating_mul(length.unwrap_or(100));
-            if bytes > leaf_store::value::MAX_VALUE_LEN {
-                return Err(format!(
-                    "{}: fieldcount x fieldlength is {bytes} bytes; a record is at most {} (64 KiB)",
-                    path.display(),
-                    leaf_store::value::MAX_VALUE_LEN
-                ));
-            }
-            Some(bytes)
-        }
+    let (fields, length) = (field_count.unwrap_or(10), field_length.unwrap_or(100));
+    let bytes = fields.saturating_mul(length);
+    if bytes > leaf_store::value::MAX_VALUE_LEN {
+        return Err(format!(
+            "{}: fieldcount x fieldlength is {bytes} bytes; a record is at most {} (64 KiB)",
+            path.display(),
+            leaf_store::value::MAX_VALUE_LEN
+        ));
+    }
+    let defaults = match (field_count, field_length) {
+        (None, None) => ", YCSB's defaults",
+        (None, Some(_)) => ", fieldcount YCSB's default",
+        (Some(_), None) => ", fieldlength YCSB's default",
+        (Some(_), Some(_)) => "",
+    };
+    let (record, record_source) = if uniform_fields {
+        // Each field 1..=fieldlength bytes (YCSB's uniform field lengths): records from one
+        // byte a field to the full length, uniform between.
+        (
+            crate::checks::ValueSize {
+                min: fields.min(bytes),
+                max: bytes,
+            },
+            format!("fieldcount {fields} x fieldlength 1..={length} drawn uniformly{defaults}"),
+        )
+    } else {
+        (
+            crate::checks::ValueSize {
+                min: bytes,
+                max: bytes,
+            },
+            format!("fieldcount {fields} x fieldlength {length}{defaults}"),
+        )
     };
     Ok(PropertyFile {
         record_count: records,
@@ -311,7 +376,10 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
         mix,
         theta,
         insert_order,
-        record_bytes,
+        record,
+        record_source,
+        insert_start,
+        insert_count,
     })
 }
 

@@ -92,9 +92,13 @@ pub struct BenchArgs {
     /// Store byte values of this many bytes (`N`, or `MIN-MAX` uniform; at most 65536) instead
     /// of 8-byte integers: each leaf entry then names a block of the memory node's value region,
     /// and a GET reads the leaf and the block. A workload file's fieldcount x fieldlength sets
-    /// it too. Embedded ROLEX memory nodes only (for now).
+    /// it too (YCSB's 10 x 100 bytes where the file gives neither). Embedded memory nodes only
+    /// (for now).
     #[arg(long, value_parser = crate::checks::value_size)]
     pub value_size: Option<crate::checks::ValueSize>,
+    /// Where the value size came from, when not from `--value-size` (a workload file's fields).
+    #[arg(skip)]
+    pub value_source: Option<String>,
     /// Request distribution (default: the workload's own: zipfian, or latest for YCSB D).
     #[arg(long, value_enum)]
     pub request_dist: Option<RequestDist>,

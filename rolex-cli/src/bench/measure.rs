@@ -74,6 +74,7 @@ pub(super) fn run_workload<I: BenchIndex>(
         // --workload, has no deletes).
         churn: args.workload == Workload::Churn && args.workload_file.is_none(),
         threads: args.threads,
+        stop: AtomicBool::new(false),
     });
     let measured = run_threads(args, &store, &shared, retrain_progress)?;
     stop_retrainers.store(true, Ordering::Release);
@@ -151,6 +152,11 @@ fn run_threads<I: BenchIndex>(
     let mut all_ran_until = None;
     while handles.iter().any(|h| !h.is_finished()) {
         std::thread::sleep(SAMPLE_EVERY);
+        if crate::interrupt::interrupted() && !shared.stop.load(Ordering::Acquire) {
+            // Ctrl-C: the threads stop after the operations under way; the report covers what
+            // they did until now.
+            shared.stop.store(true, Ordering::Release);
+        }
         let Some(start) = measure_start else {
             let over = match args.warmup {
                 Some(Warmup::Seconds(s)) => shared.started.elapsed().as_secs_f64() >= s,
@@ -396,6 +402,7 @@ fn assemble<I: BenchIndex>(
         phases,
         warmup_ops,
         intervals,
+        interrupted: shared.stop.load(Ordering::Acquire),
         latency_histograms: histograms,
         pool_bytes_per_key,
         values: structure

@@ -175,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     let mut mix: Mix = args.workload.mix();
     if let Some(path) = &args.workload_file {
         let file = crate::workload::read_property_file(path)?;
-        mix = file.mix;
+        mix = file.mix.clone();
         // Flags on the command line win (as YCSB's own -p overrides do).
         let typed = |id: &str| args.typed.iter().any(|t| t == id);
         if !args.keys_given {
@@ -190,13 +190,19 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         if !typed("insert_order") {
             args.insert_order = file.insert_order.unwrap_or(args.insert_order);
         }
-        if !typed("value_size")
-            && let Some(bytes) = file.record_bytes
-        {
-            args.value_size = Some(crate::checks::ValueSize {
-                min: bytes,
-                max: bytes,
-            });
+        file.check_insert_range(path, args.keys)?;
+        if !typed("value_size") {
+            // YCSB's records: the file's fields, or its defaults (10 x 100 bytes).
+            if !args.attach.is_empty() || args.transport == CliTransport::Verbs {
+                return Err(input!(
+                    "--workload-file {}: its records are {} ({}), stored as byte values, which run on embedded memory nodes only (for now)",
+                    path.display(),
+                    file.record,
+                    file.record_source
+                ));
+            }
+            args.value_size = Some(file.record);
+            args.value_source = Some(format!("workload file: {}", file.record_source));
         }
     }
     if args.value_size.is_some()
@@ -226,6 +232,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     }
     check_workload_flags(args, &mix)?;
     let expected_inserts = (ops as f64 * mix.insert) as u64 + 1024;
+    check_memory(args, expected_inserts)?;
 
     if args.transport == CliTransport::Verbs {
         if args.index == IndexKind::Bplus {
@@ -258,7 +265,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         let bar = progress(args.quiet, None, "key set");
         let set = match &args.keys_file {
             Some(path) => {
-                let loaded = keys::read_sosd(path)?;
+                let loaded = keys::read_sosd(path, "--keys-file")?;
                 let mut rng = StdRng::seed_from_u64(args.seed);
                 let to_insert = match args.insert_order {
                     keys::InsertOrder::Random => {
@@ -406,6 +413,120 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     Ok(report)
 }
 
+/// Above this many keys the pools are left out of the estimate (their sizing arithmetic is not
+/// meant for such counts): the keys alone then need 8 TiB.
+const ESTIMATED_KEYS_MAX: u64 = 1 << 40;
+
+/// What a run of `args` with room for `expected_inserts` inserts needs in memory, estimated
+/// before anything is allocated, in bytes, with its parts: the key vectors as they are generated
+/// or read, the bulk load's input, and the embedded pools as sized for the bulk load (value
+/// regions included). An attached or verbs run allocates only its keys to insert. `loaded` is
+/// the count of keys to load (`--keys`, a workload file's, or a key file's header).
+fn memory_needed(args: &BenchArgs, loaded: u64, expected_inserts: u64) -> Vec<(&'static str, u64)> {
+    let embedded = args.attach.is_empty() && args.transport == CliTransport::Sim;
+    if !embedded {
+        return vec![("keys to insert", expected_inserts.saturating_mul(8))];
+    }
+    let all = loaded.saturating_add(expected_inserts);
+    // Generating draws a little more than it keeps and sorts in place (normal and lognormal
+    // keys come from as many f64 samples); a key file is read once, the inserts drawn apart.
+    let per_key = match (&args.keys_file, args.key_dist) {
+        (Some(_), _) | (None, keys::KeyDist::Sequential) => 8,
+        (None, keys::KeyDist::Uniform) => 16,
+        (None, _) => 24,
+    };
+    let keys = all.saturating_mul(per_key);
+    // The bulk load's (key, value) pairs: two words, or a key and a vector of the longest value.
+    let per_pair = match args.value_size {
+        Some(size) => 32 + size.max,
+        None => 16,
+    };
+    let mut input = loaded.saturating_mul(per_pair);
+    let pool_keys = loaded.min(ESTIMATED_KEYS_MAX);
+    let inserts = expected_inserts.min(ESTIMATED_KEYS_MAX);
+    let nodes = args.memory_nodes.max(1);
+    let per_node = pool_keys.div_ceil(nodes);
+    let pool = match args.index {
+        IndexKind::Rolex => {
+            let load = BulkLoadConfig {
+                epsilon: args.epsilon,
+                delta: args.delta,
+                fill: args.fill,
+                values: args
+                    .value_size
+                    .map(|size| crate::index::value_region(size, per_node + inserts / nodes)),
+                ..BulkLoadConfig::default()
+            };
+            let spare = (inserts / nodes).saturating_mul(2) / args.fill.max(1) + 1024;
+            required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4
+        }
+        IndexKind::Bplus => {
+            // The baseline sorts a copy of the keys first.
+            input = input.saturating_add(loaded.saturating_mul(8));
+            let config = bplus_tree::BulkLoadConfig {
+                page_size: args.page_size,
+                values: args
+                    .value_size
+                    .map(|size| crate::index::value_region(size, per_node + inserts)),
+                ..bplus_tree::BulkLoadConfig::default()
+            };
+            bplus_tree::required_pool_bytes(per_node, &config, inserts + 1024).saturating_mul(5) / 4
+        }
+    };
+    vec![
+        ("keys", keys),
+        ("bulk-load input", input),
+        ("pools", pool.next_multiple_of(4096).saturating_mul(nodes)),
+    ]
+}
+
+/// Refuses, before anything is allocated, a run that needs more memory than this machine has
+/// (see [`memory_needed`]; skipped where `/proc/meminfo` cannot be read).
+pub(crate) fn check_memory(args: &BenchArgs, expected_inserts: u64) -> Result<(), CliError> {
+    let embedded = args.attach.is_empty() && args.transport == CliTransport::Sim;
+    let (loaded, what) = match &args.keys_file {
+        _ if !embedded => (0, format!("--ops {}", args.ops)),
+        // A pipe or device is read once, by the load (which bounds it by its header's count).
+        Some(path) if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) => {
+            (0, format!("--keys-file {}", path.display()))
+        }
+        Some(path) => {
+            let count = keys::sosd_count(path, "--keys-file")?;
+            let shown = format!("--keys-file {} ({count} keys)", path.display());
+            (count, format!("{shown} and --ops {}", args.ops))
+        }
+        None => match &args.workload_file {
+            Some(file) if !args.keys_given => (
+                args.keys,
+                format!(
+                    "{} keys and {} operations (--workload-file {})",
+                    args.keys,
+                    args.ops,
+                    file.display()
+                ),
+            ),
+            _ => (
+                args.keys,
+                format!("--keys {} and --ops {}", args.keys, args.ops),
+            ),
+        },
+    };
+    let parts = memory_needed(args, loaded, expected_inserts);
+    let total = parts.iter().fold(0u64, |t, p| t.saturating_add(p.1));
+    let shown: Vec<String> = parts
+        .iter()
+        .map(|(name, bytes)| format!("{name} {}", crate::checks::bytes_text(*bytes)))
+        .collect();
+    crate::checks::memory_fits(total, &shown.join(", "), &what).map_err(CliError::from)
+}
+
+/// The same check for a run that [`run`] would make of `args` with no workload file (as
+/// `rolex suite` and `rolex compare` make them): its mix from `--insert-ratio` or `--workload`.
+pub(crate) fn check_memory_of(args: &BenchArgs) -> Result<(), CliError> {
+    let insert = args.insert_ratio.unwrap_or(args.workload.mix().insert);
+    check_memory(args, (args.ops as f64 * insert) as u64 + 1024)
+}
+
 /// Opens ROLEX over `transport` as the bench configures it.
 fn open_rolex<T: Transport + 'static>(
     args: &BenchArgs,
@@ -511,6 +632,8 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
     if let Some(path) = &args.interval_plot {
         crate::checks::output_file(path, "--interval-plot", false)?;
     }
+    // Ctrl-C from here on stops the run at its next sample and writes what it measured.
+    crate::interrupt::install()?;
     let to_stdout = args.json.as_deref().is_some_and(crate::checks::is_stdout);
     // The table goes to standard error when standard output carries the JSON.
     let show = |text: &str| {
@@ -537,6 +660,14 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
             ));
         }
         reports.push(report);
+        if crate::interrupt::interrupted() {
+            break;
+        }
+    }
+    // Ctrl-C, wherever it came: the last run is marked (its figures cover what it did).
+    let interrupted = crate::interrupt::interrupted();
+    if let Some(last) = reports.last_mut() {
+        last.interrupted |= interrupted;
     }
     let Some(last) = reports.last() else {
         return Err(failed!("no run"));
@@ -574,6 +705,7 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
                 timestamp: crate::report::utc_now(),
                 runs: reports.clone(),
                 spread,
+                interrupted,
             }),
             _ => serde_json::to_string_pretty(last),
         }?;
@@ -582,6 +714,19 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
         } else {
             std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;
         }
+    }
+    if interrupted {
+        return Err(CliError::Interrupted(format!(
+            "interrupted (Ctrl-C) after {} of {} runs: the report{} cover{} the operations run until then",
+            reports.len(),
+            args.runs,
+            if args.json.is_some() {
+                " and the JSON"
+            } else {
+                ""
+            },
+            if args.json.is_some() { "" } else { "s" },
+        )));
     }
     let missing: u64 = reports.iter().filter_map(|r| r.inserts_missing).sum();
     if missing > 0 {

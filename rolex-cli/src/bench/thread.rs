@@ -54,6 +54,8 @@ pub(super) struct Shared {
     /// A churn run: each thread deletes keys it owns as often as it inserts.
     pub churn: bool,
     pub threads: u64,
+    /// Ctrl-C: every thread stops after the operation under way (set by the sampling loop).
+    pub stop: AtomicBool,
 }
 
 /// Per thread: latency histograms and network counters per operation type.
@@ -121,6 +123,9 @@ pub(super) fn run_thread<I: BenchIndex>(
     let (mut measured, mut unflushed, mut warm_unflushed) = (0u64, 0u64, 0u64);
     let mut value_bytes_at_start = None;
     loop {
+        if shared.stop.load(Ordering::Acquire) {
+            break;
+        }
         let measuring = shared.measuring.load(Ordering::Acquire);
         if measuring {
             if value_bytes_at_start.is_none() {
@@ -310,7 +315,9 @@ fn run_pipelined<I: BenchIndex>(
         if measuring {
             if !shared.measuring.load(Ordering::Acquire) {
                 // Still warming up: this thread's warm-up goes on until the run's ends.
-                while !shared.measuring.load(Ordering::Acquire) {
+                while !shared.measuring.load(Ordering::Acquire)
+                    && !shared.stop.load(Ordering::Acquire)
+                {
                     std::thread::yield_now();
                 }
             }
@@ -339,6 +346,9 @@ fn drive<C: BenchClient>(
     let mut flights: std::collections::HashMap<u64, InFlight> = std::collections::HashMap::new();
     let (mut next_tag, mut started, mut unflushed) = (0u64, 0u64, 0u64);
     let over = |started: u64| {
+        if shared.stop.load(Ordering::Acquire) {
+            return true;
+        }
         if !measuring {
             return shared.measuring.load(Ordering::Acquire);
         }

@@ -51,6 +51,10 @@ pub(super) fn budget_sweep(
                 run.insert_ratio = None;
                 run.request_dist = Some(RequestDist::Uniform);
                 let report = bench::run(&run)?;
+                if crate::interrupt::interrupted() {
+                    // Ctrl-C: the point under way is left out.
+                    return Ok(points);
+                }
                 if !report.verify_clean {
                     return Err(input!(
                         "{} at a cache budget of {budget}: verify found problems after the {} run",

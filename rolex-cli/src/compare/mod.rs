@@ -144,6 +144,8 @@ struct Comparison {
     cache_budget: Option<crate::checks::CacheBudget>,
     /// YCSB C and A (uniform) at each budget of `--budget-sweep`.
     budget_sweep: Vec<BudgetPoint>,
+    /// Ctrl-C stopped the comparison: `cases` and `budget_sweep` hold what finished before.
+    interrupted: bool,
 }
 
 /// One workload at one cache budget: both indexes' modeled throughput at 64 clients and what
@@ -212,12 +214,21 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         Some(path) => crate::checks::output_file_in_dir(path, "--json")?,
         None => None,
     };
-    if let Some(dir) = crate::checks::output_dir(&args.out, "--out")? {
+    let out_dir = crate::checks::output_dir(&args.out, "--out")?;
+    // The largest run (all inserts) of either index must fit in this machine's memory.
+    for index in [IndexKind::Rolex, IndexKind::Bplus] {
+        let mut run = run_of(args, &defaults, index, args.seed);
+        run.insert_ratio = Some(1.0);
+        bench::check_memory_of(&run)?;
+    }
+    if let Some(dir) = out_dir {
         crate::checks::make_dir(&dir, "--out")?;
     }
     if let Some(dir) = json_dir {
         crate::checks::make_dir(&dir, "--json")?;
     }
+    // Ctrl-C from here on stops the run under way and writes what finished before it.
+    crate::interrupt::install()?;
     let profile = NetworkProfile {
         rtt_us: defaults.model_rtt_us,
         link_gbps: defaults.model_link_gbps,
@@ -272,7 +283,8 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     );
     let started = std::time::Instant::now();
     let mut cases = Vec::new();
-    for (i, (name, workload, ratio, dist)) in plan.iter().enumerate() {
+    let mut stopped_at = None;
+    'plan: for (i, (name, workload, ratio, dist)) in plan.iter().enumerate() {
         if !args.quiet {
             eprintln!(
                 "[{}/{}] {name} ({}) — {:.0} s so far",
@@ -294,6 +306,11 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 run.insert_ratio = *ratio;
                 run.request_dist = Some(*dist);
                 let report = bench::run(&run)?;
+                if crate::interrupt::interrupted() {
+                    // The case under way is left out: its runs did not all finish.
+                    stopped_at = Some(format!("{name} ({})", workload::name(*dist)));
+                    break 'plan;
+                }
                 if !report.verify_clean {
                     return Err(input!(
                         "{name} ({}): verify found problems after the {} run",
@@ -409,11 +426,18 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 .map_or("n/a".into(), |b| format!("{b:.1}")),
         ));
     }
-    let budget_sweep = if args.no_budget_sweep {
+    let budget_sweep = if args.no_budget_sweep || stopped_at.is_some() {
         Vec::new()
     } else {
         budget::budget_sweep(args, &defaults, &profile, &mut emit)?
     };
+    let interrupted = crate::interrupt::interrupted();
+    if interrupted {
+        emit(format!(
+            "\ninterrupted (Ctrl-C) during {}: the tables hold what finished before it",
+            stopped_at.as_deref().unwrap_or("the budget sweep")
+        ));
+    }
     let table_path = args.out.join("table.md");
     std::fs::write(&table_path, &table).map_err(|e| failed!("{}: {e}", table_path.display()))?;
     for (file, svg) in plots::plots(&cases, &clients_sweep, &budget_sweep, args, &profile) {
@@ -443,8 +467,15 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             clients_sweep,
             cache_budget: args.cache_budget,
             budget_sweep,
+            interrupted,
         })?;
         std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;
+    }
+    if interrupted {
+        return Err(CliError::Interrupted(
+            "interrupted (Ctrl-C): the table, plots and JSON hold the cases that finished before it"
+                .into(),
+        ));
     }
     Ok(())
 }

@@ -660,3 +660,95 @@ fn output_directories_are_made_one_level_deep() {
     );
     assert!(!missing.exists(), "no directory was made");
 }
+
+/// Every file the command reads is read within a bound: a workload file up to 1 MiB, a SOSD key
+/// file up to the count its header announces. An endless device (`/dev/zero`) or a file past the
+/// bound is refused at once, naming the file and the bound, instead of being read into memory.
+#[test]
+fn an_endless_or_oversized_input_file_is_refused_unread() {
+    refused_at_once(
+        &["bench", "--workload-file", "/dev/zero"],
+        &["--workload-file /dev/zero", "more than 1048576 bytes"],
+    );
+    refused_at_once(
+        &["bench", "--keys-file", "/dev/zero"],
+        &["--keys-file /dev/zero", "announces 0 keys", "holds more"],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    refused_at_once(
+        &[
+            "memnode",
+            "--pool",
+            dir.path().join("p").to_str().expect("utf-8"),
+            "--size",
+            "1M",
+            "--load",
+            "/dev/zero",
+        ],
+        &["--load /dev/zero", "announces 0 keys"],
+    );
+    // A file of 1 MiB and a byte of comment lines.
+    let long = dir.path().join("long");
+    let mut text = b"readproportion=1\n".to_vec();
+    text.resize((1 << 20) + 1, b'#');
+    std::fs::write(&long, text).expect("write");
+    let long = long.to_str().expect("utf-8");
+    refused_at_once(
+        &["bench", "--workload-file", long],
+        &[long, "more than 1048576 bytes (1 MiB)"],
+    );
+    // A header announcing more keys than are ever read.
+    let huge = dir.path().join("huge.sosd");
+    std::fs::write(&huge, u64::MAX.to_le_bytes()).expect("write");
+    let huge = huge.to_str().expect("utf-8");
+    refused_at_once(
+        &["bench", "--keys-file", huge],
+        &[
+            huge,
+            "announces 18446744073709551615 keys",
+            "at most 4294967296",
+        ],
+    );
+}
+
+/// A run that cannot fit in this machine's memory is refused before anything is allocated, with
+/// the estimate and what the machine has (`/proc/meminfo`): bench, suite and compare alike, from
+/// `--keys`, `--ops` (the keys to insert) or a key file's header.
+#[test]
+fn a_run_larger_than_the_machines_memory_is_refused_up_front() {
+    let needles = [
+        "needs about",
+        "of memory",
+        "this machine has",
+        "/proc/meminfo",
+    ];
+    for command in ["bench", "suite", "compare"] {
+        refused_at_once(
+            &[command, "--keys", "10000000000"],
+            &[&["--keys 10000000000"][..], &needles].concat(),
+        );
+    }
+    refused_at_once(
+        &["bench", "--insert-ratio", "1", "--ops", "1000000000000"],
+        &[&["--ops 1000000000000", "keys "][..], &needles].concat(),
+    );
+    refused_at_once(
+        &["bench", "--index", "bplus", "--keys", "10000000000"],
+        &[&["pools"][..], &needles].concat(),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("big.sosd");
+    std::fs::write(&big, (1u64 << 32).to_le_bytes()).expect("write");
+    let big = big.to_str().expect("utf-8");
+    refused_at_once(
+        &["bench", "--keys-file", big],
+        &[&["4294967296 keys"][..], &needles].concat(),
+    );
+    let wl = dir.path().join("w");
+    std::fs::write(&wl, "recordcount=10000000000\nreadproportion=1\n").expect("write");
+    let wl = wl.to_str().expect("utf-8");
+    refused_at_once(
+        &["bench", "--workload-file", wl],
+        &[&["10000000000 keys", wl][..], &needles].concat(),
+    );
+}

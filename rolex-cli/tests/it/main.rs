@@ -8,6 +8,7 @@ mod common;
 mod compare;
 mod harness;
 mod input_checks;
+mod interrupt;
 mod multiprocess;
 mod values;
 mod verbs_cli;

@@ -113,3 +113,71 @@ fn the_text_report_says_what_ran_and_what_its_columns_mean() {
     );
     assert!(bplus.contains("lock/op: of verbs/op"), "{bplus}");
 }
+
+/// A stock YCSB workload file (no fieldcount or fieldlength) runs as YCSB does: 10 fields of
+/// 100 bytes, 1,000-byte records stored as byte values, and the report says so;
+/// `fieldlengthdistribution` and `insertstart`/`insertcount` are honoured or refused.
+#[test]
+fn a_stock_ycsb_workload_file_runs_with_1000_byte_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stock = "# Yahoo! Cloud System Benchmark\n# Workload A: Update heavy workload\n\
+        recordcount=2000\noperationcount=2000\nworkload=site.ycsb.workloads.CoreWorkload\n\
+        readallfields=true\nreadproportion=0.5\nupdateproportion=0.5\nscanproportion=0\n\
+        insertproportion=0\nrequestdistribution=zipfian\n";
+    let file = dir.path().join("workloada");
+    std::fs::write(&file, stock).expect("write");
+    let (report, stdout) = common::bench(&["--workload-file", file.to_str().expect("utf-8")]);
+    assert_eq!(report["config"]["value_size"]["min"], 1000, "{report}");
+    assert_eq!(report["config"]["value_size"]["max"], 1000, "{report}");
+    assert!(
+        report["config"]["value_source"]
+            .as_str()
+            .is_some_and(|s| s.contains("fieldcount 10 x fieldlength 100, YCSB's defaults")),
+        "{report}"
+    );
+    assert_eq!(report["values"]["live_bytes"], 2_000 * 1_000);
+    assert!(
+        stdout.contains("1000-byte values (workload file: "),
+        "{stdout}"
+    );
+    // Uniform field lengths: records of 4..=400 bytes for 4 fields of up to 100.
+    let uniform = dir.path().join("uniform");
+    std::fs::write(
+        &uniform,
+        format!("{stock}fieldcount=4\nfieldlengthdistribution=uniform\ninsertstart=0\ninsertcount=2000\n"),
+    )
+    .expect("write");
+    let (report, _) = common::bench(&["--workload-file", uniform.to_str().expect("utf-8")]);
+    assert_eq!(report["config"]["value_size"]["min"], 4, "{report}");
+    assert_eq!(report["config"]["value_size"]["max"], 400, "{report}");
+    let mean = report["values"]["live_bytes"].as_f64().expect("live") / 2_000.0;
+    assert!((150.0..250.0).contains(&mean), "mean record {mean} bytes");
+    // What cannot be honoured is refused in one line.
+    for (extra, needle) in [
+        (
+            "fieldlengthdistribution=zipfian\n",
+            "fieldlengthdistribution \"zipfian\"",
+        ),
+        (
+            "insertstart=1000\ninsertcount=1000\n",
+            "insertstart 1000 and insertcount 1000",
+        ),
+        ("insertcount=10\n", "insertcount 10"),
+    ] {
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, format!("{stock}{extra}")).expect("write");
+        let line = bad_input_line(&["bench", "--workload-file", bad.to_str().expect("utf-8")]);
+        assert!(line.contains(needle), "{extra}: {line}");
+    }
+    let line = bad_input_line(&[
+        "bench",
+        "--workload-file",
+        file.to_str().expect("utf-8"),
+        "--attach",
+        "/nonexistent.pool",
+    ]);
+    assert!(
+        line.contains("1000 bytes") && line.contains("embedded"),
+        "{line}"
+    );
+}
