@@ -367,17 +367,7 @@ mod tests {
             let Request::Get(k) = request else {
                 return Err(());
             };
-            let mut left = k;
-            std::future::poll_fn(|cx| {
-                if left == 0 {
-                    Poll::Ready(())
-                } else {
-                    left -= 1;
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                }
-            })
-            .await;
+            pending_for(k).await;
             self.finished.set(self.finished.get() + 1);
             self.order.borrow_mut().push(k);
             Ok(Reply::Value(Some(k)))
@@ -388,6 +378,21 @@ mod tests {
                 ..Stats::default()
             }
         }
+    }
+
+    /// Pending for `polls` polls (asking each time to be polled again), then ready.
+    async fn pending_for(polls: u64) {
+        let mut left = polls;
+        std::future::poll_fn(|cx| {
+            if left == 0 {
+                Poll::Ready(())
+            } else {
+                left -= 1;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+        .await;
     }
 
     /// The order operations finished in, by key.
@@ -496,18 +501,7 @@ mod tests {
         type Error = u64;
         async fn run(&mut self, request: Request) -> Result<Reply, u64> {
             if let Request::Get(k) = request {
-                // Pending k polls, as `Slow`.
-                let mut left = k;
-                std::future::poll_fn(|cx| {
-                    if left == 0 {
-                        Poll::Ready(())
-                    } else {
-                        left -= 1;
-                        cx.waker().wake_by_ref();
-                        Poll::Pending
-                    }
-                })
-                .await;
+                pending_for(k).await;
                 if k == 13 {
                     panic!("a lane's operation panicked");
                 }
