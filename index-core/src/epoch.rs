@@ -71,7 +71,12 @@ impl LocalEpoch {
 
     /// Client `index`'s entry in the active list (index 0, the renewer's, is never used).
     pub(crate) fn active_entry(&self, index: u64) -> Arc<ActiveEpoch> {
-        Arc::clone(&self.active[(index as usize).min(self.active.len() - 1)])
+        Arc::clone(self.entry(index))
+    }
+
+    /// Client `index`'s entry, borrowed (the one [`Self::active_entry`] counts).
+    pub(crate) fn entry(&self, index: u64) -> &Arc<ActiveEpoch> {
+        &self.active[(index as usize).min(self.active.len() - 1)]
     }
 
     /// Marks client `index`'s entry idle (its connection index given back).

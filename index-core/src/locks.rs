@@ -44,7 +44,10 @@ pub(crate) struct HeldLock {
     pub(crate) handovers: u32,
 }
 
+/// One cache line a stripe: a writer's first touch of its stripe is a miss, and one line is all
+/// it then reads (the lock left in it lives out of line, boxed: it is rare).
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub(crate) struct Stripe {
     /// Writers queued for the stripe ([`Queued`]): the owner hands its lock over if one is.
     pub(crate) waiting: AtomicUsize,
@@ -60,7 +63,7 @@ struct StripeState {
     /// Threads blocked in [`Stripe::lock`] until it is given back.
     sleepers: usize,
     /// The remote lock left for the next local writer (while not owned).
-    held: Option<HeldLock>,
+    held: Option<Box<HeldLock>>,
 }
 
 impl Stripe {
@@ -93,23 +96,23 @@ impl Stripe {
     }
 }
 
-/// A stripe owned by one writer, with the lock left in it (`Option<HeldLock>`, which the writer
+/// A stripe owned by one writer, with the lock left in it (`Option<Box<HeldLock>>`, which the writer
 /// takes, or fills to leave one for the next); given back when dropped.
 #[derive(Debug)]
 pub(crate) struct StripeGuard<'s> {
     stripe: &'s Stripe,
-    held: Option<HeldLock>,
+    held: Option<Box<HeldLock>>,
 }
 
 impl std::ops::Deref for StripeGuard<'_> {
-    type Target = Option<HeldLock>;
-    fn deref(&self) -> &Option<HeldLock> {
+    type Target = Option<Box<HeldLock>>;
+    fn deref(&self) -> &Option<Box<HeldLock>> {
         &self.held
     }
 }
 
 impl std::ops::DerefMut for StripeGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Option<HeldLock> {
+    fn deref_mut(&mut self) -> &mut Option<Box<HeldLock>> {
         &mut self.held
     }
 }
@@ -180,8 +183,8 @@ impl Drop for Queued<'_> {
 mod tests {
     use super::*;
 
-    fn held(leaf: u64) -> HeldLock {
-        HeldLock {
+    fn held(leaf: u64) -> Box<HeldLock> {
+        Box::new(HeldLock {
             record: RemoteAddr::new(0, 64).expect("an address"),
             slot: 1,
             leaf,
@@ -191,7 +194,7 @@ mod tests {
             header: ModelHeader::from_raw(0),
             confirmed: true,
             handovers: 0,
-        }
+        })
     }
 
     /// One owner at a time; what an owner leaves in the stripe is the next owner's; a writer

@@ -406,26 +406,23 @@ mod cell {
 
         /// The current value.
         pub(crate) fn load(&self) -> Arc<T> {
-            let _pinned = crossbeam_epoch::pin();
-            let raw = self.0.load(Ordering::Acquire);
-            // SAFETY: `raw` came from `Arc::into_raw` (the invariant), and the cell's reference
-            // to it is released only after this thread unpins (it was pinned before the load,
-            // so a replacement that unlinks `raw` defers the release past `_pinned`): the count
-            // is at least one here.
-            unsafe { Arc::increment_strong_count(raw) };
-            // SAFETY: the reference just counted is ours to own, and `raw` is `Arc::into_raw`'s.
-            unsafe { Arc::from_raw(raw) }
+            self.with_in(&pin(), |value| value.counted())
         }
 
-        /// `f` of the current value, borrowed for the call alone: no count is taken (what a
-        /// reader that never holds the value across a wait uses — a count is one more atomic on
-        /// a line every thread's operations share).
-        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-            let _pinned = crossbeam_epoch::pin();
+        /// `f` of the current value, borrowed under a pin the caller holds (one pin for several
+        /// cells read in a row): no count is taken unless `f` asks for one
+        /// ([`Borrowed::counted`]) — what a reader that never holds the value across a wait
+        /// uses (a count is one more atomic, on a line that misses the cache).
+        pub(crate) fn with_in<'g, R>(
+            &self,
+            _pinned: &'g Pinned,
+            f: impl FnOnce(Borrowed<'g, T>) -> R,
+        ) -> R {
             let raw = self.0.load(Ordering::Acquire);
-            // SAFETY: `raw` came from `Arc::into_raw` (the invariant) and the cell's reference to
-            // it is released only after this thread unpins, which it does after `f` returns.
-            f(unsafe { &*raw })
+            // SAFETY: `raw` came from `Arc::into_raw` (the invariant) and was read while this
+            // thread is pinned (`_pinned`, borrowed for 'g): the cell's reference to it is
+            // released only after the thread unpins, so it lives at least as long as 'g.
+            f(Borrowed(unsafe { &*raw }))
         }
 
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it
@@ -455,6 +452,42 @@ mod cell {
                     false
                 }
             }
+        }
+    }
+
+    /// This thread pinned (crossbeam-epoch): while it is, no value a cell held when it was
+    /// pinned is released.
+    pub(crate) struct Pinned {
+        _guard: crossbeam_epoch::Guard,
+    }
+
+    /// Pins this thread until the result is dropped.
+    pub(crate) fn pin() -> Pinned {
+        Pinned {
+            _guard: crossbeam_epoch::pin(),
+        }
+    }
+
+    /// A cell's value borrowed while its thread is pinned ([`Cell::with_in`]).
+    pub(crate) struct Borrowed<'a, T>(&'a T);
+
+    impl<T> std::ops::Deref for Borrowed<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0
+        }
+    }
+
+    impl<T> Borrowed<'_, T> {
+        /// A counted reference to the value, to keep beyond the call.
+        pub(crate) fn counted(&self) -> Arc<T> {
+            let raw = std::ptr::from_ref(self.0);
+            // SAFETY: a `Borrowed` exists only inside `Cell::with`, whose thread is pinned: `raw`
+            // is `Arc::into_raw`'s (the cell's invariant) and the cell's own reference to it is
+            // not released before the unpin, so the count is at least one here.
+            unsafe { Arc::increment_strong_count(raw) };
+            // SAFETY: the reference just counted is ours to own, and `raw` is `Arc::into_raw`'s.
+            unsafe { Arc::from_raw(raw) }
         }
     }
 
@@ -523,6 +556,29 @@ mod cell {
     #[derive(Debug)]
     pub(crate) struct Cell<T>(Mutex<Arc<T>>);
 
+    /// Epochs are not modelled: nothing to pin.
+    pub(crate) struct Pinned;
+
+    pub(crate) fn pin() -> Pinned {
+        Pinned
+    }
+
+    /// A cell's value, counted (what a borrow under a pin stands for).
+    pub(crate) struct Borrowed<'a, T>(Arc<T>, std::marker::PhantomData<&'a ()>);
+
+    impl<T> std::ops::Deref for Borrowed<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            &self.0
+        }
+    }
+
+    impl<T> Borrowed<'_, T> {
+        pub(crate) fn counted(&self) -> Arc<T> {
+            Arc::clone(&self.0)
+        }
+    }
+
     impl<T> Cell<T> {
         pub(crate) fn new(value: T) -> Self {
             Self(Mutex::new(Arc::new(value)))
@@ -532,8 +588,12 @@ mod cell {
             Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
         }
 
-        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-            f(&self.load())
+        pub(crate) fn with_in<'g, R>(
+            &self,
+            _pinned: &'g Pinned,
+            f: impl FnOnce(Borrowed<'g, T>) -> R,
+        ) -> R {
+            f(Borrowed(self.load(), std::marker::PhantomData))
         }
 
         pub(crate) fn replace(&self, current: &T, new: T) -> bool {
@@ -547,7 +607,7 @@ mod cell {
     }
 }
 
-pub(crate) use cell::Cell;
+pub(crate) use cell::{Borrowed, Cell, Pinned, pin};
 
 /// A view as an operation holds it: counted, so it stays valid across the operation's awaits
 /// however the cell changes meanwhile.
@@ -586,14 +646,25 @@ impl Directory {
         })
     }
 
-    /// The slot serving `key` as far as this directory knows.
-    pub(crate) fn slot_of(&self, key: u64) -> u64 {
-        self.ids[self.top.slot_of(key)]
+    /// The slot serving `key` as far as this directory knows, and its rank (its place in
+    /// first-key order).
+    pub(crate) fn slot_of(&self, key: u64) -> (u64, usize) {
+        let rank = self.top.slot_of(key);
+        (self.ids[rank], rank)
     }
 
-    /// The smallest slot first key above `key`, if any.
-    pub(crate) fn next_first_after(&self, key: u64) -> Option<u64> {
+    /// The smallest slot first key above `key`, if any. `rank` is where `key` is expected among
+    /// the first keys (the rank of the slot it is the first key of): then its successor is the
+    /// answer, read without a search.
+    pub(crate) fn next_first_after(&self, key: u64, rank: usize) -> Option<u64> {
         let firsts = self.top.first_keys();
+        if firsts.get(rank) == Some(&key) {
+            match firsts.get(rank + 1) {
+                Some(&next) if next > key => return Some(next),
+                None => return None,
+                Some(_) => {}
+            }
+        }
         firsts.get(firsts.partition_point(|&f| f <= key)).copied()
     }
 

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::{Completion, Endpoint, Ticket, TransportError, Verb};
+use crate::{Endpoint, Ticket, TransportError, Verb};
 
 /// How an operation waits for its batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,59 +24,87 @@ pub enum Waiting {
     Posting,
 }
 
-/// Executes `verbs` as [`Endpoint::batches`] does: in blocking mode exactly that; in posting
-/// mode one posted batch, awaited, when they fit one (work split into several batches blocks).
-pub async fn batches<E: Endpoint + ?Sized>(
-    ep: &mut E,
+/// Executes `verbs` as [`Endpoint::batches`] does: in blocking mode exactly that, at once (the
+/// future returned is ready at its first poll); in posting mode one posted batch, awaited, when
+/// they fit one (work split into several batches blocks). A plain function returning a
+/// hand-written future, not an `async fn`: a blocking batch then costs what the call costs.
+pub fn batches<'a, 'v, E: Endpoint + ?Sized>(
+    ep: &'a mut E,
     waiting: Waiting,
-    verbs: &mut [Verb<'_>],
-) -> Result<(), TransportError> {
-    let fits = verbs.len() <= crate::MAX_BATCH_VERBS
-        && crate::batch_bytes(verbs) <= crate::MAX_BATCH_BYTES;
-    if waiting == Waiting::Blocking || !fits || verbs.is_empty() {
-        return ep.batches(verbs);
+    verbs: &'a mut [Verb<'v>],
+) -> Batches<'a, 'v, E> {
+    if waiting == Waiting::Blocking
+        || verbs.is_empty()
+        || verbs.len() > crate::MAX_BATCH_VERBS
+        || crate::batch_bytes(verbs) > crate::MAX_BATCH_BYTES
+    {
+        return Batches(State::Done(Some(ep.batches(verbs))));
     }
-    let ticket = ep.post(verbs)?;
+    match ep.post(verbs) {
+        Ok(ticket) => Batches(State::Posted {
+            ep,
+            ticket: Some(ticket),
+            verbs,
+        }),
+        Err(e) => Batches(State::Done(Some(Err(e)))),
+    }
+}
+
+/// The future of [`batches`]: ready once the batch has executed and its completion was delivered
+/// to its verbs. Dropped before that, it abandons a posted batch (which still executes).
+pub struct Batches<'a, 'v, E: Endpoint + ?Sized>(State<'a, 'v, E>);
+
+enum State<'a, 'v, E: Endpoint + ?Sized> {
+    /// Executed already (or refused); the outcome, until taken.
+    Done(Option<Result<(), TransportError>>),
+    /// Posted, its completion not yet delivered (`ticket` is taken while it is polled).
     Posted {
-        ep,
-        ticket: Some(ticket),
+        ep: &'a mut E,
+        ticket: Option<Ticket>,
+        verbs: &'a mut [Verb<'v>],
+    },
+}
+
+impl<E: Endpoint + ?Sized> std::fmt::Debug for Batches<'_, '_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            State::Done(_) => "Batches(done)",
+            State::Posted { .. } => "Batches(posted)",
+        })
     }
-    .await
-    .deliver(verbs)
 }
 
-/// A posted batch being awaited: ready once its endpoint returns its completion. Dropped before
-/// that, it abandons the batch (which still executes).
-struct Posted<'e, E: Endpoint + ?Sized> {
-    ep: &'e mut E,
-    ticket: Option<Ticket>,
-}
+impl<E: Endpoint + ?Sized> Future for Batches<'_, '_, E> {
+    type Output = Result<(), TransportError>;
 
-impl<E: Endpoint + ?Sized> Future for Posted<'_, E> {
-    type Output = Completion;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
-        let this = self.get_mut();
-        let Some(ticket) = this.ticket.take() else {
-            // Polled after it completed: a bug of the executor; never ready again.
-            return Poll::Pending;
-        };
-        match this.ep.poll(ticket) {
-            Ok(done) => Poll::Ready(done),
-            Err(pending) => {
-                this.ticket = Some(pending);
-                // Completions arrive by polling the endpoint: ask to be polled again.
-                cx.waker().wake_by_ref();
-                Poll::Pending
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            // `None`: polled after it was ready, a bug of the executor; never ready again.
+            State::Done(outcome) => outcome.take().map_or(Poll::Pending, Poll::Ready),
+            State::Posted { ep, ticket, verbs } => {
+                let Some(pending) = ticket.take() else {
+                    return Poll::Pending;
+                };
+                match ep.poll(pending) {
+                    Ok(done) => Poll::Ready(done.deliver(verbs)),
+                    Err(pending) => {
+                        *ticket = Some(pending);
+                        // Completions arrive by polling the endpoint: ask to be polled again.
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                }
             }
         }
     }
 }
 
-impl<E: Endpoint + ?Sized> Drop for Posted<'_, E> {
+impl<E: Endpoint + ?Sized> Drop for Batches<'_, '_, E> {
     fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.ep.abandon(ticket);
+        if let State::Posted { ep, ticket, .. } = &mut self.0
+            && let Some(ticket) = ticket.take()
+        {
+            ep.abandon(ticket);
         }
     }
 }

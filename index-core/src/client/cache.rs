@@ -7,7 +7,7 @@ use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
 use crate::store::NodeCache;
-use crate::view::{ChainEntries, SlotView};
+use crate::view::{Borrowed, ChainEntries, Pinned, SlotView};
 
 use super::*;
 
@@ -221,12 +221,24 @@ impl<E: Endpoint> Client<E> {
 
     /// Slot `slot`'s cached view, reloaded from the slot table first if it was not validated in
     /// this operation's epoch (its record may have been retired and, once every compute node has
-    /// moved past that epoch, reused — see `crate::membership`).
+    /// moved past that epoch, reused — see `crate::membership`); counted, to hold across waits.
     pub(super) fn view(
         &mut self,
         node: &NodeCache,
         slot: u64,
     ) -> Result<crate::view::ViewRef, IndexError> {
+        self.view_with(node, slot, &crate::view::pin(), |view| view.counted())
+    }
+
+    /// `take` of slot `slot`'s view as [`Self::view`] finds it, borrowed under `pinned` (no
+    /// count: what a GET takes is copied out).
+    pub(super) fn view_with<'g, R>(
+        &mut self,
+        node: &NodeCache,
+        slot: u64,
+        pinned: &'g Pinned,
+        mut take: impl FnMut(Borrowed<'g, SlotView>) -> R,
+    ) -> Result<R, IndexError> {
         for _ in 0..16 {
             let Some(cell) = node.cell(slot) else {
                 // First use of a slot published since this compute node started.
@@ -245,11 +257,22 @@ impl<E: Endpoint> Client<E> {
                     .shrink(|at| self.caches.cell_at(at), (node.position, slot));
                 continue;
             };
+            let (op_epoch, budget) = (self.op_epoch, &self.caches.budget);
+            let taken = cell.with_in(pinned, |view| {
+                let usable = view.validated.get() >= op_epoch && !view.evicted;
+                usable.then(|| {
+                    budget.touch(&view);
+                    take(view)
+                })
+            });
+            if let Some(taken) = taken {
+                return Ok(taken);
+            }
             let loaded = cell.load();
             let current = loaded.validated.get() >= self.op_epoch;
             if current && !loaded.evicted {
-                self.caches.budget.touch(&loaded);
-                return Ok(loaded);
+                // Replaced by a usable view since: the next turn takes it.
+                continue;
             }
             let fresh = match current {
                 // An evicted view whose record is still safe to read: read it again with the
@@ -282,34 +305,32 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// The view of the slot serving `key` (see [`Self::view`]), and the slot count of the
-    /// directory that routed it (for [`Self::still_current`]). Slots are split by retraining:
-    /// the cached directory may predate a split, and then the record it leads to ends below
-    /// `key` (records carry their last key). The directory is then read again (two round trips)
-    /// and the key routed again.
+    /// directory that routed it (for [`Self::still_current`]).
     pub(super) async fn route(&mut self, node: &NodeCache, key: u64) -> Result<Routed, IndexError> {
+        self.route_with(node, key, |view, routing| Routed {
+            end: routing.end(&view),
+            view: view.counted(),
+            known: routing.known(),
+        })
+        .await
+    }
+
+    /// `take` of the view of the slot serving `key` (borrowed for the call) and of the
+    /// directory that routed it ([`Routing`]). Slots are split by retraining: the cached
+    /// directory may predate a split, and then the record it leads to ends below `key` (records
+    /// carry their last key). The directory is then read again (two round trips) and the key
+    /// routed again.
+    pub(super) async fn route_with<R>(
+        &mut self,
+        node: &NodeCache,
+        key: u64,
+        mut take: impl FnMut(Borrowed<'_, SlotView>, Routing<'_>) -> R,
+    ) -> Result<R, IndexError> {
         let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
         let attempts = self.caches.config.max_attempts;
         for _ in 0..attempts {
-            // The directory is borrowed for this step alone (never across a wait).
-            let slot = match node.directory.with(|directory| {
-                let slot = directory.slot_of(key);
-                let view = self.view(node, slot)?;
-                if key > view.last_key {
-                    return Ok(Err(slot));
-                }
-                // What the record serves as far as this directory knows: an old record whose
-                // split is published (not yet redirected) still names the new slot's leaves,
-                // which may have changed through the new slot.
-                let end = directory
-                    .next_first_after(view.first_key)
-                    .map_or(view.last_key, |next| view.last_key.min(next - 1));
-                Ok::<_, IndexError>(Ok(Routed {
-                    view,
-                    known: directory.count,
-                    end,
-                }))
-            })? {
-                Ok(routed) => return Ok(routed),
+            let slot = match self.route_cached(node, key, &mut take)? {
+                Ok(taken) => return Ok(taken),
                 Err(slot) => slot,
             };
             if !self.reload_directory(node)?
@@ -327,6 +348,36 @@ impl<E: Endpoint> Client<E> {
         Err(IndexError::TooManyRetries(attempts))
     }
 
+    /// One step of [`Self::route_with`], by the cached directory alone (no wait): `Err(slot)` if
+    /// the slot it routes `key` to ends below `key` (the directory predates a split). A caller
+    /// tries it first and falls back to `route_with` (which begins with the same step): what
+    /// never waits is then never a future of its own.
+    pub(super) fn route_cached<R>(
+        &mut self,
+        node: &NodeCache,
+        key: u64,
+        take: &mut impl FnMut(Borrowed<'_, SlotView>, Routing<'_>) -> R,
+    ) -> Result<Result<R, u64>, IndexError> {
+        // The directory and the view are borrowed for this step alone (never across a wait),
+        // under one pin.
+        let pinned = crate::view::pin();
+        node.directory.with_in(&pinned, |directory| {
+            let (slot, rank) = directory.slot_of(key);
+            self.view_with(node, slot, &pinned, |view| {
+                (key <= view.last_key).then(|| {
+                    take(
+                        view,
+                        Routing {
+                            directory: &directory,
+                            rank,
+                        },
+                    )
+                })
+            })
+            .map(|taken| taken.ok_or(slot))
+        })
+    }
+
     /// The chains a GET of `key` reads: the owner's (a view with pivots) or every candidate's
     /// (lean mode, or a view the cache budget shrank).
     pub(super) fn chains_for(view: &SlotView, key: u64) -> Option<ChainEntries> {
@@ -341,6 +392,29 @@ impl<E: Endpoint> Client<E> {
                 Some(all)
             }
         }
+    }
+}
+
+/// The directory that routed a key, as [`Client::route_with`] shows it with the view.
+pub(super) struct Routing<'d> {
+    directory: &'d crate::view::Directory,
+    /// The routed slot's rank in the directory.
+    rank: usize,
+}
+
+impl Routing<'_> {
+    /// Slots the directory knew of.
+    pub(super) fn known(&self) -> u64 {
+        self.directory.count
+    }
+
+    /// The last key `view`'s record serves as far as the directory knows: an old record whose
+    /// split is published (not yet redirected) still names the new slot's leaves, which may have
+    /// changed through the new slot.
+    pub(super) fn end(&self, view: &SlotView) -> u64 {
+        self.directory
+            .next_first_after(view.first_key, self.rank)
+            .map_or(view.last_key, |next| view.last_key.min(next - 1))
     }
 }
 

@@ -396,9 +396,11 @@ impl<E: Endpoint> Client<E> {
             )));
         }
         self.op_epoch = self.caches.members.epochs.enter(&self.active);
+        // SAFETY: used only within this operation, which borrows `self` throughout.
+        let caches = unsafe { self.op_caches() };
         // Left on every path, a panic included (a client stuck "running" would hold every
-        // memory node's reclamation back).
-        let running = Running(Arc::clone(&self.active));
+        // memory node's reclamation back). Borrowed, not counted: no atomic but the leave.
+        let running = Running(caches.members.epochs.entry(self.connection_index));
         let before = self.ep.stats();
         let result = op(self).await;
         // Retired before the operation leaves the active list: a batch whose completion was lost
@@ -495,10 +497,11 @@ impl<E: Endpoint> Client<E> {
     }
 }
 
-/// An operation registered as running in its local epoch; leaves when dropped.
-struct Running(Arc<crate::epoch::ActiveEpoch>);
+/// An operation registered as running in its local epoch (its client's entry); leaves when
+/// dropped.
+struct Running<'c>(&'c crate::epoch::ActiveEpoch);
 
-impl Drop for Running {
+impl Drop for Running<'_> {
     fn drop(&mut self) {
         self.0.leave();
     }

@@ -10,12 +10,13 @@
 //! count as before, which refreshes a stale view.
 
 use leaf_store::{Claimed, Layout, Leaf, LeafStoreError, LeafTableEntry, ModelHeader};
-use rdma_transport::Endpoint;
+use rdma_transport::{Endpoint, RemoteAddr};
 
 use crate::IndexError;
-use crate::view::SlotView;
+use crate::store::NodeCache;
+use crate::view::{Borrowed, ChainEntries, SlotView};
 
-use super::cache::Freshness;
+use super::cache::{Freshness, Routing};
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -25,10 +26,20 @@ impl<E: Endpoint> Client<E> {
         let node = &caches.nodes[caches.node_of(key)];
         let mut fell_back = false;
         for _ in 0..caches.config.max_attempts {
-            let routed = self.route(node, key).await?;
-            let view: &SlotView = &routed.view;
-            let Some(leaves) = Self::chains_for(view, key) else {
-                self.refresh(node, view)?;
+            // What the read needs of the view, copied out: no count is taken on it.
+            let mut plan = |view: Borrowed<'_, SlotView>, routing: Routing<'_>| Planned {
+                leaves: Self::chains_for(&view, key),
+                slot: view.slot,
+                record: view.record,
+                header: view.header,
+                known: routing.known(),
+            };
+            let mut routed = match self.route_cached(node, key, &mut plan)? {
+                Ok(planned) => planned,
+                Err(_) => self.route_with(node, key, &mut plan).await?,
+            };
+            let Some(leaves) = routed.leaves.take() else {
+                self.refresh_if_held(node, &routed)?;
                 continue;
             };
             #[cfg(loom)]
@@ -45,20 +56,20 @@ impl<E: Endpoint> Client<E> {
                 self.claim_misses += 1;
             }
             let seen = ModelHeader::from_raw(
-                self.read_batch(&node.layout, &leaves, &[view.record])
+                self.read_batch(&node.layout, &leaves, &[routed.record])
                     .await?[0],
             );
-            let valid = match Freshness::of(view.header, seen) {
+            let valid = match Freshness::of(routed.header, seen) {
                 Freshness::Fresh => true,
                 Freshness::Stale => false,
                 #[cfg(loom)]
                 Freshness::Retired if !caches.broken.confirm_retired => true,
                 Freshness::Retired => {
-                    self.still_current(node, &[(view.slot, view.record)], routed.known)?[0]
+                    self.still_current(node, &[(routed.slot, routed.record)], routed.known)?[0]
                 }
             };
             if !valid {
-                self.refresh(node, view)?;
+                self.refresh_if_held(node, &routed)?;
                 continue;
             }
             match self.lookup_in_batch(&node.layout, &leaves, key)? {
@@ -69,6 +80,19 @@ impl<E: Endpoint> Client<E> {
             }
         }
         Err(IndexError::TooManyRetries(caches.config.max_attempts))
+    }
+
+    /// Refreshes the view a GET was planned by ([`Self::refresh`]) if its slot's cell still
+    /// holds it; if the cell has moved on, the next routing uses what it holds now.
+    fn refresh_if_held(&mut self, node: &NodeCache, planned: &Planned) -> Result<(), IndexError> {
+        let Some(cell) = node.cell(planned.slot) else {
+            return Ok(());
+        };
+        let held = cell.load();
+        if held.record == planned.record && held.header == planned.header {
+            self.refresh(node, &held)?;
+        }
+        Ok(())
     }
 
     /// What the first leaf last read by [`Self::read_batch`] that validates and claims `key`
@@ -122,6 +146,17 @@ impl<E: Endpoint> Client<E> {
         }
         Ok(if torn { Lookup::Torn } else { Lookup::Absent })
     }
+}
+
+/// What a GET takes of the view that routed it.
+struct Planned {
+    /// The chains to read (`None`: the view's tables are inconsistent; refresh it).
+    leaves: Option<ChainEntries>,
+    slot: u64,
+    record: RemoteAddr,
+    header: ModelHeader,
+    /// Slots the routing directory knew of.
+    known: u64,
 }
 
 /// A GET's search of the leaves it read.

@@ -37,7 +37,7 @@ impl<E: Endpoint> Client<E> {
         late_writes: Vec<(RemoteAddr, Vec<u8>)>,
         clear_word: Option<(RemoteAddr, u64)>,
         hand_over: bool,
-        held_slot: &mut Option<HeldLock>,
+        held_slot: &mut Option<Box<HeldLock>>,
     ) -> Result<Option<ModelHeader>, IndexError> {
         let lock = locked.lock_ref();
         let fence_shrink = {
@@ -164,7 +164,7 @@ impl<E: Endpoint> Client<E> {
         pos: usize,
         redo: Option<u64>,
         hand_over: bool,
-        held_slot: &mut Option<HeldLock>,
+        held_slot: &mut Option<Box<HeldLock>>,
     ) -> Result<(), IndexError> {
         let layout = node.layout;
         let delta = layout.delta();
@@ -255,7 +255,7 @@ impl<E: Endpoint> Client<E> {
         (upper, moved): (Leaf, Option<Leaf>),
         redo: Option<u64>,
         hand_over: bool,
-        held_slot: &mut Option<HeldLock>,
+        held_slot: &mut Option<Box<HeldLock>>,
     ) -> Result<SplitEnd, IndexError> {
         let layout = node.layout;
         let delta = layout.delta();

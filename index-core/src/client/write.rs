@@ -289,7 +289,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Releases a lock another local writer left for a different leaf of the same stripe.
-    pub(super) fn release_held(&mut self, held: HeldLock) -> Result<(), IndexError> {
+    pub(super) fn release_held(&mut self, held: Box<HeldLock>) -> Result<(), IndexError> {
         self.release(LockRef {
             node: held.record.node(),
             slot: held.slot,
@@ -641,7 +641,7 @@ impl<E: Endpoint> Client<E> {
         mut locked: Locked,
         outcome: Outcome,
         stripe: &Stripe,
-        held_slot: &mut Option<HeldLock>,
+        held_slot: &mut Option<Box<HeldLock>>,
     ) -> Result<Committed, IndexError> {
         let layout = node.layout;
         let delta = layout.delta();
@@ -734,7 +734,7 @@ impl<E: Endpoint> Client<E> {
         writes: Vec<(RemoteAddr, Vec<u8>)>,
         redo: Option<RemoteAddr>,
         hand_over: bool,
-        held_slot: &mut Option<HeldLock>,
+        held_slot: &mut Option<Box<HeldLock>>,
     ) -> Result<(), IndexError> {
         let lock = locked.lock_ref();
         // A slot an insert claimed foreseeing a split that did not come: marked freed here.
@@ -950,9 +950,9 @@ pub(super) struct Locked {
 
 impl Locked {
     /// The lock, with the chain as last written, for the next local writer of this leaf.
-    pub(super) fn hand_over(&mut self) -> HeldLock {
+    pub(super) fn hand_over(&mut self) -> Box<HeldLock> {
         leaf_store::ghost::hand_lock(self.lt_addr);
-        HeldLock {
+        Box::new(HeldLock {
             record: self.record,
             slot: self.slot,
             leaf: self.leaf,
@@ -962,7 +962,7 @@ impl Locked {
             header: self.header,
             confirmed: self.confirmed,
             handovers: self.handovers,
-        }
+        })
     }
 }
 

@@ -14,7 +14,7 @@ fn an_operation_in_a_later_epoch_reloads_a_view_not_confirmed_in_it() {
     let mut client = store.client().expect("client");
     assert_eq!(client.get(500), Ok(Some(500)));
     let caches = store.caches();
-    let slot = caches.nodes[0].directory.load().slot_of(500);
+    let slot = caches.nodes[0].directory.load().slot_of(500).0;
     let validated = |caches: &super::super::store::Caches| {
         caches.nodes[0]
             .cell(slot)
@@ -51,7 +51,7 @@ fn an_operation_in_a_later_epoch_reloads_a_view_not_confirmed_in_it() {
 /// The validation epoch of the view of the slot serving `key` on node `node`.
 fn validated_of(store: &Store<SimTransport>, node: usize, key: u64) -> u64 {
     let cache = &store.caches().nodes[node];
-    let slot = cache.directory.load().slot_of(key);
+    let slot = cache.directory.load().slot_of(key).0;
     cache
         .cell(slot)
         .expect("a used slot")
