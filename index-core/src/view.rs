@@ -295,17 +295,26 @@ impl SlotView {
     /// cached tables are inconsistent (a pointer past the cached SLT, a freed slot, a cycle): the
     /// view is stale and must be refreshed.
     pub(crate) fn chain(&self, i: u64) -> Option<ChainEntries> {
-        let mut entry = self.lt_entry(i);
         let mut chain = ChainEntries::new();
-        chain.push(entry);
+        self.chain_into(i, &mut chain).then_some(chain)
+    }
+
+    /// [`Self::chain`], appended to `out`; false (and `out` partly filled) if inconsistent.
+    pub(crate) fn chain_into(&self, i: u64, out: &mut ChainEntries) -> bool {
+        let mut entry = self.lt_entry(i);
+        let start = out.len();
+        out.push(entry);
         while entry.synonym_ptr() != 0 {
-            entry = *self.slt.get(usize::from(entry.synonym_ptr()))?;
-            if entry.is_freed() || chain.len() >= MAX_CHAIN {
-                return None;
+            let Some(&next) = self.slt.get(usize::from(entry.synonym_ptr())) else {
+                return false;
+            };
+            entry = next;
+            if entry.is_freed() || out.len() - start >= MAX_CHAIN {
+                return false;
             }
-            chain.push(entry);
+            out.push(entry);
         }
-        Some(chain)
+        true
     }
 
     /// The trained leaf that owns `key` (pivots mode): the last whose pivot is ≤ `key`, searched

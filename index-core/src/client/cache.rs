@@ -304,15 +304,14 @@ impl<E: Endpoint> Client<E> {
         Err(IndexError::TooManyRetries(16))
     }
 
-    /// The view of the slot serving `key` (see [`Self::view`]), and the slot count of the
-    /// directory that routed it (for [`Self::still_current`]).
-    pub(super) async fn route(&mut self, node: &NodeCache, key: u64) -> Result<Routed, IndexError> {
-        self.route_with(node, key, |view, routing| Routed {
+    /// What [`route!`] takes of a view to hold it across waits: counted, with the slot count of
+    /// the directory that routed it (for [`Self::still_current`]) and the last key it serves.
+    pub(super) fn held(view: Borrowed<'_, SlotView>, routing: Routing<'_>) -> Routed {
+        Routed {
             end: routing.end(&view),
             view: view.counted(),
             known: routing.known(),
-        })
-        .await
+        }
     }
 
     /// `take` of the view of the slot serving `key` (borrowed for the call) and of the
@@ -380,20 +379,34 @@ impl<E: Endpoint> Client<E> {
 
     /// The chains a GET of `key` reads: the owner's (a view with pivots) or every candidate's
     /// (lean mode, or a view the cache budget shrank).
-    pub(super) fn chains_for(view: &SlotView, key: u64) -> Option<ChainEntries> {
+    /// Written into `out` (emptied first); false if the view's tables are inconsistent.
+    pub(super) fn chains_for(view: &SlotView, key: u64, out: &mut ChainEntries) -> bool {
+        out.clear();
         match view.owner(key) {
-            Some(owner) => view.chain(owner),
-            None => {
-                let range = view.model.owner_candidates(key);
-                let mut all = ChainEntries::new();
-                for leaf in range.iter() {
-                    all.extend(view.chain(leaf)?);
-                }
-                Some(all)
-            }
+            Some(owner) => view.chain_into(owner, out),
+            None => view
+                .model
+                .owner_candidates(key)
+                .iter()
+                .all(|leaf| view.chain_into(leaf, out)),
         }
     }
 }
+
+/// `$take` of the view of the slot serving `$key` and of the directory that routed it, as
+/// [`Client::route_with`] finds them, in an async fn of the client: [`Client::route_cached`]
+/// first, then (if the cached directory predates a split) `route_with`, so that routing that
+/// needs no wait is no future of its own. `Client::held` takes a view to keep.
+macro_rules! route {
+    ($client:expr, $node:expr, $key:expr, $take:expr) => {{
+        let mut take = $take;
+        match $client.route_cached($node, $key, &mut take)? {
+            Ok(taken) => taken,
+            Err(_) => $client.route_with($node, $key, &mut take).await?,
+        }
+    }};
+}
+pub(super) use route;
 
 /// The directory that routed a key, as [`Client::route_with`] shows it with the view.
 pub(super) struct Routing<'d> {

@@ -377,38 +377,68 @@ impl<E: Endpoint> Client<E> {
         self.enqueue_failures
     }
 
+    /// Runs `op` as one operation of kind `kind` ([`Self::begin`], [`Self::end`]).
     async fn counted<R>(
         &mut self,
         kind: OpKind,
         waiting: Waiting,
         op: impl AsyncFnOnce(&mut Self) -> Result<R, IndexError>,
     ) -> Result<R, IndexError> {
+        let begun = self.begin(waiting)?;
+        let result = op(self).await;
+        self.end(begun, kind, result)
+    }
+
+    /// Starts an operation waiting as `waiting` says: refused if the client is fenced or
+    /// retired; else registered as running in the local epoch until [`Self::end`] (or the drop
+    /// of what this returns, on a panic).
+    #[inline(always)]
+    fn begin<'c>(&mut self, waiting: Waiting) -> Result<Begun<'c>, IndexError> {
         self.waiting = waiting;
-        if self.caches.members.is_fenced() {
-            return Err(self.caches.members.fenced_error());
-        }
-        if self.retired {
-            return Err(IndexError::Transport(rdma_transport::TransportError::Broken(
-                "an operation of this client lost a completion or may have left a leaf lock held \
-                 (the store fences its connection and recovers the lock): give the client a new \
-                 endpoint with Store::reconnect"
-                    .into(),
-            )));
+        if self.caches.members.is_fenced() || self.retired {
+            return Err(self.refusal());
         }
         self.op_epoch = self.caches.members.epochs.enter(&self.active);
-        // SAFETY: used only within this operation, which borrows `self` throughout.
+        // SAFETY: `Begun` is private, and ended by this client's `end` within the operation,
+        // which borrows `self` throughout.
         let caches = unsafe { self.op_caches() };
-        // Left on every path, a panic included (a client stuck "running" would hold every
-        // memory node's reclamation back). Borrowed, not counted: no atomic but the leave.
-        let running = Running(caches.members.epochs.entry(self.connection_index));
-        let before = self.ep.stats();
-        let result = op(self).await;
+        Ok(Begun {
+            // Left on every path, a panic included (a client stuck "running" would hold every
+            // memory node's reclamation back). Borrowed, not counted: no atomic but the leave.
+            running: Running(caches.members.epochs.entry(self.connection_index)),
+            before: self.ep.stats(),
+        })
+    }
+
+    /// Why a fenced or retired client refuses an operation.
+    #[cold]
+    fn refusal(&self) -> IndexError {
+        if self.caches.members.is_fenced() {
+            return self.caches.members.fenced_error();
+        }
+        IndexError::Transport(rdma_transport::TransportError::Broken(
+            "an operation of this client lost a completion or may have left a leaf lock held \
+             (the store fences its connection and recovers the lock): give the client a new \
+             endpoint with Store::reconnect"
+                .into(),
+        ))
+    }
+
+    /// Ends the operation `begun` with `result`, counting what it used as one of kind `kind`.
+    #[inline(always)]
+    fn end<R>(
+        &mut self,
+        begun: Begun<'_>,
+        kind: OpKind,
+        result: Result<R, IndexError>,
+    ) -> Result<R, IndexError> {
         // Retired before the operation leaves the active list: a batch whose completion was lost
         // may still land, and the renewer must not announce a later epoch until it cannot.
         // (Writes retire under their stripe; this is the net for every other path.)
         if let Err(e) = &result {
             self.retire_on(e);
         }
+        let Begun { running, before } = begun;
         drop(running);
         let used = self.ep.stats() - before;
         self.stats.record(kind, used);
@@ -458,8 +488,9 @@ impl<E: Endpoint> Client<E> {
         waiting: Waiting,
     ) -> Result<Option<u64>, IndexError> {
         self.check_u64_pool(key)?;
-        self.counted(OpKind::Get, waiting, async |c| c.get_inner(key).await)
-            .await
+        let begun = self.begin(waiting)?;
+        let result = self.get_inner(key).await;
+        self.end(begun, OpKind::Get, result)
     }
 
     /// An insert, update, upsert or delete of a `u64` value, waiting as `waiting` says.
@@ -478,8 +509,9 @@ impl<E: Endpoint> Client<E> {
             Change::Upsert(_) => OpKind::Upsert,
             Change::Delete => OpKind::Delete,
         };
-        self.counted(kind, waiting, async |c| c.write(key, change).await)
-            .await
+        let begun = self.begin(waiting)?;
+        let result = self.write(key, change).await;
+        self.end(begun, kind, result)
     }
 
     /// [`Self::scan`], waiting as `waiting` says.
@@ -495,6 +527,13 @@ impl<E: Endpoint> Client<E> {
         })
         .await
     }
+}
+
+/// An operation begun ([`Client::begin`]) and not yet ended.
+struct Begun<'c> {
+    running: Running<'c>,
+    /// The endpoint's counters when it began.
+    before: Stats,
 }
 
 /// An operation registered as running in its local epoch (its client's entry); leaves when

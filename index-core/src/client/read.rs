@@ -16,7 +16,7 @@ use crate::IndexError;
 use crate::store::NodeCache;
 use crate::view::{Borrowed, ChainEntries, SlotView};
 
-use super::cache::{Freshness, Routing};
+use super::cache::{Freshness, Routing, route};
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -25,23 +25,21 @@ impl<E: Endpoint> Client<E> {
         let caches = unsafe { self.op_caches() };
         let node = &caches.nodes[caches.node_of(key)];
         let mut fell_back = false;
+        let mut leaves = ChainEntries::new();
         for _ in 0..caches.config.max_attempts {
             // What the read needs of the view, copied out: no count is taken on it.
-            let mut plan = |view: Borrowed<'_, SlotView>, routing: Routing<'_>| Planned {
-                leaves: Self::chains_for(&view, key),
+            let plan = |view: Borrowed<'_, SlotView>, routing: Routing<'_>| Planned {
+                consistent: Self::chains_for(&view, key, &mut leaves),
                 slot: view.slot,
                 record: view.record,
                 header: view.header,
                 known: routing.known(),
             };
-            let mut routed = match self.route_cached(node, key, &mut plan)? {
-                Ok(planned) => planned,
-                Err(_) => self.route_with(node, key, &mut plan).await?,
-            };
-            let Some(leaves) = routed.leaves.take() else {
+            let routed = route!(self, node, key, plan);
+            if !routed.consistent {
                 self.refresh_if_held(node, &routed)?;
                 continue;
-            };
+            }
             #[cfg(loom)]
             if caches.broken.gets_trust == super::broken::GetsTrust::HeaderOnly {
                 fell_back = true;
@@ -150,8 +148,9 @@ impl<E: Endpoint> Client<E> {
 
 /// What a GET takes of the view that routed it.
 struct Planned {
-    /// The chains to read (`None`: the view's tables are inconsistent; refresh it).
-    leaves: Option<ChainEntries>,
+    /// Whether the chains to read were found (false: the view's tables are inconsistent;
+    /// refresh it).
+    consistent: bool,
     slot: u64,
     record: RemoteAddr,
     header: ModelHeader,

@@ -8,7 +8,7 @@ use crate::IndexError;
 use crate::store::NodeCache;
 use crate::view::SlotView;
 
-use super::cache::Freshness;
+use super::cache::{Freshness, route};
 use super::*;
 
 impl<E: Endpoint> Client<E> {
@@ -148,7 +148,7 @@ impl<E: Endpoint> Client<E> {
         // Each slot's view is loaded once and used for everything the round takes from that slot
         // (leaf indexes, chains, pivots, header): a sibling thread may replace the cell meanwhile,
         // and a leaf index of one record applied to another would skip or repeat chains.
-        let routed = self.route(node, from).await?;
+        let routed = route!(self, node, from, Self::held);
         round.known = routed.known;
         let mut end = routed.end;
         let mut loaded = routed.view;
@@ -188,7 +188,7 @@ impl<E: Endpoint> Client<E> {
                     round.bound = Bound::Key(next);
                     break;
                 }
-                let routed = self.route(node, next).await?;
+                let routed = route!(self, node, next, Self::held);
                 round.known = round.known.min(routed.known);
                 end = routed.end;
                 loaded = routed.view;

@@ -12,6 +12,7 @@ use crate::store::NodeCache;
 use crate::view::{ChainEntries, SlotView};
 
 use super::batch::{self, NOT_EXECUTED};
+use super::cache::route;
 use super::op::WriteOp;
 use super::release::{self, LockRef};
 use super::split::SplitEnd;
@@ -84,7 +85,7 @@ impl<E: Endpoint> Client<E> {
             // A slot an earlier attempt claimed and did not use (every exit of the operation
             // itself frees one too: `Client::conclude`).
             self.free_preclaimed(op);
-            let loaded = self.route(node, key).await?.view;
+            let loaded = route!(self, node, key, Self::held).view;
             let view: &SlotView = &loaded;
             slot = view.slot as usize;
             if view.fetched_at.elapsed() > crate::view::VIEW_MAX_AGE {
