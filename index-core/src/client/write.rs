@@ -166,7 +166,7 @@ impl<E: Endpoint> Client<E> {
                         handovers: held.handovers + 1,
                     });
                 } else {
-                    let released = self.release_held(held);
+                    let released = self.release_held(*held);
                     self.retiring(released)?;
                 }
             }
@@ -290,7 +290,7 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Releases a lock another local writer left for a different leaf of the same stripe.
-    pub(super) fn release_held(&mut self, held: Box<HeldLock>) -> Result<(), IndexError> {
+    pub(super) fn release_held(&mut self, held: HeldLock) -> Result<(), IndexError> {
         self.release(LockRef {
             node: held.record.node(),
             slot: held.slot,
