@@ -138,6 +138,7 @@ pub(crate) struct LockTable {
     stripes: Box<[Stripe]>,
 }
 
+/// A power of two (the stripe is the hash's top bits).
 const STRIPES: usize = if cfg!(loom) { 4 } else { 4096 };
 
 impl LockTable {
@@ -148,11 +149,13 @@ impl LockTable {
     }
 
     /// The stripe of `leaf` of `record`: a multiplicative hash (Fibonacci hashing) of the two,
-    /// its top bits. Stripes only spread writers; two leaves sharing one merely queue on it.
+    /// its top bits (every bit of the record, memory node included, reaches them; lower bits of
+    /// a product do not depend on higher bits of its factors). Stripes only spread writers; two
+    /// leaves sharing one merely queue on it.
     pub(crate) fn stripe(&self, record: RemoteAddr, leaf: u64) -> &Stripe {
         const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
-        let h = (record.pack().wrapping_mul(PHI) ^ leaf).wrapping_mul(PHI);
-        &self.stripes[(h >> 32) as usize % STRIPES]
+        let h = ((record.pack().wrapping_mul(PHI) >> 32) ^ leaf).wrapping_mul(PHI);
+        &self.stripes[(h >> (64 - STRIPES.trailing_zeros())) as usize]
     }
 }
 
@@ -199,6 +202,31 @@ mod tests {
 
     /// One owner at a time; what an owner leaves in the stripe is the next owner's; a writer
     /// blocked on the stripe takes it when it is given back; the guard moves across threads.
+    /// Every part of a leaf's name reaches its stripe: the leaf, the record's offset and its
+    /// memory node (records at one offset of different nodes must not share every stripe).
+    #[test]
+    fn stripes_spread_by_leaf_offset_and_memory_node() {
+        let table = LockTable::new();
+        let index = |node: u16, offset: u64, leaf: u64| {
+            let record = RemoteAddr::new(node, offset).expect("an address");
+            std::ptr::from_ref(table.stripe(record, leaf)) as usize
+        };
+        let spread = |name: u64| -> std::collections::HashSet<usize> {
+            (0..64).map(|leaf| index(name as u16, 4096, leaf)).collect()
+        };
+        assert!(spread(0).len() > 48, "leaves of one record spread");
+        for node in 1..4 {
+            assert_ne!(
+                spread(0),
+                spread(node),
+                "node {node} shares node 0's stripes"
+            );
+        }
+        let offsets: std::collections::HashSet<usize> =
+            (0..64).map(|k| index(0, 4096 + 64 * k, 0)).collect();
+        assert!(offsets.len() > 48, "records spread");
+    }
+
     #[test]
     fn a_stripe_has_one_owner_and_passes_what_it_holds_on() {
         let stripe = Stripe::default();

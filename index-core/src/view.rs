@@ -423,14 +423,15 @@ mod cell {
         /// ([`Borrowed::counted`]) — what a reader that never holds the value across a wait
         /// uses (a count is one more atomic, on a line that misses the cache).
         pub(crate) fn with_in<'g, R>(
-            &self,
+            &'g self,
             _pinned: &'g Pinned,
             f: impl FnOnce(Borrowed<'g, T>) -> R,
         ) -> R {
             let raw = self.0.load(Ordering::Acquire);
             // SAFETY: `raw` came from `Arc::into_raw` (the invariant) and was read while this
             // thread is pinned (`_pinned`, borrowed for 'g): the cell's reference to it is
-            // released only after the thread unpins, so it lives at least as long as 'g.
+            // released only after the thread unpins, or when the cell is dropped (not before 'g
+            // ends either: the cell is borrowed for it), so it lives at least as long as 'g.
             f(Borrowed(unsafe { &*raw }))
         }
 
@@ -491,9 +492,10 @@ mod cell {
         /// A counted reference to the value, to keep beyond the call.
         pub(crate) fn counted(&self) -> Arc<T> {
             let raw = std::ptr::from_ref(self.0);
-            // SAFETY: a `Borrowed` exists only inside `Cell::with`, whose thread is pinned: `raw`
-            // is `Arc::into_raw`'s (the cell's invariant) and the cell's own reference to it is
-            // not released before the unpin, so the count is at least one here.
+            // SAFETY: a `Borrowed<'a>` is made only by `Cell::with_in`, which borrows the cell
+            // and the pin for 'a: `raw` is `Arc::into_raw`'s (the cell's invariant) and the
+            // cell's own reference to it is not released within 'a, so the count is at least
+            // one here.
             unsafe { Arc::increment_strong_count(raw) };
             // SAFETY: the reference just counted is ours to own, and `raw` is `Arc::into_raw`'s.
             unsafe { Arc::from_raw(raw) }
@@ -598,7 +600,7 @@ mod cell {
         }
 
         pub(crate) fn with_in<'g, R>(
-            &self,
+            &'g self,
             _pinned: &'g Pinned,
             f: impl FnOnce(Borrowed<'g, T>) -> R,
         ) -> R {

@@ -234,7 +234,7 @@ impl<E: Endpoint> Client<E> {
     /// count: what a GET takes is copied out).
     pub(super) fn view_with<'g, R>(
         &mut self,
-        node: &NodeCache,
+        node: &'g NodeCache,
         slot: u64,
         pinned: &'g Pinned,
         mut take: impl FnMut(Borrowed<'g, SlotView>) -> R,

@@ -81,13 +81,14 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Refreshes the view a GET was planned by ([`Self::refresh`]) if its slot's cell still
-    /// holds it; if the cell has moved on, the next routing uses what it holds now.
+    /// holds it (not evicted); if the cell has moved on, the next routing uses what it holds now.
     fn refresh_if_held(&mut self, node: &NodeCache, planned: &Planned) -> Result<(), IndexError> {
         let Some(cell) = node.cell(planned.slot) else {
             return Ok(());
         };
         let held = cell.load();
-        if held.record == planned.record && held.header == planned.header {
+        // An evicted stub of the same record is not refreshed: the next routing reads it again.
+        if !held.evicted && held.record == planned.record && held.header == planned.header {
             self.refresh(node, &held)?;
         }
         Ok(())
