@@ -11,7 +11,7 @@ mod measure;
 mod thread;
 
 use crate::error::{CliError, failed, input};
-pub use args::{BenchArgs, CliCacheMode, CliTransport};
+pub use args::{BenchArgs, CliCacheMode, CliTransport, RunLength};
 use bplus::run_bplus;
 use measure::run_workload;
 

@@ -26,8 +26,13 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     pub keys: u64,
     /// Operations per run.
-    #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration",
+          value_parser = crate::checks::positive_count)]
     pub ops: u64,
+    /// `--duration` and `--warmup`, as `rolex bench` takes them, for every run of both indexes
+    /// (the budget sweep's included).
+    #[command(flatten)]
+    pub length: bench::RunLength,
     /// Compute threads (measured runs; at most 128).
     #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     pub threads: u64,
@@ -130,7 +135,11 @@ struct Ratios {
 #[derive(Debug, serde::Serialize)]
 struct Comparison {
     keys: u64,
-    ops: u64,
+    /// Operations per run (null: each run lasted `duration` seconds instead).
+    ops: Option<u64>,
+    /// `duration` (seconds per run) and `warmup` (null where not given).
+    #[serde(flatten)]
+    length: bench::RunLength,
     threads: u64,
     runs: u64,
     /// Byte values' length bounds (absent: 8-byte values).
@@ -183,6 +192,7 @@ fn run_of(args: &CompareArgs, defaults: &BenchArgs, index: IndexKind, seed: u64)
     run.page_size = args.page_size;
     run.keys = args.keys;
     run.ops = args.ops;
+    run.length = args.length;
     run.threads = args.threads;
     run.inflight = args.inflight;
     run.seed = seed;
@@ -251,9 +261,13 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     }
     // Printed as it grows, and written to `table.md` beside the plots at the end.
     let mut table = format!(
-        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}{}{}`\n\n",
+        "`rolex compare --keys {}{} --threads {} --seed {} --page-size {}{}{}{}`\n\n",
         args.keys,
-        args.ops,
+        match args.length.duration {
+            // --duration replaces --ops; --warmup comes with either.
+            Some(_) => args.length.flags(),
+            None => format!(" --ops {}{}", args.ops, args.length.flags()),
+        },
         args.threads,
         args.seed,
         args.page_size,
@@ -458,7 +472,8 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&Comparison {
             keys: args.keys,
-            ops: args.ops,
+            ops: args.length.duration.is_none().then_some(args.ops),
+            length: args.length,
             threads: args.threads,
             runs: args.runs,
             value_size: args.value_size,

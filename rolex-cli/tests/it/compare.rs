@@ -198,6 +198,111 @@ fn compare_writes_a_table_json_and_plots() {
     }
 }
 
+#[test]
+fn compare_takes_warmup_and_duration_as_bench_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("plots");
+    let report = dir.path().join("compare.json");
+    run(&[
+        "compare",
+        "--keys",
+        "5000",
+        "--duration",
+        "0.02",
+        "--warmup",
+        "300",
+        "--no-budget-sweep",
+        "--quiet",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    assert_eq!(r["duration"], 0.02);
+    assert_eq!(r["warmup"], serde_json::json!({"ops": 300}));
+    assert!(r["ops"].is_null(), "--duration, not --ops: {}", r["ops"]);
+    let cases = r["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 24);
+    for case in cases {
+        for index in ["rolex", "bplus"] {
+            // Each run of both indexes is a bench run with the two flags.
+            let run = &case[index];
+            assert_eq!(run["config"]["duration"], 0.02, "{index}");
+            assert_eq!(run["config"]["warmup"]["ops"], 300, "{index}");
+            assert!(run["warmup_ops"].as_u64().expect("warm-up") >= 300);
+            let wall = run["wall_seconds"].as_f64().expect("wall");
+            assert!(
+                (0.015..2.0).contains(&wall),
+                "{} ({index}): the measured stretch lasted {wall} s",
+                case["name"]
+            );
+        }
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md");
+    assert!(
+        table.starts_with("`rolex compare --keys 5000 --duration 0.02 --warmup 300 --threads"),
+        "{table}"
+    );
+    let plot = std::fs::read_to_string(out.join("measured_throughput.svg")).expect("plot");
+    assert!(
+        plot.contains("0.02 s per run after 300 warm-up operations"),
+        "{plot}"
+    );
+}
+
+#[test]
+fn compare_refuses_a_bad_warmup_or_duration_as_bench_does() {
+    // The same value gets the same one line from both commands (bar the help each names), and
+    // it names the flag and what the flag needs.
+    for (flag, value, needs) in [
+        ("--warmup", "abc", "seconds (2s)"),
+        ("--warmup", "0", "seconds (2s)"),
+        ("--warmup", "-5", "seconds (2s)"),
+        ("--warmup", "infs", "finite"),
+        ("--warmup", "0s", "above 0"),
+        ("--duration", "0", "above 0"),
+        ("--duration", "-1", "above 0"),
+        ("--duration", "inf", "finite"),
+        ("--duration", "1e30", "at most 1e7"),
+        ("--duration", "nan", "finite"),
+    ] {
+        let compare = bad_input_line(&["compare", flag, value]);
+        assert!(
+            compare.contains(flag) && compare.contains(needs),
+            "{flag} {value}: {compare:?} lacks {needs:?}"
+        );
+        let bench = bad_input_line(&["bench", flag, value]);
+        assert_eq!(
+            compare.replace("rolex compare --help", "rolex bench --help"),
+            bench,
+            "{flag} {value}"
+        );
+    }
+    // --duration replaces --ops, as in bench.
+    let line = bad_input_line(&["compare", "--duration", "1", "--ops", "5"]);
+    assert!(
+        line.contains("--ops") && line.contains("--duration"),
+        "{line}"
+    );
+    // Both forms of --warmup are taken (the refusal here is --out's, after parsing).
+    for warmup in ["1000", "0.5s"] {
+        let line = bad_input_line(&[
+            "compare",
+            "--warmup",
+            warmup,
+            "--duration",
+            "0.5",
+            "--out",
+            "/nonexistent/rolex/plots",
+        ]);
+        assert!(
+            line.contains("--out") && !line.contains("--warmup"),
+            "{line}"
+        );
+    }
+}
+
 fn table_has_budget_sweep(stdout: &str) -> bool {
     stdout.contains("Against the compute-side cache budget")
         && stdout.lines().any(|l| l.starts_with("| 0.05 | ycsb-c |"))

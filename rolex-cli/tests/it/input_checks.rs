@@ -404,6 +404,7 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
         &[
             "--budget-sweep",
             "--cache-budget",
+            "--duration",
             "--inflight",
             "--keys",
             "--ops",
@@ -412,6 +413,7 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
             "--seed",
             "--threads",
             "--value-size",
+            "--warmup",
         ],
     ),
     (
