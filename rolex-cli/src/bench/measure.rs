@@ -377,9 +377,7 @@ fn assemble<I: BenchIndex>(
         }),
     };
     Ok(Report {
-        schema_version: crate::report::SCHEMA_VERSION,
-        tool_version: env!("CARGO_PKG_VERSION"),
-        timestamp: crate::report::utc_now(),
+        stamp: crate::report::Stamp::now(),
         index: args.index.name(),
         config,
         wall_seconds: wall,

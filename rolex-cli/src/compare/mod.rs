@@ -134,6 +134,10 @@ struct Ratios {
 /// The whole comparison, as written to `--json`.
 #[derive(Debug, serde::Serialize)]
 struct Comparison {
+    /// `schema_version`, `tool_version`, `timestamp` (when the comparison ended), as in
+    /// `rolex bench`'s reports.
+    #[serde(flatten)]
+    stamp: crate::report::Stamp,
     keys: u64,
     /// Operations per run (null: each run lasted `duration` seconds instead).
     ops: Option<u64>,
@@ -471,6 +475,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     );
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&Comparison {
+            stamp: crate::report::Stamp::now(),
             keys: args.keys,
             ops: args.length.duration.is_none().then_some(args.ops),
             length: args.length,

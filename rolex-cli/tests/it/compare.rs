@@ -196,6 +196,51 @@ fn compare_writes_a_table_json_and_plots() {
     for line in stdout.lines().filter(|l| l.starts_with("| ")) {
         assert!(table.contains(line), "{line} missing from table.md");
     }
+    the_json_says_what_wrote_it_and_when(&r);
+}
+
+/// `compare --json` begins as `bench --json` does: the layout's version, the `rolex` that
+/// wrote it, and when (RFC 3339, UTC), after every run it holds.
+fn the_json_says_what_wrote_it_and_when(r: &serde_json::Value) {
+    assert_eq!(r["schema_version"], 1);
+    assert_eq!(r["tool_version"], env!("CARGO_PKG_VERSION"));
+    let stamp = r["timestamp"].as_str().expect("timestamp");
+    let fields: Vec<u32> = stamp
+        .trim_end_matches('Z')
+        .split(['-', 'T', ':'])
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    assert!(
+        stamp.len() == 20
+            && stamp.ends_with('Z')
+            && stamp.as_bytes()[10] == b'T'
+            && fields.len() == 6,
+        "{stamp}"
+    );
+    let (year, month, day) = (fields[0], fields[1], fields[2]);
+    let (hour, minute, second) = (fields[3], fields[4], fields[5]);
+    assert!(
+        (2025..2100).contains(&year)
+            && (1..=12).contains(&month)
+            && (1..=31).contains(&day)
+            && hour < 24
+            && minute < 60
+            && second < 60,
+        "{stamp}"
+    );
+    // The runs carry the same fields, written by the same code, each before the comparison ended.
+    for case in r["cases"].as_array().expect("cases") {
+        for index in ["rolex", "bplus"] {
+            let run = &case[index];
+            assert_eq!(run["schema_version"], r["schema_version"]);
+            assert_eq!(run["tool_version"], r["tool_version"]);
+            let run_stamp = run["timestamp"].as_str().expect("timestamp");
+            assert!(
+                run_stamp.len() == 20 && run_stamp <= stamp,
+                "{run_stamp} after {stamp}"
+            );
+        }
+    }
 }
 
 #[test]
