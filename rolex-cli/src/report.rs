@@ -293,7 +293,11 @@ pub struct ValuesReport {
 
 /// The version of the JSON layout of every report `rolex` writes (`bench`, `bench --runs`,
 /// `compare`): raised when a field changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// 2: `compare`'s ratios over `--runs` are the ratios of the two indexes' mean figures with a
+/// 95% interval (`{ratio, ci95, n}`), no longer the means of per-run ratios, and its `spread` no
+/// longer holds ratios. `bench`'s reports are as in 1.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// What every JSON report of `rolex` begins with (flattened into it): which layout it has,
 /// which `rolex` wrote it, and when.

@@ -145,7 +145,7 @@ fn compare_writes_a_table_json_and_plots() {
         assert_eq!(case["rolex"]["index"], "rolex");
         assert_eq!(case["bplus"]["index"], "bplus");
         assert!(
-            case["ratios"]["modeled_throughput"]
+            case["ratios"]["modeled_throughput"]["ratio"]
                 .as_f64()
                 .expect("ratio")
                 > 0.0
@@ -197,12 +197,13 @@ fn compare_writes_a_table_json_and_plots() {
         assert!(table.contains(line), "{line} missing from table.md");
     }
     the_json_says_what_wrote_it_and_when(&r);
+    one_run_gives_ratios_without_an_interval(&r, &stdout, &table);
 }
 
 /// `compare --json` begins as `bench --json` does: the layout's version, the `rolex` that
 /// wrote it, and when (RFC 3339, UTC), after every run it holds.
 fn the_json_says_what_wrote_it_and_when(r: &serde_json::Value) {
-    assert_eq!(r["schema_version"], 1);
+    assert_eq!(r["schema_version"], 2);
     assert_eq!(r["tool_version"], env!("CARGO_PKG_VERSION"));
     let stamp = r["timestamp"].as_str().expect("timestamp");
     let fields: Vec<u32> = stamp
@@ -240,6 +241,44 @@ fn the_json_says_what_wrote_it_and_when(r: &serde_json::Value) {
                 "{run_stamp} after {stamp}"
             );
         }
+    }
+}
+
+/// With one run per case a ratio is that run's, with no interval: null in the JSON, no "±" and
+/// no brackets in the table, and a line saying so.
+fn one_run_gives_ratios_without_an_interval(r: &serde_json::Value, stdout: &str, table: &str) {
+    assert!(
+        r["ratio_statistic"]
+            .as_str()
+            .is_some_and(|s| s.contains("Fieller")),
+        "{}",
+        r["ratio_statistic"]
+    );
+    for case in r["cases"].as_array().expect("cases") {
+        let measured = &case["ratios"]["measured_throughput"];
+        assert_eq!(measured["n"], 1, "{case}");
+        assert!(measured["ci95"].is_null(), "{measured}");
+        let (rolex, bplus) = (
+            case["rolex"]["throughput_ops_s"].as_f64().expect("ops/s"),
+            case["bplus"]["throughput_ops_s"].as_f64().expect("ops/s"),
+        );
+        let ratio = measured["ratio"].as_f64().expect("ratio");
+        assert!((ratio - rolex / bplus).abs() <= 1e-9 * ratio, "{measured}");
+        for name in [
+            "modeled_throughput",
+            "modeled_throughput_64_threads",
+            "bytes_per_op",
+            "rtts_per_op",
+        ] {
+            assert!(case["ratios"][name]["ci95"].is_null(), "{name}");
+            assert!(case["ratios"][name]["ratio"].as_f64().expect("ratio") > 0.0);
+        }
+    }
+    for row in stdout.lines().filter(|l| l.starts_with("| ycsb-")) {
+        assert!(!row.contains('±') && !row.contains('['), "{row}");
+    }
+    for text in [stdout, table] {
+        assert!(text.contains("no confidence interval"), "{text}");
     }
 }
 
