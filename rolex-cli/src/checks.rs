@@ -525,6 +525,16 @@ pub enum Warmup {
     Seconds(f64),
 }
 
+impl Warmup {
+    /// As `--warmup` takes it (`100000`, `2s`).
+    pub fn flag(&self) -> String {
+        match *self {
+            Warmup::Ops(n) => n.to_string(),
+            Warmup::Seconds(s) => format!("{s}s"),
+        }
+    }
+}
+
 /// `--warmup`: a count of operations (`100000`) or seconds (`2s`, `0.5s`).
 pub fn warmup(s: &str) -> Result<Warmup, String> {
     not_negative(s, "a count of operations (100000) or seconds (2s), above 0")?;

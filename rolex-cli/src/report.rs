@@ -227,12 +227,9 @@ impl RetrainerSummary {
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// [`SCHEMA_VERSION`]: raised when a field changes meaning or goes away.
-    pub schema_version: u32,
-    /// The `rolex` that wrote it.
-    pub tool_version: &'static str,
-    /// When the run ended, UTC, RFC 3339.
-    pub timestamp: String,
+    /// `schema_version`, `tool_version`, `timestamp` (when the run ended).
+    #[serde(flatten)]
+    pub stamp: Stamp,
     /// `rolex` or `bplus`.
     pub index: &'static str,
     pub config: serde_json::Value,
@@ -294,11 +291,39 @@ pub struct ValuesReport {
     pub value_bytes_per_op: f64,
 }
 
-/// The version of the report's JSON layout.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version of the JSON layout of every report `rolex` writes (`bench`, `bench --runs`,
+/// `compare`): raised when a field changes meaning or goes away.
+///
+/// 2: `compare`'s ratios over `--runs` are the ratios of the two indexes' mean figures with a
+/// 95% interval (`{ratio, ci95, n}`), no longer the means of per-run ratios, and its `spread` no
+/// longer holds ratios. `bench`'s reports are as in 1.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// What every JSON report of `rolex` begins with (flattened into it): which layout it has,
+/// which `rolex` wrote it, and when.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stamp {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The `rolex` that wrote it (the crate's version).
+    pub tool_version: &'static str,
+    /// When the report was made (a run's: when the run ended), UTC, RFC 3339.
+    pub timestamp: String,
+}
+
+impl Stamp {
+    /// The stamp of a report made now.
+    pub fn now() -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            tool_version: env!("CARGO_PKG_VERSION"),
+            timestamp: utc_now(),
+        }
+    }
+}
 
 /// The time now, UTC, as RFC 3339 (`2026-11-24T20:22:15Z`).
-pub fn utc_now() -> String {
+fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -593,9 +618,8 @@ mod tests {
 /// Repeated runs (`--runs N`): every run's report and the spread of its figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunsReport {
-    pub schema_version: u32,
-    pub tool_version: &'static str,
-    pub timestamp: String,
+    #[serde(flatten)]
+    pub stamp: Stamp,
     pub runs: Vec<Report>,
     pub spread: RunsSpread,
     /// Ctrl-C stopped the last run (and the runs after it never started).

@@ -46,13 +46,10 @@ pub struct BenchArgs {
     /// overrides --workload).
     #[arg(long, value_parser = crate::checks::share)]
     pub insert_ratio: Option<f64>,
-    /// Run for this many seconds instead of a number of operations.
-    #[arg(long, value_parser = crate::checks::seconds)]
-    pub duration: Option<f64>,
-    /// Operations to run first and leave out of every figure: a count (`100000`) or seconds
-    /// (`2s`). The measured run (`--ops` or `--duration`) starts when it ends.
-    #[arg(long, value_parser = crate::checks::warmup)]
-    pub warmup: Option<crate::checks::Warmup>,
+    /// `--duration` and `--warmup`.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub length: RunLength,
     /// Print the throughput every this many seconds as the run goes (on standard error), and keep
     /// the series in the JSON (`intervals`). At least 0.005: the run is sampled every 5 ms.
     #[arg(long, value_parser = crate::checks::report_interval)]
@@ -183,6 +180,36 @@ pub struct BenchArgs {
     /// Cost model: clients to model (default: --threads x --inflight).
     #[arg(long, value_parser = crate::checks::positive_count)]
     pub model_clients: Option<u64>,
+}
+
+/// How long a run lasts: `--duration` instead of a count of operations, after a `--warmup`.
+/// `rolex bench` and `rolex compare` both take these flags (flattened into each), so they mean
+/// the same and are checked the same in both (by [`crate::checks::seconds`] and
+/// [`crate::checks::warmup`]); each run of `compare`, of either index, is a bench run with them.
+/// A command that takes them gives its `--ops` `conflicts_with = "duration"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, clap::Args, serde::Serialize)]
+pub struct RunLength {
+    /// Run for this many seconds instead of a number of operations (each run, of each index).
+    #[arg(long, value_parser = crate::checks::seconds)]
+    pub duration: Option<f64>,
+    /// Operations to run first and leave out of every figure: a count (`100000`) or seconds
+    /// (`2s`). The measured run (`--ops` or `--duration`) starts when it ends.
+    #[arg(long, value_parser = crate::checks::warmup)]
+    pub warmup: Option<crate::checks::Warmup>,
+}
+
+impl RunLength {
+    /// The flags as typed (` --duration 2 --warmup 1000`; empty when neither was given).
+    pub fn flags(&self) -> String {
+        let mut out = String::new();
+        if let Some(s) = self.duration {
+            out.push_str(&format!(" --duration {s}"));
+        }
+        if let Some(w) = self.warmup {
+            out.push_str(&format!(" --warmup {}", w.flag()));
+        }
+        out
+    }
 }
 
 /// Transport as a command-line value.

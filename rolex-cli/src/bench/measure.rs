@@ -51,8 +51,8 @@ pub(super) fn run_workload<I: BenchIndex>(
         args.theta,
         mix.dist_params,
     )?;
-    let timed = args.duration.is_some();
-    let duration_ns = args.duration.map_or(0, |s| (s * 1e9) as u64);
+    let timed = args.length.duration.is_some();
+    let duration_ns = args.length.duration.map_or(0, |s| (s * 1e9) as u64);
     let shared = Arc::new(Shared {
         chooser,
         mix: mix.clone(),
@@ -61,8 +61,8 @@ pub(super) fn run_workload<I: BenchIndex>(
         claimed: AtomicU64::new(0),
         done: AtomicU64::new(0),
         warm_done: AtomicU64::new(0),
-        measuring: AtomicBool::new(args.warmup.is_none()),
-        deadline_ns: AtomicU64::new(if args.warmup.is_none() {
+        measuring: AtomicBool::new(args.length.warmup.is_none()),
+        deadline_ns: AtomicU64::new(if args.length.warmup.is_none() {
             duration_ns
         } else {
             u64::MAX
@@ -110,7 +110,7 @@ fn run_threads<I: BenchIndex>(
     let bar = progress(
         args.quiet,
         (!shared.timed).then_some(shared.per_thread * args.threads),
-        if args.warmup.is_some() {
+        if args.length.warmup.is_some() {
             "warming up"
         } else {
             "running"
@@ -140,7 +140,7 @@ fn run_threads<I: BenchIndex>(
                 .sum(),
         )
     };
-    let mut measure_start = args.warmup.is_none().then_some(shared.started);
+    let mut measure_start = args.length.warmup.is_none().then_some(shared.started);
     let mut samples: Vec<Sample> = Vec::new();
     if measure_start.is_some() {
         let (r, n) = retrains_now();
@@ -158,7 +158,7 @@ fn run_threads<I: BenchIndex>(
             shared.stop.store(true, Ordering::Release);
         }
         let Some(start) = measure_start else {
-            let over = match args.warmup {
+            let over = match args.length.warmup {
                 Some(Warmup::Seconds(s)) => shared.started.elapsed().as_secs_f64() >= s,
                 Some(Warmup::Ops(n)) => shared.warm_done.load(Ordering::Relaxed) >= n,
                 None => true,
@@ -167,7 +167,7 @@ fn run_threads<I: BenchIndex>(
                 let now = Instant::now();
                 let since = now.saturating_duration_since(shared.started).as_nanos() as u64;
                 shared.deadline_ns.store(
-                    since.saturating_add(args.duration.map_or(0, |s| (s * 1e9) as u64)),
+                    since.saturating_add(args.length.duration.map_or(0, |s| (s * 1e9) as u64)),
                     Ordering::Release,
                 );
                 shared.measuring.store(true, Ordering::Release);
@@ -377,9 +377,7 @@ fn assemble<I: BenchIndex>(
         }),
     };
     Ok(Report {
-        schema_version: crate::report::SCHEMA_VERSION,
-        tool_version: env!("CARGO_PKG_VERSION"),
-        timestamp: crate::report::utc_now(),
+        stamp: crate::report::Stamp::now(),
         index: args.index.name(),
         config,
         wall_seconds: wall,

@@ -11,7 +11,7 @@ mod measure;
 mod thread;
 
 use crate::error::{CliError, failed, input};
-pub use args::{BenchArgs, CliCacheMode, CliTransport};
+pub use args::{BenchArgs, CliCacheMode, CliTransport, RunLength};
 use bplus::run_bplus;
 use measure::run_workload;
 
@@ -700,9 +700,7 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
     if let Some(path) = &args.json {
         let json = match (args.runs, spread) {
             (2.., Some(spread)) => serde_json::to_string_pretty(&crate::report::RunsReport {
-                schema_version: crate::report::SCHEMA_VERSION,
-                tool_version: env!("CARGO_PKG_VERSION"),
-                timestamp: crate::report::utc_now(),
+                stamp: crate::report::Stamp::now(),
                 runs: reports.clone(),
                 spread,
                 interrupted,

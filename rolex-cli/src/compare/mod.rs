@@ -16,7 +16,7 @@ use sim_transport::cost_model::NetworkProfile;
 use crate::bench::{self, BenchArgs};
 use crate::index::IndexKind;
 use crate::report::{Report, weighted};
-use crate::spread::Spread;
+use crate::spread::{RatioOfMeans, Spread};
 use crate::workload::{self, RequestDist, Workload};
 
 /// What `rolex compare` takes.
@@ -26,8 +26,13 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     pub keys: u64,
     /// Operations per run.
-    #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration",
+          value_parser = crate::checks::positive_count)]
     pub ops: u64,
+    /// `--duration` and `--warmup`, as `rolex bench` takes them, for every run of both indexes
+    /// (the budget sweep's included).
+    #[command(flatten)]
+    pub length: bench::RunLength,
     /// Compute threads (measured runs; at most 128).
     #[arg(long, default_value_t = 2, value_parser = crate::checks::threads)]
     pub threads: u64,
@@ -85,7 +90,7 @@ struct Case {
     /// Runs 2 to N with `--runs N` (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     repeats: Vec<Pair>,
-    /// Means over the runs.
+    /// ROLEX over the B+-tree: the ratio of the means over the runs, with a 95% interval.
     ratios: Ratios,
     /// With `--runs N > 1`: the spread over the runs.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -99,14 +104,11 @@ struct Pair {
     bplus: Report,
 }
 
-/// A case's figures over its runs.
+/// A case's figures over its runs (their ratios are in [`Ratios`]).
 #[derive(Debug, Clone, serde::Serialize)]
 struct CaseSpread {
     rolex_throughput_ops_s: Spread,
     bplus_throughput_ops_s: Spread,
-    measured_throughput_ratio: Spread,
-    modeled_throughput_ratio: Spread,
-    modeled_throughput_64_threads_ratio: Spread,
     rolex_modeled_64_threads_ops_s: Spread,
     bplus_modeled_64_threads_ops_s: Spread,
     rolex_modeled_2_threads_ops_s: Spread,
@@ -114,23 +116,35 @@ struct CaseSpread {
 }
 
 /// ROLEX's figure over the baseline's (> 1: ROLEX ahead, for throughput; < 1: ROLEX moves
-/// fewer bytes).
+/// fewer bytes): each the ratio of the two indexes' means over the runs, with its 95% interval
+/// (Fieller's, runs paired by seed; none with one run) — see [`RatioOfMeans`] for why.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Ratios {
-    measured_throughput: f64,
-    modeled_throughput: f64,
+    measured_throughput: RatioOfMeans,
+    modeled_throughput: RatioOfMeans,
     /// The same at 64 modeled threads, each with `inflight` operations in flight (where the
     /// memory node's NIC, not the round trips, bounds throughput).
-    modeled_throughput_64_threads: f64,
-    bytes_per_op: f64,
-    rtts_per_op: f64,
+    modeled_throughput_64_threads: RatioOfMeans,
+    bytes_per_op: RatioOfMeans,
+    rtts_per_op: RatioOfMeans,
 }
+
+/// What every case's `ratios` hold, as the JSON says it (`ratio_statistic`).
+const RATIO_STATISTIC: &str = "ratio of the two indexes' means over the runs; ci95: 95% confidence interval by Fieller's method, runs paired by seed, cut at 0 (null with one run; low and high null when unbounded)";
 
 /// The whole comparison, as written to `--json`.
 #[derive(Debug, serde::Serialize)]
 struct Comparison {
+    /// `schema_version`, `tool_version`, `timestamp` (when the comparison ended), as in
+    /// `rolex bench`'s reports.
+    #[serde(flatten)]
+    stamp: crate::report::Stamp,
     keys: u64,
-    ops: u64,
+    /// Operations per run (null: each run lasted `duration` seconds instead).
+    ops: Option<u64>,
+    /// `duration` (seconds per run) and `warmup` (null where not given).
+    #[serde(flatten)]
+    length: bench::RunLength,
     threads: u64,
     runs: u64,
     /// Byte values' length bounds (absent: 8-byte values).
@@ -144,6 +158,8 @@ struct Comparison {
     cache_budget: Option<crate::checks::CacheBudget>,
     /// YCSB C and A (uniform) at each budget of `--budget-sweep`.
     budget_sweep: Vec<BudgetPoint>,
+    /// How each case's `ratios` are computed ([`RATIO_STATISTIC`]).
+    ratio_statistic: &'static str,
     /// Ctrl-C stopped the comparison: `cases` and `budget_sweep` hold what finished before.
     interrupted: bool,
 }
@@ -183,6 +199,7 @@ fn run_of(args: &CompareArgs, defaults: &BenchArgs, index: IndexKind, seed: u64)
     run.page_size = args.page_size;
     run.keys = args.keys;
     run.ops = args.ops;
+    run.length = args.length;
     run.threads = args.threads;
     run.inflight = args.inflight;
     run.seed = seed;
@@ -251,9 +268,13 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     }
     // Printed as it grows, and written to `table.md` beside the plots at the end.
     let mut table = format!(
-        "`rolex compare --keys {} --ops {} --threads {} --seed {} --page-size {}{}{}{}`\n\n",
+        "`rolex compare --keys {}{} --threads {} --seed {} --page-size {}{}{}{}`\n\n",
         args.keys,
-        args.ops,
+        match args.length.duration {
+            // --duration replaces --ops; --warmup comes with either.
+            Some(_) => args.length.flags(),
+            None => format!(" --ops {}{}", args.ops, args.length.flags()),
+        },
         args.threads,
         args.seed,
         args.page_size,
@@ -273,6 +294,16 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         table.push_str(&line);
         table.push('\n');
     };
+    // What the ratio columns hold.
+    emit(if args.runs > 1 {
+        format!(
+            "Ratios are ROLEX's mean over the B+-tree's mean across the {} runs, with a 95% confidence interval [low–high] (Fieller's method, runs paired by seed; \"unbounded\" where the B+-tree's runs vary too much for one); ops/s are mean ± standard deviation; the bytes ratio's interval is in the JSON.",
+            args.runs
+        )
+    } else {
+        "Ratios are ROLEX's figure over the B+-tree's in one run per case: no confidence interval (--runs 2 or more gives one).".into()
+    });
+    emit(String::new());
     emit(format!(
         "| workload | requests | ROLEX ops/s | B+-tree ops/s | measured ratio | modeled ratio | modeled ratio, 64 threads x {} in flight | bytes/op ROLEX | bytes/op B+-tree | bytes ratio | RTT/op ROLEX | RTT/op B+-tree |",
         args.inflight
@@ -336,19 +367,24 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 n: 0,
             })
         };
+        // ROLEX's figure and the B+-tree's, run by run.
+        let of_means = |f: &dyn Fn(&Report) -> f64| -> Result<RatioOfMeans, CliError> {
+            let figures: Vec<(f64, f64)> =
+                pairs.iter().map(|p| (f(&p.rolex), f(&p.bplus))).collect();
+            RatioOfMeans::of(&figures).ok_or_else(|| failed!("a case ran no run"))
+        };
+        let ratios = Ratios {
+            measured_throughput: of_means(&|r| r.throughput_ops_s)?,
+            modeled_throughput: of_means(&|r| r.modeled.throughput_ops_s)?,
+            modeled_throughput_64_threads: of_means(&|r| {
+                modeled_at(r, 64 * args.inflight, &profile)
+            })?,
+            bytes_per_op: of_means(&bytes)?,
+            rtts_per_op: of_means(&rtts)?,
+        };
         let spread = CaseSpread {
             rolex_throughput_ops_s: over(&|p| p.rolex.throughput_ops_s),
             bplus_throughput_ops_s: over(&|p| p.bplus.throughput_ops_s),
-            measured_throughput_ratio: over(&|p| {
-                p.rolex.throughput_ops_s / p.bplus.throughput_ops_s.max(1e-9)
-            }),
-            modeled_throughput_ratio: over(&|p| {
-                p.rolex.modeled.throughput_ops_s / p.bplus.modeled.throughput_ops_s.max(1e-9)
-            }),
-            modeled_throughput_64_threads_ratio: over(&|p| {
-                modeled_at(&p.rolex, 64 * args.inflight, &profile)
-                    / modeled_at(&p.bplus, 64 * args.inflight, &profile).max(1e-9)
-            }),
             rolex_modeled_64_threads_ops_s: over(&|p| {
                 modeled_at(&p.rolex, 64 * args.inflight, &profile)
             }),
@@ -362,20 +398,14 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
                 modeled_at(&p.bplus, 2 * args.inflight, &profile)
             }),
         };
-        let ratios = Ratios {
-            measured_throughput: spread.measured_throughput_ratio.mean,
-            modeled_throughput: spread.modeled_throughput_ratio.mean,
-            modeled_throughput_64_threads: spread.modeled_throughput_64_threads_ratio.mean,
-            bytes_per_op: over(&|p| bytes(&p.rolex) / bytes(&p.bplus).max(1e-9)).mean,
-            rtts_per_op: over(&|p| rtts(&p.rolex) / rtts(&p.bplus).max(1e-9)).mean,
-        };
         let mut pairs = pairs.into_iter();
         let Some(first) = pairs.next() else {
             return Err(failed!("a case ran no run"));
         };
         let repeats: Vec<Pair> = pairs.collect();
         let (rolex, bplus) = (first.rolex, first.bplus);
-        // With several runs, a figure that varies is shown as mean ± standard deviation.
+        // With several runs, a throughput is shown as mean ± standard deviation (a ratio as
+        // the ratio of means with its interval).
         let shown = |s: &Spread, decimals: usize| {
             if args.runs > 1 {
                 s.short(decimals)
@@ -388,12 +418,12 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             workload::name(*dist),
             shown(&spread.rolex_throughput_ops_s, 0),
             shown(&spread.bplus_throughput_ops_s, 0),
-            shown(&spread.measured_throughput_ratio, 2),
-            shown(&spread.modeled_throughput_ratio, 2),
-            shown(&spread.modeled_throughput_64_threads_ratio, 2),
+            ratios.measured_throughput.show(2),
+            ratios.modeled_throughput.show(2),
+            ratios.modeled_throughput_64_threads.show(2),
             bytes(&rolex),
             bytes(&bplus),
-            ratios.bytes_per_op,
+            ratios.bytes_per_op.ratio,
             rtts(&rolex),
             rtts(&bplus)
         ));
@@ -457,8 +487,10 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     );
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&Comparison {
+            stamp: crate::report::Stamp::now(),
             keys: args.keys,
-            ops: args.ops,
+            ops: args.length.duration.is_none().then_some(args.ops),
+            length: args.length,
             threads: args.threads,
             runs: args.runs,
             value_size: args.value_size,
@@ -467,6 +499,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             clients_sweep,
             cache_budget: args.cache_budget,
             budget_sweep,
+            ratio_statistic: RATIO_STATISTIC,
             interrupted,
         })?;
         std::fs::write(path, json + "\n").map_err(|e| failed!("{}: {e}", path.display()))?;

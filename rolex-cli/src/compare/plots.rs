@@ -20,10 +20,17 @@ pub(super) fn plots(
     } else {
         String::new()
     };
+    let per_run = match args.length.duration {
+        Some(s) => format!("{s} s per run"),
+        None => format!("{} operations per run", args.ops),
+    };
+    let warmup = args.length.warmup.map_or(String::new(), |w| match w {
+        crate::checks::Warmup::Ops(n) => format!(" after {n} warm-up operations"),
+        crate::checks::Warmup::Seconds(s) => format!(" after a warm-up of {s} s"),
+    });
     let sizes = format!(
-        "{} keys, {} operations per run{}",
+        "{} keys, {per_run}{warmup}{}",
         args.keys,
-        args.ops,
         args.value_size
             .map_or(String::new(), |v| format!(", values of {v}"))
     );

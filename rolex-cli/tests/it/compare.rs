@@ -145,7 +145,7 @@ fn compare_writes_a_table_json_and_plots() {
         assert_eq!(case["rolex"]["index"], "rolex");
         assert_eq!(case["bplus"]["index"], "bplus");
         assert!(
-            case["ratios"]["modeled_throughput"]
+            case["ratios"]["modeled_throughput"]["ratio"]
                 .as_f64()
                 .expect("ratio")
                 > 0.0
@@ -195,6 +195,195 @@ fn compare_writes_a_table_json_and_plots() {
     );
     for line in stdout.lines().filter(|l| l.starts_with("| ")) {
         assert!(table.contains(line), "{line} missing from table.md");
+    }
+    the_json_says_what_wrote_it_and_when(&r);
+    one_run_gives_ratios_without_an_interval(&r, &stdout, &table);
+}
+
+/// `compare --json` begins as `bench --json` does: the layout's version, the `rolex` that
+/// wrote it, and when (RFC 3339, UTC), after every run it holds.
+fn the_json_says_what_wrote_it_and_when(r: &serde_json::Value) {
+    assert_eq!(r["schema_version"], 2);
+    assert_eq!(r["tool_version"], env!("CARGO_PKG_VERSION"));
+    let stamp = r["timestamp"].as_str().expect("timestamp");
+    let fields: Vec<u32> = stamp
+        .trim_end_matches('Z')
+        .split(['-', 'T', ':'])
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    assert!(
+        stamp.len() == 20
+            && stamp.ends_with('Z')
+            && stamp.as_bytes()[10] == b'T'
+            && fields.len() == 6,
+        "{stamp}"
+    );
+    let (year, month, day) = (fields[0], fields[1], fields[2]);
+    let (hour, minute, second) = (fields[3], fields[4], fields[5]);
+    assert!(
+        (2025..2100).contains(&year)
+            && (1..=12).contains(&month)
+            && (1..=31).contains(&day)
+            && hour < 24
+            && minute < 60
+            && second < 60,
+        "{stamp}"
+    );
+    // The runs carry the same fields, written by the same code, each before the comparison ended.
+    for case in r["cases"].as_array().expect("cases") {
+        for index in ["rolex", "bplus"] {
+            let run = &case[index];
+            assert_eq!(run["schema_version"], r["schema_version"]);
+            assert_eq!(run["tool_version"], r["tool_version"]);
+            let run_stamp = run["timestamp"].as_str().expect("timestamp");
+            assert!(
+                run_stamp.len() == 20 && run_stamp <= stamp,
+                "{run_stamp} after {stamp}"
+            );
+        }
+    }
+}
+
+/// With one run per case a ratio is that run's, with no interval: null in the JSON, no "±" and
+/// no brackets in the table, and a line saying so.
+fn one_run_gives_ratios_without_an_interval(r: &serde_json::Value, stdout: &str, table: &str) {
+    assert!(
+        r["ratio_statistic"]
+            .as_str()
+            .is_some_and(|s| s.contains("Fieller")),
+        "{}",
+        r["ratio_statistic"]
+    );
+    for case in r["cases"].as_array().expect("cases") {
+        let measured = &case["ratios"]["measured_throughput"];
+        assert_eq!(measured["n"], 1, "{case}");
+        assert!(measured["ci95"].is_null(), "{measured}");
+        let (rolex, bplus) = (
+            case["rolex"]["throughput_ops_s"].as_f64().expect("ops/s"),
+            case["bplus"]["throughput_ops_s"].as_f64().expect("ops/s"),
+        );
+        let ratio = measured["ratio"].as_f64().expect("ratio");
+        assert!((ratio - rolex / bplus).abs() <= 1e-9 * ratio, "{measured}");
+        for name in [
+            "modeled_throughput",
+            "modeled_throughput_64_threads",
+            "bytes_per_op",
+            "rtts_per_op",
+        ] {
+            assert!(case["ratios"][name]["ci95"].is_null(), "{name}");
+            assert!(case["ratios"][name]["ratio"].as_f64().expect("ratio") > 0.0);
+        }
+    }
+    for row in stdout.lines().filter(|l| l.starts_with("| ycsb-")) {
+        assert!(!row.contains('±') && !row.contains('['), "{row}");
+    }
+    for text in [stdout, table] {
+        assert!(text.contains("no confidence interval"), "{text}");
+    }
+}
+
+#[test]
+fn compare_takes_warmup_and_duration_as_bench_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("plots");
+    let report = dir.path().join("compare.json");
+    run(&[
+        "compare",
+        "--keys",
+        "5000",
+        "--duration",
+        "0.02",
+        "--warmup",
+        "300",
+        "--no-budget-sweep",
+        "--quiet",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    assert_eq!(r["duration"], 0.02);
+    assert_eq!(r["warmup"], serde_json::json!({"ops": 300}));
+    assert!(r["ops"].is_null(), "--duration, not --ops: {}", r["ops"]);
+    let cases = r["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 24);
+    for case in cases {
+        for index in ["rolex", "bplus"] {
+            // Each run of both indexes is a bench run with the two flags.
+            let run = &case[index];
+            assert_eq!(run["config"]["duration"], 0.02, "{index}");
+            assert_eq!(run["config"]["warmup"]["ops"], 300, "{index}");
+            assert!(run["warmup_ops"].as_u64().expect("warm-up") >= 300);
+            let wall = run["wall_seconds"].as_f64().expect("wall");
+            assert!(
+                (0.015..2.0).contains(&wall),
+                "{} ({index}): the measured stretch lasted {wall} s",
+                case["name"]
+            );
+        }
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md");
+    assert!(
+        table.starts_with("`rolex compare --keys 5000 --duration 0.02 --warmup 300 --threads"),
+        "{table}"
+    );
+    let plot = std::fs::read_to_string(out.join("measured_throughput.svg")).expect("plot");
+    assert!(
+        plot.contains("0.02 s per run after 300 warm-up operations"),
+        "{plot}"
+    );
+}
+
+#[test]
+fn compare_refuses_a_bad_warmup_or_duration_as_bench_does() {
+    // The same value gets the same one line from both commands (bar the help each names), and
+    // it names the flag and what the flag needs.
+    for (flag, value, needs) in [
+        ("--warmup", "abc", "seconds (2s)"),
+        ("--warmup", "0", "seconds (2s)"),
+        ("--warmup", "-5", "seconds (2s)"),
+        ("--warmup", "infs", "finite"),
+        ("--warmup", "0s", "above 0"),
+        ("--duration", "0", "above 0"),
+        ("--duration", "-1", "above 0"),
+        ("--duration", "inf", "finite"),
+        ("--duration", "1e30", "at most 1e7"),
+        ("--duration", "nan", "finite"),
+    ] {
+        let compare = bad_input_line(&["compare", flag, value]);
+        assert!(
+            compare.contains(flag) && compare.contains(needs),
+            "{flag} {value}: {compare:?} lacks {needs:?}"
+        );
+        let bench = bad_input_line(&["bench", flag, value]);
+        assert_eq!(
+            compare.replace("rolex compare --help", "rolex bench --help"),
+            bench,
+            "{flag} {value}"
+        );
+    }
+    // --duration replaces --ops, as in bench.
+    let line = bad_input_line(&["compare", "--duration", "1", "--ops", "5"]);
+    assert!(
+        line.contains("--ops") && line.contains("--duration"),
+        "{line}"
+    );
+    // Both forms of --warmup are taken (the refusal here is --out's, after parsing).
+    for warmup in ["1000", "0.5s"] {
+        let line = bad_input_line(&[
+            "compare",
+            "--warmup",
+            warmup,
+            "--duration",
+            "0.5",
+            "--out",
+            "/nonexistent/rolex/plots",
+        ]);
+        assert!(
+            line.contains("--out") && !line.contains("--warmup"),
+            "{line}"
+        );
     }
 }
 

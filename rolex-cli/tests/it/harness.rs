@@ -249,15 +249,59 @@ fn compare_with_runs_shows_spread_and_error_bars() {
         .collect();
     assert_eq!(rows.len(), 12);
     for row in rows {
-        assert!(row.matches(" ± ").count() >= 5, "{row}");
+        // Throughputs as mean ± sd; the three throughput ratios as ratio [low–high] or
+        // ratio [unbounded] (with two runs, t is 12.7: often unbounded).
+        assert_eq!(row.matches(" ± ").count(), 2, "{row}");
+        assert_eq!(row.matches(" [").count(), 3, "{row}");
     }
+    assert!(stdout.contains("95% confidence interval"), "{stdout}");
     let r = json(&report);
     assert_eq!(r["runs"], 2);
     for case in r["cases"].as_array().expect("cases") {
         assert_eq!(case["repeats"].as_array().expect("repeats").len(), 1);
-        assert_eq!(case["spread"]["measured_throughput_ratio"]["n"], 2);
         assert_eq!(case["repeats"][0]["rolex"]["config"]["seed"], 2);
+        // The ratio of the mean throughputs (not the mean of the two runs' ratios), with its
+        // interval around it or none (unbounded).
+        let ops = |run: &serde_json::Value| run["throughput_ops_s"].as_f64().expect("ops/s");
+        let mean = |index: &str| (ops(&case[index]) + ops(&case["repeats"][0][index])) / 2.0;
+        let measured = &case["ratios"]["measured_throughput"];
+        assert_eq!(measured["n"], 2);
+        let ratio = measured["ratio"].as_f64().expect("ratio");
+        let expected = mean("rolex") / mean("bplus");
+        assert!((ratio - expected).abs() <= 1e-9 * expected, "{measured}");
+        let ci = &measured["ci95"];
+        match (ci["low"].as_f64(), ci["high"].as_f64()) {
+            (Some(low), Some(high)) => assert!(low <= ratio && ratio <= high, "{measured}"),
+            _ => assert!(ci["low"].is_null() && ci["high"].is_null(), "{measured}"),
+        }
+        assert!(case["spread"].get("measured_throughput_ratio").is_none());
     }
+    // The README's schema names every field of compare's JSON.
+    let schema = readme_schema();
+    let mut missing = Vec::new();
+    let case = &r["cases"][0];
+    for part in [
+        &r,
+        case,
+        &case["ratios"],
+        &case["ratios"]["measured_throughput"],
+        &case["spread"],
+        &case["repeats"][0],
+        &r["clients_sweep"][0],
+        &r["budget_sweep"][0],
+    ] {
+        for key in part.as_object().expect("object").keys() {
+            if !names(&schema, key) {
+                missing.push(key.clone());
+            }
+        }
+    }
+    for key in ["low", "high", "seconds"] {
+        if !names(&schema, key) {
+            missing.push(key.into());
+        }
+    }
+    assert!(missing.is_empty(), "the README's schema lacks {missing:?}");
     let measured = std::fs::read_to_string(out.join("measured_throughput.svg")).expect("plot");
     assert!(measured.contains("<path d="), "error bars drawn");
     let cdf = std::fs::read_to_string(out.join("latency_cdf.svg")).expect("plot");
@@ -278,14 +322,19 @@ fn names(text: &str, word: &str) -> bool {
     })
 }
 
-#[test]
-fn the_readme_schema_names_every_field_of_the_json() {
+/// The README's section on the JSON reports.
+fn readme_schema() -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README");
     let start = readme.find("**Report schema**").expect("a schema section");
-    let schema = &readme[start..start + readme[start..].find("\n## ").expect("its end")];
+    readme[start..start + readme[start..].find("\n## ").expect("its end")].to_string()
+}
+
+#[test]
+fn the_readme_schema_names_every_field_of_the_json() {
+    let schema = &readme_schema();
     assert!(
-        schema.contains("`schema_version` (1;"),
+        schema.contains("`schema_version` (2;"),
         "the schema carries its version"
     );
     let dir = tempfile::tempdir().expect("tempdir");

@@ -208,7 +208,7 @@ fn json_to_standard_output_is_the_json_alone() {
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("standard output is one JSON document");
     assert!(json.get("ops").is_some(), "{json}");
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
     assert_eq!(json["tool_version"], env!("CARGO_PKG_VERSION"));
     let stamp = json["timestamp"].as_str().expect("timestamp");
     assert!(
@@ -404,6 +404,7 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
         &[
             "--budget-sweep",
             "--cache-budget",
+            "--duration",
             "--inflight",
             "--keys",
             "--ops",
@@ -412,6 +413,7 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
             "--seed",
             "--threads",
             "--value-size",
+            "--warmup",
         ],
     ),
     (
