@@ -251,6 +251,9 @@ pub struct Report {
     /// The embedded memory nodes' retrainers and pools at the end (null when attached).
     pub retrainer: Option<RetrainerSummary>,
     pub verify_clean: bool,
+    /// With `--attach --allow-unserved`: the pool files no memory node served when the run
+    /// started, so no retrainer ran for them (empty otherwise).
+    pub unserved_pools: Vec<String>,
     /// Inserts that added a key.
     pub inserted: u64,
     /// Fresh endpoints client threads needed after theirs broke (each operation that met a broken
@@ -481,6 +484,12 @@ impl Report {
             out.push_str(
                 "lock/op: of verbs/op, those on the B+-tree's lock table (Sherman keeps it in NIC memory)\n",
             );
+        }
+        if !self.unserved_pools.is_empty() {
+            out.push_str(&format!(
+                "retrainer: none ran: no memory node served {} when the run started (--allow-unserved), so nothing was retrained and no dead compute node recovered\n",
+                self.unserved_pools.join(", ")
+            ));
         }
         if let Some(r) = &self.retrainer {
             out.push_str(&format!(

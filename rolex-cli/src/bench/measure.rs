@@ -395,6 +395,7 @@ fn assemble<I: BenchIndex>(
         retrains,
         retrainer,
         verify_clean: clean,
+        unserved_pools: Vec::new(),
         inserted: inserted_count,
         reconnects,
         open_seconds: None,

@@ -8,7 +8,7 @@ use crate::common::{ROLEX, bad_input_line, json};
 
 /// Starts `rolex` with `args` and returns it once it printed its `ready:` line, with that line
 /// and a thread counting the lines it prints after it.
-fn start_until_ready(
+pub(crate) fn start_until_ready(
     args: &[&std::ffi::OsStr],
 ) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
     let mut child = Command::new(ROLEX)
