@@ -787,6 +787,43 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
     if missing > 0 {
         return Err(failed!("{missing} inserted keys are missing"));
     }
+    verify_outcome(&reports)
+}
+
+/// The runs' verify verdicts as the exit code: problems found by every walk fail the command
+/// (exit code 1); a verify that could not settle while others wrote the pool exits with
+/// [`crate::verdict::INCONCLUSIVE`]; both after the report was written.
+fn verify_outcome(reports: &[Report]) -> Result<(), CliError> {
+    use crate::verdict::Verdict;
+    let runs = |n: usize| {
+        if reports.len() > 1 {
+            format!(" in {n} of {} runs", reports.len())
+        } else {
+            String::new()
+        }
+    };
+    let with_problems: Vec<&Report> = reports
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Problems { .. }))
+        .collect();
+    if let Some(first) = with_problems.first() {
+        return Err(failed!(
+            "verify found problems{} that every one of {} walks of the pool found again: {} (see the report; run `rolex inspect`)",
+            runs(with_problems.len()),
+            first.verify_walks,
+            first.verify_problems.first().map_or("", String::as_str)
+        ));
+    }
+    let inconclusive = reports
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Inconclusive { .. }))
+        .count();
+    if inconclusive > 0 {
+        return Err(CliError::Inconclusive(format!(
+            "verify inconclusive{}: the pool changed while it was read (other processes write it, or its memnode retrains it); the run itself succeeded and its report was written",
+            runs(inconclusive)
+        )));
+    }
     Ok(())
 }
 
