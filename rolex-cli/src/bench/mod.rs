@@ -458,7 +458,7 @@ fn unserved_pools(args: &BenchArgs) -> Result<Vec<String>, CliError> {
     let what = parts.join("; ");
     if !args.allow_unserved {
         return Err(input!(
-            "{what}; start `rolex memnode --resume --pool FILE` for each, or give --allow-unserved to run without a retrainer"
+            "{what}; serve {them} with `rolex memnode --resume --pool FILE`, or give --allow-unserved to run without a retrainer"
         ));
     }
     eprintln!(
