@@ -1,6 +1,7 @@
 //! The command's errors: bad input, which ends the command before any work with exit code 2, a
-//! run that failed, exit code 1, or a run stopped by Ctrl-C, exit code 130 (after writing what it
-//! measured). Each is one line on standard error.
+//! run that failed, exit code 1, a run whose verify could not settle while others wrote the pool,
+//! exit code 3, or a run stopped by Ctrl-C, exit code 130 (after writing what it measured). Each
+//! is one line on standard error.
 
 use std::fmt;
 
@@ -17,15 +18,19 @@ pub enum CliError {
     Run(String),
     /// Ctrl-C stopped the run; what it measured was written (exit code 130).
     Interrupted(String),
+    /// The run succeeded and its report was written, but its verify was inconclusive: the pool
+    /// changed while it was read ([`crate::verdict::INCONCLUSIVE`], exit code 3).
+    Inconclusive(String),
 }
 
 impl CliError {
-    /// The exit code: 2 for bad input, 1 for a failed run, [`INTERRUPTED`] for a run stopped by
-    /// Ctrl-C.
+    /// The exit code: 2 for bad input, 1 for a failed run, 3 for an inconclusive verify,
+    /// [`INTERRUPTED`] for a run stopped by Ctrl-C.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Input(_) => 2,
             CliError::Run(_) => 1,
+            CliError::Inconclusive(_) => crate::verdict::INCONCLUSIVE,
             CliError::Interrupted(_) => INTERRUPTED,
         }
     }
@@ -36,6 +41,7 @@ impl CliError {
             CliError::Input(m) => CliError::Input(format!("{context}: {m}")),
             CliError::Run(m) => CliError::Run(format!("{context}: {m}")),
             CliError::Interrupted(m) => CliError::Interrupted(format!("{context}: {m}")),
+            CliError::Inconclusive(m) => CliError::Inconclusive(format!("{context}: {m}")),
         }
     }
 }
@@ -43,7 +49,10 @@ impl CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Input(m) | CliError::Run(m) | CliError::Interrupted(m) => f.write_str(m),
+            CliError::Input(m)
+            | CliError::Run(m)
+            | CliError::Interrupted(m)
+            | CliError::Inconclusive(m) => f.write_str(m),
         }
     }
 }

@@ -61,8 +61,10 @@ pub struct Structure {
     pub keys: u64,
     /// ROLEX: model slots; B+-tree: internal pages.
     pub models: u64,
-    /// Whether every invariant held.
-    pub clean: bool,
+    /// What the verify walks found (see [`crate::verdict`]).
+    pub verdict: crate::verdict::Verdict,
+    /// Walks made on the memory node that needed the most.
+    pub walks: usize,
     /// Memory-node bytes the index occupies (B+-tree: pages and lock table; ROLEX's comes from
     /// its retrainer).
     pub pool_bytes: Option<u64>,
@@ -82,8 +84,10 @@ pub trait BenchIndex: Send + Sync + 'static {
     fn cache_bytes(&self) -> u64;
     /// Memory nodes.
     fn memory_nodes(&self) -> u64;
-    /// A verify walk over every memory node.
-    fn structure(&self) -> Result<Structure, CliError>;
+    /// Verify walks over every memory node (see [`crate::verdict`]); `served`: a memnode serves
+    /// the pools (an attached or verbs run), so its retraining or recovery under way is work in
+    /// progress, not something left behind.
+    fn structure(&self, served: bool) -> Result<Structure, CliError>;
 }
 
 fn rolex_failed(e: index_core::IndexError) -> Failed {
@@ -142,20 +146,28 @@ where
         self.transport().memory_nodes().len() as u64
     }
 
-    fn structure(&self) -> Result<Structure, CliError> {
+    fn structure(&self, served: bool) -> Result<Structure, CliError> {
         let transport = self.transport();
         let mut ep = transport.endpoint()?;
-        let mut s = Structure {
-            clean: true,
-            ..Structure::default()
-        };
+        let mut s = Structure::default();
+        // This process's own lease, which it renews meanwhile, on each memory node.
+        let own: Vec<(u16, u8)> = self
+            .layouts()
+            .iter()
+            .zip(self.member_tags())
+            .map(|(layout, tag)| (layout.node(), tag))
+            .collect();
         for &node in transport.memory_nodes() {
-            let report = leaf_store::verify(&mut ep, node)?;
+            let tag = own.iter().find(|o| o.0 == node.id).map(|o| o.1);
+            // Walked again while it finds problems: other processes may be writing the pool.
+            let walked = crate::verdict::verify_pool(&mut ep, node, tag, served)?;
+            s.verdict = std::mem::take(&mut s.verdict).and(walked.verdict);
+            s.walks = s.walks.max(walked.walks);
+            let report = walked.last;
             s.leaves += report.trained_leaves + report.synonym_leaves;
             s.synonym_leaves += report.synonym_leaves;
             s.keys += report.keys;
             s.models += report.slots;
-            s.clean &= report.is_clean();
             if let Some(v) = report.values {
                 add_values(&mut s.values, v);
             }
@@ -384,8 +396,8 @@ where
         self.index.memory_nodes()
     }
 
-    fn structure(&self) -> Result<Structure, CliError> {
-        self.index.structure()
+    fn structure(&self, served: bool) -> Result<Structure, CliError> {
+        self.index.structure(served)
     }
 }
 
@@ -462,20 +474,28 @@ where
         self.transport().memory_nodes().len() as u64
     }
 
-    fn structure(&self) -> Result<Structure, CliError> {
+    fn structure(&self, _served: bool) -> Result<Structure, CliError> {
+        // Embedded only: nothing else writes the pool once the run is over.
         let transport = self.transport();
         let mut ep = transport.endpoint()?;
         let mut s = Structure {
-            clean: true,
             pool_bytes: Some(0),
             ..Structure::default()
         };
         for (&node, layout) in transport.memory_nodes().iter().zip(self.layouts()) {
-            let report = bplus_tree::verify(&mut ep, node)?;
+            let walked = crate::verdict::settle(crate::verdict::PAUSE, || {
+                bplus_tree::verify(&mut ep, node).map(|report| crate::verdict::Walk {
+                    problems: report.problems.clone(),
+                    report,
+                    activity: crate::verdict::Activity::default(),
+                })
+            })?;
+            s.verdict = std::mem::take(&mut s.verdict).and(walked.verdict);
+            s.walks = s.walks.max(walked.walks);
+            let report = walked.last;
             s.leaves += report.pages_per_level.first().copied().unwrap_or(0);
             s.models += report.pages_per_level.iter().skip(1).sum::<u64>();
             s.keys += report.keys;
-            s.clean &= report.is_clean();
             if let Some(v) = report.values {
                 add_values(&mut s.values, v);
             }

@@ -4,7 +4,7 @@
 use crate::error::CliError;
 use std::path::PathBuf;
 
-use leaf_store::{Layout, verify};
+use leaf_store::Layout;
 use rdma_transport::Transport;
 
 use crate::pools;
@@ -53,8 +53,14 @@ pub(crate) fn run(args: &InspectArgs) -> Result<bool, CliError> {
         "bulk load: {} keys, {} trained leaves, {} record bytes",
         sb.keys_loaded, sb.trained_leaves, sb.record_bytes_loaded
     );
-    let report = verify(&mut ep, node)?;
+    // Walked again while it finds problems: compute processes may be writing the pool.
+    let served = pools::served(&args.attach).unwrap_or(false);
+    let walked = crate::verdict::verify_pool(&mut ep, node, None, served)?;
+    let report = &walked.last;
     println!("{report}");
+    if walked.walks > 1 {
+        println!("{}", crate::verdict::line(&walked.verdict, walked.walks));
+    }
     let table = leaf_store::members::MemberTable::new(&layout);
     let leases = table.read_leases(&mut ep)?;
     let mut alive = Vec::new();
@@ -80,8 +86,10 @@ pub(crate) fn run(args: &InspectArgs) -> Result<bool, CliError> {
     } else {
         println!("members: {}", listed.join(", "));
     }
-    let orphaned: Vec<String> = report
-        .problems
+    // Of the problems every walk found (a lock taken by a member that joined after the leases
+    // were read is not a non-member's).
+    let orphaned: Vec<String> = walked
+        .lasting
         .iter()
         .filter_map(|p| match p {
             leaf_store::Problem::LockHeld { slot, leaf, owner } if !alive.contains(owner) => {
@@ -95,5 +103,11 @@ pub(crate) fn run(args: &InspectArgs) -> Result<bool, CliError> {
     } else {
         println!("locks held by non-members: {}", orphaned.join(", "));
     }
-    Ok(report.is_clean() && orphaned.is_empty())
+    if let crate::verdict::Verdict::Inconclusive { .. } = walked.verdict {
+        return Err(CliError::Inconclusive(format!(
+            "{}: verify inconclusive: the pool changed while it was read (compute processes write it, or its memnode retrains or recovers)",
+            args.attach.display()
+        )));
+    }
+    Ok(walked.verdict == crate::verdict::Verdict::Clean && orphaned.is_empty())
 }

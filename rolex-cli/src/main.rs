@@ -26,6 +26,7 @@ mod report;
 mod spread;
 mod suite;
 mod svg;
+mod verdict;
 mod workload;
 
 use std::process::ExitCode;
@@ -47,10 +48,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a workload and report throughput, latency, round trips, bytes and cache size.
+    #[command(after_help = format!("{BENCH_AFTER_HELP}{VERIFY_RULE}"))]
     Bench(Box<bench::BenchArgs>),
     /// Create and bulk-load a shared pool file, run its retrainer, print status until stopped.
     Memnode(memnode::MemnodeArgs),
     /// Print a pool's superblock, statistics and verify report.
+    #[command(after_help = format!("{INSPECT_AFTER_HELP}{VERIFY_RULE}"))]
     Inspect(inspect::InspectArgs),
     /// Run YCSB A–F under uniform and zipfian requests (embedded memory node, fresh pool each) and
     /// print a results table, measured and modeled columns apart.
@@ -62,6 +65,27 @@ enum Command {
     /// the simulator's latency mode and modeled; a table, JSON and an SVG plot.
     Inflight(inflight::InflightArgs),
 }
+
+/// How `verify` treats a pool that others may be writing (`verdict.rs`), for the help.
+const VERIFY_RULE: &str = "Verify: a walk of the pool that finds problems is made again, up to 4 walks 50 ms apart \
+(other processes may be writing an attached pool, and its memnode retraining it: their work in \
+flight looks like problems). A clean walk makes the pool clean. Problems count only when every \
+walk finds them, the same in the same place, and nothing else changed the pool meanwhile (no \
+other compute process renewed its lease, nothing was retrained, allocated or recovered); \
+otherwise the verify is inconclusive. Verify a pool nothing writes to be sure.";
+
+/// `rolex bench --help`'s last words: the exit codes and the verify rule.
+const BENCH_AFTER_HELP: &str = "Exit codes: 0 the run finished and verify found the pool clean; \
+1 the run failed (an index or transport error, inserted keys missing, or verify problems); \
+2 bad input, nothing ran (an --attach pool no `rolex memnode` serves is refused unless \
+--allow-unserved; whether one serves is asked at once, with no wait); 3 the run finished and \
+its report was written, but verify was inconclusive (the pool changed while it was read); \
+130 Ctrl-C.\n\n";
+
+/// `rolex inspect --help`'s last words.
+const INSPECT_AFTER_HELP: &str = "Exit codes: 0 verify clean and no lock held by a non-member; \
+1 verify problems or such a lock; 2 bad input (not a pool); 3 verify inconclusive (the pool \
+changed while it was read).\n\n";
 
 /// The command line's parser. Every flag that takes a number also takes a value beginning with
 /// `-` (`-5`, `-5s`, `-1MiB`): its own check then says what the flag needs ("needs a whole

@@ -225,21 +225,38 @@ fn resume_pool(args: &MemnodeArgs) -> Result<(SimTransport, std::fs::File), CliE
 }
 
 /// Holds an exclusive advisory lock on the pool file for as long as the returned handle lives, so
-/// two memory nodes never serve (or replace) one pool. Attached compute processes do not lock.
+/// two memory nodes never serve (or replace) one pool. Attached compute processes do not hold it:
+/// `rolex bench --attach` only asks whether it is held ([`pools::served`]), taking a shared lock
+/// for an instant, so a lock found held is tried again for [`LOCK_PATIENCE`] before the pool is
+/// taken for served by another memnode.
 fn lock_pool(path: &std::path::Path) -> Result<std::fs::File, CliError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(input!(
-            "{} is served by another memnode (its lock is held)",
-            path.display()
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(input!("{}: {e}", path.display())),
+    let until = Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(input!(
+                    "{} is served by another memnode (its lock is held)",
+                    path.display()
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(input!("{}: {e}", path.display()));
+            }
+        }
     }
 }
+
+/// How long a memnode waits for a pool file's lock held by someone else: a bench asking whether
+/// the pool is served holds it (shared) for an instant; another memnode holds it for good.
+const LOCK_PATIENCE: Duration = Duration::from_millis(200);
 
 /// Prints what the retrainer repaired when it started, if anything.
 fn report_recovery<E: rdma_transport::Endpoint>(worker: &Retrainer<E>) {

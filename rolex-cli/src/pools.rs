@@ -147,3 +147,19 @@ pub fn attach_files_with(
 pub fn only_node(transport: &SimTransport) -> MemoryNodeInfo {
     transport.memory_nodes()[0]
 }
+
+/// Whether a `rolex memnode` serves the pool file at `path` now: a memnode holds an exclusive lock
+/// on its pool file for as long as it runs (taken before it loads or resumes the pool, released
+/// by the kernel when it exits, killed or not), so the lock is held exactly while one serves.
+/// Asked at once, without waiting: a shared lock is tried and, if it is granted (nobody serves),
+/// dropped again at once (`rolex memnode` waits out a lock held that briefly). `Err`: the file
+/// system cannot say (it takes no locks), with why.
+pub fn served(path: &Path) -> Result<bool, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    match file.try_lock_shared() {
+        // Nobody holds it exclusively; the shared lock goes with the file, now.
+        Ok(()) => Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => Err(e.to_string()),
+    }
+}

@@ -247,7 +247,21 @@ pub struct Report {
     pub retrains: Option<u64>,
     /// The embedded memory nodes' retrainers and pools at the end (null when attached).
     pub retrainer: Option<RetrainerSummary>,
+    /// The verify walk found the pool clean (`verify` is `clean`).
     pub verify_clean: bool,
+    /// `clean`, `problems` or `inconclusive` (see [`crate::verdict`]).
+    pub verify: &'static str,
+    /// Verify walks made (problems found in a walk have it walked again).
+    pub verify_walks: usize,
+    /// The problems every walk found, described (at most 20; empty unless `verify` is
+    /// `problems`).
+    pub verify_problems: Vec<String>,
+    /// The verdict itself.
+    #[serde(skip)]
+    pub verdict: crate::verdict::Verdict,
+    /// With `--attach --allow-unserved`: the pool files no memory node served when the run
+    /// started, so no retrainer ran for them (empty otherwise).
+    pub unserved_pools: Vec<String>,
     /// Inserts that added a key.
     pub inserted: u64,
     /// Fresh endpoints client threads needed after theirs broke (each operation that met a broken
@@ -507,6 +521,12 @@ impl Report {
                 "lock/op: of verbs/op, those on the B+-tree's lock table (Sherman keeps it in NIC memory)\n",
             );
         }
+        if !self.unserved_pools.is_empty() {
+            out.push_str(&format!(
+                "retrainer: none ran: no memory node served {} when the run started (--allow-unserved), so nothing was retrained and no dead compute node recovered\n",
+                self.unserved_pools.join(", ")
+            ));
+        }
         if let Some(r) = &self.retrainer {
             out.push_str(&format!(
                 "retrainer: {} retrainings ({} slot splits; {} slots in use, room for {}), backlog {}, put off {} (held lock) / {} (model region full) / {} (other); pool: {} of {} leaves allocated ({} on the retrainer's free list, {} given to compute nodes through their leaf boxes), model region {}/{} KiB used\n",
@@ -574,11 +594,8 @@ impl Report {
                 v.allocated_bytes as f64 / v.live_bytes.max(1) as f64
             ));
         }
-        out.push_str(if self.verify_clean {
-            "verify: clean\n"
-        } else {
-            "verify: PROBLEMS (run `rolex inspect`)\n"
-        });
+        out.push_str(&crate::verdict::line(&self.verdict, self.verify_walks));
+        out.push('\n');
         out
     }
 }

@@ -64,7 +64,7 @@ impl Spread {
 ///   much faster one index is on average, `mean(x) / mean(y)`. The mean of the ratios answers
 ///   another question and is pulled far off by one run whose denominator was low: YCSB F
 ///   (zipfian) once gave per-run ratios averaging 5.49 ± 7.31 where the mean throughputs were
-///   2.14 apart (issue 42). A ratio of means weighs each run by its throughput, so one slow
+///   2.14 apart. A ratio of means weighs each run by its throughput, so one slow
 ///   baseline run moves it far less.
 /// * **Fieller's interval**, not the delta method's `ratio ± t·se`. Fieller's is the set of
 ///   ratios `R` that a t-test of `mean(x) − R·mean(y) = 0` does not reject at 5%; it is exact

@@ -144,6 +144,12 @@ pub struct BenchArgs {
     /// file, or every memory node's of a deployment (comma-separated, any order).
     #[arg(long, value_delimiter = ',')]
     pub attach: Vec<PathBuf>,
+    /// With `--attach`: run even on a pool no `rolex memnode` serves (it stopped, or never
+    /// started), with a warning, and without its retrainer and lease watch (the report says
+    /// so). Without it such a run is refused. A pool counts as served while a memnode holds its
+    /// file's lock, which is asked at once, with no wait.
+    #[arg(long)]
+    pub allow_unserved: bool,
     /// The transport: the simulator, or real RDMA verbs (needs the `verbs` build feature, an RDMA
     /// device, and `--connect`).
     #[arg(long, value_enum, default_value_t = CliTransport::Sim)]

@@ -292,16 +292,25 @@ fn assemble<I: BenchIndex>(
     // internal pages as it goes; ROLEX caches every record from the start).
     let cache_bytes = store.cache_bytes();
 
-    // Structure, from a verify walk (problems are reported, not fatal, for an attached pool that
-    // other processes may be writing).
-    let structure = store.structure()?;
-    let (leaves, synonyms, keys_after, clean, models) = (
+    // Structure, from verify walks (walked again while they find problems: other processes may
+    // be writing an attached pool; `command` turns the verdict into the exit code). A memnode
+    // serves the pools of a verbs run, and an attached run's whose lock it holds now.
+    let served = args.transport == super::CliTransport::Verbs
+        || args
+            .attach
+            .iter()
+            .any(|pool| crate::pools::served(pool).unwrap_or(false));
+    let structure = store.structure(served)?;
+    let (leaves, synonyms, keys_after, models) = (
         structure.leaves,
         structure.synonym_leaves,
         structure.keys,
-        structure.clean,
         structure.models,
     );
+    let verify_problems = match &structure.verdict {
+        crate::verdict::Verdict::Problems { listed, .. } => listed.clone(),
+        _ => Vec::new(),
+    };
 
     // Assemble.
     let profile = NetworkProfile {
@@ -392,7 +401,12 @@ fn assemble<I: BenchIndex>(
         keys_after,
         retrains,
         retrainer,
-        verify_clean: clean,
+        verify_clean: structure.verdict == crate::verdict::Verdict::Clean,
+        verify: structure.verdict.name(),
+        verify_walks: structure.walks,
+        verify_problems,
+        verdict: structure.verdict.clone(),
+        unserved_pools: Vec::new(),
         inserted: inserted_count,
         reconnects,
         open_seconds: None,

@@ -87,6 +87,11 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
             ],
             "does not apply with --attach (the pool has its keys, layout and retrainer)",
         )?;
+    } else {
+        refuse(
+            &["allow_unserved"],
+            "applies only with --attach (an embedded memory node is always served)",
+        )?;
     }
     match args.index {
         IndexKind::Bplus => refuse(
@@ -245,8 +250,10 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     if args.index == IndexKind::Bplus && !args.attach.is_empty() {
         return Err("--attach serves ROLEX pools; the B+-tree baseline runs embedded only".into());
     }
+    let mut unserved = Vec::new();
     let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
         let transport = crate::pools::attach_files_with(&args.attach, true, sim_config(args))?;
+        unserved = unserved_pools(args)?;
         let loaded = existing_keys(&transport, args.quiet)?;
         let to_insert = match args.insert_order {
             keys::InsertOrder::Random => fresh_keys(args.seed, expected_inserts),
@@ -410,7 +417,55 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         )?,
     };
     report.open_seconds = Some(open_seconds);
+    report.unserved_pools = unserved;
     Ok(report)
+}
+
+/// The `--attach` pool files no `rolex memnode` serves now (see [`crate::pools::served`]), shown
+/// as given. Refused unless `--allow-unserved`, which runs anyway after a warning.
+fn unserved_pools(args: &BenchArgs) -> Result<Vec<String>, CliError> {
+    let mut unserved = Vec::new();
+    let mut unknown = Vec::new();
+    for path in &args.attach {
+        match crate::pools::served(path) {
+            Ok(true) => {}
+            Ok(false) => unserved.push(path.display().to_string()),
+            Err(why) => unknown.push(format!("{} ({why})", path.display())),
+        }
+    }
+    let plural = unserved.len() + unknown.len() > 1;
+    let (them, locks) = if plural {
+        ("them", "their files' locks")
+    } else {
+        ("it", "its file's lock")
+    };
+    let mut parts = Vec::new();
+    if !unserved.is_empty() {
+        parts.push(format!(
+            "{}: no memory node serves {them} (no `rolex memnode` holds {locks})",
+            unserved.join(", ")
+        ));
+    }
+    if !unknown.is_empty() {
+        parts.push(format!(
+            "{}: cannot tell whether a memory node serves {them}",
+            unknown.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        return Ok(unserved);
+    }
+    let what = parts.join("; ");
+    if !args.allow_unserved {
+        return Err(input!(
+            "{what}; serve {them} with `rolex memnode --resume --pool FILE`, or give --allow-unserved to run without a retrainer"
+        ));
+    }
+    eprintln!(
+        "rolex: warning: {what}; running anyway (--allow-unserved): no retrainer and no lease watch run for {them}, so nothing is retrained or recovered"
+    );
+    unserved.extend(unknown);
+    Ok(unserved)
 }
 
 /// Above this many keys the pools are left out of the estimate (their sizing arithmetic is not
@@ -729,6 +784,43 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
     let missing: u64 = reports.iter().filter_map(|r| r.inserts_missing).sum();
     if missing > 0 {
         return Err(failed!("{missing} inserted keys are missing"));
+    }
+    verify_outcome(&reports)
+}
+
+/// The runs' verify verdicts as the exit code: problems found by every walk fail the command
+/// (exit code 1); a verify that could not settle while others wrote the pool exits with
+/// [`crate::verdict::INCONCLUSIVE`]; both after the report was written.
+fn verify_outcome(reports: &[Report]) -> Result<(), CliError> {
+    use crate::verdict::Verdict;
+    let runs = |n: usize| {
+        if reports.len() > 1 {
+            format!(" in {n} of {} runs", reports.len())
+        } else {
+            String::new()
+        }
+    };
+    let with_problems: Vec<&Report> = reports
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Problems { .. }))
+        .collect();
+    if let Some(first) = with_problems.first() {
+        return Err(failed!(
+            "verify found problems{} that every one of {} walks of the pool found again: {} (see the report; run `rolex inspect`)",
+            runs(with_problems.len()),
+            first.verify_walks,
+            first.verify_problems.first().map_or("", String::as_str)
+        ));
+    }
+    let inconclusive = reports
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Inconclusive { .. }))
+        .count();
+    if inconclusive > 0 {
+        return Err(CliError::Inconclusive(format!(
+            "verify inconclusive{}: the pool changed while it was read (other processes write it, or its memnode retrains it); the run itself succeeded and its report was written",
+            runs(inconclusive)
+        )));
     }
     Ok(())
 }

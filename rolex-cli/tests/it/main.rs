@@ -5,6 +5,7 @@
 
 mod common;
 
+mod attached;
 mod compare;
 mod harness;
 mod input_checks;

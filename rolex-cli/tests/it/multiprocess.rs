@@ -4,11 +4,11 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::common::{ROLEX, bad_input_line, json};
+use crate::common::{ROLEX, attached_bench_ended_well, bad_input_line, json};
 
 /// Starts `rolex` with `args` and returns it once it printed its `ready:` line, with that line
 /// and a thread counting the lines it prints after it.
-fn start_until_ready(
+pub(crate) fn start_until_ready(
     args: &[&std::ffi::OsStr],
 ) -> (std::process::Child, String, std::thread::JoinHandle<usize>) {
     let mut child = Command::new(ROLEX)
@@ -77,8 +77,10 @@ fn two_attached_benches(dir: &std::path::Path, attach: &std::ffi::OsStr) -> u64 
         .collect();
     let mut inserted = 0;
     for (mut child, report) in benches {
-        assert!(child.wait().expect("wait").success(), "bench failed");
+        // The first to finish verifies while the other still writes.
+        let status = child.wait().expect("wait");
         let r = json(&report);
+        attached_bench_ended_well(status, &r);
         assert_eq!(r["inserts_missing"], 0, "inserted keys missing: {r}");
         assert!(r["ops"]["read"]["count"].as_u64().unwrap_or(0) > 0);
         inserted += r["inserted"].as_u64().expect("inserted");
@@ -215,11 +217,14 @@ fn a_killed_memnode_resumes_its_pool() {
             .output()
             .expect("bench");
         assert!(
-            out.status.success(),
-            "{}",
+            report.exists(),
+            "no report: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        json(report)["inserted"].as_u64().expect("inserted")
+        // The memnode's retrainer may still be retraining what the inserts queued.
+        let r = json(report);
+        attached_bench_ended_well(out.status, &r);
+        r["inserted"].as_u64().expect("inserted")
     };
     let mut inserted = bench("1", &dir.path().join("before.json"));
     // Killed, not stopped: whatever it was doing is cut short.
@@ -442,11 +447,12 @@ fn a_compute_process_killed_while_inserting_blocks_nobody() {
 
     let out = survivor.wait_with_output().expect("survivor");
     assert!(
-        out.status.success(),
+        matches!(out.status.code(), Some(0 | 3)),
         "the survivor failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let r = json(&report);
+    attached_bench_ended_well(out.status, &r);
     assert_eq!(r["inserts_missing"], 0, "{r}");
     let inserted = r["inserted"].as_u64().expect("inserted");
     assert!(inserted > 50_000, "only {inserted} inserts");
