@@ -148,6 +148,7 @@ fn one_line(text: &str, subcommand: Option<String>) -> String {
 
 fn main() -> ExitCode {
     use clap::FromArgMatches;
+    quiet_on_a_closed_pipe();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.len() == 3 && args[1] == "help" && (args[2] == "--help" || args[2] == "-h") {
         // `rolex help --help`: the help, as `rolex --help` gives it.
@@ -212,5 +213,16 @@ fn main() -> ExitCode {
             eprintln!("rolex: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// A reader that goes away (`rolex compare | head`) ends the process as it ends other Unix tools,
+/// by SIGPIPE's default action, silently: Rust ignores SIGPIPE, so the next write to stdout
+/// fails, and `println!` panics with a backtrace.
+fn quiet_on_a_closed_pipe() {
+    // SAFETY: `signal` with `SIG_DFL` installs no handler of ours (no code runs in the signal's
+    // context), and it is called first thing in `main`, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -139,3 +139,37 @@ fn ctrl_c_stops_a_comparison_and_writes_the_cases_finished() {
     let table = std::fs::read_to_string(out.join("table.md")).expect("table");
     assert!(table.contains("interrupted (Ctrl-C) during "), "{table}");
 }
+
+/// A reader that goes away (`rolex bench | head -1`) ends the run quietly, by SIGPIPE as other
+/// Unix tools end, not with a panic and a backtrace on stderr.
+#[test]
+fn a_closed_stdout_ends_a_run_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(ROLEX)
+        .args([
+            "bench",
+            "--workload",
+            "ycsb-c",
+            "--keys",
+            "20000",
+            "--ops",
+            "20000",
+            "--threads",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rolex");
+    // The reader goes away before anything is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
