@@ -88,16 +88,30 @@ pub(crate) fn run(args: &InspectArgs) -> Result<bool, CliError> {
     }
     // Of the problems every walk found (a lock taken by a member that joined after the leases
     // were read is not a non-member's).
-    let orphaned: Vec<String> = walked
-        .lasting
-        .iter()
-        .filter_map(|p| match p {
-            leaf_store::Problem::LockHeld { slot, leaf, owner } if !alive.contains(owner) => {
-                Some(format!("slot {slot} leaf {leaf} (member {owner})"))
-            }
-            _ => None,
-        })
-        .collect();
+    // A retrainer's freeze (owner `FREEZE_OWNER`) is no member's lock: listed apart.
+    let held = |frozen: bool| -> Vec<String> {
+        walked
+            .lasting
+            .iter()
+            .filter_map(|p| match p {
+                leaf_store::Problem::LockHeld { slot, leaf, owner }
+                    if (*owner == leaf_store::FREEZE_OWNER) == frozen && !alive.contains(owner) =>
+                {
+                    Some(if frozen {
+                        format!("slot {slot} leaf {leaf}")
+                    } else {
+                        format!("slot {slot} leaf {leaf} (member {owner})")
+                    })
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let orphaned = held(false);
+    let frozen = held(true);
+    if !frozen.is_empty() {
+        println!("frozen by a retrainer: {}", frozen.join(", "));
+    }
     if orphaned.is_empty() {
         println!("locks held by non-members: none");
     } else {

@@ -110,6 +110,10 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
             &["latency_us"],
             "is the simulator's latency mode; --transport verbs has a real network",
         )?;
+        refuse(
+            &["attach"],
+            "attaches to the simulator's pool files; --transport verbs reaches its memory nodes with --connect",
+        )?;
     }
     let clients = args.threads.saturating_mul(args.inflight);
     if clients > crate::checks::MAX_THREADS {

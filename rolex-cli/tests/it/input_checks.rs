@@ -50,6 +50,10 @@ fn what_cannot_run_is_refused_with_its_limit() {
         &["bench", "--transport", "verbs", "--latency-us", "10"],
         &["--latency-us", "simulator"],
     );
+    refused(
+        &["bench", "--transport", "verbs", "--attach", "pool"],
+        &["--attach", "--connect"],
+    );
     refused(&["compare", "--inflight", "65"], &["--inflight", "1..=64"]);
     refused(&["suite", "--inflight", "0"], &["--inflight"]);
     refused(&["bench", "--memory-nodes", "1000"], &["1..=64"]);
