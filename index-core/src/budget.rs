@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use crate::sync::MembershipMutex as Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::view::{SlotView, ViewCell};
+use crate::view::{SlotView, ViewCell, ViewRef};
 
 /// A compute node's cache budget and what is charged against it.
 #[derive(Debug)]
@@ -157,7 +157,7 @@ impl Budget {
         &self,
         cell: &ViewCell,
         current: &SlotView,
-        new: SlotView,
+        new: ViewRef,
         at: (usize, u64),
     ) -> bool {
         if !self.limited() {
@@ -190,7 +190,8 @@ impl Budget {
     }
 
     /// [`Self::replace`] without the ring (the caller keeps it).
-    fn swap(&self, cell: &ViewCell, current: &SlotView, new: SlotView) -> bool {
+    fn swap(&self, cell: &ViewCell, current: &SlotView, new: impl Into<ViewRef>) -> bool {
+        let new = new.into();
         let (added, removed) = (new.cache_bytes(), current.cache_bytes());
         let (gains, loses) = (new.pivots.is_some(), current.pivots.is_some());
         let done = self.exchange(added, removed, || cell.replace(current, new));

@@ -438,9 +438,10 @@ mod cell {
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it
         /// first (then `new` is dropped and the caller reloads). `current` is alive (borrowed),
         /// so no other live value can have its address: the pointer comparison cannot be fooled
-        /// by a freed value's address reused.
-        pub(crate) fn replace(&self, current: &T, new: T) -> bool {
-            let new = Arc::into_raw(Arc::new(new)).cast_mut();
+        /// by a freed value's address reused. `new` may be shared already: a caller that keeps
+        /// a count of it may use it whether or not it went in.
+        pub(crate) fn replace(&self, current: &T, new: impl Into<Arc<T>>) -> bool {
+            let new = Arc::into_raw(new.into()).cast_mut();
             let pinned = crossbeam_epoch::pin();
             let expected = std::ptr::from_ref(current).cast_mut();
             match self
@@ -457,7 +458,8 @@ mod cell {
                     true
                 }
                 Err(_) => {
-                    // SAFETY: `new` came from `Arc::into_raw` above and was never published.
+                    // SAFETY: `new` came from `Arc::into_raw` above and was never published: the
+                    // reference it owns is released here, once.
                     drop(unsafe { Arc::from_raw(new) });
                     false
                 }
@@ -488,14 +490,21 @@ mod cell {
         }
     }
 
-    impl<T> Borrowed<'_, T> {
+    impl<'a, T> Borrowed<'a, T> {
+        /// A value this thread holds a count of, lent as a cell's would be (a value built for
+        /// the operation at hand, whether or not it went into its cell).
+        pub(crate) fn of(value: &'a Arc<T>) -> Self {
+            Self(value)
+        }
+
         /// A counted reference to the value, to keep beyond the call.
         pub(crate) fn counted(&self) -> Arc<T> {
             let raw = std::ptr::from_ref(self.0);
-            // SAFETY: a `Borrowed<'a>` is made only by `Cell::with_in`, which borrows the cell
-            // and the pin for 'a: `raw` is `Arc::into_raw`'s (the cell's invariant) and the
-            // cell's own reference to it is not released within 'a, so the count is at least
-            // one here.
+            // SAFETY: a `Borrowed<'a>` is made by `Cell::with_in`, which borrows the cell and the
+            // pin for 'a (`raw` is `Arc::into_raw`'s, the cell's invariant, and the cell's own
+            // reference to it is not released within 'a), or by `Borrowed::of`, which borrows a
+            // live `Arc` for 'a (`Arc::as_ptr` is the pointer `Arc::into_raw` gives). Either
+            // way the count is at least one here.
             unsafe { Arc::increment_strong_count(raw) };
             // SAFETY: the reference just counted is ours to own, and `raw` is `Arc::into_raw`'s.
             unsafe { Arc::from_raw(raw) }
@@ -584,7 +593,11 @@ mod cell {
         }
     }
 
-    impl<T> Borrowed<'_, T> {
+    impl<'a, T> Borrowed<'a, T> {
+        pub(crate) fn of(value: &'a Arc<T>) -> Self {
+            Self(Arc::clone(value), std::marker::PhantomData)
+        }
+
         pub(crate) fn counted(&self) -> Arc<T> {
             Arc::clone(&self.0)
         }
@@ -607,12 +620,12 @@ mod cell {
             f(Borrowed(self.load(), std::marker::PhantomData))
         }
 
-        pub(crate) fn replace(&self, current: &T, new: T) -> bool {
+        pub(crate) fn replace(&self, current: &T, new: impl Into<Arc<T>>) -> bool {
             let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if !std::ptr::eq(Arc::as_ptr(&slot), current) {
                 return false;
             }
-            *slot = Arc::new(new);
+            *slot = new.into();
             true
         }
     }

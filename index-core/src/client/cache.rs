@@ -7,7 +7,7 @@ use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
 use crate::IndexError;
 use crate::store::NodeCache;
-use crate::view::{Borrowed, ChainEntries, Pinned, SlotView};
+use crate::view::{Borrowed, ChainEntries, Pinned, SlotView, ViewRef};
 
 use super::*;
 
@@ -151,11 +151,13 @@ impl<E: Endpoint> Client<E> {
         cell: &crate::view::ViewCell,
         current: &SlotView,
         fresh: SlotView,
-    ) {
+    ) -> ViewRef {
         let slot = fresh.slot;
+        let fresh = ViewRef::new(fresh);
         let budget = &self.caches.budget;
-        budget.replace(cell, current, fresh, (node.position, slot));
+        budget.replace(cell, current, ViewRef::clone(&fresh), (node.position, slot));
         budget.shrink(|at| self.caches.cell_at(at), (node.position, slot));
+        fresh
     }
 
     /// A view built from a snapshot read now (see [`Self::refresh`]). Writers holding a lock use
@@ -222,86 +224,77 @@ impl<E: Endpoint> Client<E> {
     /// Slot `slot`'s cached view, reloaded from the slot table first if it was not validated in
     /// this operation's epoch (its record may have been retired and, once every compute node has
     /// moved past that epoch, reused — see `crate::membership`); counted, to hold across waits.
-    pub(super) fn view(
-        &mut self,
-        node: &NodeCache,
-        slot: u64,
-    ) -> Result<crate::view::ViewRef, IndexError> {
+    pub(super) fn view(&mut self, node: &NodeCache, slot: u64) -> Result<ViewRef, IndexError> {
         self.view_with(node, slot, &crate::view::pin(), |view| view.counted())
     }
 
     /// `take` of slot `slot`'s view as [`Self::view`] finds it, borrowed under `pinned` (no
-    /// count: what a GET takes is copied out).
+    /// count: what a GET takes is copied out). A view this operation had to read itself is
+    /// taken whether or not it stayed in its cell (another thread may replace it, or the cache
+    /// budget shrink it, before it could be taken from there): at most one reload per call,
+    /// however busy the cell.
     pub(super) fn view_with<'g, R>(
         &mut self,
         node: &'g NodeCache,
         slot: u64,
         pinned: &'g Pinned,
-        mut take: impl FnMut(Borrowed<'g, SlotView>) -> R,
+        mut take: impl FnMut(Borrowed<'_, SlotView>) -> R,
     ) -> Result<R, IndexError> {
-        for _ in 0..16 {
-            let Some(cell) = node.cell(slot) else {
+        let cell = match node.cell(slot) {
+            Some(cell) => cell,
+            None => {
                 // First use of a slot published since this compute node started.
                 let fresh = self.reload(node, slot)?;
-                if node
-                    .cell_or_install(slot, fresh, &self.caches.budget)
-                    .is_none()
-                {
+                let Some(cell) = node.cell_or_install(slot, fresh, &self.caches.budget) else {
                     return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
                         slot,
                         reason: "slot beyond the slot table's capacity".into(),
                     }));
-                }
+                };
                 self.caches
                     .budget
                     .shrink(|at| self.caches.cell_at(at), (node.position, slot));
-                continue;
-            };
-            let (op_epoch, budget) = (self.op_epoch, &self.caches.budget);
-            let taken = cell.with_in(pinned, |view| {
-                let usable = view.validated.get() >= op_epoch && !view.evicted;
-                usable.then(|| {
-                    budget.touch(&view);
-                    take(view)
-                })
-            });
-            if let Some(taken) = taken {
-                return Ok(taken);
+                cell
             }
-            let loaded = cell.load();
-            let current = loaded.validated.get() >= self.op_epoch;
-            if current && !loaded.evicted {
-                // Replaced by a usable view since: the next turn takes it.
-                continue;
+        };
+        let (op_epoch, budget) = (self.op_epoch, &self.caches.budget);
+        let stale = match cell.with_in(pinned, |view| {
+            if view.validated.get() >= op_epoch && !view.evicted {
+                budget.touch(&view);
+                Ok(take(view))
+            } else {
+                Err(view)
             }
-            let fresh = match current {
-                // An evicted view whose record is still safe to read: read it again with the
-                // slot-table entry that must still name it, one round trip (its layout and
-                // header are known).
-                true => match leaf_store::read_record_if_current(
-                    &mut self.ep,
-                    &node.layout,
-                    slot,
-                    loaded.record,
-                    loaded.layout,
-                    loaded.header,
-                ) {
-                    Ok(Some(record)) => SlotView::from_record(
-                        record,
-                        loaded.record,
-                        self.caches.config.cache_mode,
-                        self.op_epoch,
-                    ),
-                    Ok(None) | Err(LeafStoreError::CorruptRecord { .. }) => {
-                        self.reload(node, slot)?
-                    }
-                    Err(e) => return Err(e.into()),
-                },
-                false => self.reload(node, slot)?,
-            };
-            self.install(node, cell, &loaded, fresh);
-        }
-        Err(IndexError::TooManyRetries(16))
+        }) {
+            Ok(taken) => return Ok(taken),
+            Err(stale) => stale,
+        };
+        let fresh = if stale.validated.get() >= op_epoch {
+            // An evicted view whose record is still safe to read: read it again with the
+            // slot-table entry that must still name it, one round trip (its layout and header
+            // are known).
+            match leaf_store::read_record_if_current(
+                &mut self.ep,
+                &node.layout,
+                slot,
+                stale.record,
+                stale.layout,
+                stale.header,
+            ) {
+                Ok(Some(record)) => SlotView::from_record(
+                    record,
+                    stale.record,
+                    self.caches.config.cache_mode,
+                    op_epoch,
+                ),
+                Ok(None) | Err(LeafStoreError::CorruptRecord { .. }) => self.reload(node, slot)?,
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            self.reload(node, slot)?
+        };
+        let fresh = self.install(node, cell, &stale, fresh);
+        Ok(take(Borrowed::of(&fresh)))
     }
 
     /// What [`route!`] takes of a view to hold it across waits: counted, with the slot count of
@@ -315,23 +308,21 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// `take` of the view of the slot serving `key` (borrowed for the call) and of the
-    /// directory that routed it ([`Routing`]). Slots are split by retraining: the cached
-    /// directory may predate a split, and then the record it leads to ends below `key` (records
-    /// carry their last key). The directory is then read again (two round trips) and the key
-    /// routed again.
+    /// directory that routed it ([`Routing`]), once [`Self::route_cached`] found that the cached
+    /// directory routes `key` to slot `stale`, which ends below it. Slots are split by
+    /// retraining: the cached directory may predate a split, and then the record it leads to
+    /// ends below `key` (records carry their last key). The directory is then read again (two
+    /// round trips) and the key routed again.
     pub(super) async fn route_with<R>(
         &mut self,
         node: &NodeCache,
         key: u64,
+        mut stale: u64,
         mut take: impl FnMut(Borrowed<'_, SlotView>, Routing<'_>) -> R,
     ) -> Result<R, IndexError> {
         let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
         let attempts = self.caches.config.max_attempts;
         for _ in 0..attempts {
-            let slot = match self.route_cached(node, key, &mut take)? {
-                Ok(taken) => return Ok(taken),
-                Err(slot) => slot,
-            };
             if !self.reload_directory(node)?
                 && !super::wait::pause(&mut backoff, self.waiting).await
             {
@@ -340,17 +331,21 @@ impl<E: Endpoint> Client<E> {
                 // redirecting the old one).
                 return Err(IndexError::RetrainingTimeout {
                     node: node.info.id,
-                    slot,
+                    slot: stale,
                 });
             }
+            stale = match self.route_cached(node, key, &mut take)? {
+                Ok(taken) => return Ok(taken),
+                Err(slot) => slot,
+            };
         }
         Err(IndexError::TooManyRetries(attempts))
     }
 
     /// One step of [`Self::route_with`], by the cached directory alone (no wait): `Err(slot)` if
     /// the slot it routes `key` to ends below `key` (the directory predates a split). A caller
-    /// tries it first and falls back to `route_with` (which begins with the same step): what
-    /// never waits is then never a future of its own.
+    /// tries it first and falls back to `route_with` (which goes on from that slot): what never
+    /// waits is then never a future of its own.
     pub(super) fn route_cached<R>(
         &mut self,
         node: &NodeCache,
@@ -402,7 +397,7 @@ macro_rules! route {
         let mut take = $take;
         match $client.route_cached($node, $key, &mut take)? {
             Ok(taken) => taken,
-            Err(_) => $client.route_with($node, $key, &mut take).await?,
+            Err(stale) => $client.route_with($node, $key, stale, &mut take).await?,
         }
     }};
 }
@@ -467,5 +462,59 @@ impl Freshness {
         } else {
             Freshness::Fresh
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use leaf_store::{BulkLoadConfig, required_pool_bytes};
+    use sim_transport::{SimConfig, SimTransport};
+
+    use crate::{Store, StoreConfig, bootstrap};
+
+    /// A view this operation reads itself is the one it takes, however busy its cell: here
+    /// another thread replaces every cell's view by an evicted stub of it as fast as it can
+    /// (each a new value, so no install of a reader's fresh view can succeed), while each round
+    /// trip takes 100 µs. A reader that took views only from their cell would reload turn after
+    /// turn and give up.
+    #[test]
+    fn a_view_read_by_the_operation_is_taken_however_busy_its_cell() {
+        let load = BulkLoadConfig::default();
+        let pairs: Vec<(u64, u64)> = (1..=2_000u64).map(|k| (10 * k, k)).collect();
+        let size = required_pool_bytes(2_000, &load, 2).next_multiple_of(8);
+        let sim = SimConfig {
+            batch_delay: Some(Duration::from_micros(100)),
+            ..SimConfig::default()
+        };
+        let transport = SimTransport::anonymous_with(&[size], sim).expect("pool");
+        bootstrap(&transport, pairs, &load).expect("load");
+        let store = Store::open(transport, StoreConfig::default()).expect("open");
+        let mut client = store.client().expect("client");
+        let caches = std::sync::Arc::clone(store.caches());
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    for slot in 0..store.slots() {
+                        if let Some(cell) = caches.cell_at((0, slot)) {
+                            let view = cell.load();
+                            if let Some(stub) = view.evicted_stub() {
+                                cell.replace(&view, stub);
+                            }
+                        }
+                    }
+                }
+            });
+            let gets = (1..=200u64)
+                .map(|k| client.get(100 * k))
+                .collect::<Vec<_>>();
+            stop.store(true, Ordering::Relaxed);
+            for (k, got) in (1..=200u64).zip(gets) {
+                assert_eq!(got.expect("get"), Some(10 * k), "key {}", 100 * k);
+            }
+        });
     }
 }
