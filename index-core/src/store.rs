@@ -108,7 +108,7 @@ impl NodeCache {
     pub(crate) fn cell_or_install(
         &self,
         slot: u64,
-        view: SlotView,
+        view: crate::view::ViewRef,
         budget: &crate::budget::Budget,
     ) -> Option<&ViewCell> {
         let once = self.slots.get(usize::try_from(slot).ok()?)?;

@@ -406,9 +406,9 @@ mod cell {
     // `T: 'static`: a replaced value is dropped whenever the epoch lets it, maybe after every
     // borrow it could hold has ended. `Send + Sync`: it is shared, and dropped on any thread.
     impl<T: Send + Sync + 'static> Cell<T> {
-        pub(crate) fn new(value: T) -> Self {
+        pub(crate) fn new(value: impl Into<Arc<T>>) -> Self {
             Self(
-                AtomicPtr::new(Arc::into_raw(Arc::new(value)).cast_mut()),
+                AtomicPtr::new(Arc::into_raw(value.into()).cast_mut()),
                 PhantomData,
             )
         }
@@ -436,7 +436,7 @@ mod cell {
         }
 
         /// Installs `new` if the cell still holds `current`; false if another thread replaced it
-        /// first (then `new` is dropped and the caller reloads). `current` is alive (borrowed),
+        /// first (then the cell's reference to `new` is dropped). `current` is alive (borrowed),
         /// so no other live value can have its address: the pointer comparison cannot be fooled
         /// by a freed value's address reused. `new` may be shared already: a caller that keeps
         /// a count of it may use it whether or not it went in.
@@ -604,8 +604,8 @@ mod cell {
     }
 
     impl<T> Cell<T> {
-        pub(crate) fn new(value: T) -> Self {
-            Self(Mutex::new(Arc::new(value)))
+        pub(crate) fn new(value: impl Into<Arc<T>>) -> Self {
+            Self(Mutex::new(value.into()))
         }
 
         pub(crate) fn load(&self) -> Arc<T> {

@@ -28,13 +28,24 @@ pub enum Waiting {
 /// future returned is ready at its first poll); in posting mode one posted batch, awaited, when
 /// they fit one (work split into several batches blocks). A plain function returning a
 /// hand-written future, not an `async fn`: a blocking batch then costs what the call costs.
+#[inline]
 pub fn batches<'a, 'v, E: Endpoint + ?Sized>(
     ep: &'a mut E,
     waiting: Waiting,
     verbs: &'a mut [Verb<'v>],
 ) -> Batches<'a, 'v, E> {
-    if waiting == Waiting::Blocking
-        || verbs.is_empty()
+    match waiting {
+        Waiting::Blocking => Batches(State::Done(Some(ep.batches(verbs)))),
+        Waiting::Posting => posted(ep, verbs),
+    }
+}
+
+/// [`batches`] in posting mode.
+fn posted<'a, 'v, E: Endpoint + ?Sized>(
+    ep: &'a mut E,
+    verbs: &'a mut [Verb<'v>],
+) -> Batches<'a, 'v, E> {
+    if verbs.is_empty()
         || verbs.len() > crate::MAX_BATCH_VERBS
         || crate::batch_bytes(verbs) > crate::MAX_BATCH_BYTES
     {
@@ -77,6 +88,7 @@ impl<E: Endpoint + ?Sized> std::fmt::Debug for Batches<'_, '_, E> {
 impl<E: Endpoint + ?Sized> Future for Batches<'_, '_, E> {
     type Output = Result<(), TransportError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().0 {
             // `None`: polled after it was ready, a bug of the executor; never ready again.
@@ -100,6 +112,7 @@ impl<E: Endpoint + ?Sized> Future for Batches<'_, '_, E> {
 }
 
 impl<E: Endpoint + ?Sized> Drop for Batches<'_, '_, E> {
+    #[inline]
     fn drop(&mut self) {
         if let State::Posted { ep, ticket, .. } = &mut self.0
             && let Some(ticket) = ticket.take()

@@ -17,9 +17,10 @@ const NO_VIEW_KEPT: (usize, u64) = (usize::MAX, u64::MAX);
 impl<E: Endpoint> Client<E> {
     /// READs the leaves `leaves` of `layout`'s node, then the words at `words` (header words,
     /// and for a lean-mode scan a pivot before them), in one batch, into `self.buf` (leaf `i` at
-    /// `i · leaf_bytes`); returns the words. Leaves come before headers: if a header read agrees
-    /// with the cached one, no split or unlink of those chains had bumped it before the leaves
-    /// were read, so the cached chains were complete (see the write protocol).
+    /// `i · leaf_bytes`; the buffer may be longer); returns the words. Leaves come before
+    /// headers: if a header read agrees with the cached one, no split or unlink of those chains
+    /// had bumped it before the leaves were read, so the cached chains were complete (see the
+    /// write protocol).
     pub(super) async fn read_batch(
         &mut self,
         layout: &Layout,
@@ -28,9 +29,13 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Words, IndexError> {
         let leaf_bytes = layout.leaf_bytes() as usize;
         let leaf_part = leaves.len() * leaf_bytes;
-        self.buf.clear();
-        self.buf.resize(leaf_part + 8 * words.len(), 0);
-        let (leaf_buf, word_buf) = self.buf.split_at_mut(leaf_part);
+        let used = leaf_part + 8 * words.len();
+        // Grown, never cleared: every byte of the used part is read into, and what lies beyond
+        // it (an earlier, longer batch's) is never looked at — readers zip it with `leaves`.
+        if self.buf.len() < used {
+            self.buf.resize(used, 0);
+        }
+        let (leaf_buf, word_buf) = self.buf[..used].split_at_mut(leaf_part);
         let mut verbs: smallvec::SmallVec<[Verb<'_>; 12]> = smallvec::SmallVec::new();
         for (entry, chunk) in leaves.iter().zip(leaf_buf.chunks_exact_mut(leaf_bytes)) {
             verbs.push(Verb::read(layout.leaf_addr(entry.leaf_num()), chunk));
@@ -40,7 +45,10 @@ impl<E: Endpoint> Client<E> {
         }
         wait::batches(&mut self.ep, self.waiting, &mut verbs).await?;
         drop(verbs);
-        Ok(self.buf[leaf_part..]
+        if words.is_empty() {
+            return Ok(Words::new());
+        }
+        Ok(self.buf[leaf_part..used]
             .chunks_exact(8)
             .map(|c| le_word(c, 0))
             .collect())
@@ -144,7 +152,8 @@ impl<E: Endpoint> Client<E> {
 
     /// Replaces `current` by `fresh` in `cell` (if it still holds it), within the cache budget:
     /// `fresh` goes in whole (this operation is about to use it), and the other views are shrunk
-    /// while the budget is exceeded (`crate::budget`).
+    /// while the budget is exceeded (`crate::budget`). Returns `fresh`, counted, whether or not
+    /// it went in.
     pub(super) fn install(
         &self,
         node: &NodeCache,
@@ -240,22 +249,22 @@ impl<E: Endpoint> Client<E> {
         pinned: &'g Pinned,
         mut take: impl FnMut(Borrowed<'_, SlotView>) -> R,
     ) -> Result<R, IndexError> {
-        let cell = match node.cell(slot) {
-            Some(cell) => cell,
-            None => {
-                // First use of a slot published since this compute node started.
-                let fresh = self.reload(node, slot)?;
-                let Some(cell) = node.cell_or_install(slot, fresh, &self.caches.budget) else {
-                    return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
-                        slot,
-                        reason: "slot beyond the slot table's capacity".into(),
-                    }));
-                };
-                self.caches
-                    .budget
-                    .shrink(|at| self.caches.cell_at(at), (node.position, slot));
-                cell
+        let Some(cell) = node.cell(slot) else {
+            // First use of a slot published since this compute node started: the view read is
+            // taken whichever thread's view the new cell holds.
+            let fresh = ViewRef::new(self.reload(node, slot)?);
+            let budget = &self.caches.budget;
+            if node
+                .cell_or_install(slot, ViewRef::clone(&fresh), budget)
+                .is_none()
+            {
+                return Err(IndexError::Layout(LeafStoreError::CorruptRecord {
+                    slot,
+                    reason: "slot beyond the slot table's capacity".into(),
+                }));
             }
+            budget.shrink(|at| self.caches.cell_at(at), (node.position, slot));
+            return Ok(take(Borrowed::of(&fresh)));
         };
         let (op_epoch, budget) = (self.op_epoch, &self.caches.budget);
         let stale = match cell.with_in(pinned, |view| {
@@ -477,8 +486,8 @@ mod tests {
 
     /// A view this operation reads itself is the one it takes, however busy its cell: here
     /// another thread replaces every cell's view by an evicted stub of it as fast as it can
-    /// (each a new value, so no install of a reader's fresh view can succeed), while each round
-    /// trip takes 100 µs. A reader that took views only from their cell would reload turn after
+    /// (each a new value, so a reader's fresh view rarely stays in its cell until it is taken),
+    /// while each round trip takes 100 µs. A reader that took views only from their cell would reload turn after
     /// turn and give up.
     #[test]
     fn a_view_read_by_the_operation_is_taken_however_busy_its_cell() {

@@ -510,7 +510,10 @@ impl<E: Endpoint> Client<E> {
             Change::Delete => OpKind::Delete,
         };
         let begun = self.begin(waiting)?;
-        let result = self.write(key, change).await;
+        // The write's state ([`op::WriteOp`]), carried along its steps and concluded here.
+        let mut op = op::WriteOp::default();
+        let result = self.write_in(&mut op, key, change).await;
+        let result = self.conclude(op, result);
         self.end(begun, kind, result)
     }
 

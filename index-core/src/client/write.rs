@@ -58,12 +58,6 @@ impl<E: Endpoint> Client<E> {
         ))
     }
 
-    pub(super) async fn write(&mut self, key: u64, change: Change) -> Result<bool, IndexError> {
-        let mut op = WriteOp::default();
-        let result = self.write_in(&mut op, key, change).await;
-        self.conclude(op, result)
-    }
-
     /// The write of `key`, carrying `op` along its steps (its caller concludes it).
     // The lock stripe is owned across the operation's batches by design: a synchronous call
     // never yields, and a posting one only try-locks a stripe (yielding while a sibling of its
