@@ -1,0 +1,582 @@
+//! Hopscotch leaves: a leaf is a small hash table in which every key lies within `H` slots of
+//! its home slot, so a lookup READs one neighbourhood instead of the leaf (CHIME's leaf).
+//!
+//! **Invariants** (of a leaf as its lock holder writes it):
+//! - every key lies in one of the `H` slots from its home ([`home`]), circularly;
+//! - the home's hop bitmap has bit `d` set exactly when slot `home + d` holds a key homed there;
+//! - keys are unique, and below the leaf's high fence (the tail's; see `crate::geometry`).
+//!
+//! So a reader of a neighbourhood that finds its key has its value; one that does not, and whose
+//! rebuilt hop bitmap (from the keys it read homed at the slot) equals the one it read, knows the
+//! key is absent. A READ that raced a writer's displacement (a key moved out of the window and
+//! into it within one WRITE landing word by word) shows a bitmap that disagrees, and is read
+//! again (the same rule as CHIME's).
+//!
+//! A split moves the keys at or above the separator to the same slots of a new leaf, so both
+//! halves keep the invariants without moving a key.
+
+use crate::geometry::{Geometry, Span, WordAt};
+use crate::word::{Entry, Meta, VALID, next_version};
+
+/// The home slot of `key` in a leaf of `slots` slots: a mix of its bits (the splitmix64
+/// finalizer), reduced.
+pub fn home(key: u64, slots: usize) -> usize {
+    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (((z >> 32) * slots as u64) >> 32) as usize
+}
+
+/// A whole leaf, decoded (what its lock holder reads, changes and writes back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaf {
+    geometry: Geometry,
+    /// The right sibling's page (0: none).
+    pub sibling: u64,
+    /// Keys of the leaf are below this (`None`: no bound).
+    pub high: Option<u64>,
+    /// The leaf version (bumped by a split).
+    pub version: u16,
+    slots: Vec<Entry>,
+}
+
+/// Slots a change rewrote: `count` from `first`, circularly (what its WRITE must carry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Touched {
+    /// The first slot rewritten.
+    pub first: usize,
+    /// Slots rewritten.
+    pub count: usize,
+}
+
+/// An insert that found no room within any key's neighbourhood: the leaf must split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+impl Leaf {
+    /// An empty leaf.
+    pub fn new(geometry: Geometry, high: Option<u64>) -> Self {
+        Self {
+            geometry,
+            sibling: 0,
+            high,
+            version: 0,
+            slots: vec![Entry::default(); geometry.slots()],
+        }
+    }
+
+    /// Its shape.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The entries present, in slot order.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.slots.iter().filter_map(|e| e.kv)
+    }
+
+    /// Keys present.
+    pub fn len(&self) -> usize {
+        self.entries().count()
+    }
+
+    /// Whether no key is present.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slot `slot`.
+    pub fn slot(&self, slot: usize) -> Entry {
+        self.slots[slot]
+    }
+
+    /// The slot holding `key`, found through its home's hop bitmap.
+    pub fn find(&self, key: u64) -> Option<usize> {
+        let g = self.geometry;
+        let h = home(key, g.slots());
+        let hop = self.slots[h].hop;
+        (0..g.neighbourhood())
+            .filter(|d| hop >> d & 1 == 1)
+            .map(|d| g.after(h, d))
+            .find(|&s| self.slots[s].kv.is_some_and(|(k, _)| k == key))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: u64) -> Option<u64> {
+        self.find(key).and_then(|s| self.slots[s].kv.map(|kv| kv.1))
+    }
+
+    /// Sets `key` to `value`: in place if present, else into its neighbourhood, moving other
+    /// keys along their own neighbourhoods to make room (hopscotch displacement). `Full` (the
+    /// leaf unchanged) when no empty slot can be brought within `H` of the key's home.
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<Touched, Full> {
+        let g = self.geometry;
+        if let Some(s) = self.find(key) {
+            self.slots[s].kv = Some((key, value));
+            return Ok(Touched { first: s, count: 1 });
+        }
+        let h = home(key, g.slots());
+        let far = (0..g.slots())
+            .map(|d| g.after(h, d))
+            .find(|&s| self.slots[s].kv.is_none())
+            .ok_or(Full)?;
+        let mut plan = self.clone();
+        let mut empty = far;
+        while g.distance(h, empty) >= g.neighbourhood() {
+            empty = plan.hop_toward(empty).ok_or(Full)?;
+        }
+        plan.slots[empty].kv = Some((key, value));
+        plan.slots[h].hop |= 1 << g.distance(h, empty);
+        *self = plan;
+        Ok(Touched {
+            first: h,
+            count: g.distance(h, far) + 1,
+        })
+    }
+
+    /// Moves into the empty slot `empty` a key from one of the `H - 1` slots before it whose
+    /// neighbourhood reaches it (the one farthest back first: that frees the slot closest to
+    /// the home being filled); the slot it left, now empty.
+    fn hop_toward(&mut self, empty: usize) -> Option<usize> {
+        let g = self.geometry;
+        for back in (1..g.neighbourhood()).rev() {
+            let b = g.before(empty, back);
+            // Keys homed at `b` lying before `empty` (at distance below `back`): the first.
+            let hop = self.slots[b].hop;
+            let Some(d) = (0..back).find(|d| hop >> d & 1 == 1) else {
+                continue;
+            };
+            let from = g.after(b, d);
+            self.slots[empty].kv = self.slots[from].kv.take();
+            self.slots[b].hop = hop & !(1 << d) | 1 << back;
+            return Some(from);
+        }
+        None
+    }
+
+    /// Removes `key`; the slots rewritten (its home's bitmap and its slot), `None` if absent.
+    pub fn remove(&mut self, key: u64) -> Option<Touched> {
+        let g = self.geometry;
+        let s = self.find(key)?;
+        let h = home(key, g.slots());
+        self.slots[s].kv = None;
+        self.slots[h].hop &= !(1 << g.distance(h, s));
+        Some(Touched {
+            first: h,
+            count: g.distance(h, s) + 1,
+        })
+    }
+
+    /// Splits at the median key: keys at or above the separator move, each to the same slot
+    /// of the right leaf (so no key moves within a leaf and both keep the invariants); the left
+    /// keeps the others and points at the right leaf, `right_page`. Both take the next
+    /// version. `None` for a leaf of fewer than two keys.
+    pub fn split(&self, right_page: u64) -> Option<(Leaf, Leaf, u64)> {
+        let mut keys: Vec<u64> = self.entries().map(|(k, _)| k).collect();
+        if keys.len() < 2 {
+            return None;
+        }
+        keys.sort_unstable();
+        let separator = keys[keys.len() / 2];
+        let version = next_version(self.version);
+        let mut left = Leaf {
+            sibling: right_page,
+            high: Some(separator),
+            version,
+            ..Leaf::new(self.geometry, None)
+        };
+        let mut right = Leaf {
+            sibling: self.sibling,
+            high: self.high,
+            version,
+            ..Leaf::new(self.geometry, None)
+        };
+        for (s, e) in self.slots.iter().enumerate() {
+            if let Some((k, v)) = e.kv {
+                let side = if k < separator { &mut left } else { &mut right };
+                side.slots[s].kv = Some((k, v));
+            }
+        }
+        left.rebuild_hops();
+        right.rebuild_hops();
+        Some((left, right, separator))
+    }
+
+    /// Every hop bitmap again from the keys' places.
+    fn rebuild_hops(&mut self) {
+        let g = self.geometry;
+        for e in &mut self.slots {
+            e.hop = 0;
+        }
+        for s in 0..g.slots() {
+            if let Some((k, _)) = self.slots[s].kv {
+                let h = home(k, g.slots());
+                self.slots[h].hop |= 1 << g.distance(h, s);
+            }
+        }
+    }
+
+    /// Whether the invariants hold (every key in its neighbourhood and named by its home's
+    /// bitmap, every bit naming one; keys unique and below the high fence).
+    pub fn check(&self) -> Result<(), String> {
+        let g = self.geometry;
+        let mut rebuilt = self.clone();
+        rebuilt.rebuild_hops();
+        let mut seen = std::collections::BTreeSet::new();
+        for (s, e) in self.slots.iter().enumerate() {
+            if let Some((k, _)) = e.kv {
+                let h = home(k, g.slots());
+                if g.distance(h, s) >= g.neighbourhood() {
+                    return Err(format!(
+                        "key {k} in slot {s}, {} from home {h}",
+                        g.distance(h, s)
+                    ));
+                }
+                if !seen.insert(k) {
+                    return Err(format!("key {k} twice"));
+                }
+                if self.high.is_some_and(|hi| k >= hi) {
+                    return Err(format!("key {k} at or above the high fence"));
+                }
+            }
+            if e.hop != rebuilt.slots[s].hop {
+                return Err(format!(
+                    "slot {s}: hop bitmap {:#x}, keys say {:#x}",
+                    e.hop, rebuilt.slots[s].hop
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The leaf's words but the tail's lock word (0 there), as page `page` holds them.
+    pub fn encode(&self, page: u64) -> Vec<u64> {
+        let g = self.geometry;
+        let mut words = vec![0u64; g.leaf_words()];
+        let meta = Meta {
+            sibling: self.sibling,
+            flags: VALID,
+            version: self.version,
+        };
+        for group in 0..g.groups() {
+            let at = g.meta_word(group);
+            words[at..at + 2].copy_from_slice(&meta.encode(page, group));
+        }
+        for (s, e) in self.slots.iter().enumerate() {
+            let at = g.slot_word(s);
+            let e = Entry {
+                version: self.version,
+                ..*e
+            };
+            words[at..at + 3].copy_from_slice(&e.encode(page, s));
+        }
+        let (high, flags) = match self.high {
+            Some(h) => (h, 0),
+            None => (u64::MAX, OPEN_HIGH),
+        };
+        words[g.high_word()] = high;
+        words[g.high_word() + 1] = flags;
+        words
+    }
+
+    /// The leaf of page `page` from its words (read under its lock, so whole); `None` if a slot
+    /// or metadata copy does not check, or their versions differ.
+    pub fn decode(geometry: Geometry, page: u64, words: &[u64]) -> Option<Self> {
+        let g = geometry;
+        if words.len() < g.leaf_words() {
+            return None;
+        }
+        let window = Window::decode(g, page, &[g.spans(0, g.slots())[0]], words)?;
+        let tail = g.high_word();
+        let high = (words[tail + 1] & OPEN_HIGH == 0).then_some(words[tail]);
+        let mut slots = vec![Entry::default(); g.slots()];
+        for (s, e) in window.slots {
+            slots[s] = e;
+        }
+        Some(Self {
+            geometry,
+            sibling: window.sibling,
+            high,
+            version: window.version,
+            slots,
+        })
+    }
+}
+
+/// Tail flag: no high fence.
+const OPEN_HIGH: u64 = 1;
+
+/// What a READ of some spans of a leaf shows, validated: the slots it holds, and the metadata
+/// every copy in it agrees on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    /// The right sibling.
+    pub sibling: u64,
+    /// Whether the leaf is in use.
+    pub valid: bool,
+    /// The leaf version every word read carries.
+    pub version: u16,
+    /// The slots read, in the order read.
+    pub slots: Vec<(usize, Entry)>,
+}
+
+/// A lookup in a [`Window`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The key's value.
+    Found(u64),
+    /// Absent from the leaf.
+    Absent,
+    /// The window disagrees with itself (a writer's displacement landed during the READ): read
+    /// again.
+    Inconsistent,
+}
+
+impl Window {
+    /// The window of page `page` read as `spans`, their words concatenated in `words`; `None`
+    /// if a slot or metadata copy does not check, versions differ, or no copy was read.
+    pub fn decode(geometry: Geometry, page: u64, spans: &[Span], words: &[u64]) -> Option<Self> {
+        let g = geometry;
+        let mut at = 0;
+        let mut meta: Option<Meta> = None;
+        let mut slots = Vec::new();
+        let mut versions = Vec::new();
+        for span in spans {
+            let part = words.get(at..at + span.len)?;
+            at += span.len;
+            let mut w = 0;
+            while w < part.len() {
+                match g.word_at(span.start + w) {
+                    WordAt::Sibling(group) => {
+                        let m = Meta::decode(page, group, [part[w], *part.get(w + 1)?])?;
+                        if meta.is_some_and(|seen| seen != m) {
+                            return None;
+                        }
+                        meta = Some(m);
+                        w += 2;
+                    }
+                    WordAt::Slot { slot, part: 0 } => {
+                        let e = Entry::decode(
+                            page,
+                            slot,
+                            [part[w], *part.get(w + 1)?, *part.get(w + 2)?],
+                        )?;
+                        versions.push(e.version);
+                        slots.push((slot, e));
+                        w += 3;
+                    }
+                    // A span begins at a slot's key or a group's sibling word.
+                    _ => return None,
+                }
+            }
+        }
+        let meta = meta?;
+        if versions.iter().any(|&v| v != meta.version) {
+            return None;
+        }
+        Some(Self {
+            sibling: meta.sibling,
+            valid: meta.flags & VALID != 0,
+            version: meta.version,
+            slots,
+        })
+    }
+
+    /// What the window says of `key`, whose home slot it must hold with the `H` after it.
+    pub fn lookup(&self, geometry: Geometry, key: u64) -> Lookup {
+        let g = geometry;
+        let h = home(key, g.slots());
+        let mut rebuilt = 0u16;
+        let mut bitmap = None;
+        for &(s, e) in &self.slots {
+            if s == h {
+                bitmap = Some(e.hop);
+            }
+            let d = g.distance(h, s);
+            if d >= g.neighbourhood() {
+                continue;
+            }
+            if let Some((k, v)) = e.kv {
+                if k == key {
+                    return Lookup::Found(v);
+                }
+                if home(k, g.slots()) == h {
+                    rebuilt |= 1 << d;
+                }
+            }
+        }
+        match bitmap {
+            Some(b) if b == rebuilt => Lookup::Absent,
+            _ => Lookup::Inconsistent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use quickcheck::{TestResult, quickcheck};
+
+    use super::*;
+
+    fn small() -> Geometry {
+        Geometry::new(16, 4).expect("shape")
+    }
+
+    /// The words of `spans` of `words`, concatenated (what a batch of READs returns).
+    fn read(words: &[u64], spans: &[Span]) -> Vec<u64> {
+        spans
+            .iter()
+            .flat_map(|s| words[s.start..s.start + s.len].iter().copied())
+            .collect()
+    }
+
+    quickcheck! {
+        /// Inserts and removes agree with a map, keep the invariants, and every key is found by
+        /// a READ of its neighbourhood alone.
+        fn a_leaf_agrees_with_a_map(ops: Vec<(bool, u8, u64)>) -> bool {
+            let g = small();
+            let mut leaf = Leaf::new(g, None);
+            let mut model = BTreeMap::new();
+            for (insert, key, value) in ops {
+                let key = u64::from(key % 40);
+                if insert {
+                    match leaf.insert(key, value) {
+                        Ok(_) => { model.insert(key, value); }
+                        Err(Full) => assert!(model.len() >= g.neighbourhood() && !model.contains_key(&key)),
+                    }
+                } else {
+                    assert_eq!(leaf.remove(key).is_some(), model.remove(&key).is_some());
+                }
+                leaf.check().expect("invariants");
+            }
+            let words = leaf.encode(9);
+            for key in 0..40u64 {
+                let spans = g.neighbourhood_spans(home(key, g.slots()));
+                let window = Window::decode(g, 9, &spans, &read(&words, &spans)).expect("whole");
+                let want = model.get(&key).map_or(Lookup::Absent, |&v| Lookup::Found(v));
+                assert_eq!(window.lookup(g, key), want, "key {key}");
+            }
+            Leaf::decode(g, 9, &words).as_ref() == Some(&leaf)
+        }
+
+        /// A split keeps every key on the side of the separator it belongs to, the invariants on
+        /// both sides, and the left pointing at the right.
+        fn a_split_keeps_every_key(keys: Vec<u16>) -> TestResult {
+            let g = Geometry::default();
+            let mut leaf = Leaf::new(g, Some(1 << 20));
+            for k in keys {
+                let _ = leaf.insert(u64::from(k), u64::from(k) + 1);
+            }
+            let Some((left, right, sep)) = leaf.split(77) else {
+                return TestResult::discard();
+            };
+            left.check().expect("left");
+            right.check().expect("right");
+            assert_eq!((left.sibling, left.high, right.high), (77, Some(sep), Some(1 << 20)));
+            for (k, v) in leaf.entries() {
+                let side = if k < sep { &left } else { &right };
+                assert_eq!(side.get(k), Some(v));
+            }
+            TestResult::from_bool(left.len() + right.len() == leaf.len() && !left.is_empty())
+        }
+
+        /// A neighbourhood READ that lands while a WRITE of the slots an insert or remove
+        /// rewrote is landing word by word (any mix of old and new words) is refused, reads as
+        /// inconsistent, or gives the key's state before or after the change.
+        fn a_read_torn_by_a_write_gives_before_or_after(seed: Vec<u8>, key: u8, insert: bool, mask: Vec<bool>) -> bool {
+            let g = small();
+            let mut before = Leaf::new(g, None);
+            for k in seed {
+                let _ = before.insert(u64::from(k % 40), u64::from(k));
+            }
+            let key = u64::from(key % 40);
+            let mut after = before.clone();
+            let changed = if insert { after.insert(key, 1000).is_ok() } else { after.remove(key).is_some() };
+            if !changed {
+                return true;
+            }
+            let (old, new) = (before.encode(3), after.encode(3));
+            let torn: Vec<u64> = (0..old.len())
+                .map(|i| if mask.get(i % mask.len().max(1)).copied().unwrap_or(false) { new[i] } else { old[i] })
+                .collect();
+            for probe in 0..40u64 {
+                let spans = g.neighbourhood_spans(home(probe, g.slots()));
+                let Some(window) = Window::decode(g, 3, &spans, &read(&torn, &spans)) else {
+                    continue;
+                };
+                let was = before.get(probe).map_or(Lookup::Absent, Lookup::Found);
+                let is = after.get(probe).map_or(Lookup::Absent, Lookup::Found);
+                let got = window.lookup(g, probe);
+                if got != Lookup::Inconsistent && got != was && got != is {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+
+    #[test]
+    fn a_read_across_a_split_is_refused() {
+        let g = small();
+        let mut leaf = Leaf::new(g, None);
+        for k in 0..10 {
+            leaf.insert(k, k).expect("room");
+        }
+        let (left, _, _) = leaf.split(5).expect("split");
+        let (old, new) = (leaf.encode(3), left.encode(3));
+        // The first half of the words new, the rest old: every window that spans both is refused.
+        let cut = g.meta_word(2);
+        let torn: Vec<u64> = (0..old.len())
+            .map(|i| if i < cut { new[i] } else { old[i] })
+            .collect();
+        let spans = g.spans(6, 4); // slots 6..9: group 1's last two, group 2's first two
+        assert!(Window::decode(g, 3, &spans, &read(&torn, &spans)).is_none());
+    }
+
+    #[test]
+    fn a_full_neighbourhood_makes_room_by_moving_keys_along() {
+        let g = small();
+        // Keys homed at one slot fill its neighbourhood; one more is Full, the leaf unchanged.
+        let h = home(0, g.slots());
+        let same: Vec<u64> = (0..100_000u64)
+            .filter(|&k| home(k, g.slots()) == h)
+            .take(5)
+            .collect();
+        let mut leaf = Leaf::new(g, None);
+        for &k in &same[..4] {
+            leaf.insert(k, k).expect("room");
+        }
+        let before = leaf.clone();
+        assert_eq!(leaf.insert(same[4], 1), Err(Full));
+        assert_eq!(leaf, before);
+        // Keys homed one slot later must hop past them: each lands within its neighbourhood.
+        let mut leaf = Leaf::new(g, None);
+        let next: Vec<u64> = (0..100_000u64)
+            .filter(|&k| home(k, g.slots()) == g.after(h, 1))
+            .take(2)
+            .collect();
+        for &k in same[..2].iter().chain(&next) {
+            leaf.insert(k, k).expect("room");
+        }
+        leaf.check().expect("invariants");
+        let touched = leaf.insert(same[2], 9).expect("room");
+        leaf.check().expect("invariants after a displacement");
+        assert_eq!(touched.first, h);
+        assert_eq!(leaf.get(same[2]), Some(9));
+    }
+
+    #[test]
+    fn homes_spread_over_the_slots() {
+        let mut counts = [0u32; 64];
+        for k in 0..64_000u64 {
+            counts[home(k, 64)] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
+    }
+}
