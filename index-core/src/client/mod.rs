@@ -549,13 +549,19 @@ impl Drop for Running<'_> {
     }
 }
 
-/// A pause before re-reading data that was changing: a spin hint, or under loom a yield (a loom
-/// thread that spins without yielding would keep the writer it waits for from running).
-fn retry_pause() {
-    if cfg!(loom) {
-        crate::sync::thread::yield_now();
+/// A read's pause before it reads again data that was changing under it ([`wait::pause`] of
+/// `backoff`: spins, then yields, then sleeps; in posting mode a yield to the thread's other
+/// operations); `TooManyRetries(attempts)` (those made) once the backoff's time limit has
+/// passed.
+async fn read_again(
+    backoff: &mut crate::backoff::Backoff,
+    waiting: Waiting,
+    attempts: u32,
+) -> Result<(), IndexError> {
+    if wait::pause(backoff, waiting).await {
+        Ok(())
     } else {
-        std::hint::spin_loop();
+        Err(IndexError::TooManyRetries(attempts))
     }
 }
 

@@ -26,7 +26,13 @@ impl<E: Endpoint> Client<E> {
         let node = &caches.nodes[caches.node_of(key)];
         let mut fell_back = false;
         let mut leaves = ChainEntries::new();
-        for _ in 0..caches.config.max_attempts {
+        // Data changing under the read (a view older than its record, a leaf a writer is
+        // WRITEing) is read again after a pause that grows (spins, yields, then sleeps): a
+        // writer may be slow to finish (a process descheduled in the middle of its WRITE, where
+        // memory is shared), and only the time limit, not the count of attempts, says when to
+        // give up.
+        let mut backoff = crate::backoff::Backoff::new(caches.config.wait_limit);
+        for attempt in 1..=caches.config.max_attempts {
             // What the read needs of the view, copied out: no count is taken on it.
             let plan = |view: Borrowed<'_, SlotView>, routing: Routing<'_>| Planned {
                 consistent: Self::chains_for(&view, key, &mut leaves),
@@ -38,6 +44,7 @@ impl<E: Endpoint> Client<E> {
             let routed = route!(self, node, key, plan);
             if !routed.consistent {
                 self.refresh_if_held(node, &routed)?;
+                read_again(&mut backoff, self.waiting, attempt).await?;
                 continue;
             }
             #[cfg(loom)]
@@ -68,13 +75,14 @@ impl<E: Endpoint> Client<E> {
             };
             if !valid {
                 self.refresh_if_held(node, &routed)?;
+                read_again(&mut backoff, self.waiting, attempt).await?;
                 continue;
             }
             match self.lookup_in_batch(&node.layout, &leaves, key)? {
                 Lookup::Found(value) => return Ok(Some(value)),
                 Lookup::Absent => return Ok(None),
                 // A leaf was being written: let the writer finish.
-                Lookup::Torn => retry_pause(),
+                Lookup::Torn => read_again(&mut backoff, self.waiting, attempt).await?,
             }
         }
         Err(IndexError::TooManyRetries(caches.config.max_attempts))

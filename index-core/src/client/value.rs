@@ -27,7 +27,7 @@ use crate::values::{Block, NodeValues};
 use super::op::WriteOp;
 use super::value_io::ValueIo;
 use super::wait::{self, Waiting};
-use super::{Change, Client, retry_pause};
+use super::{Change, Client, read_again};
 
 impl<E: Endpoint> Client<E> {
     /// Arms the value side of a commit: `changes` says whether the outcome changes the key's
@@ -107,7 +107,8 @@ impl<E: Endpoint> Client<E> {
 
     async fn get_value_inner(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
         let (_, values) = self.value_node(key)?;
-        for _ in 0..self.caches.config.max_attempts {
+        let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
+        for attempt in 1..=self.caches.config.max_attempts {
             let Some(raw) = self.get_inner(key).await? else {
                 out.clear();
                 return Ok(false);
@@ -125,7 +126,7 @@ impl<E: Endpoint> Client<E> {
                 }
                 Err(_) => {
                     self.value_retries += 1;
-                    retry_pause();
+                    read_again(&mut backoff, self.waiting, attempt).await?;
                 }
             }
         }

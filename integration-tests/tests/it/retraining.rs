@@ -285,3 +285,43 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
             .is_clean()
     );
 }
+
+/// A reader waits out a leaf left torn longer than its attempts would last spinning (a writer
+/// process descheduled in the middle of its WRITE, where memory is shared, did that to a reader
+/// on a loaded machine: it gave up after 10,000 attempts in a few milliseconds). Its retries
+/// pause longer and longer, up to the store's wait limit, and it reads the leaf once whole.
+#[test]
+fn a_get_waits_out_a_leaf_torn_for_longer_than_its_attempts_last() {
+    let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
+    let (transport, layout) = integration_tests::load(
+        &loaded,
+        64,
+        &integration_tests::tiny(),
+        SimConfig::default(),
+    );
+    let mut ep = transport.endpoint().expect("endpoint");
+    let record_addr = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
+    let record = leaf_store::read_record(&mut ep, &layout, 0, record_addr).expect("record");
+    let leaf_addr = layout.leaf_addr(record.lt[0].leaf_num());
+    let mut good = vec![0u8; layout.leaf_bytes() as usize];
+    ep.read(leaf_addr, &mut good).expect("read");
+    let key = leaf_store::Leaf::decode(record.lt[0].leaf_num(), &good)
+        .expect("whole")
+        .entries()[0]
+        .0;
+    let mut torn = good.clone();
+    *torn.last_mut().expect("bytes") ^= 1;
+    ep.write(leaf_addr, &torn).expect("write");
+    let mut reader = integration_tests::client(&transport, StoreConfig::default());
+    let mender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        ep.write(leaf_addr, &good).expect("write");
+    });
+    let started = Instant::now();
+    assert_eq!(reader.get(key).expect("get"), Some(key));
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "read a torn leaf as whole"
+    );
+    mender.join().expect("mender");
+}
