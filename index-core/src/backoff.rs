@@ -22,6 +22,20 @@ impl Backoff {
         Instant::now() >= self.deadline
     }
 
+    /// A pause of a read waiting for data to stop changing: spins, then yields, never a sleep
+    /// (a read waits for nobody's step: a writer whose WRITE is landing, descheduled maybe, gets
+    /// the processor; and a read that slept while writers went on would find the next change).
+    pub(crate) fn pause_awake(&mut self) {
+        if cfg!(loom) || self.step >= 6 {
+            crate::sync::thread::yield_now();
+        } else {
+            for _ in 0..(1u32 << self.step) {
+                std::hint::spin_loop();
+            }
+            self.step += 1;
+        }
+    }
+
     /// Waits a little longer than last time; false once the deadline has passed.
     pub(crate) fn wait(&mut self) -> bool {
         if Instant::now() >= self.deadline {

@@ -30,7 +30,8 @@ pub struct StoreConfig {
     /// reuse horizon (which stands still while no worker watches leases or a dead member waits
     /// for recovery), before giving up with an error.
     pub wait_limit: Duration,
-    /// Attempts a read makes when data keeps changing under it (stale cache, torn leaves).
+    /// Attempts a read makes when data keeps changing under it (stale cache, torn leaves), at
+    /// least: it gives up only once it has made these and `wait_limit` has passed too.
     pub max_attempts: u32,
     /// A slot whose SLT reaches this many used entries is queued for retraining (paper: 128).
     pub retrain_threshold: u64,

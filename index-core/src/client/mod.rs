@@ -549,20 +549,27 @@ impl Drop for Running<'_> {
     }
 }
 
-/// A read's pause before it reads again data that was changing under it ([`wait::pause`] of
-/// `backoff`: spins, then yields, then sleeps; in posting mode a yield to the thread's other
-/// operations); `TooManyRetries(attempts)` (those made) once the backoff's time limit has
-/// passed.
+/// A read's pause before attempt `attempt + 1` at data that was changing under it (a leaf a
+/// writer is WRITEing, a view older than its record): spins, then yields, never a sleep
+/// ([`crate::backoff::Backoff::pause_awake`]; in posting mode a yield to the thread's other
+/// operations). It gives up, with `TooManyRetries(attempt)`, only once it has made
+/// `max_attempts` attempts *and* the backoff's time limit has passed: where processes share
+/// memory, a writer descheduled in the middle of its WRITE leaves a leaf torn longer than any
+/// count of attempts lasts on an idle processor.
 async fn read_again(
     backoff: &mut crate::backoff::Backoff,
     waiting: Waiting,
-    attempts: u32,
+    attempt: u32,
+    max_attempts: u32,
 ) -> Result<(), IndexError> {
-    if wait::pause(backoff, waiting).await {
-        Ok(())
-    } else {
-        Err(IndexError::TooManyRetries(attempts))
+    if attempt >= max_attempts && backoff.expired() {
+        return Err(IndexError::TooManyRetries(attempt));
     }
+    match waiting {
+        Waiting::Blocking => backoff.pause_awake(),
+        Waiting::Posting => wait::yield_now().await,
+    }
+    Ok(())
 }
 
 fn check_unlocked(verbs: &[Verb<'_>]) -> Result<(), IndexError> {

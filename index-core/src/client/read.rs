@@ -26,13 +26,15 @@ impl<E: Endpoint> Client<E> {
         let node = &caches.nodes[caches.node_of(key)];
         let mut fell_back = false;
         let mut leaves = ChainEntries::new();
-        // Data changing under the read (a view older than its record, a leaf a writer is
-        // WRITEing) is read again after a pause that grows (spins, yields, then sleeps): a
-        // writer may be slow to finish (a process descheduled in the middle of its WRITE, where
-        // memory is shared), and only the time limit, not the count of attempts, says when to
-        // give up.
-        let mut backoff = crate::backoff::Backoff::new(caches.config.wait_limit);
-        for attempt in 1..=caches.config.max_attempts {
+        // Data changing under the read is read again after a pause (`read_again`), up to
+        // `max_attempts` attempts and `wait_limit`, whichever is later.
+        let (max, mut backoff) = (
+            caches.config.max_attempts,
+            crate::backoff::Backoff::new(caches.config.wait_limit),
+        );
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
             // What the read needs of the view, copied out: no count is taken on it.
             let plan = |view: Borrowed<'_, SlotView>, routing: Routing<'_>| Planned {
                 consistent: Self::chains_for(&view, key, &mut leaves),
@@ -44,7 +46,7 @@ impl<E: Endpoint> Client<E> {
             let routed = route!(self, node, key, plan);
             if !routed.consistent {
                 self.refresh_if_held(node, &routed)?;
-                read_again(&mut backoff, self.waiting, attempt).await?;
+                read_again(&mut backoff, self.waiting, attempt, max).await?;
                 continue;
             }
             #[cfg(loom)]
@@ -75,17 +77,16 @@ impl<E: Endpoint> Client<E> {
             };
             if !valid {
                 self.refresh_if_held(node, &routed)?;
-                read_again(&mut backoff, self.waiting, attempt).await?;
+                read_again(&mut backoff, self.waiting, attempt, max).await?;
                 continue;
             }
             match self.lookup_in_batch(&node.layout, &leaves, key)? {
                 Lookup::Found(value) => return Ok(Some(value)),
                 Lookup::Absent => return Ok(None),
                 // A leaf was being written: let the writer finish.
-                Lookup::Torn => read_again(&mut backoff, self.waiting, attempt).await?,
+                Lookup::Torn => read_again(&mut backoff, self.waiting, attempt, max).await?,
             }
         }
-        Err(IndexError::TooManyRetries(caches.config.max_attempts))
     }
 
     /// Refreshes the view a GET was planned by ([`Self::refresh`]) if its slot's cell still

@@ -30,7 +30,7 @@ impl<E: Endpoint> Client<E> {
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(n.min(4096));
         let mut from = start;
         let mut attempts = 0;
-        // As a GET's (`Client::get_inner`): read again after a growing pause, up to a time limit.
+        // As a GET's (`Client::get_inner`): read again after a pause (`read_again`).
         let mut backoff = crate::backoff::Backoff::new(caches.config.wait_limit);
         while out.len() < n {
             let node_index = caches.node_of(from);
@@ -85,10 +85,13 @@ impl<E: Endpoint> Client<E> {
             };
             let Some(contents) = contents else {
                 attempts += 1;
-                super::read_again(&mut backoff, self.waiting, attempts).await?;
-                if attempts > caches.config.max_attempts {
-                    return Err(IndexError::TooManyRetries(caches.config.max_attempts));
-                }
+                super::read_again(
+                    &mut backoff,
+                    self.waiting,
+                    attempts,
+                    caches.config.max_attempts,
+                )
+                .await?;
                 continue;
             };
             let bound = match (round.bound, bound_read.first()) {

@@ -107,8 +107,13 @@ impl<E: Endpoint> Client<E> {
 
     async fn get_value_inner(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
         let (_, values) = self.value_node(key)?;
-        let mut backoff = crate::backoff::Backoff::new(self.caches.config.wait_limit);
-        for attempt in 1..=self.caches.config.max_attempts {
+        let (max, mut backoff) = (
+            self.caches.config.max_attempts,
+            crate::backoff::Backoff::new(self.caches.config.wait_limit),
+        );
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
             let Some(raw) = self.get_inner(key).await? else {
                 out.clear();
                 return Ok(false);
@@ -126,11 +131,10 @@ impl<E: Endpoint> Client<E> {
                 }
                 Err(_) => {
                     self.value_retries += 1;
-                    read_again(&mut backoff, self.waiting, attempt).await?;
+                    read_again(&mut backoff, self.waiting, attempt, max).await?;
                 }
             }
         }
-        Err(IndexError::TooManyRetries(self.caches.config.max_attempts))
     }
 
     /// Inserts `key` with `value`; `Ok(false)` (and no change) if the key is present.
