@@ -57,6 +57,22 @@ pub enum TransportError {
     /// kind, address or length of verbs): nothing was copied. A bug of the caller.
     #[error("a completion was delivered to verbs that are not the batch it completed")]
     NotThatBatch,
+    /// Registering memory with the RDMA device would lock more than this process may
+    /// (`RLIMIT_MEMLOCK`, without `CAP_IPC_LOCK`): nothing was registered.
+    #[error(
+        "registering {needed} bytes with the RDMA device locks them in memory, with {already} \
+         locked already, but this process may lock only {limit} bytes (RLIMIT_MEMLOCK): raise \
+         it (`ulimit -l unlimited`; `LimitMEMLOCK=infinity` for a systemd service; \
+         `--ulimit memlock=-1` for a container) or grant the process CAP_IPC_LOCK"
+    )]
+    MemoryLockLimit {
+        /// Bytes the registration would lock.
+        needed: u64,
+        /// Bytes this process had registered already.
+        already: u64,
+        /// The soft limit, in bytes.
+        limit: u64,
+    },
     /// The memory node cut this connection off ([`crate::Fence`]): it declared the compute node
     /// dead. Nothing posted through it takes effect any more; the compute node must join again.
     #[error("connection fenced by memory node {0}: this compute node was declared dead")]

@@ -110,6 +110,7 @@ pub mod conformance;
 mod endpoint;
 mod error;
 mod limits;
+pub mod memlock;
 mod peers;
 mod posted;
 mod stats;

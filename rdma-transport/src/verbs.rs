@@ -306,6 +306,8 @@ pub struct VerbsServer {
     addr: SocketAddr,
     served: Arc<Served>,
     _regions: Vec<Arc<MemoryRegion>>,
+    /// The regions' bytes, counted against the lock limit while registered.
+    _pinned: Vec<crate::memlock::Pinned>,
 }
 
 impl std::fmt::Debug for VerbsServer {
@@ -341,8 +343,11 @@ impl VerbsServer {
             | AccessFlags::RemoteRead
             | AccessFlags::RemoteAtomic;
         let mut registered = Vec::new();
+        let mut pinned = Vec::new();
         let mut infos = Vec::new();
         for region in regions {
+            // Checked before registering: past the lock limit the device says only ENOMEM.
+            pinned.push(crate::memlock::pin(region.len)?);
             // SAFETY: the caller guarantees the region stays mapped and valid while the process
             // runs, which is what registration requires of it.
             let mr = unsafe {
@@ -381,6 +386,7 @@ impl VerbsServer {
             addr,
             served,
             _regions: registered,
+            _pinned: pinned,
         })
     }
 
@@ -563,6 +569,7 @@ impl VerbsTransport {
             });
         }
         self.device.connect(&mut qp, &local, &remote)?;
+        let pinned = crate::memlock::pin(STAGING_BYTES as u64)?;
         let mut staging = vec![0u8; STAGING_BYTES].into_boxed_slice();
         // SAFETY: `staging` is owned by the endpoint and outlives the registration (the endpoint
         // drops the memory region before the buffer: field order), and the NIC only touches it
@@ -587,6 +594,7 @@ impl VerbsTransport {
             runs_out: 0,
             connection_id,
             _bootstrap: stream,
+            _pinned: pinned,
         })
     }
 }
@@ -655,6 +663,9 @@ struct Link {
     /// The bootstrap stream, held open while the link lives: the server destroys its queue pair
     /// when it closes.
     _bootstrap: TcpStream,
+    /// The staging buffer's bytes, counted against the lock limit while registered (dropped
+    /// after the memory region: field order).
+    _pinned: crate::memlock::Pinned,
 }
 
 impl Link {
