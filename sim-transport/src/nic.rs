@@ -6,7 +6,8 @@
 //! (in the same mapping, so every process attached to a pool file shares it):
 //!
 //! ```text
-//! NIC area (NIC_BYTES, after the pool's region):
+//! NIC area (NIC_BYTES after the pool's region; a pool file pads it to NIC_AREA_BYTES, whole
+//! 2 MiB pages):
 //!   CONNECTIONS entries of ENTRY_WORDS words:
 //!     0 state   open:1 | revoked:1 | generation:30 | in_flight:32
 //!     1 pid     the process that opened the connection
@@ -63,8 +64,14 @@ const ENTRY_WORDS: usize = LOG_WORD + LOG_BYTES / 8;
 const NS_WORD: usize = 5;
 /// Index of the first log word in an entry.
 const LOG_WORD: usize = 6;
-/// Bytes of the NIC area behind each pool's region.
+/// Bytes of the connection table behind each pool's region.
 pub(crate) const NIC_BYTES: u64 = (CONNECTIONS * ENTRY_WORDS * 8) as u64;
+/// The huge page size a pool file is sized for (hugetlbfs refuses a file that is not a whole
+/// number of its pages).
+pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
+/// Bytes of the NIC area behind a pool file's region: the connection table, padded to whole huge
+/// pages, so that a region of whole huge pages makes a pool file of whole huge pages.
+pub(crate) const NIC_AREA_BYTES: u64 = NIC_BYTES.next_multiple_of(HUGE_PAGE_BYTES);
 
 const OPEN: u64 = 1 << 63;
 const REVOKED: u64 = 1 << 62;

@@ -95,13 +95,13 @@ mod backing {
             // The file holds the region, then the simulated NIC's area.
             let len = match len {
                 Some(len) => {
-                    file.set_len(len + crate::nic::NIC_BYTES).map_err(io)?;
+                    file.set_len(len + crate::nic::NIC_AREA_BYTES).map_err(io)?;
                     len
                 }
                 None => {
                     let file_len = file.metadata().map_err(io)?.len();
                     file_len
-                        .checked_sub(crate::nic::NIC_BYTES)
+                        .checked_sub(crate::nic::NIC_AREA_BYTES)
                         .filter(|&len| len > 0)
                         .ok_or(PoolError::BadSize(file_len))?
                 }
@@ -327,5 +327,30 @@ impl Pool {
     /// Atomic wrapping fetch-and-add on the aligned word at byte `offset`; returns the previous value.
     pub(crate) fn faa(&self, offset: u64, add: u64) -> u64 {
         self.words()[offset as usize / 8].fetch_add(add, Ordering::AcqRel)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::nic::HUGE_PAGE_BYTES;
+
+    /// What the README promises of hugetlbfs: a pool file whose region is a whole number of 2 MiB
+    /// pages is one too (hugetlbfs refuses any other length), and opens with its region's length.
+    #[test]
+    fn a_pool_of_whole_huge_pages_makes_a_file_of_whole_huge_pages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (i, len) in [2u64 << 20, 96 << 20, 130 << 20].into_iter().enumerate() {
+            let path = dir.path().join(format!("pool{i}"));
+            let pool = Pool::create_file(&path, len).expect("create");
+            let file_len = std::fs::metadata(&path).expect("metadata").len();
+            assert_eq!(
+                file_len % HUGE_PAGE_BYTES,
+                0,
+                "{len}: file of {file_len} bytes"
+            );
+            drop(pool);
+            assert_eq!(Pool::open_file(&path).expect("open").len(), len);
+        }
     }
 }
