@@ -109,6 +109,7 @@ mod addr;
 pub mod conformance;
 mod endpoint;
 mod error;
+pub mod gid;
 mod limits;
 pub mod memlock;
 mod peers;

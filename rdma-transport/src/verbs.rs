@@ -76,25 +76,40 @@ pub fn device_present() -> bool {
     open_device(None).is_ok()
 }
 
-/// The GID table index to use: `ROLEX_GID_INDEX` if set, else the first RoCE v2 GID that is not
-/// link-local, else the first entry.
-fn gid_entry(ctx: &DeviceContext) -> Result<(u8, Gid), TransportError> {
+/// The port's GID table, as [`crate::gid::choose`] takes it.
+fn gid_table(ctx: &DeviceContext) -> Result<Vec<crate::gid::GidCandidate>, TransportError> {
+    use crate::gid::{GidCandidate, GidKind};
     let table = ctx
         .query_gid_table()
         .map_err(|e| connection(format!("GID table: {e}")))?;
+    Ok(table
+        .iter()
+        .map(|e| GidCandidate {
+            index: e.gid_index(),
+            port: e.port_num(),
+            kind: match e.gid_type() {
+                GidType::InfiniBand => GidKind::InfiniBand,
+                GidType::RoceV1 => GidKind::RoceV1,
+                GidType::RoceV2 => GidKind::RoceV2,
+            },
+            gid: Ipv6Addr::from(e.gid()).octets(),
+        })
+        .collect())
+}
+
+/// The GID (index, GID) a queue pair whose bootstrap connection goes out from `local` uses
+/// ([`crate::gid::choose`]; `ROLEX_GID_INDEX` overrides).
+fn gid_for(
+    table: &[crate::gid::GidCandidate],
+    local: std::net::IpAddr,
+) -> Result<(u8, Gid), TransportError> {
     let wanted = std::env::var("ROLEX_GID_INDEX")
         .ok()
         .and_then(|v| v.parse::<u32>().ok());
-    let entry = match wanted {
-        Some(index) => table.iter().find(|e| e.gid_index() == index),
-        None => table
-            .iter()
-            .find(|e| e.gid_type() == GidType::RoceV2 && !e.gid().is_unicast_link_local())
-            .or_else(|| table.first()),
-    }
-    .ok_or_else(|| connection("the RDMA device has no usable GID (set ROLEX_GID_INDEX)"))?;
-    let index = u8::try_from(entry.gid_index()).map_err(|_| connection("GID index beyond 255"))?;
-    Ok((index, entry.gid()))
+    let entry =
+        crate::gid::choose(table, u32::from(PORT), Some(local), wanted).map_err(connection)?;
+    let index = u8::try_from(entry.index).map_err(|_| connection("GID index beyond 255"))?;
+    Ok((index, Gid::from(Ipv6Addr::from(entry.gid))))
 }
 
 /// What one side of a queue pair tells the other.
@@ -174,8 +189,7 @@ struct Device {
     ctx: Arc<DeviceContext>,
     pd: Arc<ProtectionDomain>,
     lid: u16,
-    gid_index: u8,
-    gid: Gid,
+    gids: Vec<crate::gid::GidCandidate>,
 }
 
 impl Device {
@@ -188,20 +202,17 @@ impl Device {
             .query_port(PORT)
             .map_err(|e| connection(format!("port {PORT}: {e}")))?
             .lid();
-        let (gid_index, gid) = gid_entry(&ctx)?;
-        Ok(Self {
-            ctx,
-            pd,
-            lid,
-            gid_index,
-            gid,
-        })
+        let gids = gid_table(&ctx)?;
+        Ok(Self { ctx, pd, lid, gids })
     }
 
-    /// A new RC queue pair and its completion queue, in the INIT state.
+    /// A new RC queue pair and its completion queue, in the INIT state, with the GID for a
+    /// bootstrap connection going out from `local` (its index is what [`Self::connect`] takes).
     fn queue_pair(
         &self,
-    ) -> Result<(GenericQueuePair, GenericCompletionQueue, QpInfo), TransportError> {
+        local: std::net::IpAddr,
+    ) -> Result<(GenericQueuePair, GenericCompletionQueue, QpInfo, u8), TransportError> {
+        let (gid_index, gid) = gid_for(&self.gids, local)?;
         let mut cq = self.ctx.create_cq_builder();
         cq.setup_cqe(1024);
         let cq = GenericCompletionQueue::from(
@@ -240,17 +251,18 @@ impl Device {
         let info = QpInfo {
             qp_num: qp.qp_number(),
             lid: self.lid,
-            gid: Ipv6Addr::from(self.gid).octets(),
+            gid: Ipv6Addr::from(gid).octets(),
             psn: rand_psn(),
         };
-        Ok((qp, cq, info))
+        Ok((qp, cq, info, gid_index))
     }
 
-    /// Moves `qp` to RTR and RTS towards `remote`.
+    /// Moves `qp` (whose GID is entry `gid_index`) to RTR and RTS towards `remote`.
     fn connect(
         &self,
         qp: &mut GenericQueuePair,
         local: &QpInfo,
+        gid_index: u8,
         remote: &QpInfo,
     ) -> Result<(), TransportError> {
         let mut attr = QueuePairAttribute::new();
@@ -264,7 +276,7 @@ impl Device {
         ah.setup_dest_lid(remote.lid)
             .setup_port(PORT)
             .setup_service_level(0)
-            .setup_grh_src_gid_index(self.gid_index)
+            .setup_grh_src_gid_index(gid_index)
             .setup_grh_dest_gid(&Gid::from(Ipv6Addr::from(remote.gid)))
             .setup_grh_hop_limit(64);
         attr.setup_address_vector(&ah);
@@ -452,8 +464,9 @@ fn serve_one(served: &Served, mut stream: TcpStream) -> Result<(), TransportErro
     let request = receive_message(&mut stream)?;
     let mut input = request.as_slice();
     let remote = decode_qp(&mut input)?;
-    let (mut qp, cq, local) = served.device.queue_pair()?;
-    served.device.connect(&mut qp, &local, &remote)?;
+    let here = stream.local_addr().map_err(connection)?.ip();
+    let (mut qp, cq, local, gid_index) = served.device.queue_pair(here)?;
+    served.device.connect(&mut qp, &local, gid_index, &remote)?;
     let id = served
         .peers
         .lock()
@@ -549,8 +562,9 @@ impl VerbsTransport {
 
     /// One RC queue pair to the server at `server`, connected through its bootstrap.
     fn link_to(&self, server: SocketAddr) -> Result<Link, TransportError> {
-        let (mut qp, cq, local) = self.device.queue_pair()?;
         let mut stream = TcpStream::connect(server).map_err(connection)?;
+        let here = stream.local_addr().map_err(connection)?.ip();
+        let (mut qp, cq, local, gid_index) = self.device.queue_pair(here)?;
         let mut request = Vec::new();
         encode_qp(&mut request, &local);
         send_message(&mut stream, &request)?;
@@ -568,7 +582,7 @@ impl VerbsTransport {
                 len: u64::from_le_bytes(take(&mut input)?),
             });
         }
-        self.device.connect(&mut qp, &local, &remote)?;
+        self.device.connect(&mut qp, &local, gid_index, &remote)?;
         let pinned = crate::memlock::pin(STAGING_BYTES as u64)?;
         let mut staging = vec![0u8; STAGING_BYTES].into_boxed_slice();
         // SAFETY: `staging` is owned by the endpoint and outlives the registration (the endpoint
