@@ -107,6 +107,7 @@
 
 mod addr;
 pub mod conformance;
+pub mod device_limits;
 mod endpoint;
 mod error;
 pub mod gid;

@@ -27,7 +27,7 @@ use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use sideway::ibverbs::device_context::{AtomicCapability, DeviceContext, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
@@ -39,7 +39,9 @@ use crate::{Completion, Endpoint, MemoryNodeInfo, Stats, Ticket, Transport, Tran
 
 mod in_flight;
 
-const MAGIC: u32 = u32::from_le_bytes(*b"RLXV");
+/// The bootstrap protocol's first word ("RLX2": version 2 carries each side's outstanding
+/// READ and atomic depth; a version-1 peer is refused as not speaking it).
+const MAGIC: u32 = u32::from_le_bytes(*b"RLX2");
 const PORT: u8 = 1;
 /// The path MTU every queue pair is set up with, and its payload in bytes: the largest WRITE
 /// that lands whole when a queue pair is moved to the error state mid-message.
@@ -119,6 +121,8 @@ struct QpInfo {
     lid: u16,
     gid: [u8; 16],
     psn: u32,
+    /// The outstanding READs and atomics its device allows (`crate::device_limits`).
+    rd_atomic: u8,
 }
 
 /// A registered region as compute nodes address it.
@@ -149,6 +153,7 @@ fn encode_qp(out: &mut Vec<u8>, qp: &QpInfo) {
     put(out, &qp.lid.to_le_bytes());
     put(out, &qp.gid);
     put(out, &qp.psn.to_le_bytes());
+    put(out, &[qp.rd_atomic]);
 }
 
 fn decode_qp(input: &mut &[u8]) -> Result<QpInfo, TransportError> {
@@ -157,6 +162,7 @@ fn decode_qp(input: &mut &[u8]) -> Result<QpInfo, TransportError> {
         lid: u16::from_le_bytes(take(input)?),
         gid: take(input)?,
         psn: u32::from_le_bytes(take(input)?),
+        rd_atomic: take::<1>(input)?[0],
     })
 }
 
@@ -190,6 +196,8 @@ struct Device {
     pd: Arc<ProtectionDomain>,
     lid: u16,
     gids: Vec<crate::gid::GidCandidate>,
+    /// Outstanding READs and atomics per queue pair ([`crate::device_limits::check`]).
+    rd_atomic: u8,
 }
 
 impl Device {
@@ -203,7 +211,25 @@ impl Device {
             .map_err(|e| connection(format!("port {PORT}: {e}")))?
             .lid();
         let gids = gid_table(&ctx)?;
-        Ok(Self { ctx, pd, lid, gids })
+        let attr = ctx
+            .query_device()
+            .map_err(|e| connection(format!("device attributes: {e}")))?;
+        let limits = crate::device_limits::DeviceLimits {
+            atomics: attr.atomic_capability() != AtomicCapability::None,
+            max_qp_rd_atom: attr.max_qp_rd_atom(),
+            max_qp_init_rd_atom: attr.max_qp_init_rd_atom(),
+            max_qp_wr: attr.max_qp_wr(),
+            max_cqe: attr.max_cqe(),
+        };
+        let rd_atomic = crate::device_limits::check(name.unwrap_or("(the first)"), &limits)
+            .map_err(TransportError::NoDevice)?;
+        Ok(Self {
+            ctx,
+            pd,
+            lid,
+            gids,
+            rd_atomic,
+        })
     }
 
     /// A new RC queue pair and its completion queue, in the INIT state, with the GID for a
@@ -214,7 +240,7 @@ impl Device {
     ) -> Result<(GenericQueuePair, GenericCompletionQueue, QpInfo, u8), TransportError> {
         let (gid_index, gid) = gid_for(&self.gids, local)?;
         let mut cq = self.ctx.create_cq_builder();
-        cq.setup_cqe(1024);
+        cq.setup_cqe(crate::device_limits::COMPLETION_QUEUE_ENTRIES);
         let cq = GenericCompletionQueue::from(
             cq.build_ex()
                 .map_err(|e| connection(format!("completion queue: {e}")))?,
@@ -253,6 +279,7 @@ impl Device {
             lid: self.lid,
             gid: Ipv6Addr::from(gid).octets(),
             psn: rand_psn(),
+            rd_atomic: self.rd_atomic,
         };
         Ok((qp, cq, info, gid_index))
     }
@@ -265,12 +292,14 @@ impl Device {
         gid_index: u8,
         remote: &QpInfo,
     ) -> Result<(), TransportError> {
+        // Neither side initiates more than the other can take.
+        let depth = self.rd_atomic.min(remote.rd_atomic).max(1);
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::ReadyToReceive)
             .setup_path_mtu(PATH_MTU)
             .setup_dest_qp_num(remote.qp_num)
             .setup_rq_psn(remote.psn)
-            .setup_max_dest_read_atomic(16)
+            .setup_max_dest_read_atomic(depth)
             .setup_min_rnr_timer(12);
         let mut ah = AddressHandleAttribute::new();
         ah.setup_dest_lid(remote.lid)
@@ -288,7 +317,7 @@ impl Device {
             .setup_timeout(14)
             .setup_retry_cnt(7)
             .setup_rnr_retry(7)
-            .setup_max_read_atomic(16);
+            .setup_max_read_atomic(depth);
         qp.modify(&attr)
             .map_err(|e| connection(format!("queue pair to RTS: {e}")))?;
         Ok(())
