@@ -120,6 +120,7 @@ mod verb;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 pub mod wait;
+pub mod work_completion;
 
 pub use addr::{MAX_OFFSET, RemoteAddr};
 pub use endpoint::{Endpoint, Fence, Fenced, MemoryNodeInfo, Transport, validate_verb};

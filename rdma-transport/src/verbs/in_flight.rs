@@ -170,18 +170,22 @@ impl VerbsEndpoint {
             // judged: a run whose completion is queued is not late, however long since the
             // last poll.
             loop {
-                let mut seen: Vec<(u64, u32)> = Vec::with_capacity(POLL_BATCH);
+                let mut seen: Vec<(u64, u32, u32)> = Vec::with_capacity(POLL_BATCH);
                 if let Ok(mut poller) = self.links[link].cq.start_poll() {
                     while seen.len() < POLL_BATCH {
                         let Some(wc) = poller.next() else {
                             break;
                         };
-                        seen.push((wc.wr_id(), wc.status()));
+                        seen.push((wc.wr_id(), wc.status(), wc.vendor_err()));
                     }
                 }
                 let more = seen.len() == POLL_BATCH;
-                for (wr_id, status) in seen {
-                    if let Err(why) = self.completed(link, wr_id, status) {
+                for (wr_id, status, vendor_err) in seen {
+                    if status != 0 {
+                        self.broken = Some(self.failed(link, wr_id, status, vendor_err));
+                        return;
+                    }
+                    if let Err(why) = self.completed(link, wr_id) {
                         self.broken = Some(why);
                         return;
                     }
@@ -210,15 +214,48 @@ impl VerbsEndpoint {
         }
     }
 
-    /// Takes the completion of work request `wr_id` on `link`: the end of the run it signals,
-    /// whose results are copied out of the staging buffer. An error status, or a request no
-    /// posted run ends with, is why the endpoint breaks.
-    fn completed(&mut self, link: usize, wr_id: u64, status: u32) -> Result<(), String> {
-        if status != 0 {
-            return Err(format!(
-                "work request {wr_id} completed with status {status}"
-            ));
+    /// Takes the failed completion of work request `wr_id` on `link`: the verbs of its run before
+    /// it executed (a queue pair executes a run in order), so their results (READs, atomics'
+    /// `old`) are copied out and delivered with the batch's failure; why the endpoint breaks.
+    fn failed(&mut self, link: usize, wr_id: u64, status: u32, vendor_err: u32) -> String {
+        let why = crate::work_completion::failure(wr_id, status, vendor_err);
+        let found = self.flights.queue.iter_mut().find_map(|flight| {
+            flight
+                .runs
+                .iter()
+                .enumerate()
+                .find_map(|(at, r)| match &r.state {
+                    RunState::Posted { last_wr, .. } if r.link == link => {
+                        crate::work_completion::position_in_run(*last_wr, r.verbs.len(), wr_id)
+                            .map(|done| (at, done))
+                    }
+                    _ => None,
+                })
+                .map(|(at, done)| (flight, at, done))
+        });
+        if let Some((flight, at, done)) = found {
+            let run = &mut flight.runs[at];
+            if let RunState::Posted { offsets, .. } =
+                std::mem::replace(&mut run.state, RunState::Done)
+            {
+                let executed = run.verbs.start..run.verbs.start + done;
+                copy_results(
+                    &mut flight.batch,
+                    executed,
+                    &offsets,
+                    &self.links[link].staging,
+                    &mut self.stats,
+                );
+            }
+            flight.outcome = Some(Err(TransportError::Broken(why.clone())));
         }
+        why
+    }
+
+    /// Takes the completion of work request `wr_id` on `link`: the end of the run it signals,
+    /// whose results are copied out of the staging buffer. A request no posted run ends with is
+    /// why the endpoint breaks.
+    fn completed(&mut self, link: usize, wr_id: u64) -> Result<(), String> {
         let found = self.flights.queue.iter_mut().find_map(|flight| {
             let at = flight.runs.iter().position(|r| {
                 r.link == link
@@ -238,22 +275,13 @@ impl VerbsEndpoint {
         };
         let range = run.verbs.clone();
         let last = at + 1 == flight.runs.len();
-        let staging = &self.links[link].staging;
-        let stats = &mut self.stats;
-        flight.batch.execute(|verbs| {
-            for (verb, &off) in verbs[range.clone()].iter_mut().zip(&offsets) {
-                match verb {
-                    Verb::Read { buf, .. } => buf.copy_from_slice(&staging[off..off + buf.len()]),
-                    Verb::Cas { old, .. } | Verb::Faa { old, .. } => {
-                        let mut word = [0u8; 8];
-                        word.copy_from_slice(&staging[off..off + 8]);
-                        *old = u64::from_le_bytes(word);
-                    }
-                    Verb::Write { .. } => {}
-                }
-                stats.record_verb(verb);
-            }
-        });
+        copy_results(
+            &mut flight.batch,
+            range.clone(),
+            &offsets,
+            &self.links[link].staging,
+            &mut self.stats,
+        );
         if last {
             flight.outcome = Some(Ok(()));
         }
@@ -378,4 +406,30 @@ impl Link {
             deadline: Instant::now() + COMPLETION_TIMEOUT,
         }))
     }
+}
+
+/// Copies the results of `batch`'s verbs `range` (READ buffers, atomics' `old`) out of `staging`,
+/// where each was placed at its offset of `offsets` (offsets of the range's run, from its first
+/// verb), and counts the verbs.
+fn copy_results(
+    batch: &mut PostedBatch,
+    range: Range<usize>,
+    offsets: &[usize],
+    staging: &[u8],
+    stats: &mut Stats,
+) {
+    batch.execute(|verbs| {
+        for (verb, &off) in verbs[range].iter_mut().zip(offsets) {
+            match verb {
+                Verb::Read { buf, .. } => buf.copy_from_slice(&staging[off..off + buf.len()]),
+                Verb::Cas { old, .. } | Verb::Faa { old, .. } => {
+                    let mut word = [0u8; 8];
+                    word.copy_from_slice(&staging[off..off + 8]);
+                    *old = u64::from_le_bytes(word);
+                }
+                Verb::Write { .. } => {}
+            }
+            stats.record_verb(verb);
+        }
+    });
 }
