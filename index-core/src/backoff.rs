@@ -1,4 +1,6 @@
-//! Bounded exponential backoff.
+//! Bounded exponential backoff: [`Backoff::wait`] (spins, yields, then sleeps, up to a
+//! deadline) for a wait on another party's step; [`Backoff::pause_awake`] (spins, then yields,
+//! never a sleep) for a read's retries of data changing under it.
 
 use crate::sync::time::{Duration, Instant};
 

@@ -68,9 +68,11 @@ const LOG_WORD: usize = 6;
 pub(crate) const NIC_BYTES: u64 = (CONNECTIONS * ENTRY_WORDS * 8) as u64;
 /// The huge page size a pool file is sized for (hugetlbfs refuses a file that is not a whole
 /// number of its pages).
+#[cfg_attr(loom, allow(dead_code))]
 pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
 /// Bytes of the NIC area behind a pool file's region: the connection table, padded to whole huge
 /// pages, so that a region of whole huge pages makes a pool file of whole huge pages.
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) const NIC_AREA_BYTES: u64 = NIC_BYTES.next_multiple_of(HUGE_PAGE_BYTES);
 
 const OPEN: u64 = 1 << 63;

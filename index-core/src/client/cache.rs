@@ -121,7 +121,7 @@ impl<E: Endpoint> Client<E> {
         Ok(true)
     }
 
-    /// Decodes the `count` leaves last read by [`Self::read_batch`]; `None` if one was torn.
+    /// Decodes `leaves`, as the last [`Self::read_batch`] read them; `None` if one was torn.
     pub(super) fn decode_leaves(
         &self,
         layout: &Layout,

@@ -550,9 +550,9 @@ impl Drop for Running<'_> {
 }
 
 /// A read's pause before attempt `attempt + 1` at data that was changing under it (a leaf a
-/// writer is WRITEing, a view older than its record): spins, then yields, never a sleep
-/// ([`crate::backoff::Backoff::pause_awake`]; in posting mode a yield to the thread's other
-/// operations). It gives up, with `TooManyRetries(attempt)`, only once it has made
+/// writer is WRITEing, a view older than its record): spins, then yields the processor, never a
+/// sleep ([`crate::backoff::Backoff::pause_awake`]; in posting mode after a yield to the
+/// thread's other operations, so that a session whose operations all wait so does not spin). It gives up, with `TooManyRetries(attempt)`, only once it has made
 /// `max_attempts` attempts *and* the backoff's time limit has passed: where processes share
 /// memory, a writer descheduled in the middle of its WRITE leaves a leaf torn longer than any
 /// count of attempts lasts on an idle processor.
@@ -565,10 +565,10 @@ async fn read_again(
     if attempt >= max_attempts && backoff.expired() {
         return Err(IndexError::TooManyRetries(attempt));
     }
-    match waiting {
-        Waiting::Blocking => backoff.pause_awake(),
-        Waiting::Posting => wait::yield_now().await,
+    if waiting == Waiting::Posting {
+        wait::yield_now().await;
     }
+    backoff.pause_awake();
     Ok(())
 }
 

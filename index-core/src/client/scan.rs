@@ -29,7 +29,7 @@ impl<E: Endpoint> Client<E> {
         let caches = unsafe { self.op_caches() };
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(n.min(4096));
         let mut from = start;
-        let mut attempts = 0;
+        let mut attempts = 0u32;
         // As a GET's (`Client::get_inner`): read again after a pause (`read_again`).
         let mut backoff = crate::backoff::Backoff::new(caches.config.wait_limit);
         while out.len() < n {
@@ -45,10 +45,14 @@ impl<E: Endpoint> Client<E> {
                 .plan_scan_round(node, from, node_end, want_leaves)
                 .await?
             else {
-                attempts += 1;
-                if attempts > caches.config.max_attempts {
-                    return Err(IndexError::TooManyRetries(caches.config.max_attempts));
-                }
+                attempts = attempts.saturating_add(1);
+                super::read_again(
+                    &mut backoff,
+                    self.waiting,
+                    attempts,
+                    caches.config.max_attempts,
+                )
+                .await?;
                 continue;
             };
             let mut words: Vec<RemoteAddr> = round.bound_word.into_iter().collect();
@@ -84,7 +88,7 @@ impl<E: Endpoint> Client<E> {
                 None
             };
             let Some(contents) = contents else {
-                attempts += 1;
+                attempts = attempts.saturating_add(1);
                 super::read_again(
                     &mut backoff,
                     self.waiting,
