@@ -549,27 +549,47 @@ impl Drop for Running<'_> {
     }
 }
 
-/// A read's pause before attempt `attempt + 1` at data that was changing under it (a leaf a
-/// writer is WRITEing, a view older than its record): spins, then yields the processor, never a
-/// sleep ([`crate::backoff::Backoff::pause_awake`]; in posting mode after a yield to the
-/// thread's other operations, so that a session whose operations all wait so does not spin). It gives up, with `TooManyRetries(attempt)`, only once it has made
-/// `max_attempts` attempts *and* the backoff's time limit has passed: where processes share
-/// memory, a writer descheduled in the middle of its WRITE leaves a leaf torn longer than any
-/// count of attempts lasts on an idle processor.
-async fn read_again(
-    backoff: &mut crate::backoff::Backoff,
-    waiting: Waiting,
-    attempt: u32,
+/// A read's retries of data that was changing under it (a leaf a writer is WRITEing, a view
+/// older than its record). Each retry pauses: spins, then yields the processor, never a sleep
+/// ([`crate::backoff::Backoff::pause_awake`]; in posting mode after a yield to the thread's other
+/// operations, so that a session whose operations all wait so does not spin). The read gives
+/// up, with `TooManyRetries(retries)`, only once it has retried `max_attempts` times *and*
+/// `wait_limit` has passed since its first retry: where processes share memory, a writer
+/// descheduled in the middle of its WRITE leaves a leaf torn longer than any count of attempts
+/// lasts on an idle processor. Nothing is read of the clock until a first retry.
+pub(super) struct ReadRetries {
+    retries: u32,
     max_attempts: u32,
-) -> Result<(), IndexError> {
-    if attempt >= max_attempts && backoff.expired() {
-        return Err(IndexError::TooManyRetries(attempt));
+    limit: std::time::Duration,
+    backoff: Option<crate::backoff::Backoff>,
+}
+
+impl ReadRetries {
+    pub(super) fn new(config: &crate::StoreConfig) -> Self {
+        Self {
+            retries: 0,
+            max_attempts: config.max_attempts,
+            limit: config.wait_limit,
+            backoff: None,
+        }
     }
-    if waiting == Waiting::Posting {
-        wait::yield_now().await;
+
+    /// The pause before one more attempt, or why the read gives up.
+    pub(super) async fn again(&mut self, waiting: Waiting) -> Result<(), IndexError> {
+        self.retries = self.retries.saturating_add(1);
+        let limit = self.limit;
+        let backoff = self
+            .backoff
+            .get_or_insert_with(|| crate::backoff::Backoff::new(limit));
+        if self.retries >= self.max_attempts && backoff.expired() {
+            return Err(IndexError::TooManyRetries(self.retries));
+        }
+        if waiting == Waiting::Posting {
+            wait::yield_now().await;
+        }
+        backoff.pause_awake();
+        Ok(())
     }
-    backoff.pause_awake();
-    Ok(())
 }
 
 fn check_unlocked(verbs: &[Verb<'_>]) -> Result<(), IndexError> {

@@ -26,15 +26,9 @@ impl<E: Endpoint> Client<E> {
         let node = &caches.nodes[caches.node_of(key)];
         let mut fell_back = false;
         let mut leaves = ChainEntries::new();
-        // Data changing under the read is read again after a pause (`read_again`), up to
-        // `max_attempts` attempts and `wait_limit`, whichever is later.
-        let (max, mut backoff) = (
-            caches.config.max_attempts,
-            crate::backoff::Backoff::new(caches.config.wait_limit),
-        );
-        let mut attempt = 0u32;
+        // Data changing under the read is read again after a pause (`ReadRetries`).
+        let mut retries = ReadRetries::new(&caches.config);
         loop {
-            attempt = attempt.saturating_add(1);
             // What the read needs of the view, copied out: no count is taken on it.
             let plan = |view: Borrowed<'_, SlotView>, routing: Routing<'_>| Planned {
                 consistent: Self::chains_for(&view, key, &mut leaves),
@@ -46,7 +40,7 @@ impl<E: Endpoint> Client<E> {
             let routed = route!(self, node, key, plan);
             if !routed.consistent {
                 self.refresh_if_held(node, &routed)?;
-                read_again(&mut backoff, self.waiting, attempt, max).await?;
+                retries.again(self.waiting).await?;
                 continue;
             }
             #[cfg(loom)]
@@ -77,14 +71,14 @@ impl<E: Endpoint> Client<E> {
             };
             if !valid {
                 self.refresh_if_held(node, &routed)?;
-                read_again(&mut backoff, self.waiting, attempt, max).await?;
+                retries.again(self.waiting).await?;
                 continue;
             }
             match self.lookup_in_batch(&node.layout, &leaves, key)? {
                 Lookup::Found(value) => return Ok(Some(value)),
                 Lookup::Absent => return Ok(None),
                 // A leaf was being written: let the writer finish.
-                Lookup::Torn => read_again(&mut backoff, self.waiting, attempt, max).await?,
+                Lookup::Torn => retries.again(self.waiting).await?,
             }
         }
     }

@@ -29,9 +29,8 @@ impl<E: Endpoint> Client<E> {
         let caches = unsafe { self.op_caches() };
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(n.min(4096));
         let mut from = start;
-        let mut attempts = 0u32;
-        // As a GET's (`Client::get_inner`): read again after a pause (`read_again`).
-        let mut backoff = crate::backoff::Backoff::new(caches.config.wait_limit);
+        // As a GET's (`Client::get_inner`): read again after a pause (`ReadRetries`).
+        let mut retries = super::ReadRetries::new(&caches.config);
         while out.len() < n {
             let node_index = caches.node_of(from);
             let node = &caches.nodes[node_index];
@@ -45,14 +44,7 @@ impl<E: Endpoint> Client<E> {
                 .plan_scan_round(node, from, node_end, want_leaves)
                 .await?
             else {
-                attempts = attempts.saturating_add(1);
-                super::read_again(
-                    &mut backoff,
-                    self.waiting,
-                    attempts,
-                    caches.config.max_attempts,
-                )
-                .await?;
+                retries.again(self.waiting).await?;
                 continue;
             };
             let mut words: Vec<RemoteAddr> = round.bound_word.into_iter().collect();
@@ -88,14 +80,7 @@ impl<E: Endpoint> Client<E> {
                 None
             };
             let Some(contents) = contents else {
-                attempts = attempts.saturating_add(1);
-                super::read_again(
-                    &mut backoff,
-                    self.waiting,
-                    attempts,
-                    caches.config.max_attempts,
-                )
-                .await?;
+                retries.again(self.waiting).await?;
                 continue;
             };
             let bound = match (round.bound, bound_read.first()) {

@@ -27,7 +27,7 @@ use crate::values::{Block, NodeValues};
 use super::op::WriteOp;
 use super::value_io::ValueIo;
 use super::wait::{self, Waiting};
-use super::{Change, Client, read_again};
+use super::{Change, Client, ReadRetries};
 
 impl<E: Endpoint> Client<E> {
     /// Arms the value side of a commit: `changes` says whether the outcome changes the key's
@@ -107,13 +107,8 @@ impl<E: Endpoint> Client<E> {
 
     async fn get_value_inner(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool, IndexError> {
         let (_, values) = self.value_node(key)?;
-        let (max, mut backoff) = (
-            self.caches.config.max_attempts,
-            crate::backoff::Backoff::new(self.caches.config.wait_limit),
-        );
-        let mut attempt = 0u32;
+        let mut retries = ReadRetries::new(&self.caches.config);
         loop {
-            attempt = attempt.saturating_add(1);
             let Some(raw) = self.get_inner(key).await? else {
                 out.clear();
                 return Ok(false);
@@ -131,7 +126,7 @@ impl<E: Endpoint> Client<E> {
                 }
                 Err(_) => {
                     self.value_retries += 1;
-                    read_again(&mut backoff, self.waiting, attempt, max).await?;
+                    retries.again(self.waiting).await?;
                 }
             }
         }
