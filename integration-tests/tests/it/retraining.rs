@@ -211,9 +211,22 @@ fn retraining_keeps_up_with_five_times_the_loaded_keys() {
 /// A leaf that a writer keeps rewriting can stay torn through every re-read of the snapshot taken
 /// before the freeze. That must not stop the worker: the snapshot is discarded and the record is
 /// built under the freeze, once the writer is out.
-#[test]
-fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
-    let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
+/// The keys [`first_leaf`] loads.
+const FIRST_LEAF_KEYS: std::ops::Range<u64> = 0..32;
+
+/// A pool of 32 keys (0, 1000, …) in tiny leaves, and its slot 0's first trained leaf.
+struct FirstLeaf {
+    transport: SimTransport,
+    ep: sim_transport::SimEndpoint,
+    record_addr: rdma_transport::RemoteAddr,
+    record: leaf_store::ModelRecord,
+    leaf_addr: rdma_transport::RemoteAddr,
+    /// The leaf's bytes as loaded.
+    good: Vec<u8>,
+}
+
+fn first_leaf() -> FirstLeaf {
+    let loaded: Vec<u64> = FIRST_LEAF_KEYS.map(|i| i * 1000).collect();
     let (transport, layout) = integration_tests::load(
         &loaded,
         64,
@@ -223,13 +236,33 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
     let mut ep = transport.endpoint().expect("endpoint");
     let record_addr = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
     let record = leaf_store::read_record(&mut ep, &layout, 0, record_addr).expect("record");
+    let leaf_addr = layout.leaf_addr(record.lt[0].leaf_num());
+    let mut good = vec![0u8; layout.leaf_bytes() as usize];
+    ep.read(leaf_addr, &mut good).expect("read");
+    FirstLeaf {
+        transport,
+        ep,
+        record_addr,
+        record,
+        leaf_addr,
+        good,
+    }
+}
+
+#[test]
+fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
+    let FirstLeaf {
+        transport,
+        mut ep,
+        record_addr,
+        record,
+        leaf_addr,
+        good,
+    } = first_leaf();
     let entry = record.lt[0];
     let entry_addr = record_addr
         .checked_add(record.layout().lt_entry(0))
         .expect("addr");
-    let leaf_addr = layout.leaf_addr(entry.leaf_num());
-    let mut good = vec![0u8; layout.leaf_bytes() as usize];
-    ep.read(leaf_addr, &mut good).expect("read");
 
     // A writer holds the leaf's lock, half way through rewriting it (its checksum fails on every
     // read), and finishes 200 ms after the worker starts its retraining (or once it sees the
@@ -276,7 +309,7 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
     writer.join().expect("writer");
     let store = Store::open(transport.clone(), StoreConfig::default()).expect("open");
     let mut client = store.client().expect("client");
-    for &k in &loaded {
+    for k in FIRST_LEAF_KEYS.map(|i| i * 1000) {
         assert_eq!(client.get(k).expect("get"), Some(k));
     }
     assert!(
@@ -288,23 +321,19 @@ fn a_leaf_torn_before_the_freeze_does_not_stop_the_worker() {
 
 /// A reader waits out a leaf left torn longer than its attempts would last spinning (a writer
 /// process descheduled in the middle of its WRITE, where memory is shared, did that to a reader
-/// on a loaded machine: it gave up after 10,000 attempts in a few milliseconds). Its retries
-/// pause longer and longer, up to the store's wait limit, and it reads the leaf once whole.
+/// on a loaded machine: it gave up after 10,000 attempts in a few milliseconds). It retries,
+/// yielding, until it has made `max_attempts` attempts and the wait limit has passed, and reads
+/// the leaf once whole.
 #[test]
 fn a_get_waits_out_a_leaf_torn_for_longer_than_its_attempts_last() {
-    let loaded: Vec<u64> = (0..32).map(|i| i * 1000).collect();
-    let (transport, layout) = integration_tests::load(
-        &loaded,
-        64,
-        &integration_tests::tiny(),
-        SimConfig::default(),
-    );
-    let mut ep = transport.endpoint().expect("endpoint");
-    let record_addr = leaf_store::read_slot_table(&mut ep, &layout).expect("table")[0].0;
-    let record = leaf_store::read_record(&mut ep, &layout, 0, record_addr).expect("record");
-    let leaf_addr = layout.leaf_addr(record.lt[0].leaf_num());
-    let mut good = vec![0u8; layout.leaf_bytes() as usize];
-    ep.read(leaf_addr, &mut good).expect("read");
+    let FirstLeaf {
+        transport,
+        mut ep,
+        record,
+        leaf_addr,
+        good,
+        ..
+    } = first_leaf();
     let key = leaf_store::Leaf::decode(record.lt[0].leaf_num(), &good)
         .expect("whole")
         .entries()[0]
