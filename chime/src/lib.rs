@@ -13,7 +13,8 @@
 //!   encoding; [`Window`]: a neighbourhood READ validated and looked up (CHIME's hop-bitmap
 //!   check catches a displacement that landed during the READ);
 //! - [`lock`]: the leaf's lock word with its vacancy bitmap, which tells an insert how far from
-//!   the key's home it must READ.
+//!   the key's home it must READ;
+//! - [`pack`]: sorted keys packed into leaves in key order, as a bulk load lays them out.
 //!
 //! The tree over them (internal pages, the compute-side cache, the client's operations and its
 //! place in `rolex compare`) is not written yet.
@@ -21,6 +22,7 @@
 pub mod geometry;
 pub mod leaf;
 pub mod lock;
+pub mod pack;
 pub mod word;
 
 pub use geometry::{Geometry, Span};
