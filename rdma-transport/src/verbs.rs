@@ -100,14 +100,12 @@ fn gid_table(ctx: &DeviceContext) -> Result<Vec<crate::gid::GidCandidate>, Trans
 }
 
 /// The GID (index, GID) a queue pair whose bootstrap connection goes out from `local` uses
-/// ([`crate::gid::choose`]; `ROLEX_GID_INDEX` overrides).
+/// ([`crate::gid::choose`]; `wanted`, from `ROLEX_GID_INDEX`, overrides).
 fn gid_for(
     table: &[crate::gid::GidCandidate],
+    wanted: Option<u32>,
     local: std::net::IpAddr,
 ) -> Result<(u8, Gid), TransportError> {
-    let wanted = std::env::var("ROLEX_GID_INDEX")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok());
     let entry =
         crate::gid::choose(table, u32::from(PORT), Some(local), wanted).map_err(connection)?;
     let index = u8::try_from(entry.index).map_err(|_| connection("GID index beyond 255"))?;
@@ -196,6 +194,8 @@ struct Device {
     pd: Arc<ProtectionDomain>,
     lid: u16,
     gids: Vec<crate::gid::GidCandidate>,
+    /// `ROLEX_GID_INDEX`, read when the device is opened.
+    gid_wanted: Option<u32>,
     /// Outstanding READs and atomics per queue pair ([`crate::device_limits::check`]).
     rd_atomic: u8,
 }
@@ -211,6 +211,9 @@ impl Device {
             .map_err(|e| connection(format!("port {PORT}: {e}")))?
             .lid();
         let gids = gid_table(&ctx)?;
+        let gid_wanted = std::env::var("ROLEX_GID_INDEX")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok());
         let attr = ctx
             .query_device()
             .map_err(|e| connection(format!("device attributes: {e}")))?;
@@ -228,6 +231,7 @@ impl Device {
             pd,
             lid,
             gids,
+            gid_wanted,
             rd_atomic,
         })
     }
@@ -238,7 +242,7 @@ impl Device {
         &self,
         local: std::net::IpAddr,
     ) -> Result<(GenericQueuePair, GenericCompletionQueue, QpInfo, u8), TransportError> {
-        let (gid_index, gid) = gid_for(&self.gids, local)?;
+        let (gid_index, gid) = gid_for(&self.gids, self.gid_wanted, local)?;
         let mut cq = self.ctx.create_cq_builder();
         cq.setup_cqe(crate::device_limits::COMPLETION_QUEUE_ENTRIES);
         let cq = GenericCompletionQueue::from(

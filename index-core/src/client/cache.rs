@@ -487,8 +487,8 @@ mod tests {
     /// A view this operation reads itself is the one it takes, however busy its cell: here
     /// another thread replaces every cell's view by an evicted stub of it as fast as it can
     /// (each a new value, so a reader's fresh view rarely stays in its cell until it is taken),
-    /// while each round trip takes 100 µs. A reader that took views only from their cell would reload turn after
-    /// turn and give up.
+    /// while each round trip takes 100 µs. A reader that took views only from their cell would
+    /// reload turn after turn and give up.
     #[test]
     fn a_view_read_by_the_operation_is_taken_however_busy_its_cell() {
         let load = BulkLoadConfig::default();
