@@ -28,14 +28,8 @@ impl Backoff {
     /// (a read waits for nobody's step: a writer whose WRITE is landing, descheduled maybe, gets
     /// the processor; and a read that slept while writers went on would find the next change).
     pub(crate) fn pause_awake(&mut self) {
-        if cfg!(loom) || self.step >= 6 {
-            crate::sync::thread::yield_now();
-        } else {
-            for _ in 0..(1u32 << self.step) {
-                std::hint::spin_loop();
-            }
-            self.step += 1;
-        }
+        awake(self.step);
+        self.step = (self.step + 1).min(SPINS);
     }
 
     /// Waits a little longer than last time; false once the deadline has passed.
@@ -43,18 +37,29 @@ impl Backoff {
         if Instant::now() >= self.deadline {
             return false;
         }
-        if cfg!(loom) {
-            crate::sync::thread::yield_now();
-        } else if self.step < 6 {
-            for _ in 0..(1u32 << self.step) {
-                std::hint::spin_loop();
-            }
-        } else if self.step < 12 {
-            crate::sync::thread::yield_now();
+        if cfg!(loom) || self.step < 2 * SPINS {
+            awake(self.step);
         } else {
-            crate::sync::thread::sleep(Duration::from_micros(50 << (self.step - 12).min(6)));
+            let longer = (self.step - 2 * SPINS).min(6);
+            crate::sync::thread::sleep(Duration::from_micros(50 << longer));
         }
         self.step += 1;
         true
+    }
+}
+
+/// Steps that spin (doubling) before a backoff yields.
+const SPINS: u32 = 6;
+
+/// The pause of step `step` short of a sleep: a spin of 2^`step` hints for the first [`SPINS`]
+/// steps, then a yield (under loom always a yield: a loom thread that spins keeps the one it
+/// waits for from running).
+fn awake(step: u32) {
+    if cfg!(loom) || step >= SPINS {
+        crate::sync::thread::yield_now();
+    } else {
+        for _ in 0..(1u32 << step) {
+            std::hint::spin_loop();
+        }
     }
 }
