@@ -7,10 +7,10 @@
 //!   +2 + 3i   key of slot g·H + i
 //!   +3 + 3i   value of slot g·H + i
 //!   +4 + 3i   entry word (crate::word::Entry)
-//! then the tail, read and written only under the leaf's lock:
-//!   lock word (crate::lock)
-//!   high fence: keys of the leaf are below it (u64::MAX with OPEN_HIGH: no bound)
-//!   tail flags (OPEN_HIGH)
+//! then the tail:
+//!   vacancy word (crate::vacancy), written by lock holders only
+//!   high fence: keys of the leaf are below it (u64::MAX when it has no bound)  ┐ checked as one
+//!   tail word  (crate::word::Tail)                                             ┘
 //! ```
 //!
 //! Any H consecutive slots (circularly) contain one group's start or begin right after one, so a
@@ -23,7 +23,7 @@ use crate::ChimeError;
 pub const SLOT_WORDS: usize = 3;
 /// Words of a group's metadata copy: sibling, meta word.
 pub const META_WORDS: usize = 2;
-/// Words of the tail: lock word, high fence, tail flags.
+/// Words of the tail: vacancy word, high fence, tail word.
 pub const TAIL_WORDS: usize = 3;
 /// The largest neighbourhood: the hop bitmap is 16 bits.
 pub const MAX_NEIGHBOURHOOD: usize = 16;
@@ -118,14 +118,22 @@ impl Geometry {
         self.meta_word(g) + META_WORDS + SLOT_WORDS * i
     }
 
-    /// The lock word.
-    pub fn lock_word(&self) -> usize {
+    /// The tail's first word: the vacancy word.
+    pub fn tail_word(&self) -> usize {
         self.groups() * self.group_words()
     }
 
-    /// The high fence's word (the tail flags follow).
+    /// The high fence's word (the tail word follows).
     pub fn high_word(&self) -> usize {
-        self.lock_word() + 1
+        self.tail_word() + 1
+    }
+
+    /// The tail: vacancy word, high fence, tail word.
+    pub fn tail_span(&self) -> Span {
+        Span {
+            start: self.tail_word(),
+            len: TAIL_WORDS,
+        }
     }
 
     /// Slots from `from` to `to`, going up and wrapping around (0 for `to == from`).
@@ -192,7 +200,7 @@ impl Geometry {
 
     /// What word `word` of a leaf is.
     pub fn word_at(&self, word: usize) -> WordAt {
-        if word >= self.lock_word() {
+        if word >= self.tail_word() {
             return WordAt::Tail;
         }
         let (g, at) = (word / self.group_words(), word % self.group_words());
@@ -224,7 +232,7 @@ pub enum WordAt {
         /// 0 key, 1 value, 2 entry word.
         part: usize,
     },
-    /// The tail (lock word, high fence, flags).
+    /// The tail (vacancy word, high fence, tail word).
     Tail,
 }
 
@@ -260,7 +268,7 @@ mod tests {
                 let mut slots = Vec::new();
                 let mut metas = 0;
                 for span in &spans {
-                    assert!(span.start + span.len <= g.lock_word());
+                    assert!(span.start + span.len <= g.tail_word());
                     for w in span.start..span.start + span.len {
                         match g.word_at(w) {
                             WordAt::Slot { slot, part: 0 } => slots.push(slot),
@@ -286,7 +294,7 @@ mod tests {
             assert_eq!(g.word_at(w + 2), WordAt::Slot { slot, part: 2 });
         }
         assert_eq!(g.word_at(g.meta_word(3) + 1), WordAt::Meta(3));
-        assert_eq!(g.word_at(g.lock_word()), WordAt::Tail);
+        assert_eq!(g.word_at(g.tail_word()), WordAt::Tail);
         assert_eq!(g.distance(60, 3), 7);
         assert_eq!((g.after(62, 5), g.before(2, 5)), (3, 61));
     }

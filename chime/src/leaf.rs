@@ -15,8 +15,9 @@
 //! A split moves the keys at or above the separator to the same slots of a new leaf, so both
 //! halves keep the invariants without moving a key.
 
-use crate::geometry::{Geometry, Span, WordAt};
-use crate::word::{Entry, Meta, VALID, next_version};
+use crate::geometry::{Geometry, Span, TAIL_WORDS, WordAt};
+use crate::vacancy::{mark, vacancy};
+use crate::word::{Entry, Meta, Tail, VALID, next_version};
 
 /// The home slot of `key` in a leaf of `slots` slots: a mix of its bits (the splitmix64
 /// finalizer), reduced.
@@ -250,7 +251,7 @@ impl Leaf {
         Ok(())
     }
 
-    /// The leaf's words but the tail's lock word (0 there), as page `page` holds them.
+    /// The leaf's words (tail included) as page `page` holds them.
     pub fn encode(&self, page: u64) -> Vec<u64> {
         let g = self.geometry;
         let mut words = vec![0u64; g.leaf_words()];
@@ -271,25 +272,25 @@ impl Leaf {
             };
             words[at..at + 3].copy_from_slice(&e.encode(page, s));
         }
-        let (high, flags) = match self.high {
-            Some(h) => (h, 0),
-            None => (u64::MAX, OPEN_HIGH),
+        words[g.tail_word()] = vacancy(self);
+        let tail = Tail {
+            high: self.high,
+            version: self.version,
         };
-        words[g.high_word()] = high;
-        words[g.high_word() + 1] = flags;
+        words[g.high_word()..g.high_word() + 2].copy_from_slice(&tail.encode(page));
         words
     }
 
-    /// The leaf of page `page` from its words (read under its lock, so whole); `None` if a slot
-    /// or metadata copy does not check, or their versions differ.
+    /// The leaf of page `page` from its words, tail included; `None` if a slot, metadata copy
+    /// or the tail does not check, or their versions differ (read while a write landed: a
+    /// reader without the lock reads again).
     pub fn decode(geometry: Geometry, page: u64, words: &[u64]) -> Option<Self> {
         let g = geometry;
         if words.len() < g.leaf_words() {
             return None;
         }
         let window = Window::decode(g, page, &[g.spans(0, g.slots())[0]], words)?;
-        let tail = g.high_word();
-        let high = (words[tail + 1] & OPEN_HIGH == 0).then_some(words[tail]);
+        let tail = window.tail(page, &words[g.tail_word()..g.tail_word() + TAIL_WORDS])?;
         let mut slots = vec![Entry::default(); g.slots()];
         for (s, e) in window.slots {
             slots[s] = e;
@@ -297,15 +298,23 @@ impl Leaf {
         Some(Self {
             geometry,
             sibling: window.sibling,
-            high,
+            high: tail.high,
             version: window.version,
             slots,
         })
     }
-}
 
-/// Tail flag: no high fence.
-const OPEN_HIGH: u64 = 1;
+    /// The words of the slots `touched` names, as spans of page `page` with their words (the
+    /// WRITEs a change needs).
+    pub fn touched_words(&self, page: u64, touched: Touched) -> Vec<(Span, Vec<u64>)> {
+        let words = self.encode(page);
+        self.geometry
+            .spans(touched.first, touched.count)
+            .into_iter()
+            .map(|span| (span, words[span.start..span.start + span.len].to_vec()))
+            .collect()
+    }
+}
 
 /// What a READ of some spans of a leaf shows, validated: the slots it holds, and the metadata
 /// every copy in it agrees on.
@@ -381,6 +390,95 @@ impl Window {
             version: meta.version,
             slots,
         })
+    }
+
+    /// The tail read as `words` (vacancy word, high fence, tail word) beside this window:
+    /// `None` unless it checks and carries the window's version.
+    pub fn tail(&self, page: u64, words: &[u64]) -> Option<Tail> {
+        let tail = Tail::decode(page, [*words.get(1)?, *words.get(2)?])?;
+        (tail.version == self.version).then_some(tail)
+    }
+
+    /// The slot holding `key` in the window and its value.
+    pub fn find(&self, geometry: Geometry, key: u64) -> Option<(usize, u64)> {
+        let h = home(key, geometry.slots());
+        self.slots.iter().find_map(|&(s, e)| match e.kv {
+            Some((k, v)) if k == key && geometry.distance(h, s) < geometry.neighbourhood() => {
+                Some((s, v))
+            }
+            _ => None,
+        })
+    }
+
+    fn entry(&self, slot: usize) -> Option<Entry> {
+        self.slots.iter().find(|e| e.0 == slot).map(|e| e.1)
+    }
+
+    /// Under the leaf's lock, with the window read at `key`'s home: sets `key` to `value` in
+    /// place, or puts it in the first free slot of its neighbourhood. The slots to WRITE and the
+    /// vacancy word after, or `None` when the neighbourhood has no free slot (the writer reads
+    /// the whole leaf). `vacancy` is the vacancy word read with the window.
+    pub fn set(
+        &self,
+        geometry: Geometry,
+        key: u64,
+        value: u64,
+        vacancy: u64,
+    ) -> Option<(Vec<(usize, Entry)>, u64)> {
+        let g = geometry;
+        let version = self.version;
+        if let Some((s, _)) = self.find(g, key) {
+            let e = self.entry(s)?;
+            let e = Entry {
+                kv: Some((key, value)),
+                version,
+                ..e
+            };
+            return Some((vec![(s, e)], vacancy));
+        }
+        let h = home(key, g.slots());
+        let (d, free) = (0..g.neighbourhood())
+            .map(|d| (d, g.after(h, d)))
+            .find(|&(_, s)| self.entry(s).is_some_and(|e| e.kv.is_none()))?;
+        let mut home_entry = self.entry(h)?;
+        home_entry.hop |= 1 << d;
+        home_entry.version = version;
+        let mut new = self.entry(free)?;
+        new.kv = Some((key, value));
+        new.version = version;
+        if free == h {
+            new.hop = home_entry.hop;
+            return Some((vec![(h, new)], mark(vacancy, h, true)));
+        }
+        Some((
+            vec![(h, home_entry), (free, new)],
+            mark(vacancy, free, true),
+        ))
+    }
+
+    /// Under the leaf's lock, with the window read at `key`'s home: removes `key`. The slots to
+    /// WRITE and the vacancy word after, or `None` if the window does not hold it.
+    pub fn remove(
+        &self,
+        geometry: Geometry,
+        key: u64,
+        vacancy: u64,
+    ) -> Option<(Vec<(usize, Entry)>, u64)> {
+        let g = geometry;
+        let (s, _) = self.find(g, key)?;
+        let h = home(key, g.slots());
+        let d = g.distance(h, s);
+        let mut home_entry = self.entry(h)?;
+        home_entry.hop &= !(1 << d);
+        home_entry.version = self.version;
+        let mut gone = self.entry(s)?;
+        gone.kv = None;
+        gone.version = self.version;
+        if s == h {
+            gone.hop = home_entry.hop;
+            return Some((vec![(h, gone)], mark(vacancy, h, false)));
+        }
+        Some((vec![(h, home_entry), (s, gone)], mark(vacancy, s, false)))
     }
 
     /// What the window says of `key`, whose home slot it must hold with the `H` after it.
@@ -460,6 +558,49 @@ mod tests {
                 assert_eq!(window.lookup(g, key), want, "key {key}");
             }
             Leaf::decode(g, 9, &words).as_ref() == Some(&leaf)
+        }
+
+        /// A writer that READ only a key's neighbourhood and the vacancy word (under the lock)
+        /// changes the leaf as a writer of the whole leaf would: the same leaf after, or, for
+        /// an insert, no change when the neighbourhood has no room.
+        fn a_change_from_one_window_is_the_whole_leafs(keys: Vec<u8>, op: (bool, u8, u64)) -> bool {
+            let g = small();
+            let mut leaf = Leaf::new(g, None);
+            for k in keys {
+                let _ = leaf.insert(u64::from(k % 40), 1);
+            }
+            let (insert, key, value) = (op.0, u64::from(op.1 % 40), op.2);
+            let mut words = leaf.encode(9);
+            let spans = g.neighbourhood_spans(home(key, g.slots()));
+            let window = Window::decode(g, 9, &spans, &read(&words, &spans)).expect("whole");
+            let vacancy = words[g.tail_word()];
+            let change = if insert {
+                window.set(g, key, value, vacancy)
+            } else {
+                window.remove(g, key, vacancy)
+            };
+            let mut whole = leaf.clone();
+            let Some((slots, after)) = change else {
+                // No room in the window (the whole leaf is read next), or nothing to remove.
+                return if insert {
+                    let h = home(key, g.slots());
+                    (0..g.neighbourhood()).all(|d| leaf.slot(g.after(h, d)).kv.is_some())
+                } else {
+                    whole.remove(key).is_none()
+                };
+            };
+            for (s, e) in slots {
+                let at = g.slot_word(s);
+                words[at..at + 3].copy_from_slice(&e.encode(9, s));
+            }
+            words[g.tail_word()] = after;
+            if insert {
+                whole.insert(key, value).expect("room");
+            } else {
+                whole.remove(key).expect("present");
+            }
+            whole.check().expect("invariants");
+            words == whole.encode(9)
         }
 
         /// A split keeps every key on the side of the separator it belongs to, the invariants on

@@ -12,8 +12,8 @@
 //! - [`Leaf`]: hopscotch insert with displacement, remove, a split that keeps every key's slot,
 //!   encoding; [`Window`]: a neighbourhood READ validated and looked up (CHIME's hop-bitmap
 //!   check catches a displacement that landed during the READ);
-//! - [`lock`]: the leaf's lock word with its vacancy bitmap, which tells an insert how far from
-//!   the key's home it must READ;
+//! - [`vacancy`]: the leaf's vacancy word, READ in the batch that takes the leaf's lock, which
+//!   tells an insert whether its key's neighbourhood has room;
 //! - [`pack`]: sorted keys packed into leaves in key order, as a bulk load lays them out.
 //!
 //! The tree over them (internal pages, the compute-side cache, the client's operations and its
@@ -21,8 +21,8 @@
 
 pub mod geometry;
 pub mod leaf;
-pub mod lock;
 pub mod pack;
+pub mod vacancy;
 pub mod word;
 
 pub use geometry::{Geometry, Span};

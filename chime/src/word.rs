@@ -10,6 +10,10 @@
 //!   bits  0..16  flags: VALID
 //!   bits 17..32  leaf version
 //!   bits 32..64  check: 32 bits of a hash of (page, group, sibling, bits 0..32)
+//! tail word (one per leaf; with the high fence before it, checked as one):
+//!   bits  0..16  flags: OPEN_HIGH (the leaf has no high fence)
+//!   bits 17..32  leaf version
+//!   bits 32..64  check: 32 bits of a hash of (page, high fence, bits 0..32)
 //! ```
 //!
 //! **Invariant.** A READ may tear between any two words (this store's rule; CHIME's cache-line
@@ -51,6 +55,45 @@ fn slot_seed(page: u64, slot: usize) -> u64 {
 
 fn group_seed(page: u64, group: usize) -> u64 {
     page.rotate_left(8) ^ (0x80 | group as u64) << 56
+}
+
+/// The flag of a tail word: the leaf has no high fence.
+const OPEN_HIGH: u64 = 1;
+
+fn tail_seed(page: u64) -> u64 {
+    page.rotate_left(8) ^ 0xC0 << 56
+}
+
+/// A leaf's high fence as a reader accepts it, with the version it was written at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tail {
+    /// Keys of the leaf are below it (`None`: no bound).
+    pub high: Option<u64>,
+    /// The leaf version.
+    pub version: u16,
+}
+
+impl Tail {
+    /// The high fence's word and the tail word of page `page`.
+    pub fn encode(&self, page: u64) -> [u64; 2] {
+        let high = self.high.unwrap_or(u64::MAX);
+        let low = if self.high.is_none() { OPEN_HIGH } else { 0 }
+            | (u64::from(self.version) & VERSION_MASK) << VERSION_SHIFT;
+        let sum = check(tail_seed(page), [high, low, 0]);
+        [high, low | u64::from(sum) << 32]
+    }
+
+    /// Page `page`'s tail from its two words; `None` if they do not check.
+    pub fn decode(page: u64, [high, word]: [u64; 2]) -> Option<Self> {
+        let low = word & 0xFFFF_FFFF;
+        if check(tail_seed(page), [high, low, 0]) != (word >> 32) as u32 {
+            return None;
+        }
+        Some(Self {
+            high: (low & OPEN_HIGH == 0).then_some(high),
+            version: ((low >> VERSION_SHIFT) & VERSION_MASK) as u16,
+        })
+    }
 }
 
 /// A slot as a reader accepts it.
@@ -138,6 +181,11 @@ mod tests {
             let e = Entry { kv, hop, version: version & VERSION_MASK as u16 };
             let slot = usize::from(slot % 64);
             Entry::decode(page, slot, e.encode(page, slot)) == Some(e)
+        }
+
+        fn a_tail_round_trips(page: u64, high: Option<u64>, version: u16) -> bool {
+            let t = Tail { high, version: version & VERSION_MASK as u16 };
+            Tail::decode(page, t.encode(page)) == Some(t) && Tail::decode(page ^ 1, t.encode(page)).is_none()
         }
 
         fn meta_round_trips(page: u64, group: u8, sibling: u64, version: u16) -> bool {
