@@ -6,7 +6,7 @@ use leaf_store::value::{CLASS_BYTES, CLASSES, ValueRef, class_for, encode_block}
 use rdma_transport::{Endpoint, MemoryNodeInfo};
 
 use crate::TreeError;
-use crate::layout::{Layout, root_word};
+use crate::layout::{Layout, LeafKind, root_word};
 use crate::page::Page;
 
 /// How to lay out a pool.
@@ -25,6 +25,9 @@ pub struct BulkLoadConfig {
     /// A value region: the pool stores byte values ([`bulk_load_values`]); `None` (the default)
     /// stores 8-byte values.
     pub values: Option<ValueConfig>,
+    /// What the leaves are (default: Sherman's sorted pages; [`BulkLoadConfig::hopscotch`]
+    /// for CHIME's).
+    pub leaf: LeafKind,
 }
 
 impl Default for BulkLoadConfig {
@@ -36,13 +39,29 @@ impl Default for BulkLoadConfig {
             key_lo: 0,
             key_hi: u64::MAX,
             values: None,
+            leaf: LeafKind::Sorted,
         }
     }
 }
 
 impl BulkLoadConfig {
+    /// CHIME's layout: hopscotch leaves of its default shape (64 slots, neighbourhoods of 8)
+    /// in pages just large enough for one (1,728 bytes), internal pages of that size too.
+    pub fn hopscotch() -> Self {
+        let leaf = LeafKind::hopscotch();
+        let LeafKind::Hopscotch(g) = leaf else {
+            unreachable!("hopscotch() names a hopscotch leaf")
+        };
+        Self {
+            page_size: g.leaf_bytes().next_multiple_of(64),
+            leaf,
+            ..Self::default()
+        }
+    }
+
+    /// Keys per bulk-loaded leaf.
     fn fill(&self) -> usize {
-        let capacity = Page::capacity(self.page_size);
+        let capacity = self.leaf.capacity(self.page_size);
         self.fill
             .unwrap_or(capacity * 4 / 5)
             .clamp(2.min(capacity), capacity)
@@ -52,7 +71,7 @@ impl BulkLoadConfig {
 /// Bytes a pool needs for `keys` keys under `config`, with room for `spare` more keys inserted
 /// (at the worst case of pages split half full).
 pub fn required_pool_bytes(keys: u64, config: &BulkLoadConfig, spare: u64) -> u64 {
-    let capacity = Page::capacity(config.page_size).max(2) as u64;
+    let capacity = config.leaf.capacity(config.page_size).max(2) as u64;
     let fill = config.fill() as u64;
     let leaves = keys.div_ceil(fill) + 2 * spare.div_ceil(capacity) + 2;
     // Internal pages: at most one per half-full page of children, over every level.
@@ -101,6 +120,7 @@ pub fn bulk_load_values<E: Endpoint>(
         config.key_lo,
         config.key_hi,
         Some(values),
+        config.leaf,
     )?;
     pairs.sort_unstable_by_key(|p| p.0);
     let max = plan.max_value_len();
@@ -193,6 +213,7 @@ fn load<E: Endpoint>(
         config.key_lo,
         config.key_hi,
         config.values,
+        config.leaf,
     )?;
     pairs.sort_unstable_by_key(|p| p.0);
     if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
@@ -215,23 +236,41 @@ fn load<E: Endpoint>(
     }
     let fill = config.fill();
 
-    // Plan every page before writing: leaves, then each internal level, page 1 onwards.
+    // Plan every page before writing: leaves, then each internal level, page 1 onwards. Hopscotch
+    // leaves are planned apart (`hop`); `pages` holds a stand-in for each with its fences.
     let mut pages: Vec<Page> = Vec::new();
     let mut level_pages: Vec<u64> = Vec::new();
-    let chunks: Vec<&[(u64, u64)]> = if pairs.is_empty() {
-        vec![&[]]
-    } else {
-        pairs.chunks(fill).collect()
-    };
-    for (i, chunk) in chunks.iter().enumerate() {
-        let low = if i == 0 { config.key_lo } else { chunk[0].0 };
-        let mut page = Page::new(0, low, None, capacity);
-        for (slot, &e) in chunk.iter().enumerate() {
-            page.slots[slot] = Some(e);
+    let mut hop: Vec<chime::Leaf> = Vec::new();
+    match config.leaf {
+        LeafKind::Sorted => {
+            let chunks: Vec<&[(u64, u64)]> = if pairs.is_empty() {
+                vec![&[]]
+            } else {
+                pairs.chunks(fill).collect()
+            };
+            for (i, chunk) in chunks.iter().enumerate() {
+                let low = if i == 0 { config.key_lo } else { chunk[0].0 };
+                let mut page = Page::new(0, low, None, capacity);
+                for (slot, &e) in chunk.iter().enumerate() {
+                    page.slots[slot] = Some(e);
+                }
+                pages.push(page);
+                level_pages.push(pages.len() as u64);
+            }
         }
-        pages.push(page);
-        level_pages.push(pages.len() as u64);
+        LeafKind::Hopscotch(g) => {
+            hop = chime::pack::pack(g, &pairs, fill, None)
+                .map_err(|e| TreeError::Config(e.to_string()))?;
+            let mut low = config.key_lo;
+            for leaf in &hop {
+                pages.push(Page::new(0, low, leaf.high, 0));
+                level_pages.push(pages.len() as u64);
+                low = leaf.high.unwrap_or(u64::MAX);
+            }
+        }
     }
+    // Internal pages take at most `fill` separators, and no more than they hold.
+    let fill = fill.min(capacity);
     let mut level = 0u8;
     while level_pages.len() > 1 {
         level += 1;
@@ -278,7 +317,15 @@ fn load<E: Endpoint>(
     let mut start = 1u64;
     for (i, page) in pages.iter().enumerate() {
         let number = i as u64 + 1;
-        buffer.extend_from_slice(&page.encode(number, layout.page_size));
+        match hop.get_mut(i) {
+            Some(leaf) => {
+                leaf.sibling = page.sibling;
+                let start = buffer.len();
+                buffer.extend(leaf.encode(number).iter().flat_map(|w| w.to_le_bytes()));
+                buffer.resize(start + layout.page_size as usize, 0);
+            }
+            None => buffer.extend_from_slice(&page.encode(number, layout.page_size)),
+        }
         if buffer.len() >= 1 << 20 {
             ep.write(layout.page_addr(start), &buffer)?;
             buffer.clear();

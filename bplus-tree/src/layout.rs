@@ -22,12 +22,14 @@ const HEADER_BYTES: u64 = 128;
 /// offset   0  superblock, 16 words: magic, version, page size, page capacity, lock words,
 ///             lock table offset, pages offset, key_lo, key_hi, keys loaded, value region
 ///             offset, value region bytes, value chunk bytes (the last three 0 without byte
-///             values), reserved…, XXH3 checksum of words 0..15
+///             values), leaf kind (0 sorted pages; else hopscotch: 1 << 32 | slots << 8 |
+///             neighbourhood), reserved, XXH3 checksum of words 0..15
 /// offset 128  root word: level << 56 | page number (CASed when a root splits)
 /// offset 136  allocation word: pages handed out (FAA)
 /// offset 144  value chunk word: chunks of the value region handed out (FAA)
 /// lock table  `lock_words` words: 0 free, else the holder's tag
-/// pages       `page_capacity` pages of `page_size` bytes; page 0 is never used (0 = no page)
+/// pages       `page_capacity` pages of `page_size` bytes; page 0 is never used (0 = no page);
+///             leaves are `crate::Page`s or, in a hopscotch pool, `chime::Leaf`s
 /// values      (byte values only) chunks of `value_chunk_bytes`, each carved into blocks of one
 ///             size class by the compute node that took it; a block is `leaf_store`'s: key,
 ///             length, checksum, value (see `crate::value`)
@@ -55,6 +57,63 @@ pub struct Layout {
     pub value_bytes: u64,
     /// Bytes per value chunk.
     pub value_chunk_bytes: u64,
+    /// What the leaves are.
+    pub leaf: LeafKind,
+}
+
+/// What a pool's leaves are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeafKind {
+    /// Sherman's: a [`crate::Page`] of unsorted entries, READ whole (the default).
+    #[default]
+    Sorted,
+    /// CHIME's: a hopscotch hash table ([`chime::Leaf`]) of this shape, of which a lookup READs
+    /// one neighbourhood.
+    Hopscotch(chime::Geometry),
+}
+
+impl LeafKind {
+    /// CHIME's leaves of its default shape (64 slots, neighbourhoods of 8).
+    pub fn hopscotch() -> Self {
+        Self::Hopscotch(chime::Geometry::default())
+    }
+
+    /// The superblock's word for it.
+    fn word(self) -> u64 {
+        match self {
+            Self::Sorted => 0,
+            Self::Hopscotch(g) => 1 << 32 | (g.slots() as u64) << 8 | g.neighbourhood() as u64,
+        }
+    }
+
+    /// The kind a superblock's word names.
+    fn from_word(word: u64) -> Option<Self> {
+        match word >> 32 {
+            0 if word == 0 => Some(Self::Sorted),
+            1 if word >> 16 & 0xFFFF == 0 => {
+                chime::Geometry::new((word >> 8 & 0xFF) as usize, (word & 0xFF) as usize)
+                    .ok()
+                    .map(Self::Hopscotch)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a page of `page_size` bytes holds a leaf of this kind.
+    pub fn fits(self, page_size: u64) -> bool {
+        match self {
+            Self::Sorted => true,
+            Self::Hopscotch(g) => g.leaf_bytes() <= page_size,
+        }
+    }
+
+    /// Keys a leaf holds at most, in pages of `page_size` bytes.
+    pub fn capacity(self, page_size: u64) -> usize {
+        match self {
+            Self::Sorted => crate::Page::capacity(page_size),
+            Self::Hopscotch(g) => g.slots(),
+        }
+    }
 }
 
 /// Bits of the root word below the level.
@@ -84,10 +143,16 @@ impl Layout {
         key_lo: u64,
         key_hi: u64,
         values: Option<ValueConfig>,
+        leaf: LeafKind,
     ) -> Result<Self, TreeError> {
         if !(128..=65536).contains(&page_size) || !page_size.is_multiple_of(64) {
             return Err(TreeError::Config(format!(
                 "page size {page_size} must be a multiple of 64 in 128..=65536"
+            )));
+        }
+        if !leaf.fits(page_size) {
+            return Err(TreeError::Config(format!(
+                "a page of {page_size} bytes cannot hold a hopscotch leaf ({leaf:?})"
             )));
         }
         if lock_words == 0 || key_lo > key_hi {
@@ -135,6 +200,7 @@ impl Layout {
             value_offset,
             value_bytes,
             value_chunk_bytes,
+            leaf,
         })
     }
 
@@ -154,6 +220,7 @@ impl Layout {
         words[10] = self.value_offset;
         words[11] = self.value_bytes;
         words[12] = self.value_chunk_bytes;
+        words[13] = self.leaf.word();
         words[15] = checksum(&words[..15]);
         words
     }
@@ -187,7 +254,14 @@ impl Layout {
         if words[15] != checksum(&words[..15]) {
             return Err(TreeError::Corrupt("superblock checksum wrong".into()));
         }
+        let Some(leaf) = LeafKind::from_word(words[13]) else {
+            return Err(TreeError::Corrupt(format!(
+                "memory node {} names no leaf kind this build knows ({:#x})",
+                node.id, words[13]
+            )));
+        };
         let layout = Self {
+            leaf,
             node: node.id,
             page_size: words[2],
             page_capacity: words[3],
@@ -206,6 +280,7 @@ impl Layout {
             .checked_mul(layout.page_size)
             .and_then(|b| b.checked_add(layout.pages_offset));
         if layout.page_size < 128
+            || !leaf.fits(layout.page_size)
             || layout.lock_words == 0
             || layout.lock_table_offset + 8 * layout.lock_words > layout.pages_offset
             || end.is_none_or(|e| e > node.region_len)

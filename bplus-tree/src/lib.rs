@@ -41,7 +41,7 @@ mod wait;
 
 pub use bulk::{BulkLoadConfig, bulk_load, bulk_load_values, required_pool_bytes};
 pub use client::{Client, ClientStats, Tree, TreeConfig};
-pub use layout::{Layout, MAGIC, VERSION, root_word, unpack_root};
+pub use layout::{Layout, LeafKind, MAGIC, VERSION, root_word, unpack_root};
 pub use leaf_store::ValueConfig;
 pub use locks::MAX_HANDOVERS;
 pub use page::{HEADER_WORDS, Page, page_checksum};

@@ -107,6 +107,13 @@ impl Page {
         if i == 0 { self.leftmost } else { seps[i - 1].1 }
     }
 
+    /// Internal pages: the child after the one whose range holds `key` (`None`: that one is
+    /// the page's last).
+    pub fn next_child(&self, key: u64) -> Option<u64> {
+        let i = self.entries().take_while(|s| s.0 <= key).count();
+        self.entries().nth(i).map(|s| s.1)
+    }
+
     /// Encodes the page as page `page` of `page_size` bytes.
     pub fn encode(&self, page: u64, page_size: u64) -> Vec<u8> {
         let words = page_size as usize / 8;

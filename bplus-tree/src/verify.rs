@@ -7,7 +7,7 @@ use rdma_transport::{Endpoint, MemoryNodeInfo};
 use leaf_store::value::{CLASS_BYTES, ValueRef, check_block, class_for};
 
 use crate::TreeError;
-use crate::layout::{Layout, unpack_root};
+use crate::layout::{Layout, LeafKind, unpack_root};
 use crate::page::Page;
 
 /// What [`verify`] found.
@@ -76,13 +76,46 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
         ));
     }
     let (root_level, root) = unpack_root(ep.read_word(layout.root_addr())?);
-    let read = |ep: &mut E, no: u64| -> Result<Option<Page>, TreeError> {
+    // A page as the walk sees it; a hopscotch leaf as a page of its entries, with the low fence
+    // the level reached (it keeps none) and its own invariants checked here.
+    let read = |ep: &mut E,
+                no: u64,
+                level: u8,
+                low: u64,
+                problems: &mut Vec<String>|
+     -> Result<Option<Page>, TreeError> {
         if no == 0 || no >= allocated.min(layout.page_capacity) {
             return Ok(None);
         }
         let mut bytes = vec![0u8; layout.page_size as usize];
         ep.read(layout.page_addr(no), &mut bytes)?;
-        Ok(Page::decode(no, &bytes))
+        let LeafKind::Hopscotch(g) = layout.leaf else {
+            return Ok(Page::decode(no, &bytes));
+        };
+        if level > 0 {
+            return Ok(Page::decode(no, &bytes));
+        }
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        let Some(leaf) = chime::Leaf::decode(g, no, &words) else {
+            return Ok(None);
+        };
+        if let Err(why) = leaf.check() {
+            problems.push(format!("hopscotch leaf {no}: {why}"));
+        }
+        if words[g.tail_word()] != chime::vacancy::vacancy(&leaf) {
+            problems.push(format!(
+                "hopscotch leaf {no}: vacancy word {:#x}, its slots say {:#x}",
+                words[g.tail_word()],
+                chime::vacancy::vacancy(&leaf)
+            ));
+        }
+        let mut page = Page::new(0, low, leaf.high, 0);
+        page.sibling = leaf.sibling;
+        page.slots = leaf.entries().map(Some).collect();
+        Ok(Some(page))
     };
     // Walk each level from its leftmost page, top-down; `expected` holds the children the level
     // above references (page → the separator or low fence it was given).
@@ -98,7 +131,7 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
         let mut first = true;
         let mut count = 0u64;
         loop {
-            let Some(page) = read(ep, no)? else {
+            let Some(page) = read(ep, no, level, low, problems)? else {
                 problems.push(format!(
                     "level {level}: page {no} unreadable or unallocated"
                 ));

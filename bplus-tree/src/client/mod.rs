@@ -14,6 +14,7 @@
 //! it starts). The synchronous methods run them in blocking mode, where nothing is ever pending:
 //! they behave exactly as before.
 
+mod hopscotch;
 mod io;
 mod page_cache;
 mod read;
@@ -29,7 +30,7 @@ use std::time::Duration;
 use rdma_transport::{Endpoint, Stats, Transport};
 
 use crate::TreeError;
-use crate::layout::Layout;
+use crate::layout::{Layout, LeafKind};
 use crate::locks::{Held, LocalLocks};
 use crate::page::Page;
 use crate::value::NodeValues;
@@ -137,6 +138,14 @@ impl<T: Transport> Tree<T> {
         if !tiles {
             return Err(TreeError::Config(
                 "the memory nodes' key ranges do not tile the key space".into(),
+            ));
+        }
+        if nodes
+            .windows(2)
+            .any(|w| w[0].layout.leaf != w[1].layout.leaf)
+        {
+            return Err(TreeError::Config(
+                "the memory nodes' pools have leaves of different kinds".into(),
             ));
         }
         let tag = (u64::from(std::process::id()) << 24) | NEXT_TAG.fetch_add(1, Ordering::Relaxed);
@@ -279,12 +288,13 @@ struct Outcome {
 type PendingBlock = (rdma_transport::RemoteAddr, Vec<u8>);
 
 /// A leaf or internal page read under its lock: the decoded page and its raw bytes (a write
-/// patches the bytes, so words no entry uses keep what the memory node holds).
-struct Locked<'s> {
+/// patches the bytes, so words no entry uses keep what the memory node holds). `P` is what was
+/// decoded: a whole [`Page`], or the parts of a hopscotch leaf a writer READs.
+struct Locked<'s, P = Page> {
     node: usize,
     page_no: u64,
     word: u64,
-    page: Page,
+    page: P,
     bytes: Vec<u8>,
     guard: MutexGuard<'s, Option<Held>>,
     handovers: u32,
@@ -349,8 +359,17 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Option<u64>, TreeError> {
         self.waiting = waiting;
         self.expect_values(key, false)?;
+        let n = self.shared.node_of(key);
+        self.leaf_value(n, key).await
+    }
+
+    /// The value word `key`'s leaf holds (`None`: absent), from the leaf READ whole or, in a
+    /// hopscotch pool, from one neighbourhood.
+    async fn leaf_value(&mut self, n: usize, key: u64) -> Result<Option<u64>, TreeError> {
         let shared = Arc::clone(&self.shared);
-        let n = shared.node_of(key);
+        if let LeafKind::Hopscotch(g) = shared.nodes[n].layout.leaf {
+            return self.hop_lookup(n, key, g).await;
+        }
         for _ in 0..shared.config.max_attempts {
             let (leaf_no, parent) = self.locate(n, key, 0).await?;
             match self.leaf_for(n, leaf_no, parent, key).await? {

@@ -6,7 +6,9 @@ use rdma_transport::Endpoint;
 
 use super::Client;
 use crate::TreeError;
+use crate::layout::LeafKind;
 use crate::page::Page;
+use chime::{Geometry, Leaf};
 
 impl<E: Endpoint> Client<E> {
     /// The scan itself, whatever the pool's values (see [`Client::scan`]).
@@ -16,6 +18,9 @@ impl<E: Endpoint> Client<E> {
         n: usize,
     ) -> Result<Vec<(u64, u64)>, TreeError> {
         let shared = Arc::clone(&self.shared);
+        if let LeafKind::Hopscotch(g) = shared.nodes[shared.node_of(start)].layout.leaf {
+            return self.hop_scan_entries(start, n, g).await;
+        }
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut from = start;
         let mut attempts = 0;
@@ -72,6 +77,68 @@ impl<E: Endpoint> Client<E> {
                 }
                 match pages.next().flatten() {
                     Some(next) if next.is_leaf() && next.low == from => page = next,
+                    // The prediction ran out or missed: the next round locates `from` again.
+                    _ => break,
+                }
+            }
+        }
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+impl<E: Endpoint> Client<E> {
+    /// [`Client::scan_entries`] over hopscotch leaves: the same rounds, each leaf READ whole
+    /// (a hash table holds its keys in no order). A leaf has no low fence: a predicted leaf is
+    /// taken only if it is the sibling of the one before, which starts where that one ends.
+    async fn hop_scan_entries(
+        &mut self,
+        start: u64,
+        n: usize,
+        g: Geometry,
+    ) -> Result<Vec<(u64, u64)>, TreeError> {
+        let shared = Arc::clone(&self.shared);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut from = start;
+        while out.len() < n {
+            let node = shared.node_of(from);
+            let (leaf_no, _) = self.locate(node, from, 0).await?;
+            let per_leaf = (g.slots() * 4 / 5).max(1);
+            let want = (n - out.len()).div_ceil(per_leaf).clamp(1, 64);
+            let mut batch = vec![leaf_no];
+            if let Some(page) = self.last_parent.take() {
+                batch.extend(predict_after(&page, leaf_no, want - 1));
+            }
+            let mut leaves = self.hop_read_leaves(node, &batch, g).await?.into_iter();
+            // The first leaf must hold `from`; otherwise (torn, or a split the cache missed)
+            // find it the slow way, moving right.
+            let mut leaf: Leaf = match leaves.next().flatten() {
+                Some(l) if l.high.is_none_or(|h| from < h) => l,
+                _ => {
+                    leaves = Vec::new().into_iter();
+                    self.hop_leaf_covering(node, leaf_no, from, g).await?.0
+                }
+            };
+            let mut numbers = batch.into_iter().skip(1);
+            loop {
+                let mut taken: Vec<(u64, u64)> = leaf.entries().filter(|e| e.0 >= from).collect();
+                taken.sort_unstable();
+                out.extend(taken.into_iter().take(n - out.len()));
+                match leaf.high {
+                    Some(high) => from = high,
+                    None => {
+                        match shared.nodes.get(node + 1) {
+                            Some(next) => from = next.layout.key_lo,
+                            None => return Ok(out),
+                        }
+                        break;
+                    }
+                }
+                if out.len() >= n {
+                    break;
+                }
+                match (leaves.next().flatten(), numbers.next()) {
+                    (Some(next), Some(no)) if no == leaf.sibling => leaf = next,
                     // The prediction ran out or missed: the next round locates `from` again.
                     _ => break,
                 }

@@ -48,11 +48,7 @@ impl<E: Endpoint> Client<E> {
         let node = shared.node_of(key);
         let layout = shared.nodes[node].layout;
         for attempt in 0..shared.config.max_attempts {
-            let (leaf_no, parent) = self.locate(node, key, 0).await?;
-            let Some(page) = self.leaf_for(node, leaf_no, parent, key).await? else {
-                continue;
-            };
-            let Some((_, raw)) = page.find(key) else {
+            let Some(raw) = self.leaf_value(node, key).await? else {
                 out.clear();
                 return Ok(false);
             };

@@ -13,7 +13,7 @@ use rdma_transport::{Endpoint, Verb};
 
 use super::{Change, Client, Locked, Outcome, PendingBlock, Shared};
 use crate::TreeError;
-use crate::layout::Layout;
+use crate::layout::{Layout, LeafKind};
 use crate::locks::{Held, MAX_HANDOVERS};
 use crate::page::{HEADER_WORDS, Page, page_checksum};
 
@@ -29,6 +29,9 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<Outcome, TreeError> {
         let shared = Arc::clone(&self.shared);
         let node = shared.node_of(key);
+        if let LeafKind::Hopscotch(g) = shared.nodes[node].layout.leaf {
+            return self.hop_write(key, change, block, g).await;
+        }
         for _ in 0..shared.config.max_attempts {
             let (leaf_no, parent) = self.locate(node, key, 0).await?;
             let Some(mut locked) = self
@@ -138,7 +141,6 @@ impl<E: Endpoint> Client<E> {
     /// The stripe's guard is held across the round trips on purpose (it is the local lock, held
     /// from the CAS to the unlock): a sibling operation of this thread try-locks the stripe and
     /// yields ([`crate::locks::Stripe::enter_with`]), other threads block on it as before.
-    #[allow(clippy::await_holding_lock)]
     pub(super) async fn lock<'s>(
         &mut self,
         shared: &'s Shared,
@@ -146,6 +148,25 @@ impl<E: Endpoint> Client<E> {
         page_no: u64,
         block: &mut Option<PendingBlock>,
     ) -> Result<Locked<'s>, TreeError> {
+        let size = shared.nodes[node].layout.page_size as usize;
+        self.lock_with(shared, node, page_no, &[(0, size)], block, |bytes| {
+            Page::decode(page_no, bytes)
+        })
+        .await
+    }
+
+    /// [`Client::lock`], READing the byte ranges `(offset, len)` of the page under the lock
+    /// (concatenated in `Locked::bytes`) and decoding them with `decode` (`None`: damage).
+    #[allow(clippy::await_holding_lock)]
+    pub(super) async fn lock_with<'s, P>(
+        &mut self,
+        shared: &'s Shared,
+        node: usize,
+        page_no: u64,
+        ranges: &[(u64, usize)],
+        block: &mut Option<PendingBlock>,
+        decode: impl FnOnce(&[u8]) -> Option<P>,
+    ) -> Result<Locked<'s, P>, TreeError> {
         let layout = shared.nodes[node].layout;
         let word = layout.lock_of(page_no);
         let stripe = shared.locks.stripe(layout.node(), word);
@@ -176,17 +197,16 @@ impl<E: Endpoint> Client<E> {
                 }
             }
         }
-        let size = layout.page_size as usize;
-        let mut bytes = vec![0u8; size];
+        let mut bytes = vec![0u8; ranges.iter().map(|r| r.1).sum()];
         // A value block the entry will name travels in the first batch that reaches the memory
         // node (it is this client's alone until a leaf names it).
         if have {
             let result = {
-                let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(2);
+                let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(1 + ranges.len());
                 if let Some((at, data)) = block.as_ref() {
                     verbs.push(Verb::write(*at, data));
                 }
-                verbs.push(Verb::read(layout.page_addr(page_no), &mut bytes));
+                push_reads(&mut verbs, layout, page_no, ranges, &mut bytes, false);
                 self.one_batch(&mut verbs).await
             };
             if let Err(e) = result {
@@ -199,13 +219,13 @@ impl<E: Endpoint> Client<E> {
             let mut attempt = 0;
             loop {
                 let (result, taken) = {
-                    let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(3);
+                    let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(2 + ranges.len());
                     if let Some((at, data)) = block.as_ref() {
                         verbs.push(Verb::write(*at, data));
                     }
                     let cas = verbs.len();
                     verbs.push(Verb::cas(layout.lock_addr(word), 0, shared.tag));
-                    verbs.push(Verb::read(layout.page_addr(page_no), &mut bytes).fenced());
+                    push_reads(&mut verbs, layout, page_no, ranges, &mut bytes, true);
                     let result = self.one_batch(&mut verbs).await;
                     (result, verbs[cas].cas_succeeded() == Some(true))
                 };
@@ -232,7 +252,7 @@ impl<E: Endpoint> Client<E> {
                 attempt += 1;
             }
         }
-        let Some(page) = Page::decode(page_no, &bytes) else {
+        let Some(page) = decode(&bytes) else {
             // Nothing writes a page without its lock: a page that fails its checksum under the
             // lock is damage, not a race.
             self.remote_write_word(layout.lock_addr(word), 0).await?;
@@ -256,9 +276,9 @@ impl<E: Endpoint> Client<E> {
     /// Ends a locked write: `writes` (fenced in order), then the unlock in the same batch — or,
     /// if a local thread waits for this lock and it has not been handed over too often, no
     /// unlock: the lock is left to that thread.
-    pub(super) async fn release(
+    pub(super) async fn release<P>(
         &mut self,
-        mut locked: Locked<'_>,
+        mut locked: Locked<'_, P>,
         writes: &[(u64, &[u8])],
     ) -> Result<(), TreeError> {
         let layout = self.shared.nodes[locked.node].layout;
@@ -325,6 +345,28 @@ impl<E: Endpoint> Client<E> {
     pub(super) async fn abandon(&mut self, layout: Layout, word: u64) {
         self.stats.lock_verbs += 1;
         let _ = self.remote_write_word(layout.lock_addr(word), 0).await;
+    }
+}
+
+/// Pushes READs of the byte ranges `(offset, len)` of page `page_no` into `bytes`, one after
+/// another; `fenced`: behind the lock's CAS.
+fn push_reads<'b>(
+    verbs: &mut Vec<Verb<'b>>,
+    layout: Layout,
+    page_no: u64,
+    ranges: &[(u64, usize)],
+    mut bytes: &'b mut [u8],
+    fenced: bool,
+) {
+    for &(offset, len) in ranges {
+        let (head, rest) = bytes.split_at_mut(len);
+        bytes = rest;
+        let at = layout
+            .page_addr(page_no)
+            .checked_add(offset)
+            .unwrap_or_default();
+        let read = Verb::read(at, head);
+        verbs.push(if fenced { read.fenced() } else { read });
     }
 }
 

@@ -1,13 +1,14 @@
 //! Model-based test: random sequences of all six operations against a `BTreeMap`, with pages of
 //! four entries so that leaf splits, internal splits and new roots happen constantly; the tree
 //! is checked by `verify` at the end. A second compute node (its own `Tree`, so its own cache)
-//! reads everything back.
+//! reads everything back. Every test runs with both leaf kinds: Sherman's sorted pages, and
+//! CHIME's hopscotch leaves of four slots in neighbourhoods of two (splits at every turn).
 
 use std::collections::BTreeMap;
 
 use crate::common;
 
-use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
+use bplus_tree::{BulkLoadConfig, LeafKind, Tree, TreeConfig, verify};
 use quickcheck::{Arbitrary, Gen, TestResult};
 use rdma_transport::Transport;
 use sim_transport::SimConfig;
@@ -60,7 +61,17 @@ impl CaseOp for Op {
 
 type Case = model_case::Case<Op>;
 
-fn tiny() -> BulkLoadConfig {
+fn tiny(hopscotch: bool) -> BulkLoadConfig {
+    if hopscotch {
+        let g = chime::Geometry::new(4, 2).expect("shape");
+        return BulkLoadConfig {
+            page_size: g.leaf_bytes().next_multiple_of(64),
+            fill: Some(3),
+            lock_words: 64,
+            leaf: LeafKind::Hopscotch(g),
+            ..BulkLoadConfig::default()
+        };
+    }
     BulkLoadConfig {
         page_size: 128,
         fill: Some(3),
@@ -70,23 +81,32 @@ fn tiny() -> BulkLoadConfig {
 }
 
 fn run(case: Case) -> TestResult {
-    run_with(1, &case.initial, &case.ops)
+    run_with(false, 1, &case.initial, &case.ops)
 }
 
 /// Nothing cached: every operation descends from the root through READs.
 fn run_uncached(case: Case) -> TestResult {
-    run_with(u8::MAX, &case.initial, &case.ops)
+    run_with(false, u8::MAX, &case.initial, &case.ops)
 }
 
-/// Loads `loaded` (sorted, one per key), then runs `ops`.
-fn run_with(cache_from_level: u8, loaded: &[u64], ops: &[Op]) -> TestResult {
+fn run_hopscotch(case: Case) -> TestResult {
+    run_with(true, 1, &case.initial, &case.ops)
+}
+
+fn run_hopscotch_uncached(case: Case) -> TestResult {
+    run_with(true, u8::MAX, &case.initial, &case.ops)
+}
+
+/// Loads `loaded` (sorted, one per key) into a pool of hopscotch leaves or sorted pages, then
+/// runs `ops`.
+fn run_with(hopscotch: bool, cache_from_level: u8, loaded: &[u64], ops: &[Op]) -> TestResult {
     let config_tree = TreeConfig {
         cache_from_level,
         ..TreeConfig::default()
     };
     let (transport, _) = common::loaded_pool(
         loaded.iter().map(|&k| (k, k)).collect(),
-        &tiny(),
+        &tiny(hopscotch),
         ops.len() as u64 + 400,
         SimConfig::default(),
     );
@@ -164,11 +184,23 @@ fn without_a_cache_every_operation_agrees_with_a_btreemap_too() {
 }
 
 #[test]
+fn hopscotch_leaves_agree_with_a_btreemap_through_splits_and_new_roots() {
+    model_case::check(300, run_hopscotch);
+}
+
+#[test]
+fn without_a_cache_hopscotch_leaves_agree_with_a_btreemap_too() {
+    model_case::check(100, run_hopscotch_uncached);
+}
+
+#[test]
 fn an_empty_tree_grows_to_many_levels() {
     let ops: Vec<Op> = (0..2000u64)
         .map(|i| Op::Insert((i * 7919) % 400 + 400 * (i / 400), i))
         .chain((0..50).map(|i| Op::Scan(i * 37, 19)))
         .collect();
-    let result = run_with(1, &[], &ops);
-    assert!(!result.is_error() && !result.is_failure(), "{result:?}");
+    for hopscotch in [false, true] {
+        let result = run_with(hopscotch, 1, &[], &ops);
+        assert!(!result.is_error() && !result.is_failure(), "{result:?}");
+    }
 }

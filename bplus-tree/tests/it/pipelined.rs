@@ -2,7 +2,8 @@
 //! (`integration-tests/tests/it/pipelined.rs`): sessions of depth 4 on pages small enough to
 //! split all the time, two threads sharing one compute node (`Tree`: its cache and local lock
 //! stripes) and one on a compute node of its own, in torn and reordering mode and with batches
-//! that take a round trip to complete; every history linearizable, every pool clean. Then eight
+//! that take a round trip to complete; every history linearizable, every pool clean, with sorted
+//! and with hopscotch leaves. Then eight
 //! inserts of one thread on one leaf in flight together, and byte values through a session.
 
 #![cfg(not(loom))]
@@ -24,8 +25,19 @@ use testkit::linearizability::{KvEvent, check};
 use testkit::{XorShift64, pipelined};
 
 /// Pages of four entries, three loaded, sharing 64 lock words: splits, internal splits and new
-/// roots all the time, and pages of one lock word meeting on one local stripe.
-fn tiny() -> BulkLoadConfig {
+/// roots all the time, and pages of one lock word meeting on one local stripe. `hopscotch`:
+/// leaves of four slots in neighbourhoods of two, three loaded.
+fn tiny(hopscotch: bool) -> BulkLoadConfig {
+    if hopscotch {
+        let g = chime::Geometry::new(4, 2).expect("shape");
+        return BulkLoadConfig {
+            page_size: g.leaf_bytes().next_multiple_of(64),
+            fill: Some(3),
+            lock_words: 64,
+            leaf: bplus_tree::LeafKind::Hopscotch(g),
+            ..BulkLoadConfig::default()
+        };
+    }
     BulkLoadConfig {
         page_size: 128,
         fill: Some(3),
@@ -82,14 +94,19 @@ fn run_session(
 #[test]
 fn pipelined_sessions_are_linearizable_and_leave_the_tree_clean() {
     const OPS: u64 = 1_500;
-    for config in [
-        SimConfig::harsh(),
-        SimConfig {
-            latency: Some(Duration::from_micros(20)),
-            ..SimConfig::harsh()
-        },
-    ] {
-        let (transport, _) = common::loaded_pool(initial(), &tiny(), 3 * OPS, config);
+    for (hopscotch, config) in [false, true].into_iter().flat_map(|h| {
+        [
+            (h, SimConfig::harsh()),
+            (
+                h,
+                SimConfig {
+                    latency: Some(Duration::from_micros(20)),
+                    ..SimConfig::harsh()
+                },
+            ),
+        ]
+    }) {
+        let (transport, _) = common::loaded_pool(initial(), &tiny(hopscotch), 3 * OPS, config);
         let shared = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
         let clock = Arc::new(AtomicU64::new(0));
         let handles: Vec<_> = (0..3u64)
@@ -112,7 +129,7 @@ fn pipelined_sessions_are_linearizable_and_leave_the_tree_clean() {
             .collect();
         let start: BTreeMap<u64, u64> = initial().into_iter().collect();
         if let Err(violation) = check(&start, &history) {
-            panic!("not linearizable ({config:?}): {violation:?}");
+            panic!("not linearizable (hopscotch {hopscotch}, {config:?}): {violation:?}");
         }
         assert_clean(&transport);
     }
@@ -267,7 +284,7 @@ fn byte_values_run_in_a_session() {
 
 #[test]
 fn a_pipeline_of_no_clients_is_refused() {
-    let (transport, _) = common::loaded_pool(initial(), &tiny(), 0, SimConfig::default());
+    let (transport, _) = common::loaded_pool(initial(), &tiny(false), 0, SimConfig::default());
     let tree = Tree::open(transport, TreeConfig::default()).expect("open");
     assert!(matches!(tree.pipeline(0), Err(TreeError::Config(_))));
 }

@@ -1,0 +1,451 @@
+//! Hopscotch leaves (CHIME's, [`chime`]) under the tree's internal pages: a lookup READs one
+//! neighbourhood of its leaf; a writer READs that neighbourhood and the leaf's tail under the
+//! lock, and the whole leaf only when the neighbourhood has no room.
+//!
+//! **Invariant** (what makes one small READ enough). A leaf's words are written only under its
+//! lock; every slot, metadata copy and the tail check themselves and carry the leaf version,
+//! which a split (the only change of a leaf's sibling or high fence) bumps. Pages are never
+//! freed, so a sibling names one page forever, and leaves keep their low fence. Hence a
+//! neighbourhood whose words all check at one version, and whose sibling is the child the
+//! cached parent lists after the leaf, is the leaf as it was at some moment while its range
+//! still held the key (CHIME's sibling-based validation). When the parent lists none after it
+//! (the leaf is its last child), or the sibling differs (a split the cache has not seen), the
+//! READ takes the tail too, whose high fence, at the window's version, says whether to move
+//! right.
+//!
+//! Steps: GET = locate, READ the neighbourhood (one READ, two when it wraps), look up. Write =
+//! locate, lock (CAS) with the neighbourhood and the tail READ behind it, move right past the
+//! high fence, change the neighbourhood's slots (or READ the whole leaf for a displacement),
+//! WRITE the slots and the vacancy word with the unlock. Split = the whole leaf in hand: the
+//! right half to a new page, then the left half with the unlock, then the separator into the
+//! parent as the B+-tree's.
+
+use std::sync::Arc;
+
+use chime::word::Tail;
+use chime::{Geometry, Leaf, Lookup, Span, Window, home};
+use rdma_transport::{Endpoint, Verb};
+
+use super::{Change, Client, Locked, Outcome, PendingBlock, Shared};
+use crate::TreeError;
+
+/// What a writer READs under a hopscotch leaf's lock: the key's neighbourhood and the tail.
+pub(super) struct HopRead {
+    window: Window,
+    tail: Tail,
+    vacancy: u64,
+}
+
+/// Words from little-endian bytes.
+fn words_of(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect()
+}
+
+/// The byte ranges of `spans`, as `Client::lock_with` takes them.
+fn ranges(spans: &[Span]) -> Vec<(u64, usize)> {
+    spans
+        .iter()
+        .map(|s| (8 * s.start as u64, 8 * s.len))
+        .collect()
+}
+
+/// Words of `spans`, together.
+fn span_words(spans: &[Span]) -> usize {
+    spans.iter().map(|s| s.len).sum()
+}
+
+impl<E: Endpoint> Client<E> {
+    /// READs `spans` of page `page_no` in one batch: their words, concatenated.
+    async fn read_spans(
+        &mut self,
+        node: usize,
+        page_no: u64,
+        spans: &[Span],
+    ) -> Result<Vec<u64>, TreeError> {
+        let layout = self.shared.nodes[node].layout;
+        let mut bytes = vec![0u8; 8 * span_words(spans)];
+        {
+            let mut rest: &mut [u8] = &mut bytes;
+            let mut verbs: Vec<Verb<'_>> = Vec::with_capacity(spans.len());
+            for span in spans {
+                let (head, tail) = rest.split_at_mut(8 * span.len);
+                rest = tail;
+                verbs.push(Verb::read(
+                    layout.page_word_addr(page_no, span.start as u64),
+                    head,
+                ));
+            }
+            self.one_batch(&mut verbs).await?;
+        }
+        Ok(words_of(&bytes))
+    }
+
+    /// The value word of `key` in a hopscotch pool (`None`: absent), READing one neighbourhood
+    /// of its leaf when the cached parent vouches for the leaf's range.
+    pub(super) async fn hop_lookup(
+        &mut self,
+        node: usize,
+        key: u64,
+        g: Geometry,
+    ) -> Result<Option<u64>, TreeError> {
+        let max = self.shared.config.max_attempts;
+        let window_spans = g.neighbourhood_spans(home(key, g.slots()));
+        let with_tail: Vec<Span> = window_spans
+            .iter()
+            .copied()
+            .chain(std::iter::once(g.tail_span()))
+            .collect();
+        let n = span_words(&window_spans);
+        let (mut leaf_no, parent) = self.locate(node, key, 0).await?;
+        let mut expected = match (&self.last_parent, parent) {
+            (Some(p), Some(_)) => p.next_child(key),
+            _ => None,
+        };
+        for attempt in 0..max {
+            let spans = if expected.is_some() {
+                &window_spans
+            } else {
+                &with_tail
+            };
+            let words = self.read_spans(node, leaf_no, spans).await?;
+            let Some(window) = Window::decode(g, leaf_no, &window_spans, &words[..n]) else {
+                self.stats.torn_reads += 1;
+                self.pause(attempt).await;
+                continue;
+            };
+            match expected {
+                Some(sibling) if window.sibling == sibling => {}
+                Some(_) => {
+                    // A split the cached parent has not seen: read the fence to know.
+                    if let Some(p) = parent {
+                        self.forget(node, p);
+                    }
+                    expected = None;
+                    continue;
+                }
+                None => {
+                    let Some(tail) = window.tail(leaf_no, &words[n..]) else {
+                        self.stats.torn_reads += 1;
+                        self.pause(attempt).await;
+                        continue;
+                    };
+                    if tail.high.is_some_and(|h| key >= h) {
+                        self.stats.moves_right += 1;
+                        if window.sibling == 0 {
+                            return Err(TreeError::Corrupt(format!(
+                                "leaf {leaf_no} ends below {key} with no sibling"
+                            )));
+                        }
+                        leaf_no = window.sibling;
+                        continue;
+                    }
+                }
+            }
+            match window.lookup(g, key) {
+                Lookup::Found(v) => return Ok(Some(v)),
+                Lookup::Absent => return Ok(None),
+                Lookup::Inconsistent => {
+                    // A displacement landed during the READ.
+                    self.stats.torn_reads += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+        Err(TreeError::TooManyRetries(max))
+    }
+
+    /// READs hopscotch leaf `leaf_no` whole until it checks, moving right until it covers
+    /// `key`: the leaf and its page (a scan's first leaf when the batch's READ missed).
+    pub(super) async fn hop_leaf_covering(
+        &mut self,
+        node: usize,
+        mut leaf_no: u64,
+        key: u64,
+        g: Geometry,
+    ) -> Result<(Leaf, u64), TreeError> {
+        let max = self.shared.config.max_attempts;
+        let whole = [Span {
+            start: 0,
+            len: g.leaf_words(),
+        }];
+        for attempt in 0..max {
+            let words = self.read_spans(node, leaf_no, &whole).await?;
+            let Some(leaf) = Leaf::decode(g, leaf_no, &words) else {
+                self.stats.torn_reads += 1;
+                self.pause(attempt).await;
+                continue;
+            };
+            if leaf.high.is_some_and(|h| key >= h) {
+                self.stats.moves_right += 1;
+                if leaf.sibling == 0 {
+                    return Err(TreeError::Corrupt(format!(
+                        "leaf {leaf_no} ends below {key} with no sibling"
+                    )));
+                }
+                leaf_no = leaf.sibling;
+                continue;
+            }
+            return Ok((leaf, leaf_no));
+        }
+        Err(TreeError::TooManyRetries(max))
+    }
+
+    /// READs hopscotch leaves `pages` whole in one batch; one that does not check is `None`.
+    pub(super) async fn hop_read_leaves(
+        &mut self,
+        node: usize,
+        pages: &[u64],
+        g: Geometry,
+    ) -> Result<Vec<Option<Leaf>>, TreeError> {
+        let layout = self.shared.nodes[node].layout;
+        let size = g.leaf_bytes() as usize;
+        let mut buf = vec![0u8; size * pages.len()];
+        {
+            let mut verbs: Vec<Verb<'_>> = pages
+                .iter()
+                .zip(buf.chunks_exact_mut(size))
+                .map(|(&p, chunk)| Verb::read(layout.page_addr(p), chunk))
+                .collect();
+            self.batches(&mut verbs).await?;
+        }
+        Ok(pages
+            .iter()
+            .zip(buf.chunks_exact(size))
+            .map(|(&p, chunk)| Leaf::decode(g, p, &words_of(chunk)))
+            .collect())
+    }
+
+    /// Applies `change` to `key` in a hopscotch pool (see [`Client::write`]).
+    pub(super) async fn hop_write(
+        &mut self,
+        key: u64,
+        change: Change,
+        block: &mut Option<PendingBlock>,
+        g: Geometry,
+    ) -> Result<Outcome, TreeError> {
+        let shared = Arc::clone(&self.shared);
+        let node = shared.node_of(key);
+        let unchanged = Outcome {
+            done: false,
+            linked: false,
+            old: None,
+        };
+        for _ in 0..shared.config.max_attempts {
+            let (leaf_no, parent) = self.locate(node, key, 0).await?;
+            let Some(locked) = self
+                .hop_lock_covering(&shared, node, leaf_no, parent, key, g, block)
+                .await?
+            else {
+                continue;
+            };
+            let read = &locked.page;
+            let found = read.window.find(g, key);
+            let (slots, vacancy, outcome) = match (change, found) {
+                (Change::Insert(_), Some(_))
+                | (Change::Update(_), None)
+                | (Change::Delete, None) => {
+                    self.release(locked, &[]).await?;
+                    return Ok(unchanged);
+                }
+                (Change::Delete, Some((_, old))) => {
+                    let Some((slots, vacancy)) = read.window.remove(g, key, read.vacancy) else {
+                        return Err(self.damaged(locked).await);
+                    };
+                    let outcome = Outcome {
+                        done: true,
+                        linked: false,
+                        old: Some(old),
+                    };
+                    (slots, vacancy, outcome)
+                }
+                (Change::Update(v) | Change::Upsert(v) | Change::Insert(v), found) => {
+                    let outcome = Outcome {
+                        done: !matches!((change, found), (Change::Upsert(_), Some(_))),
+                        linked: true,
+                        old: found.map(|f| f.1),
+                    };
+                    match read.window.set(g, key, v, read.vacancy) {
+                        Some((slots, vacancy)) => (slots, vacancy, outcome),
+                        None => {
+                            // No room in the neighbourhood: the whole leaf, to move keys along
+                            // or split.
+                            let again = self.hop_insert_whole(&shared, locked, key, v, g).await?;
+                            if again {
+                                continue;
+                            }
+                            return Ok(outcome);
+                        }
+                    }
+                }
+            };
+            let page_no = locked.page_no;
+            let mut writes: Vec<(u64, Vec<u8>)> = slots
+                .iter()
+                .map(|&(s, e)| {
+                    let bytes = e
+                        .encode(page_no, s)
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .collect();
+                    (8 * g.slot_word(s) as u64, bytes)
+                })
+                .collect();
+            if vacancy != read.vacancy {
+                writes.push((8 * g.tail_word() as u64, vacancy.to_le_bytes().to_vec()));
+            }
+            let writes: Vec<(u64, &[u8])> = writes.iter().map(|(o, b)| (*o, &b[..])).collect();
+            self.release(locked, &writes).await?;
+            return Ok(outcome);
+        }
+        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// Locks the hopscotch leaf at or right of `page_no` that covers `key` (moving right by the
+    /// high fence READ under the lock), with `key`'s neighbourhood and the tail READ behind the
+    /// lock's CAS.
+    #[allow(clippy::too_many_arguments)]
+    async fn hop_lock_covering<'s>(
+        &mut self,
+        shared: &'s Shared,
+        node: usize,
+        mut page_no: u64,
+        parent: Option<u64>,
+        key: u64,
+        g: Geometry,
+        block: &mut Option<PendingBlock>,
+    ) -> Result<Option<Locked<'s, HopRead>>, TreeError> {
+        let window_spans = g.neighbourhood_spans(home(key, g.slots()));
+        let mut spans = window_spans.clone();
+        spans.push(g.tail_span());
+        let ranges = ranges(&spans);
+        let n = span_words(&window_spans);
+        for _ in 0..shared.config.max_attempts {
+            let page = page_no;
+            let locked = self
+                .lock_with(shared, node, page_no, &ranges, block, |bytes| {
+                    let words = words_of(bytes);
+                    let window = Window::decode(g, page, &window_spans, &words[..n])?;
+                    let tail = window.tail(page, &words[n..])?;
+                    Some(HopRead {
+                        window,
+                        tail,
+                        vacancy: words[n],
+                    })
+                })
+                .await?;
+            if locked.page.tail.high.is_some_and(|h| key >= h) {
+                let sibling = locked.page.window.sibling;
+                self.release(locked, &[]).await?;
+                self.stats.moves_right += 1;
+                if let Some(p) = parent {
+                    self.forget(node, p);
+                }
+                if sibling == 0 {
+                    return Err(TreeError::Corrupt(format!(
+                        "leaf {page_no} ends below {key} with no sibling"
+                    )));
+                }
+                page_no = sibling;
+                continue;
+            }
+            return Ok(Some(locked));
+        }
+        Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// Under the lock, with no room in `key`'s neighbourhood: READs the whole leaf, and puts
+    /// `key` in it by moving keys along, or splits it. `true`: the key did not fit even after
+    /// the split (every half still full around its home): the caller tries again.
+    async fn hop_insert_whole(
+        &mut self,
+        shared: &Shared,
+        locked: Locked<'_, HopRead>,
+        key: u64,
+        value: u64,
+        g: Geometry,
+    ) -> Result<bool, TreeError> {
+        let whole = [Span {
+            start: 0,
+            len: g.leaf_words(),
+        }];
+        let (node, page_no) = (locked.node, locked.page_no);
+        let words = match self.read_spans(node, page_no, &whole).await {
+            Ok(w) => w,
+            Err(e) => {
+                self.release(locked, &[]).await?;
+                return Err(e);
+            }
+        };
+        let Some(mut leaf) = Leaf::decode(g, page_no, &words) else {
+            return Err(self.damaged(locked).await);
+        };
+        if let Ok(touched) = leaf.insert(key, value) {
+            let mut writes: Vec<(u64, Vec<u8>)> = leaf
+                .touched_words(page_no, touched)
+                .into_iter()
+                .map(|(span, w)| {
+                    let bytes = w.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    (8 * span.start as u64, bytes)
+                })
+                .collect();
+            let vacancy = chime::vacancy::vacancy(&leaf);
+            writes.push((8 * g.tail_word() as u64, vacancy.to_le_bytes().to_vec()));
+            let writes: Vec<(u64, &[u8])> = writes.iter().map(|(o, b)| (*o, &b[..])).collect();
+            self.release(locked, &writes).await?;
+            return Ok(false);
+        }
+        // Full: split, then put the key in its half.
+        let right_no = match self.allocate(node).await {
+            Ok(n) => n,
+            Err(e) => {
+                self.release(locked, &[]).await?;
+                return Err(e);
+            }
+        };
+        let Some((mut left, mut right, separator)) = leaf.split(right_no) else {
+            return Err(self.damaged(locked).await);
+        };
+        let side = if key < separator {
+            &mut left
+        } else {
+            &mut right
+        };
+        let again = side.insert(key, value).is_err();
+        let layout = shared.nodes[node].layout;
+        let bytes = |leaf: &Leaf, page: u64| -> Vec<u8> {
+            leaf.encode(page)
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect()
+        };
+        let (right_bytes, left_bytes) = (bytes(&right, right_no), bytes(&left, page_no));
+        // The right half first, whole before the left names it.
+        if let Err(e) = self
+            .remote_write(layout.page_addr(right_no), &right_bytes)
+            .await
+        {
+            self.abandon(layout, locked.word).await;
+            drop(locked);
+            return Err(e.into());
+        }
+        self.release(locked, &[(0, &left_bytes)]).await?;
+        self.insert_separator(shared, node, 1, separator, right_no, page_no)
+            .await?;
+        Ok(again)
+    }
+
+    /// Releases a leaf that did not decode under its lock (nothing writes a leaf without its
+    /// lock: damage, not a race), and says so.
+    async fn damaged<P>(&mut self, locked: Locked<'_, P>) -> TreeError {
+        let (node, page) = (self.shared.nodes[locked.node].layout.node(), locked.page_no);
+        if let Err(e) = self.release(locked, &[]).await {
+            return e;
+        }
+        TreeError::Corrupt(format!(
+            "leaf {page} of memory node {node} fails its checks under its lock"
+        ))
+    }
+}
