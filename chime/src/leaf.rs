@@ -281,10 +281,18 @@ impl Leaf {
         words
     }
 
-    /// The leaf of page `page` from its words, tail included; `None` if a slot, metadata copy
-    /// or the tail does not check, or their versions differ (read while a write landed: a
-    /// reader without the lock reads again).
+    /// The leaf of page `page` from its words, tail included, as a reader without the lock
+    /// must take it: `None` if a slot, metadata copy or the tail does not check, their versions
+    /// differ (a split landed during the READ), or the hop bitmaps disagree with the keys'
+    /// places (a displacement did: a key it moved may be in neither slot or in both). The
+    /// reader reads again.
     pub fn decode(geometry: Geometry, page: u64, words: &[u64]) -> Option<Self> {
+        Self::decode_unchecked(geometry, page, words).filter(|leaf| leaf.check().is_ok())
+    }
+
+    /// [`Leaf::decode`] without the hopscotch invariants checked ([`Leaf::check`] says which
+    /// fails: what `verify` reports).
+    pub fn decode_unchecked(geometry: Geometry, page: u64, words: &[u64]) -> Option<Self> {
         let g = geometry;
         if words.len() < g.leaf_words() {
             return None;
@@ -655,8 +663,49 @@ mod tests {
                     return false;
                 }
             }
+            // A whole leaf read so is refused, or gives every key its state before or after.
+            if let Some(leaf) = Leaf::decode(g, 3, &torn) {
+                return (0..40u64).all(|probe| {
+                    let got = leaf.get(probe);
+                    got == before.get(probe) || got == after.get(probe)
+                });
+            }
             true
         }
+    }
+
+    /// A whole-leaf READ that sees a displacement half landed (the moved key gone from its old
+    /// slot, not yet in its new one) is refused, though every slot in it checks.
+    #[test]
+    fn a_whole_read_missing_a_moved_key_is_refused() {
+        let g = Geometry::new(8, 4).expect("shape");
+        let mut found = 0;
+        for base in 0..200u64 {
+            let mut before = Leaf::new(g, None);
+            for k in base..base + 6 {
+                let _ = before.insert(k * 31, k);
+            }
+            for j in 0..300u64 {
+                let mut after = before.clone();
+                if before.find(j).is_some() || after.insert(j, 0).is_err() {
+                    continue;
+                }
+                let Some((k, _)) = before
+                    .entries()
+                    .find(|e| after.find(e.0) != before.find(e.0))
+                else {
+                    continue;
+                };
+                let (old, mut torn) = (before.encode(3), after.encode(3));
+                let at = g.slot_word(after.find(k).expect("moved"));
+                torn[at..at + 3].copy_from_slice(&old[at..at + 3]);
+                let raw = Leaf::decode_unchecked(g, 3, &torn).expect("every slot checks");
+                assert_eq!(raw.get(k), None, "the moved key is in neither slot");
+                assert_eq!(Leaf::decode(g, 3, &torn), None, "base {base}, insert {j}");
+                found += 1;
+            }
+        }
+        assert!(found > 10, "displacements found: {found}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod common;
 
 mod handover;
+mod hopscotch;
 mod model;
 mod pipelined;
 mod roots;

@@ -3,14 +3,15 @@
 //! scanners on another, so neither shares the other's cache. Keys of class `k % 4 == t` belong to
 //! writer `t` and are published once inserted; class 3 is bulk-loaded and never changes. Every
 //! published insert is found; every scan is strictly increasing and holds every loaded key of its
-//! range and every insert published before it began.
+//! range and every insert published before it began. It runs with sorted leaves and with
+//! hopscotch leaves (sixteen slots in neighbourhoods of four).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::common;
 
-use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
+use bplus_tree::{BulkLoadConfig, LeafKind, Tree, TreeConfig, verify};
 use rdma_transport::Transport;
 use sim_transport::SimConfig;
 
@@ -23,13 +24,28 @@ fn writer_key(t: u64, i: u64) -> u64 {
 
 #[test]
 fn torn_stress_readers_on_another_compute_node_miss_no_completed_insert() {
-    let loaded: Vec<u64> = (0..PER_WRITER / 2).map(|i| i * 8 + 3).collect();
-    let config = BulkLoadConfig {
+    stress(BulkLoadConfig {
         page_size: 256,
         fill: Some(8),
         lock_words: 256,
         ..BulkLoadConfig::default()
-    };
+    });
+}
+
+#[test]
+fn torn_stress_over_hopscotch_leaves_misses_no_completed_insert() {
+    let g = chime::Geometry::new(16, 4).expect("shape");
+    stress(BulkLoadConfig {
+        page_size: g.leaf_bytes().next_multiple_of(64),
+        fill: Some(8),
+        lock_words: 256,
+        leaf: LeafKind::Hopscotch(g),
+        ..BulkLoadConfig::default()
+    });
+}
+
+fn stress(config: BulkLoadConfig) {
+    let loaded: Vec<u64> = (0..PER_WRITER / 2).map(|i| i * 8 + 3).collect();
     let (transport, _) = common::loaded_pool(
         loaded.iter().map(|&k| (k, k)).collect(),
         &config,

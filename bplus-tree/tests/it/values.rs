@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bplus_tree::{
-    BulkLoadConfig, REUSE_GRACE, Tree, TreeConfig, TreeError, ValueConfig, bulk_load_values,
-    required_pool_bytes, verify,
+    BulkLoadConfig, LeafKind, REUSE_GRACE, Tree, TreeConfig, TreeError, ValueConfig,
+    bulk_load_values, required_pool_bytes, verify,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use rdma_transport::Transport;
@@ -23,8 +23,24 @@ fn pool(
     chunk_bytes: u64,
     sim: SimConfig,
 ) -> SimTransport {
+    pool_of(LeafKind::Sorted, pairs, value_bytes, chunk_bytes, sim)
+}
+
+/// [`pool`] with leaves of `leaf` (hopscotch: sixteen slots in neighbourhoods of four).
+fn pool_of(
+    leaf: LeafKind,
+    pairs: Vec<(u64, Vec<u8>)>,
+    value_bytes: u64,
+    chunk_bytes: u64,
+    sim: SimConfig,
+) -> SimTransport {
+    let page_size = match leaf {
+        LeafKind::Hopscotch(g) => g.leaf_bytes().next_multiple_of(64),
+        _ => 256,
+    };
     let config = BulkLoadConfig {
-        page_size: 256,
+        page_size,
+        leaf,
         fill: Some(6),
         lock_words: 256,
         values: Some(ValueConfig {
@@ -91,8 +107,26 @@ fn bytes(key: u64, len: usize, step: usize) -> Vec<u8> {
 }
 
 fn run_model(ops: Vec<(bool, Op)>) -> bool {
+    run_model_with(LeafKind::Sorted, ops)
+}
+
+fn run_model_hopscotch(ops: Vec<(bool, Op)>) -> bool {
+    run_model_with(hopscotch(), ops)
+}
+
+fn hopscotch() -> LeafKind {
+    LeafKind::Hopscotch(chime::Geometry::new(16, 4).expect("shape"))
+}
+
+fn run_model_with(leaf: LeafKind, ops: Vec<(bool, Op)>) -> bool {
     let loaded: Vec<(u64, Vec<u8>)> = (0..KEYS).step_by(3).map(|k| (k, bytes(k, 40, 0))).collect();
-    let transport = pool(loaded.clone(), 4 << 20, 16 << 10, SimConfig::default());
+    let transport = pool_of(
+        leaf,
+        loaded.clone(),
+        4 << 20,
+        16 << 10,
+        SimConfig::default(),
+    );
     let trees = [
         Tree::open(transport.clone(), TreeConfig::default()).expect("open"),
         Tree::open(transport.clone(), TreeConfig::default()).expect("open"),
@@ -160,12 +194,28 @@ fn byte_values_on_two_compute_nodes_match_a_btreemap() {
 }
 
 #[test]
+fn byte_values_over_hopscotch_leaves_match_a_btreemap() {
+    QuickCheck::new()
+        .tests(40)
+        .quickcheck(run_model_hopscotch as fn(Vec<(bool, Op)>) -> bool);
+}
+
+#[test]
 fn torn_stress_readers_on_another_compute_node_see_only_whole_values_of_their_key() {
+    values_stress(LeafKind::Sorted);
+}
+
+#[test]
+fn torn_stress_over_hopscotch_leaves_sees_only_whole_values_of_their_key() {
+    values_stress(hopscotch());
+}
+
+fn values_stress(leaf: LeafKind) {
     const KEYS: u64 = 200;
     const WRITERS: u64 = 2;
     let loaded: Vec<(u64, Vec<u8>)> = (0..KEYS).map(|k| (k, value_of(k, 0))).collect();
     // Small chunks: blocks are freed and used again all through the run.
-    let transport = pool(loaded, 2 << 20, 4 << 10, SimConfig::harsh());
+    let transport = pool_of(leaf, loaded, 2 << 20, 4 << 10, SimConfig::harsh());
     let writers = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
     let readers = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
     let done = Arc::new(AtomicBool::new(false));
