@@ -15,7 +15,7 @@
 //! A split moves the keys at or above the separator to the same slots of a new leaf, so both
 //! halves keep the invariants without moving a key.
 
-use crate::geometry::{Geometry, Span, TAIL_WORDS, WordAt};
+use crate::geometry::{Geometry, SLOT_WORDS, Span, TAIL_WORDS, WordAt};
 use crate::vacancy::{mark, vacancy};
 use crate::word::{Entry, Meta, Tail, VALID, next_version};
 
@@ -464,6 +464,114 @@ impl Window {
         ))
     }
 
+    /// The WRITEs of `slots` (changed entries of this window's leaf, page `page`): runs of
+    /// neighbouring slots go as one span each, with the metadata copies between them as the
+    /// window read them.
+    pub fn writes(
+        &self,
+        geometry: Geometry,
+        page: u64,
+        slots: &[(usize, Entry)],
+    ) -> Vec<(Span, Vec<u64>)> {
+        let g = geometry;
+        let mut sorted: Vec<(usize, Entry)> = slots.to_vec();
+        sorted.sort_unstable_by_key(|e| e.0);
+        let meta = Meta {
+            sibling: self.sibling,
+            flags: if self.valid { VALID } else { 0 },
+            version: self.version,
+        };
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < sorted.len() {
+            let mut j = i + 1;
+            while j < sorted.len() && sorted[j].0 == sorted[j - 1].0 + 1 {
+                j += 1;
+            }
+            let run = &sorted[i..j];
+            let at = |slot: usize| run.iter().find(|e| e.0 == slot).map(|e| e.1);
+            // A run's span starts at its first slot's key, not at a group's metadata.
+            let first = run[0].0;
+            let start = g.slot_word(first);
+            let end = g.slot_word(run[run.len() - 1].0) + SLOT_WORDS;
+            let mut words = Vec::with_capacity(end - start);
+            let mut w = start;
+            while w < end {
+                match g.word_at(w) {
+                    WordAt::Sibling(group) => {
+                        words.extend_from_slice(&meta.encode(page, group));
+                        w += 2;
+                    }
+                    WordAt::Slot { slot, .. } => {
+                        let e = at(slot).unwrap_or_default();
+                        words.extend_from_slice(&e.encode(page, slot));
+                        w += SLOT_WORDS;
+                    }
+                    WordAt::Meta(_) | WordAt::Tail => break,
+                }
+            }
+            out.push((
+                Span {
+                    start,
+                    len: words.len(),
+                },
+                words,
+            ));
+            i = j;
+        }
+        out
+    }
+
+    /// Under the leaf's lock, with the window read from `key`'s home through the first free
+    /// slot after it (the vacancy word says where): puts `key` in, moving keys along
+    /// (hopscotch displacement) exactly as a writer of the whole leaf would, which touches no
+    /// slot outside that range. The slots to WRITE; `Some(Err(Full))` when no move brings a
+    /// free slot within reach of the home (the leaf must split); `None` when the window does
+    /// not reach a free slot (read more).
+    pub fn insert_moving(
+        &self,
+        geometry: Geometry,
+        key: u64,
+        value: u64,
+    ) -> Option<Result<Vec<(usize, Entry)>, Full>> {
+        let g = geometry;
+        let mut leaf = Leaf {
+            sibling: self.sibling,
+            version: self.version,
+            ..Leaf::new(g, None)
+        };
+        let mut known = vec![false; g.slots()];
+        for &(s, e) in &self.slots {
+            leaf.slots[s] = e;
+            known[s] = true;
+        }
+        let h = home(key, g.slots());
+        // The slots the insert may touch, from the home to the first free one, must be known.
+        for d in 0..g.slots() {
+            let s = g.after(h, d);
+            if !known[s] {
+                return None;
+            }
+            if leaf.slots[s].kv.is_none() {
+                break;
+            }
+        }
+        let touched = match leaf.insert(key, value) {
+            Ok(t) => t,
+            Err(Full) => return Some(Err(Full)),
+        };
+        Some(Ok((0..touched.count)
+            .map(|d| {
+                let s = g.after(touched.first, d);
+                let e = Entry {
+                    version: self.version,
+                    ..leaf.slots[s]
+                };
+                (s, e)
+            })
+            .collect()))
+    }
+
     /// Under the leaf's lock, with the window read at `key`'s home: removes `key`. The slots to
     /// WRITE and the vacancy word after, or `None` if the window does not hold it.
     pub fn remove(
@@ -597,9 +705,8 @@ mod tests {
                     whole.remove(key).is_none()
                 };
             };
-            for (s, e) in slots {
-                let at = g.slot_word(s);
-                words[at..at + 3].copy_from_slice(&e.encode(9, s));
+            for (span, w) in window.writes(g, 9, &slots) {
+                words[span.start..span.start + span.len].copy_from_slice(&w);
             }
             words[g.tail_word()] = after;
             if insert {
@@ -609,6 +716,37 @@ mod tests {
             }
             whole.check().expect("invariants");
             words == whole.encode(9)
+        }
+
+        /// An insert from a window READ from the key's home through the first free slot (as
+        /// the vacancy word names it) changes the leaf as an insert into the whole leaf would,
+        /// moving keys along if it must; `Full` exactly when the whole leaf's insert is.
+        fn an_insert_from_home_to_the_first_free_slot_is_the_whole_leafs(keys: Vec<u8>, key: u8, value: u64) -> bool {
+            let g = small();
+            let mut leaf = Leaf::new(g, None);
+            for k in keys {
+                let _ = leaf.insert(u64::from(k % 40), 1);
+            }
+            let key = u64::from(key % 40);
+            let mut words = leaf.encode(9);
+            let h = home(key, g.slots());
+            let Some(d) = crate::vacancy::first_free(g, h, words[g.tail_word()]) else {
+                return leaf.clone().insert(key, value).is_err() || leaf.find(key).is_some();
+            };
+            let spans = g.spans(h, (d + 1).max(g.neighbourhood()));
+            let window = Window::decode(g, 9, &spans, &read(&words, &spans)).expect("whole");
+            let mut whole = leaf.clone();
+            let expected = whole.insert(key, value);
+            match window.insert_moving(g, key, value).expect("reaches a free slot") {
+                Err(Full) => expected.is_err(),
+                Ok(slots) => {
+                    for (span, w) in window.writes(g, 9, &slots) {
+                        words[span.start..span.start + span.len].copy_from_slice(&w);
+                    }
+                    words[g.tail_word()] = crate::vacancy::vacancy(&whole);
+                    expected.is_ok() && words == whole.encode(9)
+                }
+            }
         }
 
         /// A split keeps every key on the side of the separator it belongs to, the invariants on

@@ -1,6 +1,7 @@
-//! The ordered indexes `rolex bench` drives: ROLEX, and the Sherman-style B+-tree baseline
-//! (`bplus-tree`) on the same transport. The harness, workloads, key sets, report and cost model
-//! are shared; only what is behind these two traits differs.
+//! The ordered indexes `rolex bench` drives: ROLEX, and the two baselines on the same transport,
+//! the Sherman-style B+-tree and the CHIME-style index (both `bplus-tree`, with sorted or
+//! hopscotch leaves). The harness, workloads, key sets, report and cost model are shared; only
+//! what is behind these two traits differs.
 
 use crate::error::{CliError, Failed, failed};
 use kv_session::{Lane, Reply, Request};
@@ -15,6 +16,9 @@ pub enum IndexKind {
     Rolex,
     /// The B+-tree baseline (Sherman-style, `bplus-tree`).
     Bplus,
+    /// The CHIME-style baseline: the B+-tree's internal pages over hopscotch leaves, of which a
+    /// GET READs one neighbourhood (`bplus-tree` with `chime`'s leaves).
+    Chime,
 }
 
 impl IndexKind {
@@ -23,6 +27,24 @@ impl IndexKind {
         match self {
             IndexKind::Rolex => "rolex",
             IndexKind::Bplus => "bplus",
+            IndexKind::Chime => "chime",
+        }
+    }
+
+    /// Whether it is one of the two baselines built on `bplus-tree`'s internal pages.
+    pub fn is_tree(self) -> bool {
+        matches!(self, IndexKind::Bplus | IndexKind::Chime)
+    }
+
+    /// The `bplus-tree` layout of a baseline's pools: Sherman's pages of `page_size` bytes,
+    /// or CHIME's hopscotch leaves of its default shape, in pages just large enough.
+    pub fn tree_layout(self, page_size: u64) -> bplus_tree::BulkLoadConfig {
+        match self {
+            IndexKind::Chime => bplus_tree::BulkLoadConfig::hopscotch(),
+            _ => bplus_tree::BulkLoadConfig {
+                page_size,
+                ..bplus_tree::BulkLoadConfig::default()
+            },
         }
     }
 }

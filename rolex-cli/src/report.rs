@@ -386,6 +386,11 @@ pub struct Phase {
 }
 
 impl Report {
+    /// Whether the run drove one of the baselines on `bplus-tree` (internal pages, a lock table).
+    fn is_tree(&self) -> bool {
+        self.index == "bplus" || self.index == "chime"
+    }
+
     /// The human-readable table.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -444,7 +449,7 @@ impl Report {
             self.cache_budget_bytes
                 .map_or(String::new(), |b| format!(", budget {b} bytes")),
             self.models,
-            if self.index == "bplus" {
+            if self.is_tree() {
                 "internal pages"
             } else {
                 "models"
@@ -459,9 +464,9 @@ impl Report {
                 duration(open)
             ));
         }
-        // The B+-tree's lock-table verbs, a part of its verbs/op (ROLEX locks in the leaf
+        // The baselines' lock-table verbs, a part of their verbs/op (ROLEX locks in the leaf
         // table's entries, which its verbs/op already counts).
-        let locks = self.index == "bplus";
+        let locks = self.is_tree();
         let lock_column = |s: String| if locks { s } else { String::new() };
         if self.warmup_ops > 0 {
             out.push_str(&format!(

@@ -29,11 +29,12 @@ use rdma_transport::{Endpoint, Verb};
 use super::{Change, Client, Locked, Outcome, PendingBlock, Shared};
 use crate::TreeError;
 
-/// What a writer READs under a hopscotch leaf's lock: the key's neighbourhood and the tail.
+/// What a writer READs under a hopscotch leaf's lock: the key's neighbourhood and the tail
+/// (which an update whose window the cached parent vouches for goes without).
 pub(super) struct HopRead {
     window: Window,
-    tail: Tail,
-    vacancy: u64,
+    tail: Option<Tail>,
+    vacancy: Option<u64>,
 }
 
 /// Words from little-endian bytes.
@@ -235,12 +236,20 @@ impl<E: Endpoint> Client<E> {
         };
         for _ in 0..shared.config.max_attempts {
             let (leaf_no, parent) = self.locate(node, key, 0).await?;
+            // An update changes one slot: the sibling the cached parent lists next vouches for
+            // the leaf's range, as for a GET, and the tail is left unread.
+            let expected = match (&self.last_parent, parent, change) {
+                (Some(p), Some(_), Change::Update(_)) => p.next_child(key),
+                _ => None,
+            };
             let Some(locked) = self
-                .hop_lock_covering(&shared, node, leaf_no, parent, key, g, block)
+                .hop_lock_covering(&shared, node, leaf_no, parent, key, g, block, expected)
                 .await?
             else {
                 continue;
             };
+            // Without the tail (an update): an update in place leaves the vacancy word as it is.
+            let vacancy = locked.page.vacancy.unwrap_or(0);
             let read = &locked.page;
             let found = read.window.find(g, key);
             let (slots, vacancy, outcome) = match (change, found) {
@@ -251,7 +260,7 @@ impl<E: Endpoint> Client<E> {
                     return Ok(unchanged);
                 }
                 (Change::Delete, Some((_, old))) => {
-                    let Some((slots, vacancy)) = read.window.remove(g, key, read.vacancy) else {
+                    let Some((slots, vacancy)) = read.window.remove(g, key, vacancy) else {
                         return Err(self.damaged(locked).await);
                     };
                     let outcome = Outcome {
@@ -267,11 +276,16 @@ impl<E: Endpoint> Client<E> {
                         linked: true,
                         old: found.map(|f| f.1),
                     };
-                    match read.window.set(g, key, v, read.vacancy) {
+                    match read.window.set(g, key, v, vacancy) {
                         Some((slots, vacancy)) => (slots, vacancy, outcome),
                         None => {
-                            // No room in the neighbourhood: the whole leaf, to move keys along
-                            // or split.
+                            // No room in the neighbourhood: READ on to the first free slot and
+                            // move keys along, or (no room within reach) the whole leaf, to
+                            // split.
+                            let Some(locked) = self.hop_insert_moving(locked, key, v, g).await?
+                            else {
+                                return Ok(outcome);
+                            };
                             let again = self.hop_insert_whole(&shared, locked, key, v, g).await?;
                             if again {
                                 continue;
@@ -281,23 +295,10 @@ impl<E: Endpoint> Client<E> {
                     }
                 }
             };
-            let page_no = locked.page_no;
-            let mut writes: Vec<(u64, Vec<u8>)> = slots
-                .iter()
-                .map(|&(s, e)| {
-                    let bytes = e
-                        .encode(page_no, s)
-                        .iter()
-                        .flat_map(|w| w.to_le_bytes())
-                        .collect();
-                    (8 * g.slot_word(s) as u64, bytes)
-                })
-                .collect();
-            if vacancy != read.vacancy {
-                writes.push((8 * g.tail_word() as u64, vacancy.to_le_bytes().to_vec()));
-            }
-            let writes: Vec<(u64, &[u8])> = writes.iter().map(|(o, b)| (*o, &b[..])).collect();
-            self.release(locked, &writes).await?;
+            let window = locked.page.window.clone();
+            let vacancy = Some(vacancy)
+                .filter(|&v| locked.page.tail.is_some() && Some(v) != locked.page.vacancy);
+            self.hop_commit(locked, &window, &slots, vacancy, g).await?;
             return Ok(outcome);
         }
         Err(TreeError::TooManyRetries(shared.config.max_attempts))
@@ -305,7 +306,8 @@ impl<E: Endpoint> Client<E> {
 
     /// Locks the hopscotch leaf at or right of `page_no` that covers `key` (moving right by the
     /// high fence READ under the lock), with `key`'s neighbourhood and the tail READ behind the
-    /// lock's CAS.
+    /// lock's CAS. With `expected` (the sibling the cached parent lists after the leaf), the
+    /// tail is READ only if the leaf's sibling is another.
     #[allow(clippy::too_many_arguments)]
     async fn hop_lock_covering<'s>(
         &mut self,
@@ -316,27 +318,62 @@ impl<E: Endpoint> Client<E> {
         key: u64,
         g: Geometry,
         block: &mut Option<PendingBlock>,
+        mut expected: Option<u64>,
     ) -> Result<Option<Locked<'s, HopRead>>, TreeError> {
         let window_spans = g.neighbourhood_spans(home(key, g.slots()));
         let mut spans = window_spans.clone();
         spans.push(g.tail_span());
-        let ranges = ranges(&spans);
         let n = span_words(&window_spans);
         for _ in 0..shared.config.max_attempts {
             let page = page_no;
-            let locked = self
-                .lock_with(shared, node, page_no, &ranges, block, |bytes| {
+            let read = if expected.is_some() {
+                &window_spans
+            } else {
+                &spans
+            };
+            let mut locked = self
+                .lock_with(shared, node, page_no, &ranges(read), block, |bytes| {
                     let words = words_of(bytes);
                     let window = Window::decode(g, page, &window_spans, &words[..n])?;
+                    if words.len() == n {
+                        return Some(HopRead {
+                            window,
+                            tail: None,
+                            vacancy: None,
+                        });
+                    }
                     let tail = window.tail(page, &words[n..])?;
                     Some(HopRead {
                         window,
-                        tail,
-                        vacancy: words[n],
+                        tail: Some(tail),
+                        vacancy: Some(words[n]),
                     })
                 })
                 .await?;
-            if locked.page.tail.high.is_some_and(|h| key >= h) {
+            if locked.page.tail.is_none() {
+                if expected == Some(locked.page.window.sibling) {
+                    return Ok(Some(locked));
+                }
+                // A split the cached parent has not seen: the tail says where the leaf ends.
+                expected = None;
+                let words = match self.read_spans(node, page, &[g.tail_span()]).await {
+                    Ok(w) => w,
+                    Err(e) => {
+                        self.release(locked, &[]).await?;
+                        return Err(e);
+                    }
+                };
+                let Some(tail) = locked.page.window.tail(page, &words) else {
+                    return Err(self.damaged(locked).await);
+                };
+                locked.page.tail = Some(tail);
+                locked.page.vacancy = Some(words[0]);
+            }
+            if locked
+                .page
+                .tail
+                .is_some_and(|t| t.high.is_some_and(|h| key >= h))
+            {
                 let sibling = locked.page.window.sibling;
                 self.release(locked, &[]).await?;
                 self.stats.moves_right += 1;
@@ -356,8 +393,72 @@ impl<E: Endpoint> Client<E> {
         Err(TreeError::TooManyRetries(shared.config.max_attempts))
     }
 
-    /// Under the lock, with no room in `key`'s neighbourhood: READs the whole leaf, and puts
-    /// `key` in it by moving keys along, or splits it. `true`: the key did not fit even after
+    /// Under the lock, with no room in `key`'s neighbourhood: READs from its home through the
+    /// first free slot the vacancy word names, and puts `key` in by moving keys along. The lock
+    /// back (`Some`) when that cannot be done (no free slot, or none a move brings within
+    /// reach): the caller reads the whole leaf.
+    async fn hop_insert_moving<'s>(
+        &mut self,
+        locked: Locked<'s, HopRead>,
+        key: u64,
+        value: u64,
+        g: Geometry,
+    ) -> Result<Option<Locked<'s, HopRead>>, TreeError> {
+        let h = home(key, g.slots());
+        let Some(vacancy) = locked.page.vacancy.filter(|_| locked.page.tail.is_some()) else {
+            return Ok(Some(locked));
+        };
+        let Some(d) = chime::vacancy::first_free(g, h, vacancy) else {
+            return Ok(Some(locked));
+        };
+        let (node, page_no) = (locked.node, locked.page_no);
+        let spans = g.spans(h, (d + 1).max(g.neighbourhood()));
+        let words = match self.read_spans(node, page_no, &spans).await {
+            Ok(w) => w,
+            Err(e) => {
+                self.release(locked, &[]).await?;
+                return Err(e);
+            }
+        };
+        let Some(window) = Window::decode(g, page_no, &spans, &words) else {
+            return Err(self.damaged(locked).await);
+        };
+        let slots = match window.insert_moving(g, key, value) {
+            Some(Ok(slots)) if window.version == locked.page.window.version => slots,
+            _ => return Ok(Some(locked)),
+        };
+        let after = chime::vacancy::mark(vacancy, g.after(h, d), true);
+        self.hop_commit(locked, &window, &slots, Some(after), g)
+            .await?;
+        Ok(None)
+    }
+
+    /// WRITEs `slots` of the locked leaf (runs of neighbours as one span each, see
+    /// [`Window::writes`]) and the vacancy word if it changed, with the unlock.
+    async fn hop_commit(
+        &mut self,
+        locked: Locked<'_, HopRead>,
+        window: &Window,
+        slots: &[(usize, chime::word::Entry)],
+        vacancy: Option<u64>,
+        g: Geometry,
+    ) -> Result<(), TreeError> {
+        let bytes =
+            |words: &[u64]| -> Vec<u8> { words.iter().flat_map(|w| w.to_le_bytes()).collect() };
+        let mut writes: Vec<(u64, Vec<u8>)> = window
+            .writes(g, locked.page_no, slots)
+            .into_iter()
+            .map(|(span, words)| (8 * span.start as u64, bytes(&words)))
+            .collect();
+        if let Some(v) = vacancy {
+            writes.push((8 * g.tail_word() as u64, v.to_le_bytes().to_vec()));
+        }
+        let writes: Vec<(u64, &[u8])> = writes.iter().map(|(o, b)| (*o, &b[..])).collect();
+        self.release(locked, &writes).await
+    }
+
+    /// Under the lock, with no room within reach of `key`'s home: READs the whole leaf, and
+    /// puts `key` in it by moving keys along, or splits it. `true`: the key did not fit even after
     /// the split (every half still full around its home): the caller tries again.
     async fn hop_insert_whole(
         &mut self,

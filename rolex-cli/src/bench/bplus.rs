@@ -1,4 +1,5 @@
-//! The B+-tree baseline's run: the same keys, range-partitioned as ROLEX's bootstrap does.
+//! The baselines' run (the B+-tree and the CHIME-style index, both `bplus-tree` pools): the same
+//! keys, range-partitioned as ROLEX's bootstrap does.
 
 use crate::error::CliError;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use crate::keys;
 use crate::report::Report;
 use crate::workload::Mix;
 
-/// The B+-tree baseline on embedded memory nodes: the same key set, range-partitioned over the
+/// A baseline (`--index bplus` or `chime`) on embedded memory nodes: the same key set, range-partitioned over the
 /// nodes as ROLEX's bootstrap does, then the same workload.
 pub(super) fn run_bplus(
     args: &BenchArgs,
@@ -31,12 +32,11 @@ pub(super) fn run_bplus(
     }
     let per_node_guess = (sorted.len() as u64).div_ceil(nodes);
     let config = bplus_tree::BulkLoadConfig {
-        page_size: args.page_size,
         // As ROLEX's: every node has room for every insert.
         values: args
             .value_size
             .map(|size| crate::index::value_region(size, per_node_guess + expected_inserts)),
-        ..bplus_tree::BulkLoadConfig::default()
+        ..args.index.tree_layout(args.page_size)
     };
     // The same shares and key ranges as ROLEX's bootstrap. Each node has room for every insert:
     // they need not spread evenly (appends all go to the last node). Untouched room costs

@@ -98,6 +98,16 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
             &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
             "is a ROLEX setting; --index bplus does not take it",
         )?,
+        IndexKind::Chime => {
+            refuse(
+                &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
+                "is a ROLEX setting; --index chime does not take it",
+            )?;
+            refuse(
+                &["page_size"],
+                "is the B+-tree's; --index chime sizes its pages to its hopscotch leaves",
+            )?;
+        }
         IndexKind::Rolex => refuse(
             &["page_size", "cache_from_level"],
             "is a B+-tree setting (give --index bplus)",
@@ -244,15 +254,23 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     check_memory(args, expected_inserts)?;
 
     if args.transport == CliTransport::Verbs {
-        if args.index == IndexKind::Bplus {
-            return Err("the B+-tree baseline runs on the embedded simulator only".into());
+        if args.index.is_tree() {
+            return Err(format!(
+                "the {} baseline runs on the embedded simulator only",
+                args.index.name()
+            )
+            .into());
         }
         return run_verbs(args, mix, expected_inserts);
     }
     // The memory node(s): embedded, or an attached pool file.
     let mut retrain_progress: Vec<Arc<RetrainProgress>> = Vec::new();
-    if args.index == IndexKind::Bplus && !args.attach.is_empty() {
-        return Err("--attach serves ROLEX pools; the B+-tree baseline runs embedded only".into());
+    if args.index.is_tree() && !args.attach.is_empty() {
+        return Err(format!(
+            "--attach serves ROLEX pools; the {} baseline runs embedded only",
+            args.index.name()
+        )
+        .into());
     }
     let mut unserved = Vec::new();
     let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
@@ -301,7 +319,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         } else {
             set.in_order(args.insert_order)
         };
-        if args.index == IndexKind::Bplus {
+        if args.index.is_tree() {
             bar.finish_and_clear();
             return run_bplus(args, ops, &mix, set, expected_inserts);
         }
@@ -519,15 +537,14 @@ fn memory_needed(args: &BenchArgs, loaded: u64, expected_inserts: u64) -> Vec<(&
             let spare = (inserts / nodes).saturating_mul(2) / args.fill.max(1) + 1024;
             required_pool_bytes(per_node, &load, spare).saturating_mul(5) / 4
         }
-        IndexKind::Bplus => {
+        IndexKind::Bplus | IndexKind::Chime => {
             // The baseline sorts a copy of the keys first.
             input = input.saturating_add(loaded.saturating_mul(8));
             let config = bplus_tree::BulkLoadConfig {
-                page_size: args.page_size,
                 values: args
                     .value_size
                     .map(|size| crate::index::value_region(size, per_node + inserts)),
-                ..bplus_tree::BulkLoadConfig::default()
+                ..args.index.tree_layout(args.page_size)
             };
             bplus_tree::required_pool_bytes(per_node, &config, inserts + 1024).saturating_mul(5) / 4
         }

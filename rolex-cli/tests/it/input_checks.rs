@@ -263,6 +263,14 @@ fn a_flag_the_run_would_ignore_is_refused() {
     );
     refused(&["bench", "--page-size", "512"], &["B+-tree setting"]);
     refused(
+        &["bench", "--index", "chime", "--page-size", "2048"],
+        &["sizes its pages to its hopscotch leaves"],
+    );
+    refused(
+        &["bench", "--index", "chime", "--fill", "8"],
+        &["ROLEX setting"],
+    );
+    refused(
         &["bench", "--connect", "127.0.0.1:9"],
         &["--transport verbs"],
     );

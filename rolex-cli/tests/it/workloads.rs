@@ -112,6 +112,12 @@ fn the_text_report_says_what_ran_and_what_its_columns_mean() {
         "{bplus}"
     );
     assert!(bplus.contains("lock/op: of verbs/op"), "{bplus}");
+    let chime = text(&["--ops", "2000", "--index", "chime", "--workload", "ycsb-d"]);
+    assert!(
+        chime.contains("(chime)") && chime.contains("internal pages"),
+        "{chime}"
+    );
+    assert!(chime.contains("verify: clean"), "{chime}");
 }
 
 /// A stock YCSB workload file (no fieldcount or fieldlength) runs as YCSB does: 10 fields of
