@@ -40,7 +40,7 @@ mod verify;
 mod wait;
 
 pub use bulk::{BulkLoadConfig, bulk_load, bulk_load_values, required_pool_bytes};
-pub use client::{Client, ClientStats, Tree, TreeConfig};
+pub use client::{Client, ClientStats, HOT_ENTRY_BYTES, Tree, TreeConfig};
 pub use layout::{Layout, LeafKind, MAGIC, VERSION, root_word, unpack_root};
 pub use leaf_store::ValueConfig;
 pub use locks::MAX_HANDOVERS;

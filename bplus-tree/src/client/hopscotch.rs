@@ -92,6 +92,9 @@ impl<E: Endpoint> Client<E> {
         key: u64,
         g: Geometry,
     ) -> Result<Option<u64>, TreeError> {
+        if let Some(found) = self.hop_speculate(node, key, g).await? {
+            return Ok(Some(found));
+        }
         let max = self.shared.config.max_attempts;
         let window_spans = g.neighbourhood_spans(home(key, g.slots()));
         let with_tail: Vec<Span> = window_spans
@@ -146,8 +149,16 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             match window.lookup(g, key) {
-                Lookup::Found(v) => return Ok(Some(v)),
-                Lookup::Absent => return Ok(None),
+                Lookup::Found(v) => {
+                    if let Some((slot, _)) = window.find(g, key) {
+                        self.shared.hot.put(node, key, leaf_no, slot);
+                    }
+                    return Ok(Some(v));
+                }
+                Lookup::Absent => {
+                    self.shared.hot.forget(key);
+                    return Ok(None);
+                }
                 Lookup::Inconsistent => {
                     // A displacement landed during the READ.
                     self.stats.torn_reads += 1;
@@ -156,6 +167,35 @@ impl<E: Endpoint> Client<E> {
             }
         }
         Err(TreeError::TooManyRetries(max))
+    }
+
+    /// A GET's speculative READ (see `hot.rs`): the one slot where the hot-entry buffer says
+    /// `key` was found, its value if the slot still holds it.
+    async fn hop_speculate(
+        &mut self,
+        node: usize,
+        key: u64,
+        g: Geometry,
+    ) -> Result<Option<u64>, TreeError> {
+        let Some((page, slot)) = self.shared.hot.get(node, key) else {
+            return Ok(None);
+        };
+        let span = Span {
+            start: g.slot_word(slot),
+            len: chime::geometry::SLOT_WORDS,
+        };
+        let words = self.read_spans(node, page, &[span]).await?;
+        let entry = chime::word::Entry::decode(page, slot, [words[0], words[1], words[2]]);
+        match entry.and_then(|e| e.kv) {
+            Some((k, v)) if k == key => {
+                self.stats.speculative_hits += 1;
+                Ok(Some(v))
+            }
+            _ => {
+                self.stats.speculative_misses += 1;
+                Ok(None)
+            }
+        }
     }
 
     /// READs hopscotch leaf `leaf_no` whole until it checks, moving right until it covers

@@ -15,6 +15,7 @@
 //! they behave exactly as before.
 
 mod hopscotch;
+mod hot;
 mod io;
 mod page_cache;
 mod read;
@@ -28,6 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rdma_transport::{Endpoint, Stats, Transport};
+
+pub use hot::HOT_ENTRY_BYTES;
 
 use crate::TreeError;
 use crate::layout::{Layout, LeafKind};
@@ -53,6 +56,10 @@ pub struct TreeConfig {
     pub cache_budget: Option<u64>,
     /// Stripes of the local lock table (default 4,096).
     pub local_lock_stripes: usize,
+    /// Pools of hopscotch leaves only: bytes of CHIME's buffer of hot entries (where a key was
+    /// last found, so that a GET of a hot key READs one slot; 24 bytes an entry), taken out of
+    /// `cache_budget` when there is one (default 0: none).
+    pub hot_entries_bytes: u64,
     /// Loom builds only: whether a reader moves right past a page's high fence (always, outside
     /// loom builds; loom models switch it off to show a split needs it).
     #[cfg(loom)]
@@ -67,6 +74,7 @@ impl Default for TreeConfig {
             cache_from_level: 1,
             cache_budget: None,
             local_lock_stripes: 4096,
+            hot_entries_bytes: 0,
             #[cfg(loom)]
             move_right: true,
         }
@@ -88,6 +96,8 @@ struct Shared {
     nodes: Vec<NodeTree>,
     /// Internal pages of every node, as last read or written here.
     cache: page_cache::PageCache,
+    /// Where hot keys were last found (hopscotch pools).
+    hot: hot::HotEntries,
     /// First key of each node.
     partition: Vec<u64>,
     locks: LocalLocks,
@@ -153,7 +163,16 @@ impl<T: Transport> Tree<T> {
         Ok(Self {
             transport,
             shared: Arc::new(Shared {
-                cache: page_cache::PageCache::new(config.cache_budget, page_size),
+                cache: page_cache::PageCache::new(
+                    config
+                        .cache_budget
+                        .map(|b| b.saturating_sub(config.hot_entries_bytes)),
+                    page_size,
+                ),
+                hot: hot::HotEntries::new(match nodes.first().map(|n| n.layout.leaf) {
+                    Some(LeafKind::Hopscotch(_)) => config.hot_entries_bytes,
+                    _ => 0,
+                }),
                 partition: nodes.iter().map(|n| n.layout.key_lo).collect(),
                 values: nodes
                     .iter()
@@ -228,9 +247,9 @@ impl<T: Transport> Tree<T> {
         Ok(crate::Pipeline::new(lanes))
     }
 
-    /// Bytes of internal pages cached now.
+    /// Bytes cached now: internal pages, and hot entries.
     pub fn cache_bytes(&self) -> u64 {
-        self.shared.cache.bytes()
+        self.shared.cache.bytes() + self.shared.hot.bytes()
     }
 
     /// The layouts of the memory nodes, in key order.
@@ -259,6 +278,10 @@ pub struct ClientStats {
     pub moves_right: u64,
     /// Pages read again because their checksum failed (a write was landing).
     pub torn_reads: u64,
+    /// GETs answered by a speculative READ of the one slot the hot-entry buffer named.
+    pub speculative_hits: u64,
+    /// Speculative READs whose slot no longer held the key (the GET went the usual way).
+    pub speculative_misses: u64,
     /// Value blocks read again through their leaf: the block held another key or failed its
     /// checksum (used again while this client was paused).
     pub value_retries: u64,

@@ -31,3 +31,12 @@ pub fn read_page(ep: &mut impl Endpoint, layout: &Layout, page: u64) -> Page {
     ep.read(layout.page_addr(page), &mut bytes).expect("read");
     Page::decode(page, &bytes).expect("whole")
 }
+
+/// A compute node's configuration for the tests: with a small hot-entry buffer, so that GETs on
+/// hopscotch leaves read speculatively (a buffer ignored by pools of sorted leaves).
+pub fn tree_config() -> bplus_tree::TreeConfig {
+    bplus_tree::TreeConfig {
+        hot_entries_bytes: 24 * 16 * 8,
+        ..bplus_tree::TreeConfig::default()
+    }
+}

@@ -102,7 +102,7 @@ fn run_hopscotch_uncached(case: Case) -> TestResult {
 fn run_with(hopscotch: bool, cache_from_level: u8, loaded: &[u64], ops: &[Op]) -> TestResult {
     let config_tree = TreeConfig {
         cache_from_level,
-        ..TreeConfig::default()
+        ..common::tree_config()
     };
     let (transport, _) = common::loaded_pool(
         loaded.iter().map(|&k| (k, k)).collect(),
@@ -158,7 +158,7 @@ fn run_with(hopscotch: bool, cache_from_level: u8, loaded: &[u64], ops: &[Op]) -
         return TestResult::error(format!("{} keys, model {}", report.keys, model.len()));
     }
     // Another compute node, whose cache starts empty, sees the same.
-    let other = Tree::open(transport, TreeConfig::default()).expect("open");
+    let other = Tree::open(transport, common::tree_config()).expect("open");
     let mut reader = other.client().expect("client");
     let all = reader.scan(0, usize::MAX).expect("scan");
     let expected: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();

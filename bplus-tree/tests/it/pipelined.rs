@@ -107,7 +107,7 @@ fn pipelined_sessions_are_linearizable_and_leave_the_tree_clean() {
         ]
     }) {
         let (transport, _) = common::loaded_pool(initial(), &tiny(hopscotch), 3 * OPS, config);
-        let shared = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
+        let shared = Arc::new(Tree::open(transport.clone(), common::tree_config()).expect("open"));
         let clock = Arc::new(AtomicU64::new(0));
         let handles: Vec<_> = (0..3u64)
             .map(|t| {
@@ -117,7 +117,7 @@ fn pipelined_sessions_are_linearizable_and_leave_the_tree_clean() {
                     if t < 2 {
                         run_session(&shared, t * 7 + 1, 4, OPS, &clock)
                     } else {
-                        let own = Tree::open(transport, TreeConfig::default()).expect("open");
+                        let own = Tree::open(transport, common::tree_config()).expect("open");
                         run_session(&own, t * 7 + 1, 4, OPS, &clock)
                     }
                 })

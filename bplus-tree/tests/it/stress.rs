@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::common;
 
-use bplus_tree::{BulkLoadConfig, LeafKind, Tree, TreeConfig, verify};
+use bplus_tree::{BulkLoadConfig, LeafKind, Tree, verify};
 use rdma_transport::Transport;
 use sim_transport::SimConfig;
 
@@ -55,8 +55,8 @@ fn stress(config: BulkLoadConfig) {
     let node = transport.memory_nodes()[0];
     let mut ep = transport.endpoint().expect("endpoint");
 
-    let writers = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
-    let readers = Arc::new(Tree::open(transport.clone(), TreeConfig::default()).expect("open"));
+    let writers = Arc::new(Tree::open(transport.clone(), common::tree_config()).expect("open"));
+    let readers = Arc::new(Tree::open(transport.clone(), common::tree_config()).expect("open"));
     let published: Arc<Vec<AtomicU64>> =
         Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
     let done = Arc::new(AtomicBool::new(false));

@@ -11,6 +11,7 @@ use sim_transport::SimTransport;
 
 use super::measure::run_workload;
 use super::{BenchArgs, progress};
+use crate::index::IndexKind;
 use crate::keys;
 use crate::report::Report;
 use crate::workload::Mix;
@@ -78,11 +79,13 @@ pub(super) fn run_bplus(
         load_bar.inc(1);
     }
     load_bar.finish_and_clear();
+    let cache_budget = args.cache_budget.map(|b| b.bytes(set.loaded.len() as u64));
     let tree = bplus_tree::Tree::open(
         transport,
         bplus_tree::TreeConfig {
             cache_from_level: args.cache_from_level,
-            cache_budget: args.cache_budget.map(|b| b.bytes(set.loaded.len() as u64)),
+            cache_budget,
+            hot_entries_bytes: hot_entries_bytes(args.index, cache_budget, set.loaded.len()),
             ..bplus_tree::TreeConfig::default()
         },
     )?;
@@ -111,4 +114,14 @@ pub(super) fn run_bplus(
             &[],
         ),
     }
+}
+
+/// The CHIME-style index's buffer of hot entries: a tenth of the cache budget (the rest caches
+/// internal pages), or without a budget room for a tenth of the loaded keys; none for the
+/// B+-tree.
+fn hot_entries_bytes(index: IndexKind, budget: Option<u64>, keys: usize) -> u64 {
+    if index != IndexKind::Chime {
+        return 0;
+    }
+    budget.map_or(keys as u64 / 10 * bplus_tree::HOT_ENTRY_BYTES, |b| b / 10)
 }
