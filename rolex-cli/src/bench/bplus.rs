@@ -117,11 +117,11 @@ pub(super) fn run_bplus(
 }
 
 /// The CHIME-style index's buffer of hot entries: a tenth of the cache budget (the rest caches
-/// internal pages), or without a budget room for a tenth of the loaded keys; none for the
-/// B+-tree.
+/// internal pages), or without a budget a tenth of a byte per loaded key (as with a budget of
+/// one byte per key); none for the B+-tree.
 fn hot_entries_bytes(index: IndexKind, budget: Option<u64>, keys: usize) -> u64 {
     if index != IndexKind::Chime {
         return 0;
     }
-    budget.map_or(keys as u64 / 10 * bplus_tree::HOT_ENTRY_BYTES, |b| b / 10)
+    budget.unwrap_or(keys as u64) / 10
 }
