@@ -1,6 +1,7 @@
-//! `rolex inflight`: throughput against the operations each thread keeps in flight, for both
-//! indexes — measured in the simulator's latency mode (every batch a round trip of wall-clock
-//! time) and modeled from the same runs' counters — as a table, a JSON report and a plot.
+//! `rolex inflight`: throughput against the operations each thread keeps in flight, for ROLEX
+//! and both baselines (the B+-tree and the CHIME-style index) — measured in the simulator's
+//! latency mode (every batch a round trip of wall-clock time) and modeled from the same runs'
+//! counters — as a table, a JSON report and a plot.
 
 use std::path::PathBuf;
 
@@ -12,6 +13,7 @@ use crate::svg::{self, Series};
 use crate::workload::Workload;
 use crate::{bench, report};
 
+/// What `rolex inflight` takes.
 #[derive(Debug, clap::Args)]
 pub(crate) struct InflightArgs {
     /// Keys to bulk-load for each run.
@@ -34,6 +36,7 @@ pub(crate) struct InflightArgs {
     /// The workload.
     #[arg(long, value_enum, default_value_t = Workload::YcsbC)]
     workload: Workload,
+    /// Seed of the keys and operation streams (the same for every index and depth).
     #[arg(long, default_value_t = 1, value_parser = crate::checks::whole_number)]
     seed: u64,
     /// Where the table (`table.md`), the report (`inflight.json`) and the plot
@@ -44,6 +47,9 @@ pub(crate) struct InflightArgs {
     #[arg(long)]
     quiet: bool,
 }
+
+/// The indexes swept, in the order they run (and are plotted).
+const INDEXES: [IndexKind; 3] = [IndexKind::Rolex, IndexKind::Bplus, IndexKind::Chime];
 
 /// One index at one depth.
 #[derive(Debug, serde::Serialize)]
@@ -56,6 +62,8 @@ struct Point {
     mean_latency_us: f64,
 }
 
+/// Runs every index at every depth, prints the table as it grows, writes it, the JSON report
+/// and the plot.
 pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
     let make_out = crate::checks::output_dir(&args.out, "--out")?;
     let mut depths = args.depths.clone();
@@ -86,7 +94,7 @@ pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
     table.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     print!("{table}");
     let mut points = Vec::new();
-    for index in [IndexKind::Rolex, IndexKind::Bplus] {
+    for index in INDEXES {
         let mut first = None;
         for &depth in &depths {
             if !args.quiet {
@@ -141,15 +149,15 @@ pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
             points.push(point);
         }
     }
-    let series = |index: &str, modeled: bool| Series {
+    let series = |index: IndexKind, modeled: bool| Series {
         name: format!(
             "{} {}",
-            if index == "rolex" { "ROLEX" } else { "B+-tree" },
+            crate::compare::label(index),
             if modeled { "modeled" } else { "measured" }
         ),
         points: points
             .iter()
-            .filter(|p| p.index == index)
+            .filter(|p| p.index == index.name())
             .map(|p| {
                 let y = if modeled {
                     p.modeled_ops_s
@@ -173,12 +181,10 @@ pub(crate) fn run(args: &InflightArgs) -> Result<(), CliError> {
         ),
         "operations in flight per thread",
         "operations per second",
-        &[
-            series("rolex", false),
-            series("bplus", false),
-            series("rolex", true),
-            series("bplus", true),
-        ],
+        &[false, true]
+            .iter()
+            .flat_map(|&modeled| INDEXES.map(|index| series(index, modeled)))
+            .collect::<Vec<_>>(),
         true,
     );
     let write = |name: &str, body: String| -> Result<(), CliError> {

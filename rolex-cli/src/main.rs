@@ -7,7 +7,9 @@
 //!   retrainer, prints status until stopped; `--resume` serves an existing pool file again.
 //! * `rolex inspect` (`inspect.rs`) — superblock, model and leaf statistics, the verify report.
 //! * `rolex suite` (`suite.rs`) — YCSB A–F, uniform and zipfian, as one table.
-//! * `rolex compare` (`compare.rs`) — ROLEX against the B+-tree baseline.
+//! * `rolex compare` (`compare/`) — ROLEX against the baselines (the B+-tree, the CHIME-style
+//!   index).
+//! * `rolex inflight` (`inflight.rs`) — throughput against the operations in flight per thread.
 //!
 //! Bad input gets one line on stderr and exit code 2.
 
@@ -58,11 +60,12 @@ enum Command {
     /// Run YCSB A–F under uniform and zipfian requests (embedded memory node, fresh pool each) and
     /// print a results table, measured and modeled columns apart.
     Suite(suite::SuiteArgs),
-    /// ROLEX against the B+-tree baseline on the same transport, keys and operation streams:
-    /// YCSB A–F and a write-ratio sweep, uniform and zipfian; a table of ratios, JSON, SVG plots.
+    /// ROLEX against the baselines (`--index`: the B+-tree, the CHIME-style index) on the same
+    /// transport, keys and operation streams: YCSB A–F and a write-ratio sweep, uniform and
+    /// zipfian; a table of ratios over each baseline, JSON, SVG plots.
     Compare(compare::CompareArgs),
-    /// Throughput against the operations each thread keeps in flight, both indexes: measured in
-    /// the simulator's latency mode and modeled; a table, JSON and an SVG plot.
+    /// Throughput against the operations each thread keeps in flight, ROLEX and both baselines:
+    /// measured in the simulator's latency mode and modeled; a table, JSON and an SVG plot.
     Inflight(inflight::InflightArgs),
 }
 

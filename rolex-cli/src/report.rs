@@ -230,7 +230,7 @@ pub struct Report {
     /// `schema_version`, `tool_version`, `timestamp` (when the run ended).
     #[serde(flatten)]
     pub stamp: Stamp,
-    /// `rolex` or `bplus`.
+    /// `rolex`, `bplus` or `chime`.
     pub index: &'static str,
     pub config: serde_json::Value,
     pub wall_seconds: f64,
@@ -305,12 +305,14 @@ pub struct ValuesReport {
     pub value_bytes_per_op: f64,
 }
 
-/// The version of the JSON layout of every report `rolex` writes (`bench`, `bench --runs`,
-/// `compare`): raised when a field changes meaning or goes away.
+/// The version of the JSON layout of `rolex bench`'s reports (`bench`, `bench --runs`, and each
+/// run report `compare`'s JSON holds): raised when a field changes meaning or goes away.
 ///
 /// 2: `compare`'s ratios over `--runs` are the ratios of the two indexes' mean figures with a
 /// 95% interval (`{ratio, ci95, n}`), no longer the means of per-run ratios, and its `spread` no
-/// longer holds ratios. `bench`'s reports are as in 1.
+/// longer holds ratios. `bench`'s reports are as in 1. From 3 on, `compare`'s JSON as a whole
+/// carries its own version (`compare::COMPARE_SCHEMA_VERSION`), so that a change of its layout
+/// leaves `bench`'s version alone.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// What every JSON report of `rolex` begins with (flattened into it): which layout it has,

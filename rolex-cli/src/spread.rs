@@ -55,8 +55,8 @@ impl Spread {
     }
 }
 
-/// One figure over another across `n` paired runs (`rolex compare`: ROLEX's throughput over the
-/// B+-tree's, run i of both with seed S + i): the ratio of the two means, with a 95% confidence
+/// One figure over another across `n` paired runs (`rolex compare`: ROLEX's throughput over a
+/// baseline's, run i of both with seed S + i): the ratio of the two means, with a 95% confidence
 /// interval by Fieller's method for paired samples.
 ///
 /// Why this statistic:

@@ -1,39 +1,69 @@
-//! The cache-budget sweep of `rolex compare`: YCSB C and A (uniform requests) with both indexes
-//! held to each budget of `--budget-sweep`, modeled at 64 threads with the comparison's operations in flight, as a second table.
+//! The cache-budget sweep of `rolex compare`: YCSB C and A (uniform requests) with every index
+//! held to each budget of `--budget-sweep`, modeled at 64 threads with the comparison's
+//! operations in flight, as a second table.
 
 use sim_transport::cost_model::NetworkProfile;
 
-use super::{BudgetPoint, CompareArgs, modeled_at, run_of};
+use super::{
+    BudgetFigures, BudgetPoint, ByIndex, CompareArgs, bytes, label, modeled_at, rtts, run_of,
+};
 use crate::bench::{self, BenchArgs};
-use crate::error::{CliError, failed, input};
+use crate::error::{CliError, input};
 use crate::index::IndexKind;
-use crate::report::weighted;
 use crate::workload::{self, RequestDist, Workload};
 
 /// The table's line saying what the compute nodes may cache.
 pub(super) fn emit_budget_line(table: &mut String, budget: Option<crate::checks::CacheBudget>) {
     table.push_str(&match budget {
-        Some(b) => format!("compute-side cache budget, both indexes: {b}\n\n"),
+        Some(b) => format!("compute-side cache budget, every index: {b}\n\n"),
         None => "compute-side cache budget: none (each index caches what it uses)\n\n".into(),
     });
 }
 
-/// YCSB C and A, uniform requests, at each budget of `--budget-sweep` (one run each, seed as
-/// given), printed as a second table.
+/// YCSB C and A, uniform requests, at each budget of `--budget-sweep` (one run of each of
+/// `indexes`, ROLEX first, seed as given), printed as a second table.
 pub(super) fn budget_sweep(
     args: &CompareArgs,
     defaults: &BenchArgs,
+    indexes: &[IndexKind],
     profile: &NetworkProfile,
     emit: &mut dyn FnMut(String),
 ) -> Result<Vec<BudgetPoint>, CliError> {
+    let baselines = &indexes[1.min(indexes.len())..];
+    let all = |what: &str| {
+        format!(
+            "{what} ({})",
+            indexes
+                .iter()
+                .map(|&i| label(i))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        )
+    };
     emit(String::new());
     emit(format!(
         "Against the compute-side cache budget (uniform requests, modeled at 64 threads x {} in flight):",
         args.inflight
     ));
     emit(String::new());
-    emit("| budget, bytes/key | workload | ROLEX ops/s | B+-tree ops/s | ratio | ROLEX cache, bytes/key | B+-tree cache, bytes/key | RTT/op ROLEX | RTT/op B+-tree | bytes/op ROLEX | bytes/op B+-tree |".into());
-    emit("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".into());
+    let mut header = String::from("| budget, bytes/key | workload |");
+    for &index in indexes {
+        header.push_str(&format!(" {} ops/s |", label(index)));
+    }
+    for &b in baselines {
+        header.push_str(&format!(" ROLEX/{} |", label(b)));
+    }
+    header.push_str(&format!(
+        " {} | {} | {} |",
+        all("cache, bytes/key"),
+        all("RTT/op"),
+        all("bytes/op")
+    ));
+    emit(header);
+    emit(format!(
+        "| ---: | --- |{}",
+        " ---: |".repeat(indexes.len() + baselines.len() + 3)
+    ));
     let mut points = Vec::new();
     for &budget in &args.budget_sweep {
         for workload in [Workload::YcsbC, Workload::YcsbA] {
@@ -43,8 +73,8 @@ pub(super) fn budget_sweep(
                     workload::name(workload)
                 );
             }
-            let mut reports = Vec::new();
-            for index in [IndexKind::Rolex, IndexKind::Bplus] {
+            let mut figures = Vec::new();
+            for &index in indexes {
                 let mut run = run_of(args, defaults, index, args.seed);
                 run.cache_budget = Some(crate::checks::CacheBudget::PerKey(budget));
                 run.workload = workload;
@@ -62,37 +92,45 @@ pub(super) fn budget_sweep(
                         index.name()
                     ));
                 }
-                reports.push(report);
+                figures.push((
+                    index,
+                    BudgetFigures {
+                        ops_s: modeled_at(&report, 64 * args.inflight, profile),
+                        cache_bytes_per_key: report.cache_bytes_per_key,
+                        rtts_per_op: rtts(&report),
+                        bytes_per_op: bytes(&report),
+                    },
+                ));
             }
-            let (Some(bplus), Some(rolex)) = (reports.pop(), reports.pop()) else {
-                return Err(failed!("a run produced no report"));
-            };
             let point = BudgetPoint {
                 workload: workload::name(workload),
                 budget_bytes_per_key: budget,
-                rolex_ops_s: modeled_at(&rolex, 64 * args.inflight, profile),
-                bplus_ops_s: modeled_at(&bplus, 64 * args.inflight, profile),
-                rolex_cache_bytes_per_key: rolex.cache_bytes_per_key,
-                bplus_cache_bytes_per_key: bplus.cache_bytes_per_key,
-                rolex_rtts_per_op: weighted(&rolex, |o| o.rtts_per_op),
-                bplus_rtts_per_op: weighted(&bplus, |o| o.rtts_per_op),
-                rolex_bytes_per_op: weighted(&rolex, |o| o.bytes_per_op),
-                bplus_bytes_per_op: weighted(&bplus, |o| o.bytes_per_op),
+                indexes: ByIndex(figures),
             };
-            emit(format!(
-                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.0} |",
-                point.budget_bytes_per_key,
-                point.workload,
-                point.rolex_ops_s,
-                point.bplus_ops_s,
-                point.rolex_ops_s / point.bplus_ops_s.max(1e-9),
-                point.rolex_cache_bytes_per_key,
-                point.bplus_cache_bytes_per_key,
-                point.rolex_rtts_per_op,
-                point.bplus_rtts_per_op,
-                point.rolex_bytes_per_op,
-                point.bplus_bytes_per_op,
+            let joined = |f: &dyn Fn(&BudgetFigures) -> String| {
+                point
+                    .indexes
+                    .iter()
+                    .map(|(_, p)| f(p))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let mut row = format!("| {} | {} |", point.budget_bytes_per_key, point.workload);
+            for (_, p) in point.indexes.iter() {
+                row.push_str(&format!(" {:.0} |", p.ops_s));
+            }
+            let rolex = point.indexes.get(IndexKind::Rolex).map_or(0.0, |p| p.ops_s);
+            for &b in baselines {
+                let base = point.indexes.get(b).map_or(0.0, |p| p.ops_s);
+                row.push_str(&format!(" {:.2} |", rolex / base.max(1e-9)));
+            }
+            row.push_str(&format!(
+                " {} | {} | {} |",
+                joined(&|p| format!("{:.3}", p.cache_bytes_per_key)),
+                joined(&|p| format!("{:.2}", p.rtts_per_op)),
+                joined(&|p| format!("{:.0}", p.bytes_per_op)),
             ));
+            emit(row);
             points.push(point);
         }
     }

@@ -1,17 +1,21 @@
-//! The SVG plots of `rolex compare`: modeled throughput against the insert share, the clients
-//! and the cache budget; measured throughput; bytes and round trips per operation type; the
-//! latency percentile spectrum.
+//! The SVG plots of `rolex compare`, a series (or bar) per index run: modeled throughput against
+//! the insert share, the clients and the cache budget; measured throughput; bytes and round trips
+//! per operation type; the latency percentile spectrum; and ROLEX's modeled throughput over each
+//! baseline's, a series per baseline. Indexes are named as in the table ([`super::label`]):
+//! ROLEX's lines solid, the baselines' dashed.
 
 use sim_transport::cost_model::NetworkProfile;
 
-use super::{BudgetPoint, Case, ClientPoint, CompareArgs, modeled_at};
+use super::{BudgetPoint, ByIndex, Case, ClientPoint, CompareArgs, label, modeled_at};
+use crate::index::IndexKind;
 use crate::svg::{self, Series};
 
-/// Every plot, by file name.
+/// Every plot, by file name; `indexes` are the indexes run, ROLEX first.
 pub(super) fn plots(
     cases: &[Case],
     sweep: &[ClientPoint],
     budgets: &[BudgetPoint],
+    indexes: &[IndexKind],
     args: &CompareArgs,
     profile: &NetworkProfile,
 ) -> Vec<(&'static str, String)> {
@@ -35,46 +39,39 @@ pub(super) fn plots(
             .map_or(String::new(), |v| format!(", values of {v}"))
     );
     let subtitle = format!("{sizes}{runs}");
+    // Modeled throughput at `clients` threads (64 or 2) against the insert share: a case's
+    // spread over its runs, or its one run.
     let by_ratio = |clients: u64| {
         let mut series = Vec::new();
         for dist in ["uniform", "zipfian"] {
-            for index in ["ROLEX", "B+-tree"] {
-                let figure = |c: &Case| -> (f64, f64) {
-                    match (&c.spread, index, clients) {
-                        (Some(s), "ROLEX", 64) => (
-                            s.rolex_modeled_64_threads_ops_s.mean,
-                            s.rolex_modeled_64_threads_ops_s.sd,
-                        ),
-                        (Some(s), _, 64) => (
-                            s.bplus_modeled_64_threads_ops_s.mean,
-                            s.bplus_modeled_64_threads_ops_s.sd,
-                        ),
-                        (Some(s), "ROLEX", _) => (
-                            s.rolex_modeled_2_threads_ops_s.mean,
-                            s.rolex_modeled_2_threads_ops_s.sd,
-                        ),
-                        (Some(s), _, _) => (
-                            s.bplus_modeled_2_threads_ops_s.mean,
-                            s.bplus_modeled_2_threads_ops_s.sd,
-                        ),
-                        (None, "ROLEX", _) => {
-                            (modeled_at(&c.rolex, clients * args.inflight, profile), 0.0)
+            for &index in indexes {
+                let figure = |c: &Case| -> Option<(f64, f64)> {
+                    match &c.spread {
+                        Some(s) => {
+                            let s = s.get(index)?;
+                            let s = if clients == 64 {
+                                &s.modeled_64_threads_ops_s
+                            } else {
+                                &s.modeled_2_threads_ops_s
+                            };
+                            Some((s.mean, s.sd))
                         }
-                        (None, _, _) => {
-                            (modeled_at(&c.bplus, clients * args.inflight, profile), 0.0)
-                        }
+                        None => Some((
+                            modeled_at(c.report(index)?, clients * args.inflight, profile),
+                            0.0,
+                        )),
                     }
                 };
                 let picked: Vec<(f64, (f64, f64))> = cases
                     .iter()
                     .filter(|c| c.dist == dist)
-                    .filter_map(|c| c.insert_ratio.map(|r| (100.0 * r, figure(c))))
+                    .filter_map(|c| Some((100.0 * c.insert_ratio?, figure(c)?)))
                     .collect();
                 series.push(Series {
-                    name: format!("{index}, {dist}"),
+                    name: format!("{}, {dist}", label(index)),
                     points: picked.iter().map(|&(x, (y, _))| (x, y)).collect(),
                     err: picked.iter().map(|&(_, (_, e))| e).collect(),
-                    dashed: index != "ROLEX",
+                    dashed: index != IndexKind::Rolex,
                 });
             }
         }
@@ -82,48 +79,65 @@ pub(super) fn plots(
     };
     let by_clients = per_index(
         &["ycsb-a", "ycsb-c"],
-        sweep.iter().map(|p| {
-            (
-                p.workload.as_str(),
-                p.clients as f64,
-                p.rolex_ops_s,
-                p.bplus_ops_s,
-            )
-        }),
+        indexes,
+        sweep
+            .iter()
+            .map(|p| (p.workload.as_str(), p.clients as f64, p.ops_s.clone())),
     );
     let by_budget = per_index(
         &["ycsb-c", "ycsb-a"],
+        indexes,
         budgets.iter().map(|p| {
             (
                 p.workload.as_str(),
                 p.budget_bytes_per_key,
-                p.rolex_ops_s,
-                p.bplus_ops_s,
+                p.indexes.map(|_, f| f.ops_s),
             )
         }),
     );
     // Measured throughput of the zipfian cases, with their spread.
-    let measured: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
-    let measured_categories: Vec<String> = measured
+    let zipfian: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
+    let zipfian_categories: Vec<String> = zipfian
         .iter()
         .map(|c| match c.name.strip_prefix("ycsb-") {
             Some(w) => format!("YCSB {}", w.to_uppercase()),
             None => c.name.clone(),
         })
         .collect();
-    let measured_values = |rolex: bool| -> (Vec<f64>, Vec<f64>) {
-        measured
+    let mut measured: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut measured_sd: Vec<Vec<f64>> = Vec::new();
+    for &index in indexes {
+        let (values, sd): (Vec<f64>, Vec<f64>) = zipfian
             .iter()
-            .map(|c| match (&c.spread, rolex) {
-                (Some(s), true) => (s.rolex_throughput_ops_s.mean, s.rolex_throughput_ops_s.sd),
-                (Some(s), false) => (s.bplus_throughput_ops_s.mean, s.bplus_throughput_ops_s.sd),
-                (None, true) => (c.rolex.throughput_ops_s, 0.0),
-                (None, false) => (c.bplus.throughput_ops_s, 0.0),
+            .map(|c| match (&c.spread, c.report(index)) {
+                (Some(s), _) => s.get(index).map_or((0.0, 0.0), |s| {
+                    (s.throughput_ops_s.mean, s.throughput_ops_s.sd)
+                }),
+                (None, Some(r)) => (r.throughput_ops_s, 0.0),
+                (None, None) => (0.0, 0.0),
             })
-            .unzip()
-    };
-    let (rolex_measured, rolex_sd) = measured_values(true);
-    let (bplus_measured, bplus_sd) = measured_values(false);
+            .unzip();
+        measured.push((label(index).to_string(), values));
+        measured_sd.push(sd);
+    }
+    // ROLEX's modeled throughput at 64 threads over each baseline's, zipfian.
+    let ratios: Vec<(String, Vec<f64>)> = indexes
+        .iter()
+        .skip(1)
+        .map(|&b| {
+            (
+                format!("ROLEX/{}", label(b)),
+                zipfian
+                    .iter()
+                    .map(|c| {
+                        c.ratios
+                            .get(b)
+                            .map_or(0.0, |r| r.modeled_throughput_64_threads.ratio)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
     // Per operation type, each from the zipfian run that shows it alone or mostly: GET from
     // YCSB C, UPDATE from YCSB A, INSERT from the all-insert run, SCAN from YCSB E.
     let pick = |name: &str| cases.iter().find(|c| c.name == name && c.dist == "zipfian");
@@ -134,21 +148,19 @@ pub(super) fn plots(
         ("SCAN (YCSB E)", "ycsb-e", "scan"),
     ];
     let per_op = |f: fn(&crate::report::OpReport) -> f64| -> Vec<(String, Vec<f64>)> {
-        ["ROLEX", "B+-tree"]
+        indexes
             .iter()
             .map(|&index| {
                 let values = kinds
                     .iter()
                     .map(|&(_, case, op)| {
                         pick(case)
-                            .and_then(|c| {
-                                let r = if index == "ROLEX" { &c.rolex } else { &c.bplus };
-                                r.ops.get(op).map(f)
-                            })
+                            .and_then(|c| c.report(index))
+                            .and_then(|r| r.ops.get(op).map(f))
                             .unwrap_or(0.0)
                     })
                     .collect();
-                (index.to_string(), values)
+                (label(index).to_string(), values)
             })
             .collect()
     };
@@ -208,12 +220,31 @@ pub(super) fn plots(
                 &format!("{} compute threads, wall clock; {subtitle}", args.threads),
                 "workload",
                 "operations per second",
-                &measured_categories,
-                &[
-                    ("ROLEX".into(), rolex_measured),
-                    ("B+-tree".into(), bplus_measured),
-                ],
-                &[rolex_sd, bplus_sd],
+                &zipfian_categories,
+                &measured,
+                &measured_sd,
+            ),
+        ),
+        (
+            "ratio_over_baselines.svg",
+            svg::bar_chart_with_errors(
+                &format!(
+                    "ROLEX's modeled throughput over each baseline's, 64 threads x {} in flight (zipfian)",
+                    args.inflight
+                ),
+                &format!(
+                    "above 1: ROLEX ahead; {}; {sizes}",
+                    if args.runs > 1 {
+                        "ratios of the means over the runs, their 95% intervals in the JSON"
+                    } else {
+                        "one run per case"
+                    }
+                ),
+                "workload",
+                "ROLEX / baseline",
+                &zipfian_categories,
+                &ratios,
+                &[],
             ),
         ),
         (
@@ -236,7 +267,7 @@ pub(super) fn plots(
                 &per_op(|o| o.rtts_per_op),
             ),
         ),
-        ("latency_cdf.svg", latency_cdf(cases, &sizes)),
+        ("latency_cdf.svg", latency_cdf(cases, indexes, &sizes)),
     ];
     if !budgets.is_empty() {
         plots.push((
@@ -254,29 +285,17 @@ pub(super) fn plots(
     plots
 }
 
-/// The latency percentile spectrum of YCSB A (zipfian): GETs and UPDATEs of both indexes, every
+/// The latency percentile spectrum of YCSB A (zipfian): GETs and UPDATEs of each index, every
 /// run pooled.
-fn latency_cdf(cases: &[Case], subtitle: &str) -> String {
+fn latency_cdf(cases: &[Case], indexes: &[IndexKind], subtitle: &str) -> String {
     const QUANTILES: [f64; 9] = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999];
     let mut series = Vec::new();
     if let Some(case) = cases
         .iter()
         .find(|c| c.name == "ycsb-a" && c.dist == "zipfian")
     {
-        for (index, reports) in [
-            (
-                "ROLEX",
-                std::iter::once(&case.rolex)
-                    .chain(case.repeats.iter().map(|p| &p.rolex))
-                    .collect::<Vec<_>>(),
-            ),
-            (
-                "B+-tree",
-                std::iter::once(&case.bplus)
-                    .chain(case.repeats.iter().map(|p| &p.bplus))
-                    .collect(),
-            ),
-        ] {
+        for &index in indexes {
+            let reports = case.runs(index);
             for op in ["read", "update"] {
                 let mut pooled: Option<hdrhistogram::Histogram<u64>> = None;
                 for r in &reports {
@@ -291,12 +310,16 @@ fn latency_cdf(cases: &[Case], subtitle: &str) -> String {
                 }
                 if let Some(h) = pooled {
                     series.push(Series {
-                        name: format!("{index}, {}", if op == "read" { "GET" } else { "UPDATE" }),
+                        name: format!(
+                            "{}, {}",
+                            label(index),
+                            if op == "read" { "GET" } else { "UPDATE" }
+                        ),
                         points: QUANTILES
                             .iter()
                             .map(|&q| (nines(q), h.value_at_quantile(q) as f64 / 1e3))
                             .collect(),
-                        dashed: index != "ROLEX",
+                        dashed: index != IndexKind::Rolex,
                         err: Vec::new(),
                     });
                 }
@@ -322,23 +345,24 @@ fn nines(q: f64) -> f64 {
     -(1.0 - q).log10()
 }
 
-/// A series per workload and index from `(workload, x, ROLEX's y, the B+-tree's y)` points:
-/// ROLEX solid, the B+-tree dashed.
+/// A series per workload and index from `(workload, x, each index's y)` points: ROLEX solid,
+/// the baselines dashed.
 fn per_index<'a>(
     workloads: &[&str],
-    points: impl Iterator<Item = (&'a str, f64, f64, f64)> + Clone,
+    indexes: &[IndexKind],
+    points: impl Iterator<Item = (&'a str, f64, ByIndex<f64>)> + Clone,
 ) -> Vec<Series> {
     let mut series = Vec::new();
     for &workload in workloads {
-        for index in ["ROLEX", "B+-tree"] {
+        for &index in indexes {
             series.push(Series {
-                name: format!("{index}, {workload}"),
+                name: format!("{}, {workload}", label(index)),
                 points: points
                     .clone()
                     .filter(|p| p.0 == workload)
-                    .map(|(_, x, rolex, bplus)| (x, if index == "ROLEX" { rolex } else { bplus }))
+                    .filter_map(|(_, x, ys)| Some((x, *ys.get(index)?)))
                     .collect(),
-                dashed: index != "ROLEX",
+                dashed: index != IndexKind::Rolex,
                 err: Vec::new(),
             });
         }

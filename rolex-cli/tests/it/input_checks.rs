@@ -88,6 +88,41 @@ fn what_cannot_run_is_refused_with_its_limit() {
     );
 }
 
+/// `rolex compare --index` names ROLEX and at least one baseline, from rolex, bplus and chime;
+/// `--page-size` only with the B+-tree among them. Each refusal comes before any work (a run of
+/// 10^8 keys would take minutes) and names the list.
+#[test]
+fn compare_needs_rolex_and_a_baseline_in_its_index_list() {
+    let huge = ["compare", "--keys", "100000000"];
+    let with = |extra: &[&'static str]| [&huge[..], extra].concat();
+    refused_at_once(
+        &with(&["--index", "bplus,chime"]),
+        &["--index bplus,chime", "rolex must be among the indexes"],
+    );
+    refused_at_once(
+        &with(&["--index", "rolex"]),
+        &["--index rolex", "name a baseline", "bplus, chime"],
+    );
+    refused_at_once(
+        &with(&["--index", "rolex,rolex"]),
+        &["--index rolex,rolex", "name a baseline"],
+    );
+    refused_at_once(
+        &with(&["--index", "rolex,btree"]),
+        &[
+            "--index",
+            "btree",
+            "rolex, bplus, chime",
+            "rolex compare --help",
+        ],
+    );
+    refused_at_once(&with(&["--index", ""]), &["--index"]);
+    refused_at_once(
+        &with(&["--index", "rolex,chime", "--page-size", "2048"]),
+        &["--page-size", "--index rolex,chime runs no B+-tree"],
+    );
+}
+
 #[test]
 fn output_paths_are_checked_before_the_run() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -146,7 +146,7 @@ fn the_baseline_stores_byte_values_the_same_way() {
 }
 
 #[test]
-fn compare_takes_a_value_size_for_both_indexes() {
+fn compare_takes_a_value_size_for_every_index() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("plots");
     let json = dir.path().join("compare.json");
@@ -176,7 +176,7 @@ fn compare_takes_a_value_size_for_both_indexes() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
     assert_eq!(r["value_size"]["max"], 200);
     for case in r["cases"].as_array().expect("cases") {
-        for index in ["rolex", "bplus"] {
+        for index in ["rolex", "bplus", "chime"] {
             let values = &case[index]["values"];
             assert!(
                 values["live_bytes"].as_u64().expect("live") >= 200 * 1000,
