@@ -286,8 +286,7 @@ fn compare_with_runs_shows_spread_and_error_bars() {
         }
         assert!(case["spread"].get("measured_throughput_ratio").is_none());
     }
-    // The README's schema names every field of compare's JSON (but those of its layout 3 the
-    // README does not name yet: `COMPARE_FIELDS_NOT_YET_IN_THE_README`).
+    // The README's schema names every field of compare's JSON.
     let schema = readme_schema();
     let mut missing = Vec::new();
     let case = &r["cases"][0];
@@ -296,6 +295,7 @@ fn compare_with_runs_shows_spread_and_error_bars() {
         case,
         &case["ratios"],
         &case["ratios"]["bplus"],
+        &case["ratios"]["chime"],
         &case["ratios"]["bplus"]["measured_throughput"],
         &case["spread"],
         &case["spread"]["rolex"],
@@ -306,8 +306,7 @@ fn compare_with_runs_shows_spread_and_error_bars() {
         &r["budget_sweep"][0]["rolex"],
     ] {
         for key in part.as_object().expect("object").keys() {
-            if !names(&schema, key) && !COMPARE_FIELDS_NOT_YET_IN_THE_README.contains(&key.as_str())
-            {
+            if !names(&schema, key) {
                 missing.push(key.clone());
             }
         }
@@ -329,17 +328,6 @@ fn compare_with_runs_shows_spread_and_error_bars() {
     let bytes = std::fs::read_to_string(out.join("bytes_per_op.svg")).expect("plot");
     assert!(bytes.contains("GET (YCSB C)") && bytes.contains("INSERT (100% inserts)"));
 }
-
-/// The fields `rolex compare --json`'s layout 3 (more than one baseline) brought that the
-/// README's schema, which is edited apart from this crate, does not name yet. Every other
-/// field is still checked; this list goes when the README names these.
-const COMPARE_FIELDS_NOT_YET_IN_THE_README: [&str; 5] = [
-    "indexes",
-    "chime",
-    "ops_s",
-    "modeled_64_threads_ops_s",
-    "modeled_2_threads_ops_s",
-];
 
 /// Whether `text` holds `word` as a whole word (not inside a longer name).
 fn names(text: &str, word: &str) -> bool {
