@@ -82,6 +82,22 @@ impl Geometry {
         self.slots
     }
 
+    /// Slots that are a key's home: the first `slots - H + 1` (the last `H - 1` only take keys
+    /// moved along from the homes before them), so neighbourhoods never wrap past the last slot.
+    pub fn homes(&self) -> usize {
+        self.slots - self.neighbourhood + 1
+    }
+
+    /// The home slot of `key`: a mix of its bits (the splitmix64 finalizer), reduced to
+    /// [`Geometry::homes`].
+    pub fn home(&self, key: u64) -> usize {
+        let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (((z >> 32) * self.homes() as u64) >> 32) as usize
+    }
+
     /// `H`: a key lies within this many slots from its home.
     pub fn neighbourhood(&self) -> usize {
         self.neighbourhood

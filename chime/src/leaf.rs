@@ -2,15 +2,19 @@
 //! its home slot, so a lookup READs one neighbourhood instead of the leaf (CHIME's leaf).
 //!
 //! **Invariants** (of a leaf as its lock holder writes it):
-//! - every key lies in one of the `H` slots from its home ([`home`]), circularly;
+//! - every key lies in one of the `H` slots from its home ([`Geometry::home`], one of the first
+//!   `slots - H + 1`: neighbourhoods do not wrap), so a change only ever moves a key to a higher
+//!   slot;
 //! - the home's hop bitmap has bit `d` set exactly when slot `home + d` holds a key homed there;
 //! - keys are unique, and below the leaf's high fence (the tail's; see `crate::geometry`).
 //!
 //! So a reader of a neighbourhood that finds its key has its value; one that does not, and whose
 //! rebuilt hop bitmap (from the keys it read homed at the slot) equals the one it read, knows the
-//! key is absent. A READ that raced a writer's displacement (a key moved out of the window and
-//! into it within one WRITE landing word by word) shows a bitmap that disagrees, and is read
-//! again (the same rule as CHIME's).
+//! key is absent. A READ that takes the words in ascending order while writers move keys (which
+//! only move up) sees a key present throughout at least once; seeing it twice, or in neither
+//! place a displacement moved it between, shows as a bitmap that disagrees or a key twice, and
+//! the READ is taken again (CHIME's rule; with neighbourhoods that wrapped, a key moved past the
+//! last slot to the first could hide from a whole-leaf READ even so).
 //!
 //! A split moves the keys at or above the separator to the same slots of a new leaf, so both
 //! halves keep the invariants without moving a key.
@@ -18,16 +22,6 @@
 use crate::geometry::{Geometry, SLOT_WORDS, Span, TAIL_WORDS, WordAt};
 use crate::vacancy::{mark, vacancy};
 use crate::word::{Entry, Meta, Tail, VALID, next_version};
-
-/// The home slot of `key` in a leaf of `slots` slots: a mix of its bits (the splitmix64
-/// finalizer), reduced.
-pub fn home(key: u64, slots: usize) -> usize {
-    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (((z >> 32) * slots as u64) >> 32) as usize
-}
 
 /// A whole leaf, decoded (what its lock holder reads, changes and writes back).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +89,7 @@ impl Leaf {
     /// The slot holding `key`, found through its home's hop bitmap.
     pub fn find(&self, key: u64) -> Option<usize> {
         let g = self.geometry;
-        let h = home(key, g.slots());
+        let h = g.home(key);
         let hop = self.slots[h].hop;
         (0..g.neighbourhood())
             .filter(|d| hop >> d & 1 == 1)
@@ -117,9 +111,9 @@ impl Leaf {
             self.slots[s].kv = Some((key, value));
             return Ok(Touched { first: s, count: 1 });
         }
-        let h = home(key, g.slots());
-        let far = (0..g.slots())
-            .map(|d| g.after(h, d))
+        let h = g.home(key);
+        // Neighbourhoods do not wrap: keys only ever move to higher slots.
+        let far = (h..g.slots())
             .find(|&s| self.slots[s].kv.is_none())
             .ok_or(Full)?;
         let mut plan = self.clone();
@@ -160,7 +154,7 @@ impl Leaf {
     pub fn remove(&mut self, key: u64) -> Option<Touched> {
         let g = self.geometry;
         let s = self.find(key)?;
-        let h = home(key, g.slots());
+        let h = g.home(key);
         self.slots[s].kv = None;
         self.slots[h].hop &= !(1 << g.distance(h, s));
         Some(Touched {
@@ -212,7 +206,7 @@ impl Leaf {
         }
         for s in 0..g.slots() {
             if let Some((k, _)) = self.slots[s].kv {
-                let h = home(k, g.slots());
+                let h = g.home(k);
                 self.slots[h].hop |= 1 << g.distance(h, s);
             }
         }
@@ -227,7 +221,7 @@ impl Leaf {
         let mut seen = std::collections::BTreeSet::new();
         for (s, e) in self.slots.iter().enumerate() {
             if let Some((k, _)) = e.kv {
-                let h = home(k, g.slots());
+                let h = g.home(k);
                 if g.distance(h, s) >= g.neighbourhood() {
                     return Err(format!(
                         "key {k} in slot {s}, {} from home {h}",
@@ -409,7 +403,7 @@ impl Window {
 
     /// The slot holding `key` in the window and its value.
     pub fn find(&self, geometry: Geometry, key: u64) -> Option<(usize, u64)> {
-        let h = home(key, geometry.slots());
+        let h = geometry.home(key);
         self.slots.iter().find_map(|&(s, e)| match e.kv {
             Some((k, v)) if k == key && geometry.distance(h, s) < geometry.neighbourhood() => {
                 Some((s, v))
@@ -444,7 +438,7 @@ impl Window {
             };
             return Some((vec![(s, e)], vacancy));
         }
-        let h = home(key, g.slots());
+        let h = g.home(key);
         let (d, free) = (0..g.neighbourhood())
             .map(|d| (d, g.after(h, d)))
             .find(|&(_, s)| self.entry(s).is_some_and(|e| e.kv.is_none()))?;
@@ -545,14 +539,13 @@ impl Window {
             leaf.slots[s] = e;
             known[s] = true;
         }
-        let h = home(key, g.slots());
+        let h = g.home(key);
         // The slots the insert may touch, from the home to the first free one, must be known.
-        for d in 0..g.slots() {
-            let s = g.after(h, d);
-            if !known[s] {
+        for (known, slot) in known.iter().zip(&leaf.slots).skip(h) {
+            if !known {
                 return None;
             }
-            if leaf.slots[s].kv.is_none() {
+            if slot.kv.is_none() {
                 break;
             }
         }
@@ -582,7 +575,7 @@ impl Window {
     ) -> Option<(Vec<(usize, Entry)>, u64)> {
         let g = geometry;
         let (s, _) = self.find(g, key)?;
-        let h = home(key, g.slots());
+        let h = g.home(key);
         let d = g.distance(h, s);
         let mut home_entry = self.entry(h)?;
         home_entry.hop &= !(1 << d);
@@ -600,7 +593,7 @@ impl Window {
     /// What the window says of `key`, whose home slot it must hold with the `H` after it.
     pub fn lookup(&self, geometry: Geometry, key: u64) -> Lookup {
         let g = geometry;
-        let h = home(key, g.slots());
+        let h = g.home(key);
         let mut rebuilt = 0u16;
         let mut bitmap = None;
         for &(s, e) in &self.slots {
@@ -615,7 +608,7 @@ impl Window {
                 if k == key {
                     return Lookup::Found(v);
                 }
-                if home(k, g.slots()) == h {
+                if g.home(k) == h {
                     rebuilt |= 1 << d;
                 }
             }
@@ -668,7 +661,7 @@ mod tests {
             }
             let words = leaf.encode(9);
             for key in 0..40u64 {
-                let spans = g.neighbourhood_spans(home(key, g.slots()));
+                let spans = g.neighbourhood_spans(g.home(key));
                 let window = Window::decode(g, 9, &spans, &read(&words, &spans)).expect("whole");
                 let want = model.get(&key).map_or(Lookup::Absent, |&v| Lookup::Found(v));
                 assert_eq!(window.lookup(g, key), want, "key {key}");
@@ -687,7 +680,7 @@ mod tests {
             }
             let (insert, key, value) = (op.0, u64::from(op.1 % 40), op.2);
             let mut words = leaf.encode(9);
-            let spans = g.neighbourhood_spans(home(key, g.slots()));
+            let spans = g.neighbourhood_spans(g.home(key));
             let window = Window::decode(g, 9, &spans, &read(&words, &spans)).expect("whole");
             let vacancy = words[g.tail_word()];
             let change = if insert {
@@ -699,7 +692,7 @@ mod tests {
             let Some((slots, after)) = change else {
                 // No room in the window (the whole leaf is read next), or nothing to remove.
                 return if insert {
-                    let h = home(key, g.slots());
+                    let h = g.home(key);
                     (0..g.neighbourhood()).all(|d| leaf.slot(g.after(h, d)).kv.is_some())
                 } else {
                     whole.remove(key).is_none()
@@ -729,7 +722,7 @@ mod tests {
             }
             let key = u64::from(key % 40);
             let mut words = leaf.encode(9);
-            let h = home(key, g.slots());
+            let h = g.home(key);
             let Some(d) = crate::vacancy::first_free(g, h, words[g.tail_word()]) else {
                 return leaf.clone().insert(key, value).is_err() || leaf.find(key).is_some();
             };
@@ -790,7 +783,7 @@ mod tests {
                 .map(|i| if mask.get(i % mask.len().max(1)).copied().unwrap_or(false) { new[i] } else { old[i] })
                 .collect();
             for probe in 0..40u64 {
-                let spans = g.neighbourhood_spans(home(probe, g.slots()));
+                let spans = g.neighbourhood_spans(g.home(probe));
                 let Some(window) = Window::decode(g, 3, &spans, &read(&torn, &spans)) else {
                     continue;
                 };
@@ -809,6 +802,73 @@ mod tests {
                 });
             }
             true
+        }
+    }
+
+    /// A READ runs through a leaf's words in ascending order while writers change it (each
+    /// WRITE landing whole between two words the READ takes): whatever it shows, a whole-leaf
+    /// READ that decodes holds every key present throughout, and a neighbourhood READ that
+    /// finds a key present throughout absent reads as inconsistent. Runs many cases of random
+    /// writes on a small leaf (moves across the last slot, had neighbourhoods wrapped, would hide
+    /// keys).
+    #[test]
+    fn a_read_racing_many_writes_misses_no_key_present_throughout() {
+        fn case(seed: u64) -> Result<(), String> {
+            let g = Geometry::new(16, 4).expect("shape");
+            let mut random = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = |n: u64| {
+                random ^= random << 13;
+                random ^= random >> 7;
+                random ^= random << 17;
+                random % n
+            };
+            let mut leaf = Leaf::new(g, None);
+            for _ in 0..next(14) {
+                let _ = leaf.insert(next(40), 1);
+            }
+            // The states the leaf goes through while the READ runs, and which word of the READ
+            // each is first seen at.
+            let mut states = vec![leaf.encode(3)];
+            let mut kept: Vec<u64> = leaf.entries().map(|e| e.0).collect();
+            for _ in 0..1 + next(6) {
+                let key = next(40);
+                if next(2) == 0 {
+                    let _ = leaf.insert(key, 2);
+                } else {
+                    leaf.remove(key);
+                    kept.retain(|&k| k != key);
+                }
+                states.push(leaf.encode(3));
+            }
+            kept.retain(|&k| leaf.find(k).is_some());
+            let words = g.leaf_words();
+            let mut cuts: Vec<usize> = (1..states.len())
+                .map(|_| next(words as u64) as usize)
+                .collect();
+            cuts.sort_unstable();
+            let torn: Vec<u64> = (0..words)
+                .map(|w| states[cuts.iter().filter(|&&c| c <= w).count()][w])
+                .collect();
+            if let Some(read) = Leaf::decode(g, 3, &torn) {
+                for &k in &kept {
+                    if read.find(k).is_none() {
+                        return Err(format!("seed {seed}: a whole READ lost {k}"));
+                    }
+                }
+            }
+            for &k in &kept {
+                let spans = g.neighbourhood_spans(g.home(k));
+                let Some(window) = Window::decode(g, 3, &spans, &read(&torn, &spans)) else {
+                    continue;
+                };
+                if window.lookup(g, k) == Lookup::Absent {
+                    return Err(format!("seed {seed}: a neighbourhood READ lost {k}"));
+                }
+            }
+            Ok(())
+        }
+        for seed in 0..200_000 {
+            case(seed).expect("no key present throughout is lost");
         }
     }
 
@@ -868,9 +928,9 @@ mod tests {
     fn a_full_neighbourhood_makes_room_by_moving_keys_along() {
         let g = small();
         // Keys homed at one slot fill its neighbourhood; one more is Full, the leaf unchanged.
-        let h = home(0, g.slots());
+        let h = g.home(0);
         let same: Vec<u64> = (0..100_000u64)
-            .filter(|&k| home(k, g.slots()) == h)
+            .filter(|&k| g.home(k) == h)
             .take(5)
             .collect();
         let mut leaf = Leaf::new(g, None);
@@ -883,7 +943,7 @@ mod tests {
         // Keys homed one slot later must hop past them: each lands within its neighbourhood.
         let mut leaf = Leaf::new(g, None);
         let next: Vec<u64> = (0..100_000u64)
-            .filter(|&k| home(k, g.slots()) == g.after(h, 1))
+            .filter(|&k| g.home(k) == g.after(h, 1))
             .take(2)
             .collect();
         for &k in same[..2].iter().chain(&next) {
@@ -899,12 +959,17 @@ mod tests {
     #[test]
     fn homes_spread_over_the_slots() {
         let mut counts = [0u32; 64];
-        for k in 0..64_000u64 {
-            counts[home(k, 64)] += 1;
+        let g = Geometry::default();
+        for k in 0..57_000u64 {
+            counts[g.home(k)] += 1;
         }
         assert!(
-            counts.iter().all(|&c| (800..1200).contains(&c)),
+            counts[..57].iter().all(|&c| (800..1200).contains(&c)),
             "{counts:?}"
+        );
+        assert!(
+            counts[57..].iter().all(|&c| c == 0),
+            "the last H - 1 slots are no home"
         );
     }
 }

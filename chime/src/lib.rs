@@ -26,7 +26,7 @@ pub mod vacancy;
 pub mod word;
 
 pub use geometry::{Geometry, Span};
-pub use leaf::{Full, Leaf, Lookup, Touched, Window, home};
+pub use leaf::{Full, Leaf, Lookup, Touched, Window};
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

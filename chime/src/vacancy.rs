@@ -33,10 +33,10 @@ pub fn mark(word: u64, slot: usize, taken: bool) -> u64 {
     }
 }
 
-/// How far from `home` the first slot without a key lies, by `word` (`None`: every slot holds
-/// one).
+/// How far from `home` the first slot without a key lies, at or after it, by `word` (`None`:
+/// every slot from `home` to the leaf's last holds one; neighbourhoods do not wrap).
 pub fn first_free(geometry: Geometry, home: usize, word: u64) -> Option<usize> {
-    (0..geometry.slots()).find(|&d| word >> geometry.after(home, d) & 1 == 0)
+    (0..geometry.slots().saturating_sub(home)).find(|&d| word >> (home + d) & 1 == 0)
 }
 
 #[cfg(test)]
@@ -44,7 +44,6 @@ mod tests {
     use quickcheck::quickcheck;
 
     use super::*;
-    use crate::leaf::home;
 
     quickcheck! {
         /// An insert that finds room fills the first free slot the word names, or one nearer
@@ -57,7 +56,7 @@ mod tests {
             }
             let word = vacancy(&leaf);
             let key = u64::from(key);
-            let h = home(key, g.slots());
+            let h = g.home(key);
             let present = leaf.find(key).is_some();
             match (leaf.insert(key, 2), first_free(g, h, word)) {
                 (Ok(_), _) if present => true,
@@ -73,7 +72,12 @@ mod tests {
         let g = Geometry::default();
         assert_eq!(first_free(g, 5, 0), Some(0));
         assert_eq!(first_free(g, 5, 0b11_1110_0000), Some(5));
-        assert_eq!(first_free(g, 62, 1 << 62 | 1 << 63 | 1), Some(3));
+        assert_eq!(
+            first_free(g, 62, 1 << 62 | 1 << 63 | 1),
+            None,
+            "no wrapping"
+        );
+        assert_eq!(first_free(g, 60, 1 << 60 | 1 << 61), Some(2));
         assert_eq!(first_free(g, 3, u64::MAX), None);
         assert_eq!(mark(mark(0, 9, true), 9, false), 0);
         assert_eq!(mark(0, 63, true), 1 << 63);

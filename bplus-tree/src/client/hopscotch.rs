@@ -5,10 +5,13 @@
 //! **Invariant** (what makes one small READ enough). A leaf's words are written only under its
 //! lock; every slot, metadata copy and the tail check themselves and carry the leaf version,
 //! which a split (the only change of a leaf's sibling or high fence) bumps. Pages are never
-//! freed, so a sibling names one page forever, and leaves keep their low fence. Hence a
-//! neighbourhood whose words all check at one version, and whose sibling is the child the
-//! cached parent lists after the leaf, is the leaf as it was at some moment while its range
-//! still held the key (CHIME's sibling-based validation). When the parent lists none after it
+//! freed, so a sibling names one page forever, and leaves keep their low fence. Homes are the
+//! first `slots - H + 1` slots, so keys only move to higher slots, and a READ takes a leaf's
+//! words in ascending order: it sees every key present throughout it at least once (twice, or
+//! with a hop bitmap that disagrees, when a displacement landed meanwhile: read again). Hence a
+//! neighbourhood whose words all check at one version, whose bitmaps agree, and whose sibling
+//! is the child the cached parent lists after the leaf, holds what the leaf held while its range
+//! held the key (CHIME's sibling-based validation). When the parent lists none after it
 //! (the leaf is its last child), or the sibling differs (a split the cache has not seen), the
 //! READ takes the tail too, whose high fence, at the window's version, says whether to move
 //! right.
@@ -23,7 +26,7 @@
 use std::sync::Arc;
 
 use chime::word::Tail;
-use chime::{Geometry, Leaf, Lookup, Span, Window, home};
+use chime::{Geometry, Leaf, Lookup, Span, Window};
 use rdma_transport::{Endpoint, Verb};
 
 use super::{Change, Client, Locked, Outcome, PendingBlock, Shared};
@@ -96,7 +99,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(Some(found));
         }
         let max = self.shared.config.max_attempts;
-        let window_spans = g.neighbourhood_spans(home(key, g.slots()));
+        let window_spans = g.neighbourhood_spans(g.home(key));
         let with_tail: Vec<Span> = window_spans
             .iter()
             .copied()
@@ -198,15 +201,13 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
-    /// READs hopscotch leaf `leaf_no` whole until it checks, moving right until it covers
-    /// `key`: the leaf and its page (a scan's first leaf when the batch's READ missed).
-    pub(super) async fn hop_leaf_covering(
+    /// READs hopscotch leaf `leaf_no` whole until it checks.
+    pub(super) async fn hop_read_leaf(
         &mut self,
         node: usize,
-        mut leaf_no: u64,
-        key: u64,
+        leaf_no: u64,
         g: Geometry,
-    ) -> Result<(Leaf, u64), TreeError> {
+    ) -> Result<Leaf, TreeError> {
         let max = self.shared.config.max_attempts;
         let whole = [Span {
             start: 0,
@@ -214,11 +215,26 @@ impl<E: Endpoint> Client<E> {
         }];
         for attempt in 0..max {
             let words = self.read_spans(node, leaf_no, &whole).await?;
-            let Some(leaf) = Leaf::decode(g, leaf_no, &words) else {
-                self.stats.torn_reads += 1;
-                self.pause(attempt).await;
-                continue;
-            };
+            if let Some(leaf) = Leaf::decode(g, leaf_no, &words) {
+                return Ok(leaf);
+            }
+            self.stats.torn_reads += 1;
+            self.pause(attempt).await;
+        }
+        Err(TreeError::TooManyRetries(max))
+    }
+
+    /// READs hopscotch leaf `leaf_no` whole, moving right until it covers `key`: the leaf and
+    /// its page (a scan's first leaf when the batch's READ missed).
+    pub(super) async fn hop_leaf_covering(
+        &mut self,
+        node: usize,
+        mut leaf_no: u64,
+        key: u64,
+        g: Geometry,
+    ) -> Result<(Leaf, u64), TreeError> {
+        for _ in 0..self.shared.config.max_attempts {
+            let leaf = self.hop_read_leaf(node, leaf_no, g).await?;
             if leaf.high.is_some_and(|h| key >= h) {
                 self.stats.moves_right += 1;
                 if leaf.sibling == 0 {
@@ -231,7 +247,7 @@ impl<E: Endpoint> Client<E> {
             }
             return Ok((leaf, leaf_no));
         }
-        Err(TreeError::TooManyRetries(max))
+        Err(TreeError::TooManyRetries(self.shared.config.max_attempts))
     }
 
     /// READs hopscotch leaves `pages` whole in one batch; one that does not check is `None`.
@@ -360,7 +376,7 @@ impl<E: Endpoint> Client<E> {
         block: &mut Option<PendingBlock>,
         mut expected: Option<u64>,
     ) -> Result<Option<Locked<'s, HopRead>>, TreeError> {
-        let window_spans = g.neighbourhood_spans(home(key, g.slots()));
+        let window_spans = g.neighbourhood_spans(g.home(key));
         let mut spans = window_spans.clone();
         spans.push(g.tail_span());
         let n = span_words(&window_spans);
@@ -444,7 +460,7 @@ impl<E: Endpoint> Client<E> {
         value: u64,
         g: Geometry,
     ) -> Result<Option<Locked<'s, HopRead>>, TreeError> {
-        let h = home(key, g.slots());
+        let h = g.home(key);
         let Some(vacancy) = locked.page.vacancy.filter(|_| locked.page.tail.is_some()) else {
             return Ok(Some(locked));
         };

@@ -8,7 +8,7 @@ use rdma_transport::Endpoint;
 
 use super::{Client, Locked, Shared};
 use crate::TreeError;
-use crate::layout::root_word;
+use crate::layout::{LeafKind, root_word};
 use crate::page::Page;
 
 impl<E: Endpoint> Client<E> {
@@ -91,13 +91,15 @@ impl<E: Endpoint> Client<E> {
         let layout = self.shared.nodes[node].layout;
         let capacity = Page::capacity(layout.page_size);
         let mut chain = Vec::new();
-        let mut page = self.read_page(node, first).await?;
-        while page.sibling != 0 && chain.len() < capacity {
-            let next = page.sibling;
-            page = self.read_page(node, next).await?;
-            chain.push((page.low, next));
+        // Each page after the first starts where the one before it ends (a hopscotch leaf keeps
+        // no low fence of its own).
+        let (mut high, mut sibling) = self.fences(node, level, first).await?;
+        while sibling != 0 && chain.len() < capacity {
+            let next = sibling;
+            chain.push((high, next));
+            (high, sibling) = self.fences(node, level, next).await?;
         }
-        if chain.is_empty() || page.sibling != 0 {
+        if chain.is_empty() || sibling != 0 {
             return Ok(());
         }
         let root_no = self.allocate(node).await?;
@@ -120,6 +122,22 @@ impl<E: Endpoint> Client<E> {
             self.remember(node, root_no, &root);
         }
         Ok(())
+    }
+
+    /// Page `page_no` at `level`: its high fence (`u64::MAX` for the last of its level) and its
+    /// right sibling.
+    async fn fences(
+        &mut self,
+        node: usize,
+        level: u8,
+        page_no: u64,
+    ) -> Result<(u64, u64), TreeError> {
+        if let (0, LeafKind::Hopscotch(g)) = (level, self.shared.nodes[node].layout.leaf) {
+            let leaf = self.hop_read_leaf(node, page_no, g).await?;
+            return Ok((leaf.high.unwrap_or(u64::MAX), leaf.sibling));
+        }
+        let page = self.read_page(node, page_no).await?;
+        Ok((page.high.unwrap_or(u64::MAX), page.sibling))
     }
 
     /// One page from the memory node's allocation word (FAA); an allocation past the capacity is
@@ -156,22 +174,12 @@ impl<E: Endpoint> Client<E> {
                 let (root_level, root_page) = self.refresh_root(node).await?;
                 if root_level < level {
                     if root_level + 1 == level && root_page == left {
-                        // `left` was the root: a new root above it and its new sibling.
-                        let root_no = self.allocate(node).await?;
-                        let mut root =
-                            Page::new(level, layout.key_lo, None, Page::capacity(layout.page_size));
-                        root.leftmost = left;
-                        root.slots[0] = Some((key, child));
-                        let bytes = root.encode(root_no, layout.page_size);
-                        self.remote_write(layout.page_addr(root_no), &bytes).await?;
-                        let old = root_word(root_level, root_page);
-                        let new = root_word(level, root_no);
-                        if self.remote_cas(layout.root_addr(), old, new).await? == old {
-                            shared.nodes[node].root.fetch_max(new, Ordering::AcqRel);
-                            self.remember(node, root_no, &root);
-                            return Ok(());
-                        }
-                        // Someone else installed a root first (the page stays unused).
+                        // `left` was the root: a new root over it and the pages split off it
+                        // (its new sibling, and any page a splitter that stopped before
+                        // installing its root left after it); whoever's CAS loses finds its
+                        // separator there.
+                        self.install_root_over_chain(node, root_level, root_page)
+                            .await?;
                         continue;
                     }
                     // Another compute node split the root and has not installed the new one

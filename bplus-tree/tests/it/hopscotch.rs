@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::common;
 
 use bplus_tree::{BulkLoadConfig, LeafKind, Tree, TreeConfig, verify};
-use chime::{Geometry, home};
+use chime::Geometry;
 use rdma_transport::{Endpoint, Transport};
 use sim_transport::SimConfig;
 use testkit::XorShift64;
@@ -24,7 +24,7 @@ const OPS: u64 = 4_000;
 #[test]
 fn keys_moved_by_displacements_and_splits_are_never_missed() {
     let g = Geometry::new(8, 4).expect("shape");
-    let keys: Vec<u64> = (1..).filter(|&k| home(k, g.slots()) < 2).take(24).collect();
+    let keys: Vec<u64> = (1..).filter(|&k| g.home(k) < 2).take(24).collect();
     let initial: Vec<(u64, u64)> = keys.iter().step_by(2).map(|&k| (k, 1)).collect();
     let config = BulkLoadConfig {
         page_size: g.leaf_bytes().next_multiple_of(64),
@@ -209,4 +209,70 @@ fn a_page_too_small_for_a_hopscotch_leaf_is_refused() {
         LeafKind::Hopscotch(g),
         "the superblock names it"
     );
+}
+
+/// A root leaf split whose new root was never installed (its splitter stopped in between): the
+/// next compute node that splits a leaf of that chain installs a root over the chain itself,
+/// reading hopscotch leaves as such (not as sorted pages, which never check).
+#[test]
+fn an_uninstalled_split_of_a_root_leaf_is_finished_by_the_next_splitter() {
+    let g = Geometry::new(8, 4).expect("shape");
+    let config = BulkLoadConfig {
+        page_size: g.leaf_bytes().next_multiple_of(64),
+        fill: Some(6),
+        lock_words: 16,
+        leaf: LeafKind::Hopscotch(g),
+        ..BulkLoadConfig::default()
+    };
+    let keys: Vec<(u64, u64)> = (1..=6).map(|k| (k * 1000, k)).collect();
+    let (transport, layout) =
+        common::loaded_pool(keys.clone(), &config, 4000, SimConfig::default());
+    let node = transport.memory_nodes()[0];
+    let mut ep = transport.endpoint().expect("endpoint");
+    let (level, root_no) = bplus_tree::unpack_root(ep.read_word(layout.root_addr()).expect("root"));
+    assert_eq!(level, 0, "the root is a leaf");
+
+    // Split the root leaf by hand, as a splitter would, and stop before installing a root.
+    let mut bytes = vec![0u8; g.leaf_bytes() as usize];
+    ep.read(layout.page_addr(root_no), &mut bytes)
+        .expect("read");
+    let words: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("word")))
+        .collect();
+    let leaf = chime::Leaf::decode(g, root_no, &words).expect("whole");
+    let right_no = ep.faa(layout.alloc_addr(), 1).expect("allocate");
+    let (left, right, _) = leaf.split(right_no).expect("split");
+    let encode = |leaf: &chime::Leaf, page: u64| -> Vec<u8> {
+        leaf.encode(page)
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect()
+    };
+    ep.write(layout.page_addr(right_no), &encode(&right, right_no))
+        .expect("write");
+    ep.write(layout.page_addr(root_no), &encode(&left, root_no))
+        .expect("write");
+    let report = verify(&mut ep, node).expect("verify");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("never installed")),
+        "{report}"
+    );
+
+    let tree = Tree::open(transport.clone(), TreeConfig::default()).expect("open");
+    let mut client = tree.client().expect("client");
+    for &(k, v) in &keys {
+        assert_eq!(client.get(k), Ok(Some(v)));
+    }
+    for k in 0..300u64 {
+        assert_eq!(client.insert(k * 37 + 7, k), Ok(true), "insert {k}");
+    }
+    let (new_level, _) = bplus_tree::unpack_root(ep.read_word(layout.root_addr()).expect("root"));
+    assert!(new_level > 0, "a root was installed above the leaves");
+    let report = verify(&mut ep, node).expect("verify");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.keys, 6 + 300);
 }
