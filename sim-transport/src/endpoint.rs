@@ -267,6 +267,8 @@ impl SimEndpoint {
             })
             .collect();
         let shared = Arc::clone(&self.shared);
+        let nic_atomics = shared.config.nic_atomics && !cfg!(loom);
+        let yield_now = crate::sync::thread::yield_now;
         crate::sync::thread::spawn(move || {
             gate.pass();
             for (addr, verb) in owned {
@@ -278,6 +280,12 @@ impl SimEndpoint {
                     LateVerb::Write(data) => {
                         pool.write_bytes(addr.offset(), &data, || {});
                         shared.landed(addr, &data);
+                    }
+                    LateVerb::Cas(expected, desired) if nic_atomics => {
+                        pool.nic_atomic(addr.offset(), Some(expected), desired, yield_now);
+                    }
+                    LateVerb::Faa(add) if nic_atomics => {
+                        pool.nic_atomic(addr.offset(), None, add, yield_now);
                     }
                     LateVerb::Cas(expected, desired) => {
                         pool.cas(addr.offset(), expected, desired);
@@ -440,6 +448,14 @@ impl SimEndpoint {
     fn execute(&mut self, verb: &mut Verb<'_>, packets: usize) {
         let torn = self.shared.config.torn && !cfg!(loom);
         let rng = &mut self.rng;
+        // NIC atomicity: others go first between an atomic's read and its write, always in a
+        // seeded run (a sync point) and at half of the atomics outside one.
+        // (The stream is drawn from only then: other runs tear and reorder as they did.)
+        let nic_atomics = self.shared.config.nic_atomics
+            && !cfg!(loom)
+            && matches!(verb, Verb::Cas { .. } | Verb::Faa { .. });
+        let yield_in_atomic =
+            nic_atomics && (crate::sync::is_simulated() || xorshift(rng).is_multiple_of(2));
         // Others go first at a quarter of the word boundaries of a verb up to 8 words long (a
         // leaf of the tiny layouts, a record's fixed part), and about twice in a longer one (a
         // slot table, a lease table): every verb can be torn anywhere, and long READs of tables
@@ -448,6 +464,16 @@ impl SimEndpoint {
         let mut between_words = || {
             if torn && xorshift(rng).is_multiple_of(one_in) {
                 crate::sync::thread::yield_now();
+            }
+        };
+        let between_atomic = || {
+            if yield_in_atomic {
+                crate::sync::thread::yield_now();
+                // Outside a seeded run, hold the gap open a little (a NIC's read-modify-write
+                // takes a PCIe round trip).
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
             }
         };
         // Validation found the node, so its pool exists.
@@ -486,8 +512,20 @@ impl SimEndpoint {
                 desired,
                 old,
                 ..
-            } => *old = pool.cas(addr.offset(), *expected, *desired),
-            Verb::Faa { addr, add, old, .. } => *old = pool.faa(addr.offset(), *add),
+            } => {
+                *old = if nic_atomics {
+                    pool.nic_atomic(addr.offset(), Some(*expected), *desired, between_atomic)
+                } else {
+                    pool.cas(addr.offset(), *expected, *desired)
+                }
+            }
+            Verb::Faa { addr, add, old, .. } => {
+                *old = if nic_atomics {
+                    pool.nic_atomic(addr.offset(), None, *add, between_atomic)
+                } else {
+                    pool.faa(addr.offset(), *add)
+                }
+            }
         }
         // A NIC executes a queue pair's requests in order, so a READ after a WRITE (or an atomic)
         // of the same batch observes memory after it — also with respect to what other queue
@@ -1202,6 +1240,65 @@ mod tests {
             seen
         });
         assert!(torn_seen, "torn mode never produced a torn READ");
+    }
+
+    /// With NIC atomicity, a WRITE landing between an atomic's read and its write is lost (the
+    /// atomic's value wins: here FAAs of 0, which change nothing under CPU atomics, put back the
+    /// word they read), while atomics stay atomic among themselves; without it, no WRITE is lost.
+    #[test]
+    fn nic_atomics_lose_a_racing_write_and_never_an_atomic() {
+        for nic_atomics in [true, false] {
+            let config = SimConfig {
+                nic_atomics,
+                ..SimConfig::default()
+            };
+            let t = SimTransport::anonymous_with(&[4096], config).expect("pool");
+            const ADDS: u64 = 20_000;
+            let stop = AtomicBool::new(false);
+            let lost = std::thread::scope(|s| {
+                let adders: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let mut ep = t.endpoint().expect("endpoint");
+                            for _ in 0..ADDS {
+                                ep.faa(addr(8), 1).expect("faa");
+                                ep.faa(addr(0), 0).expect("faa");
+                            }
+                            while !stop.load(Ordering::Relaxed) {
+                                ep.faa(addr(0), 0).expect("faa");
+                            }
+                        })
+                    })
+                    .collect();
+                let mut ep = t.endpoint().expect("endpoint");
+                let mut lost = 0u64;
+                for i in 1..=5_000u64 {
+                    ep.write_word(addr(0), i).expect("write");
+                    for _ in 0..200 {
+                        std::hint::spin_loop();
+                    }
+                    if ep.read_word(addr(0)).expect("read") != i {
+                        lost += 1;
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+                for a in adders {
+                    a.join().expect("adder");
+                }
+                lost
+            });
+            let mut ep = t.endpoint().expect("endpoint");
+            assert_eq!(
+                ep.read_word(addr(8)).expect("read"),
+                2 * ADDS,
+                "no atomic is lost (NIC atomics {nic_atomics})"
+            );
+            if nic_atomics {
+                assert!(lost > 0, "a WRITE racing an atomic was lost at least once");
+            } else {
+                assert_eq!(lost, 0, "CPU atomics lose no WRITE");
+            }
+        }
     }
 
     #[test]

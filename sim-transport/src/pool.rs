@@ -34,6 +34,8 @@ pub enum PoolError {
 pub struct Pool {
     memory: Memory,
     len: u64,
+    /// Serializes this process's atomics in NIC-atomics mode ([`Pool::nic_atomic`]).
+    atomic_unit: crate::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -182,6 +184,7 @@ impl Pool {
         Ok(Self {
             memory: Memory::anonymous(bytes + crate::nic::NIC_BYTES as usize)?,
             len,
+            atomic_unit: crate::sync::Mutex::new(()),
         })
     }
 
@@ -191,7 +194,11 @@ impl Pool {
     pub fn create_file(path: impl AsRef<Path>, len: u64) -> Result<Self, PoolError> {
         check_size(len)?;
         let (memory, len) = Memory::file(path.as_ref(), Some(len))?;
-        Ok(Self { memory, len })
+        Ok(Self {
+            memory,
+            len,
+            atomic_unit: crate::sync::Mutex::new(()),
+        })
     }
 
     /// Attaches to the existing pool file `path`, mapped shared: this process then sees every
@@ -199,7 +206,11 @@ impl Pool {
     #[cfg(not(loom))]
     pub fn open_file(path: impl AsRef<Path>) -> Result<Self, PoolError> {
         let (memory, len) = Memory::file(path.as_ref(), None)?;
-        Ok(Self { memory, len })
+        Ok(Self {
+            memory,
+            len,
+            atomic_unit: crate::sync::Mutex::new(()),
+        })
     }
 
     /// Asks the operating system to write a file-backed pool's pages to disk (a no-op for
@@ -327,6 +338,29 @@ impl Pool {
     /// Atomic wrapping fetch-and-add on the aligned word at byte `offset`; returns the previous value.
     pub(crate) fn faa(&self, offset: u64, add: u64) -> u64 {
         self.words()[offset as usize / 8].fetch_add(add, Ordering::AcqRel)
+    }
+
+    /// A CAS (`Some(expected)`, `desired`) or FAA (`None`, `add`) as a NIC runs it: atomic with
+    /// respect to this process's other atomics on the pool (they queue on `atomic_unit`), not to
+    /// WRITEs: it reads the word, runs `between` (where others may go), then writes its result
+    /// over whatever a WRITE put there meanwhile. Returns the word it read.
+    pub(crate) fn nic_atomic(
+        &self,
+        offset: u64,
+        expected: Option<u64>,
+        operand: u64,
+        between: impl FnOnce(),
+    ) -> u64 {
+        let _unit = self.atomic_unit.lock().unwrap_or_else(|e| e.into_inner());
+        let word = &self.words()[offset as usize / 8];
+        let old = load_word(word);
+        between();
+        match expected {
+            Some(expected) if old == expected => store_word(word, operand),
+            Some(_) => {}
+            None => store_word(word, old.wrapping_add(operand)),
+        }
+        old
     }
 }
 

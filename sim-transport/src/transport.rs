@@ -31,6 +31,11 @@ pub struct SimConfig {
     /// run. Measured throughput then shows what keeping several batches in flight buys. `None`
     /// (the default): a posted batch lands at the second poll of its ticket (or of a later one).
     pub latency: Option<Duration>,
+    /// NIC atomicity: a CAS or FAA is atomic only with respect to other atomics (of this
+    /// process's endpoints, on one pool), as a NIC's are: it reads the word, lets others run, and
+    /// writes its result, so a WRITE that lands on the word in between is lost (the atomic's
+    /// value wins). Off by default (every word access atomic, as CPU atomics are).
+    pub nic_atomics: bool,
 }
 
 /// The largest [`SimConfig::packet_bytes`]: what one connection's replay log holds.
@@ -53,6 +58,7 @@ impl Default for SimConfig {
             reordering: Reordering::default(),
             packet_bytes: DEFAULT_PACKET_BYTES,
             latency: None,
+            nic_atomics: false,
         }
     }
 }
@@ -88,11 +94,13 @@ impl SimConfig {
         }
     }
 
-    /// Torn-read mode and random reordering: the harshest mode for stress tests.
+    /// Torn-read mode, random reordering and the NIC's atomicity: the harshest mode for stress
+    /// tests.
     pub fn harsh() -> Self {
         Self {
             torn: true,
             reordering: Reordering::Random,
+            nic_atomics: true,
             ..Self::default()
         }
     }

@@ -63,6 +63,9 @@ pub struct Options {
     /// `None`: 1 to 8 drawn from the seed by a generator of its own (so a seed draws its other
     /// choices as before).
     pub inflight: Option<usize>,
+    /// The NIC's atomicity (`SimConfig::nic_atomics`): a WRITE landing on a word between an
+    /// atomic's read and its write is lost.
+    pub nic_atomics: bool,
 }
 
 impl Default for Options {
@@ -72,6 +75,7 @@ impl Default for Options {
             faults: true,
             byte_values: false,
             inflight: None,
+            nic_atomics: false,
         }
     }
 }
@@ -397,6 +401,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         } else {
             1024
         },
+        nic_atomics: options.nic_atomics,
         ..SimConfig::default()
     };
     let keys: Vec<u64> = (0..24).map(|i| i * 10).collect();

@@ -4,6 +4,7 @@
 //! ```text
 //! simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K]   run seeds S, S+1, ... (N of them)
 //! simulate --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]     replay one seed
+//! (either with `--nic-atomics`: a WRITE landing between an atomic's read and write is lost)
 //!
 //! With `--values`, the pools store byte values and every operation goes through value blocks.
 //! With `--inflight K` (1 to 8), every client thread keeps K operations in flight; without it,
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed)";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --nic-atomics: a WRITE landing between an atomic's read and write is lost, as on a NIC)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,6 +46,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "--history",
         "--keep-going",
         "--inflight",
+        "--nic-atomics",
         "--help",
     ];
     let mut i = 0;
@@ -55,7 +57,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         i += if matches!(
             a.as_str(),
-            "--no-faults" | "--values" | "--history" | "--keep-going" | "--help"
+            "--no-faults" | "--values" | "--history" | "--keep-going" | "--nic-atomics" | "--help"
         ) {
             1
         } else {
@@ -87,6 +89,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         faults: !args.iter().any(|a| a == "--no-faults"),
         byte_values: args.iter().any(|a| a == "--values"),
         inflight,
+        nic_atomics: args.iter().any(|a| a == "--nic-atomics"),
     };
     let flags = replay_flags(&options);
     if args.iter().any(|a| a == "--seed") {
@@ -172,6 +175,9 @@ fn replay_flags(options: &Options) -> String {
     }
     if let Some(k) = options.inflight {
         flags.push_str(&format!(" --inflight {k}"));
+    }
+    if options.nic_atomics {
+        flags.push_str(" --nic-atomics");
     }
     flags
 }
