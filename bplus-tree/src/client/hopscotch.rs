@@ -257,17 +257,8 @@ impl<E: Endpoint> Client<E> {
         pages: &[u64],
         g: Geometry,
     ) -> Result<Vec<Option<Leaf>>, TreeError> {
-        let layout = self.shared.nodes[node].layout;
         let size = g.leaf_bytes() as usize;
-        let mut buf = vec![0u8; size * pages.len()];
-        {
-            let mut verbs: Vec<Verb<'_>> = pages
-                .iter()
-                .zip(buf.chunks_exact_mut(size))
-                .map(|(&p, chunk)| Verb::read(layout.page_addr(p), chunk))
-                .collect();
-            self.batches(&mut verbs).await?;
-        }
+        let buf = self.read_page_prefixes(node, pages, size).await?;
         Ok(pages
             .iter()
             .zip(buf.chunks_exact(size))
@@ -431,17 +422,7 @@ impl<E: Endpoint> Client<E> {
                 .is_some_and(|t| t.high.is_some_and(|h| key >= h))
             {
                 let sibling = locked.page.window.sibling;
-                self.release(locked, &[]).await?;
-                self.stats.moves_right += 1;
-                if let Some(p) = parent {
-                    self.forget(node, p);
-                }
-                if sibling == 0 {
-                    return Err(TreeError::Corrupt(format!(
-                        "leaf {page_no} ends below {key} with no sibling"
-                    )));
-                }
-                page_no = sibling;
+                page_no = self.move_right(locked, sibling, parent, key).await?;
                 continue;
             }
             return Ok(Some(locked));
@@ -571,7 +552,6 @@ impl<E: Endpoint> Client<E> {
             &mut right
         };
         let again = side.insert(key, value).is_err();
-        let layout = shared.nodes[node].layout;
         let bytes = |leaf: &Leaf, page: u64| -> Vec<u8> {
             leaf.encode(page)
                 .iter()
@@ -579,16 +559,8 @@ impl<E: Endpoint> Client<E> {
                 .collect()
         };
         let (right_bytes, left_bytes) = (bytes(&right, right_no), bytes(&left, page_no));
-        // The right half first, whole before the left names it.
-        if let Err(e) = self
-            .remote_write(layout.page_addr(right_no), &right_bytes)
-            .await
-        {
-            self.abandon(layout, locked.word).await;
-            drop(locked);
-            return Err(e.into());
-        }
-        self.release(locked, &[(0, &left_bytes)]).await?;
+        self.write_split_bytes(locked, right_no, &right_bytes, &left_bytes)
+            .await?;
         self.insert_separator(shared, node, 1, separator, right_no, page_no)
             .await?;
         Ok(again)

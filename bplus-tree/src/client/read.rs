@@ -43,8 +43,23 @@ impl<E: Endpoint> Client<E> {
         node: usize,
         pages: &[u64],
     ) -> Result<Vec<Option<Page>>, TreeError> {
+        let size = self.shared.nodes[node].layout.page_size as usize;
+        let buf = self.read_page_prefixes(node, pages, size).await?;
+        Ok(pages
+            .iter()
+            .zip(buf.chunks_exact(size))
+            .map(|(&p, chunk)| Page::decode(p, chunk))
+            .collect())
+    }
+
+    /// READs the first `size` bytes of each of `pages` in one batch, one after another.
+    pub(super) async fn read_page_prefixes(
+        &mut self,
+        node: usize,
+        pages: &[u64],
+        size: usize,
+    ) -> Result<Vec<u8>, TreeError> {
         let layout = self.shared.nodes[node].layout;
-        let size = layout.page_size as usize;
         let mut buf = vec![0u8; size * pages.len()];
         {
             let mut verbs: Vec<Verb<'_>> = pages
@@ -54,11 +69,7 @@ impl<E: Endpoint> Client<E> {
                 .collect();
             self.batches(&mut verbs).await?;
         }
-        Ok(pages
-            .iter()
-            .zip(buf.chunks_exact(size))
-            .map(|(&p, chunk)| Page::decode(p, chunk))
-            .collect())
+        Ok(buf)
     }
 
     /// The internal page `page_no`: from the cache, else READ (and cached).

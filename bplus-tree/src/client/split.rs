@@ -68,15 +68,29 @@ impl<E: Endpoint> Client<E> {
         let layout = self.shared.nodes[locked.node].layout;
         let right_bytes = right.encode(right_no, layout.page_size);
         let left_bytes = left.encode(locked.page_no, layout.page_size);
+        self.write_split_bytes(locked, right_no, &right_bytes, &left_bytes)
+            .await
+    }
+
+    /// [`Client::write_split`] of pages already encoded (a sorted page's or a hopscotch leaf's
+    /// bytes): the right page whole first, then the left with the unlock.
+    pub(super) async fn write_split_bytes<P>(
+        &mut self,
+        locked: Locked<'_, P>,
+        right_no: u64,
+        right_bytes: &[u8],
+        left_bytes: &[u8],
+    ) -> Result<(), TreeError> {
+        let layout = self.shared.nodes[locked.node].layout;
         if let Err(e) = self
-            .remote_write(layout.page_addr(right_no), &right_bytes)
+            .remote_write(layout.page_addr(right_no), right_bytes)
             .await
         {
             self.abandon(layout, locked.word).await;
             drop(locked);
             return Err(e.into());
         }
-        self.release(locked, &[(0, &left_bytes)]).await
+        self.release(locked, &[(0, left_bytes)]).await
     }
 
     /// Installs a root above the chain of pages at level `level` starting at `first` (the old

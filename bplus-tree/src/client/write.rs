@@ -115,23 +115,36 @@ impl<E: Endpoint> Client<E> {
             }
             if locked.page.past_high(key) {
                 let sibling = locked.page.sibling;
-                self.release(locked, &[]).await?;
-                self.stats.moves_right += 1;
-                // The parent that led here predates a split: read it again next time.
-                if let Some(p) = parent {
-                    self.forget(node, p);
-                }
-                if sibling == 0 {
-                    return Err(TreeError::Corrupt(format!(
-                        "page {page_no} ends below {key} with no sibling"
-                    )));
-                }
-                page_no = sibling;
+                page_no = self.move_right(locked, sibling, parent, key).await?;
                 continue;
             }
             return Ok(Some(locked));
         }
         Err(TreeError::TooManyRetries(shared.config.max_attempts))
+    }
+
+    /// Releases a locked page that ends at or below `key` and names its right `sibling`, where
+    /// the caller goes next; the parent that led there predates a split, and is read again next
+    /// time.
+    pub(super) async fn move_right<P>(
+        &mut self,
+        locked: Locked<'_, P>,
+        sibling: u64,
+        parent: Option<u64>,
+        key: u64,
+    ) -> Result<u64, TreeError> {
+        let (node, page_no) = (locked.node, locked.page_no);
+        self.release(locked, &[]).await?;
+        self.stats.moves_right += 1;
+        if let Some(p) = parent {
+            self.forget(node, p);
+        }
+        if sibling == 0 {
+            return Err(TreeError::Corrupt(format!(
+                "page {page_no} ends below {key} with no sibling"
+            )));
+        }
+        Ok(sibling)
     }
 
     /// Takes page `page_no`'s lock and reads the page under it: the local stripe first; then, if

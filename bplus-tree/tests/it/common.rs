@@ -40,3 +40,17 @@ pub fn tree_config() -> bplus_tree::TreeConfig {
         ..bplus_tree::TreeConfig::default()
     }
 }
+
+/// Hopscotch leaves of four slots in neighbourhoods of two, three loaded, sharing 64 lock words:
+/// splits, internal splits and new roots all the time (the hopscotch twin of the tests' pages
+/// of four entries).
+pub fn tiny_hopscotch() -> BulkLoadConfig {
+    let g = chime::Geometry::new(4, 2).expect("shape");
+    BulkLoadConfig {
+        page_size: g.leaf_bytes().next_multiple_of(64),
+        fill: Some(3),
+        lock_words: 64,
+        leaf: bplus_tree::LeafKind::Hopscotch(g),
+        ..BulkLoadConfig::default()
+    }
+}

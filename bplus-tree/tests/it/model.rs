@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::common;
 
-use bplus_tree::{BulkLoadConfig, LeafKind, Tree, TreeConfig, verify};
+use bplus_tree::{BulkLoadConfig, Tree, TreeConfig, verify};
 use quickcheck::{Arbitrary, Gen, TestResult};
 use rdma_transport::Transport;
 use sim_transport::SimConfig;
@@ -63,14 +63,7 @@ type Case = model_case::Case<Op>;
 
 fn tiny(hopscotch: bool) -> BulkLoadConfig {
     if hopscotch {
-        let g = chime::Geometry::new(4, 2).expect("shape");
-        return BulkLoadConfig {
-            page_size: g.leaf_bytes().next_multiple_of(64),
-            fill: Some(3),
-            lock_words: 64,
-            leaf: LeafKind::Hopscotch(g),
-            ..BulkLoadConfig::default()
-        };
+        return common::tiny_hopscotch();
     }
     BulkLoadConfig {
         page_size: 128,

@@ -29,14 +29,7 @@ use testkit::{XorShift64, pipelined};
 /// leaves of four slots in neighbourhoods of two, three loaded.
 fn tiny(hopscotch: bool) -> BulkLoadConfig {
     if hopscotch {
-        let g = chime::Geometry::new(4, 2).expect("shape");
-        return BulkLoadConfig {
-            page_size: g.leaf_bytes().next_multiple_of(64),
-            fill: Some(3),
-            lock_words: 64,
-            leaf: bplus_tree::LeafKind::Hopscotch(g),
-            ..BulkLoadConfig::default()
-        };
+        return common::tiny_hopscotch();
     }
     BulkLoadConfig {
         page_size: 128,
