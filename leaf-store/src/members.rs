@@ -55,12 +55,14 @@
 //! connection takes effect any more, and the member repairs and releases the lock itself (the
 //! same repair as recovery's, [`crate::repair`]) — without being declared dead.
 //!
-//! Why a registered connection is always fenced: a compute node registers an endpoint by WRITing
-//! its id and READing the lease word behind it in one batch (the READ observes memory after the
-//! WRITE), and uses the endpoint only if the lease is still alive with its incarnation. The memory
-//! node marks the lease dead by CAS *before* it reads the connection ids. So either the
-//! registration's READ came first — and the WRITE, before it, is seen by the memory node's READ —
-//! or the READ saw the lease dead and the endpoint is never used.
+//! Why a registered connection is always fenced: a compute node registers an endpoint by a CAS of
+//! its id over the word's old value and a READ of the lease word behind it in one batch (the READ
+//! observes memory after the CAS), and uses the endpoint only if the lease is still alive with its
+//! incarnation. The memory node marks the lease dead by CAS *before* it reads the connection ids.
+//! So either the registration's READ came first — and the CAS, before it, is seen by the memory
+//! node's READ — or the READ saw the lease dead and the endpoint is never used. (A CAS, not a
+//! WRITE: a NIC's atomic is not atomic with a WRITE, and the memory node clears the row with
+//! atomics and one WRITE; see `docs/nic-atomicity.md`.)
 
 use rdma_transport::{Endpoint, RemoteAddr, Verb};
 
@@ -271,7 +273,7 @@ impl MemberTable {
     pub fn connection_addr(&self, tag: u8, index: u64) -> RemoteAddr {
         let tag = u64::from(tag.max(1)) - 1;
         self.layout.at(self.layout.superblock().members_offset
-            + 8 * 128
+            + 8 * LEASE_WORDS
             + 8 * (tag * CONNECTIONS_PER_MEMBER + index))
     }
 
@@ -493,7 +495,9 @@ impl MemberTable {
             if old == expected {
                 return Ok(());
             }
-            // Left over by an earlier client of this index (or a sleeper): ours to replace.
+            // Left over by an earlier client of this index (or a sleeper, whose CAS may also land
+            // over a recovery's zeroing WRITE of the row on a NIC, whose atomics are not atomic
+            // with WRITEs: docs/nic-atomicity.md): ours to replace.
             expected = old;
         }
         Err(MembershipError::Store(LeafStoreError::InvalidConfig(
