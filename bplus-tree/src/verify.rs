@@ -105,11 +105,11 @@ pub fn verify<E: Endpoint>(ep: &mut E, node: MemoryNodeInfo) -> Result<VerifyRep
         if let Err(why) = leaf.check() {
             problems.push(format!("hopscotch leaf {no}: {why}"));
         }
-        if words[g.tail_word()] != chime::vacancy::vacancy(&leaf) {
+        if words[g.tail_word()] != leaf.vacancy() {
             problems.push(format!(
                 "hopscotch leaf {no}: vacancy word {:#x}, its slots say {:#x}",
                 words[g.tail_word()],
-                chime::vacancy::vacancy(&leaf)
+                leaf.vacancy()
             ));
         }
         let mut page = Page::new(0, low, leaf.high, 0);

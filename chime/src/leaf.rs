@@ -20,7 +20,7 @@
 //! halves keep the invariants without moving a key.
 
 use crate::geometry::{Geometry, SLOT_WORDS, Span, TAIL_WORDS, WordAt};
-use crate::vacancy::{mark, vacancy};
+use crate::vacancy::mark;
 use crate::word::{Entry, Meta, Tail, VALID, next_version};
 
 /// A whole leaf, decoded (what its lock holder reads, changes and writes back).
@@ -69,6 +69,13 @@ impl Leaf {
     /// The entries present, in slot order.
     pub fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.slots.iter().filter_map(|e| e.kv)
+    }
+
+    /// The vacancy word of the leaf (`crate::vacancy`): bit `s` set when slot `s` holds a key.
+    pub fn vacancy(&self) -> u64 {
+        (0..self.geometry.slots())
+            .filter(|&s| self.slots[s].kv.is_some())
+            .fold(0, |word, s| word | 1 << s)
     }
 
     /// Keys present.
@@ -266,7 +273,7 @@ impl Leaf {
             };
             words[at..at + 3].copy_from_slice(&e.encode(page, s));
         }
-        words[g.tail_word()] = vacancy(self);
+        words[g.tail_word()] = self.vacancy();
         let tail = Tail {
             high: self.high,
             version: self.version,
@@ -736,7 +743,7 @@ mod tests {
                     for (span, w) in window.writes(g, 9, &slots) {
                         words[span.start..span.start + span.len].copy_from_slice(&w);
                     }
-                    words[g.tail_word()] = crate::vacancy::vacancy(&whole);
+                    words[g.tail_word()] = whole.vacancy();
                     expected.is_ok() && words == whole.encode(9)
                 }
             }
@@ -802,6 +809,28 @@ mod tests {
                 });
             }
             true
+        }
+    }
+
+    quickcheck! {
+        /// An insert that finds room fills the first free slot the word names, or one nearer
+        /// its home (moving keys toward it), never beyond it.
+        fn an_insert_fills_no_slot_past_the_first_free_one(keys: Vec<u16>, key: u16) -> bool {
+            let g = Geometry::default();
+            let mut leaf = Leaf::new(g, None);
+            for k in keys {
+                let _ = leaf.insert(u64::from(k), 1);
+            }
+            let word = leaf.vacancy();
+            let key = u64::from(key);
+            let h = g.home(key);
+            let present = leaf.find(key).is_some();
+            match (leaf.insert(key, 2), crate::vacancy::first_free(g, h, word)) {
+                (Ok(_), _) if present => true,
+                (Ok(touched), Some(d)) => touched.first == h && touched.count == d + 1,
+                (Ok(_), None) => false,
+                (Err(_), _) => true,
+            }
         }
     }
 

@@ -14,15 +14,6 @@
 //! disagree.
 
 use crate::geometry::Geometry;
-use crate::leaf::Leaf;
-
-/// The vacancy word of `leaf`.
-pub fn vacancy(leaf: &Leaf) -> u64 {
-    let g = leaf.geometry();
-    (0..g.slots())
-        .filter(|&s| leaf.slot(s).kv.is_some())
-        .fold(0, |word, s| word | 1 << s)
-}
 
 /// `word` with slot `slot` marked as holding a key (`taken`) or not.
 pub fn mark(word: u64, slot: usize, taken: bool) -> u64 {
@@ -41,31 +32,7 @@ pub fn first_free(geometry: Geometry, home: usize, word: u64) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use quickcheck::quickcheck;
-
     use super::*;
-
-    quickcheck! {
-        /// An insert that finds room fills the first free slot the word names, or one nearer
-        /// its home (moving keys toward it), never beyond it.
-        fn an_insert_fills_no_slot_past_the_first_free_one(keys: Vec<u16>, key: u16) -> bool {
-            let g = Geometry::default();
-            let mut leaf = Leaf::new(g, None);
-            for k in keys {
-                let _ = leaf.insert(u64::from(k), 1);
-            }
-            let word = vacancy(&leaf);
-            let key = u64::from(key);
-            let h = g.home(key);
-            let present = leaf.find(key).is_some();
-            match (leaf.insert(key, 2), first_free(g, h, word)) {
-                (Ok(_), _) if present => true,
-                (Ok(touched), Some(d)) => touched.first == h && touched.count == d + 1,
-                (Ok(_), None) => false,
-                (Err(_), _) => true,
-            }
-        }
-    }
 
     #[test]
     fn marks_and_first_free_slots() {

@@ -529,7 +529,7 @@ impl<E: Endpoint> Client<E> {
                     (8 * span.start as u64, bytes)
                 })
                 .collect();
-            let vacancy = chime::vacancy::vacancy(&leaf);
+            let vacancy = leaf.vacancy();
             writes.push((8 * g.tail_word() as u64, vacancy.to_le_bytes().to_vec()));
             let writes: Vec<(u64, &[u8])> = writes.iter().map(|(o, b)| (*o, &b[..])).collect();
             self.release(locked, &writes).await?;
