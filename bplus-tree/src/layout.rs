@@ -11,8 +11,9 @@ use crate::TreeError;
 
 /// `"BPTREE01"`: the first word of every B+-tree pool.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BPTREE01");
-/// The layout version this build writes and reads.
-pub const VERSION: u64 = 2;
+/// The layout version this build writes and reads (3: hopscotch leaves' homes are the first
+/// `slots - H + 1` slots; a version 2 pool of sorted leaves is read as it is).
+pub const VERSION: u64 = 3;
 /// Bytes of the superblock (and of the mutable words after it).
 const HEADER_BYTES: u64 = 128;
 
@@ -245,7 +246,7 @@ impl Layout {
                 node.id, words[0]
             )));
         }
-        if words[1] != VERSION {
+        if words[1] != VERSION && !(words[1] == 2 && words[13] == 0) {
             return Err(TreeError::Corrupt(format!(
                 "memory node {} holds a B+-tree pool of layout version {}; this build reads {VERSION}",
                 node.id, words[1]

@@ -13,7 +13,7 @@
 //!   tail word  (crate::word::Tail)                                             ┘
 //! ```
 //!
-//! Any H consecutive slots (circularly) contain one group's start or begin right after one, so a
+//! Any H consecutive slots contain one group's start or begin right after one, so a
 //! neighbourhood READ that starts at its home slot (or, when the home starts a group, at that
 //! group's metadata) carries one copy of the metadata: one small READ validates itself.
 

@@ -10,11 +10,12 @@
 //!
 //! So a reader of a neighbourhood that finds its key has its value; one that does not, and whose
 //! rebuilt hop bitmap (from the keys it read homed at the slot) equals the one it read, knows the
-//! key is absent. A READ that takes the words in ascending order while writers move keys (which
-//! only move up) sees a key present throughout at least once; seeing it twice, or in neither
-//! place a displacement moved it between, shows as a bitmap that disagrees or a key twice, and
-//! the READ is taken again (CHIME's rule; with neighbourhoods that wrapped, a key moved past the
-//! last slot to the first could hide from a whole-leaf READ even so).
+//! key is absent. A READ takes a leaf's words in ascending order, and a WRITE lands them so; a
+//! reader that passes a displacement's WRITE between the slot a key leaves and the slot it goes
+//! to sees the key in neither (or, the other way round, in both), but the key's home bitmap, in
+//! the same WRITE, then names a slot without it (or disagrees with two), and the READ is taken
+//! again (CHIME's rule). This needs keys to move only up: with neighbourhoods that wrapped, a key
+//! moved past the last slot to the first could hide from a whole-leaf READ whose bitmaps agree.
 //!
 //! A split moves the keys at or above the separator to the same slots of a new leaf, so both
 //! halves keep the invariants without moving a key.
@@ -36,7 +37,7 @@ pub struct Leaf {
     slots: Vec<Entry>,
 }
 
-/// Slots a change rewrote: `count` from `first`, circularly (what its WRITE must carry).
+/// Slots a change rewrote: `count` from `first` (what its WRITE must carry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Touched {
     /// The first slot rewritten.
@@ -834,12 +835,12 @@ mod tests {
         }
     }
 
-    /// A READ runs through a leaf's words in ascending order while writers change it (each
-    /// WRITE landing whole between two words the READ takes): whatever it shows, a whole-leaf
-    /// READ that decodes holds every key present throughout, and a neighbourhood READ that
-    /// finds a key present throughout absent reads as inconsistent. Runs many cases of random
-    /// writes on a small leaf (moves across the last slot, had neighbourhoods wrapped, would hide
-    /// keys).
+    /// A READ runs through a leaf's words in ascending order while writers change it (their
+    /// WRITEs landing word by word in ascending order too, interleaved with the READ at
+    /// random): whatever it shows, a whole-leaf READ that decodes holds every key present
+    /// throughout, and a neighbourhood READ that finds a key present throughout absent reads as
+    /// inconsistent. Runs many cases of random writes on a small leaf (moves across the last
+    /// slot, had neighbourhoods wrapped, would hide keys).
     #[test]
     fn a_read_racing_many_writes_misses_no_key_present_throughout() {
         fn case(seed: u64) -> Result<(), String> {
@@ -870,14 +871,28 @@ mod tests {
                 states.push(leaf.encode(3));
             }
             kept.retain(|&k| leaf.find(k).is_some());
+            // The writes land word by word in ascending order, one after another, and the READ
+            // takes the words in ascending order: the two run interleaved at random.
             let words = g.leaf_words();
-            let mut cuts: Vec<usize> = (1..states.len())
-                .map(|_| next(words as u64) as usize)
-                .collect();
-            cuts.sort_unstable();
-            let torn: Vec<u64> = (0..words)
-                .map(|w| states[cuts.iter().filter(|&&c| c <= w).count()][w])
-                .collect();
+            let mut landing: Vec<(usize, usize)> = Vec::new();
+            for j in 1..states.len() {
+                landing.extend(
+                    (0..words)
+                        .filter(|&w| states[j][w] != states[j - 1][w])
+                        .map(|w| (j, w)),
+                );
+            }
+            let mut memory = states[0].clone();
+            let mut landed = landing.into_iter().peekable();
+            let mut torn = Vec::with_capacity(words);
+            for w in 0..words {
+                while landed.peek().is_some() && next(3) == 0 {
+                    if let Some((j, x)) = landed.next() {
+                        memory[x] = states[j][x];
+                    }
+                }
+                torn.push(memory[w]);
+            }
             if let Some(read) = Leaf::decode(g, 3, &torn) {
                 for &k in &kept {
                     if read.find(k).is_none() {

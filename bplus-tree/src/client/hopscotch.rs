@@ -6,9 +6,10 @@
 //! lock; every slot, metadata copy and the tail check themselves and carry the leaf version,
 //! which a split (the only change of a leaf's sibling or high fence) bumps. Pages are never
 //! freed, so a sibling names one page forever, and leaves keep their low fence. Homes are the
-//! first `slots - H + 1` slots, so keys only move to higher slots, and a READ takes a leaf's
-//! words in ascending order: it sees every key present throughout it at least once (twice, or
-//! with a hop bitmap that disagrees, when a displacement landed meanwhile: read again). Hence a
+//! first `slots - H + 1` slots, so keys only move to higher slots, each with its home's bitmap in
+//! the same WRITE; a READ takes a leaf's words in ascending order (a WRITE lands them so), so a
+//! key present throughout that the READ passes over (a displacement landing between its old slot
+//! and its new one) shows as a home bitmap naming a slot without it: read again. Hence a
 //! neighbourhood whose words all check at one version, whose bitmaps agree, and whose sibling
 //! is the child the cached parent lists after the leaf, holds what the leaf held while its range
 //! held the key (CHIME's sibling-based validation). When the parent lists none after it
@@ -16,12 +17,13 @@
 //! READ takes the tail too, whose high fence, at the window's version, says whether to move
 //! right.
 //!
-//! Steps: GET = locate, READ the neighbourhood (one READ, two when it wraps), look up. Write =
-//! locate, lock (CAS) with the neighbourhood and the tail READ behind it, move right past the
-//! high fence, change the neighbourhood's slots (or READ the whole leaf for a displacement),
-//! WRITE the slots and the vacancy word with the unlock. Split = the whole leaf in hand: the
-//! right half to a new page, then the left half with the unlock, then the separator into the
-//! parent as the B+-tree's.
+//! Steps: GET = the one slot the hot-entry buffer names (`hot.rs`), else locate, READ the
+//! neighbourhood (one READ: neighbourhoods do not wrap), look up. Write = locate, lock (CAS)
+//! with the neighbourhood and the tail READ behind it, move right past the high fence, change
+//! the neighbourhood's slots (or READ up to the first free slot and move keys along, or the
+//! whole leaf to split), WRITE the slots and the vacancy word with the unlock. Split = the whole
+//! leaf in hand: the right half to a new page, then the left half with the unlock, then the
+//! separator into the parent as the B+-tree's.
 
 use std::sync::Arc;
 
@@ -201,6 +203,26 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
+    /// READs hopscotch leaf `leaf_no` whole once: `None` if it does not check (a write landed
+    /// during the READ).
+    async fn hop_try_read_leaf(
+        &mut self,
+        node: usize,
+        leaf_no: u64,
+        g: Geometry,
+    ) -> Result<Option<Leaf>, TreeError> {
+        let whole = [Span {
+            start: 0,
+            len: g.leaf_words(),
+        }];
+        let words = self.read_spans(node, leaf_no, &whole).await?;
+        let leaf = Leaf::decode(g, leaf_no, &words);
+        if leaf.is_none() {
+            self.stats.torn_reads += 1;
+        }
+        Ok(leaf)
+    }
+
     /// READs hopscotch leaf `leaf_no` whole until it checks.
     pub(super) async fn hop_read_leaf(
         &mut self,
@@ -209,16 +231,10 @@ impl<E: Endpoint> Client<E> {
         g: Geometry,
     ) -> Result<Leaf, TreeError> {
         let max = self.shared.config.max_attempts;
-        let whole = [Span {
-            start: 0,
-            len: g.leaf_words(),
-        }];
         for attempt in 0..max {
-            let words = self.read_spans(node, leaf_no, &whole).await?;
-            if let Some(leaf) = Leaf::decode(g, leaf_no, &words) {
+            if let Some(leaf) = self.hop_try_read_leaf(node, leaf_no, g).await? {
                 return Ok(leaf);
             }
-            self.stats.torn_reads += 1;
             self.pause(attempt).await;
         }
         Err(TreeError::TooManyRetries(max))
@@ -233,8 +249,12 @@ impl<E: Endpoint> Client<E> {
         key: u64,
         g: Geometry,
     ) -> Result<(Leaf, u64), TreeError> {
-        for _ in 0..self.shared.config.max_attempts {
-            let leaf = self.hop_read_leaf(node, leaf_no, g).await?;
+        let max = self.shared.config.max_attempts;
+        for attempt in 0..max {
+            let Some(leaf) = self.hop_try_read_leaf(node, leaf_no, g).await? else {
+                self.pause(attempt).await;
+                continue;
+            };
             if leaf.high.is_some_and(|h| key >= h) {
                 self.stats.moves_right += 1;
                 if leaf.sibling == 0 {
@@ -247,7 +267,7 @@ impl<E: Endpoint> Client<E> {
             }
             return Ok((leaf, leaf_no));
         }
-        Err(TreeError::TooManyRetries(self.shared.config.max_attempts))
+        Err(TreeError::TooManyRetries(max))
     }
 
     /// READs hopscotch leaves `pages` whole in one batch; one that does not check is `None`.

@@ -276,3 +276,32 @@ fn an_uninstalled_split_of_a_root_leaf_is_finished_by_the_next_splitter() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.keys, 6 + 300);
 }
+
+/// A root split left uninstalled over a chain longer than one page takes (here the root word
+/// names the first of 14 leaves): the next splitter installs a root over as much of the chain
+/// as a page takes, instead of waiting for a root that never comes, and every key stays found
+/// (the rest of the chain by moving right).
+#[test]
+fn a_chain_longer_than_a_page_under_an_uninstalled_root_gets_a_root() {
+    let config = common::tiny_hopscotch();
+    let keys: Vec<(u64, u64)> = (1..=40).map(|k| (k * 100, k)).collect();
+    let (transport, layout) =
+        common::loaded_pool(keys.clone(), &config, 4000, SimConfig::default());
+    let mut ep = transport.endpoint().expect("endpoint");
+    // The root as if the leaves' first split had never been installed: leaf 1, level 0.
+    ep.write_word(layout.root_addr(), bplus_tree::root_word(0, 1))
+        .expect("root word");
+    let tree = Tree::open(transport.clone(), TreeConfig::default()).expect("open");
+    let mut client = tree.client().expect("client");
+    for k in 0..200u64 {
+        assert_eq!(client.insert(k * 20 + 1, k), Ok(true), "insert {k}");
+    }
+    let (level, _) = bplus_tree::unpack_root(ep.read_word(layout.root_addr()).expect("root"));
+    assert!(level > 0, "a root was installed above the leaves");
+    for &(k, v) in &keys {
+        assert_eq!(client.get(k), Ok(Some(v)), "loaded key {k}");
+    }
+    for k in 0..200u64 {
+        assert_eq!(client.get(k * 20 + 1), Ok(Some(k)), "inserted key {k}");
+    }
+}
