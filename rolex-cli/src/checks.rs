@@ -372,6 +372,16 @@ pub fn cache_from_level(s: &str) -> Result<u8, String> {
     u8::try_from(n).map_err(|_| format!("{n} is outside 1..=255"))
 }
 
+/// `bench --leaf-slots`: slots of a hopscotch leaf (checked against `--neighbourhood` later).
+pub fn leaf_slots(s: &str) -> Result<u64, String> {
+    integer_in(s, 4..=64, "slots of a hopscotch leaf, at most 64")
+}
+
+/// `bench --neighbourhood`: slots of a hopscotch neighbourhood.
+pub fn neighbourhood(s: &str) -> Result<u64, String> {
+    integer_in(s, 2..=16, "slots of a neighbourhood")
+}
+
 /// `memnode --node`: a memory-node id.
 pub fn node_id(s: &str) -> Result<u16, String> {
     let n = integer_in(s, 0..=u64::from(u16::MAX), "a memory-node id")?;

@@ -36,11 +36,15 @@ impl IndexKind {
         matches!(self, IndexKind::Bplus | IndexKind::Chime)
     }
 
-    /// The `bplus-tree` layout of a baseline's pools: Sherman's pages of `page_size` bytes,
-    /// or CHIME's hopscotch leaves of its default shape, in pages just large enough.
-    pub fn tree_layout(self, page_size: u64) -> bplus_tree::BulkLoadConfig {
+    /// The `bplus-tree` layout of a baseline's pools: Sherman's pages of `page_size` bytes, or
+    /// hopscotch leaves of `leaf` (CHIME's shape by default) in pages just large enough.
+    pub fn tree_layout(self, page_size: u64, leaf: chime::Geometry) -> bplus_tree::BulkLoadConfig {
         match self {
-            IndexKind::Chime => bplus_tree::BulkLoadConfig::hopscotch(),
+            IndexKind::Chime => bplus_tree::BulkLoadConfig {
+                page_size: leaf.leaf_bytes().next_multiple_of(64),
+                leaf: bplus_tree::LeafKind::Hopscotch(leaf),
+                ..bplus_tree::BulkLoadConfig::default()
+            },
             _ => bplus_tree::BulkLoadConfig {
                 page_size,
                 ..bplus_tree::BulkLoadConfig::default()

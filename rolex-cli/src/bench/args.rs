@@ -20,6 +20,14 @@ pub struct BenchArgs {
     /// internal page, as Sherman; 2: not the leaves' parents; up to 255: none).
     #[arg(long, default_value_t = 1, value_parser = crate::checks::cache_from_level)]
     pub cache_from_level: u8,
+    /// CHIME-style baseline: slots of a hopscotch leaf (CHIME's: 64; a multiple of
+    /// `--neighbourhood`, at least two of them, at most 64).
+    #[arg(long, default_value_t = 64, value_parser = crate::checks::leaf_slots)]
+    pub leaf_slots: u64,
+    /// CHIME-style baseline: slots of a neighbourhood, within which a key lies from its home
+    /// (CHIME's: 8; 2 to 16).
+    #[arg(long, default_value_t = 8, value_parser = crate::checks::neighbourhood)]
+    pub neighbourhood: u64,
     /// Keys to bulk-load (embedded memory node). Given on the command line, it wins over a
     /// workload file's `recordcount`.
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
@@ -232,4 +240,18 @@ pub enum CliTransport {
 pub enum CliCacheMode {
     Pivots,
     Lean,
+}
+
+impl BenchArgs {
+    /// The CHIME-style baseline's leaf shape (`--leaf-slots`, `--neighbourhood`); a shape that
+    /// cannot be is bad input.
+    pub fn hopscotch_shape(&self) -> Result<chime::Geometry, crate::error::CliError> {
+        chime::Geometry::new(self.leaf_slots as usize, self.neighbourhood as usize).map_err(|e| {
+            crate::error::input!(
+                "--leaf-slots {} --neighbourhood {}: {e}",
+                self.leaf_slots,
+                self.neighbourhood
+            )
+        })
+    }
 }

@@ -37,7 +37,9 @@ pub(super) fn run_bplus(
         values: args
             .value_size
             .map(|size| crate::index::value_region(size, per_node_guess + expected_inserts)),
-        ..args.index.tree_layout(args.page_size)
+        ..args
+            .index
+            .tree_layout(args.page_size, args.hopscotch_shape()?)
     };
     // The same shares and key ranges as ROLEX's bootstrap. Each node has room for every insert:
     // they need not spread evenly (appends all go to the last node). Untouched room costs

@@ -94,10 +94,16 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
         )?;
     }
     match args.index {
-        IndexKind::Bplus => refuse(
-            &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
-            "is a ROLEX setting; --index bplus does not take it",
-        )?,
+        IndexKind::Bplus => {
+            refuse(
+                &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
+                "is a ROLEX setting; --index bplus does not take it",
+            )?;
+            refuse(
+                &["leaf_slots", "neighbourhood"],
+                "is a CHIME-style setting (give --index chime)",
+            )?;
+        }
         IndexKind::Chime => {
             refuse(
                 &["epsilon", "delta", "fill", "cache_mode", "no_retrainer"],
@@ -107,11 +113,18 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
                 &["page_size"],
                 "is the B+-tree's; --index chime sizes its pages to its hopscotch leaves",
             )?;
+            args.hopscotch_shape()?;
         }
-        IndexKind::Rolex => refuse(
-            &["page_size", "cache_from_level"],
-            "is a B+-tree setting (give --index bplus)",
-        )?,
+        IndexKind::Rolex => {
+            refuse(
+                &["page_size", "cache_from_level"],
+                "is a B+-tree setting (give --index bplus)",
+            )?;
+            refuse(
+                &["leaf_slots", "neighbourhood"],
+                "is a CHIME-style setting (give --index chime)",
+            )?;
+        }
     }
     if args.transport != CliTransport::Verbs {
         refuse(&["connect", "device"], "needs --transport verbs")?;
@@ -544,7 +557,10 @@ fn memory_needed(args: &BenchArgs, loaded: u64, expected_inserts: u64) -> Vec<(&
                 values: args
                     .value_size
                     .map(|size| crate::index::value_region(size, per_node + inserts)),
-                ..args.index.tree_layout(args.page_size)
+                // (A shape that cannot be was refused with the flags.)
+                ..args
+                    .index
+                    .tree_layout(args.page_size, args.hopscotch_shape().unwrap_or_default())
             };
             bplus_tree::required_pool_bytes(per_node, &config, inserts + 1024).saturating_mul(5) / 4
         }

@@ -306,6 +306,22 @@ fn a_flag_the_run_would_ignore_is_refused() {
         &["ROLEX setting"],
     );
     refused(
+        &["bench", "--leaf-slots", "32"],
+        &["--leaf-slots", "CHIME-style setting"],
+    );
+    refused(
+        &["bench", "--index", "bplus", "--neighbourhood", "4"],
+        &["--neighbourhood", "CHIME-style setting"],
+    );
+    refused(
+        &["bench", "--index", "chime", "--leaf-slots", "60"],
+        &["--leaf-slots 60", "multiple of the neighbourhood"],
+    );
+    refused(
+        &["bench", "--index", "chime", "--neighbourhood", "17"],
+        &["--neighbourhood", "2..=16"],
+    );
+    refused(
         &["bench", "--connect", "127.0.0.1:9"],
         &["--transport verbs"],
     );
@@ -429,12 +445,14 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
             "--insert-ratio",
             "--keys",
             "--latency-us",
+            "--leaf-slots",
             "--memory-nodes",
             "--model-clients",
             "--model-link-gbps",
             "--model-nic-bytes",
             "--model-nic-verbs",
             "--model-rtt-us",
+            "--neighbourhood",
             "--ops",
             "--page-size",
             "--report-interval",
