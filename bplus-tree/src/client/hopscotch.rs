@@ -50,12 +50,26 @@ fn words_of(bytes: &[u8]) -> Vec<u64> {
         .collect()
 }
 
+/// Little-endian bytes of `words` (what a WRITE of them carries).
+fn bytes_of(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
 /// The byte ranges of `spans`, as `Client::lock_with` takes them.
 fn ranges(spans: &[Span]) -> Vec<(u64, usize)> {
     spans
         .iter()
         .map(|s| (8 * s.start as u64, 8 * s.len))
         .collect()
+}
+
+/// The spans of `key`'s neighbourhood followed by the tail's, and how many are the
+/// neighbourhood's.
+fn window_and_tail(g: Geometry, key: u64) -> (Vec<Span>, usize) {
+    let mut spans = g.neighbourhood_spans(g.home(key));
+    let in_window = spans.len();
+    spans.push(g.tail_span());
+    (spans, in_window)
 }
 
 /// Words of `spans`, together.
@@ -101,26 +115,24 @@ impl<E: Endpoint> Client<E> {
             return Ok(Some(found));
         }
         let max = self.shared.config.max_attempts;
-        let window_spans = g.neighbourhood_spans(g.home(key));
-        let with_tail: Vec<Span> = window_spans
-            .iter()
-            .copied()
-            .chain(std::iter::once(g.tail_span()))
-            .collect();
-        let n = span_words(&window_spans);
+        // The neighbourhood's spans, then the tail's (read only when the parent vouches for no
+        // sibling).
+        let (spans, in_window) = window_and_tail(g, key);
+        let window_spans = &spans[..in_window];
+        let n = span_words(window_spans);
         let (mut leaf_no, parent) = self.locate(node, key, 0).await?;
         let mut expected = match (&self.last_parent, parent) {
             (Some(p), Some(_)) => p.next_child(key),
             _ => None,
         };
         for attempt in 0..max {
-            let spans = if expected.is_some() {
-                &window_spans
+            let read = if expected.is_some() {
+                window_spans
             } else {
-                &with_tail
+                &spans[..]
             };
-            let words = self.read_spans(node, leaf_no, spans).await?;
-            let Some(window) = Window::decode(g, leaf_no, &window_spans, &words[..n]) else {
+            let words = self.read_spans(node, leaf_no, read).await?;
+            let Some(window) = Window::decode(g, leaf_no, window_spans, &words[..n]) else {
                 self.stats.torn_reads += 1;
                 self.pause(attempt).await;
                 continue;
@@ -142,13 +154,7 @@ impl<E: Endpoint> Client<E> {
                         continue;
                     };
                     if tail.high.is_some_and(|h| key >= h) {
-                        self.stats.moves_right += 1;
-                        if window.sibling == 0 {
-                            return Err(TreeError::Corrupt(format!(
-                                "leaf {leaf_no} ends below {key} with no sibling"
-                            )));
-                        }
-                        leaf_no = window.sibling;
+                        leaf_no = self.step_right(leaf_no, window.sibling, key)?;
                         continue;
                     }
                 }
@@ -256,13 +262,7 @@ impl<E: Endpoint> Client<E> {
                 continue;
             };
             if leaf.high.is_some_and(|h| key >= h) {
-                self.stats.moves_right += 1;
-                if leaf.sibling == 0 {
-                    return Err(TreeError::Corrupt(format!(
-                        "leaf {leaf_no} ends below {key} with no sibling"
-                    )));
-                }
-                leaf_no = leaf.sibling;
+                leaf_no = self.step_right(leaf_no, leaf.sibling, key)?;
                 continue;
             }
             return Ok((leaf, leaf_no));
@@ -362,10 +362,10 @@ impl<E: Endpoint> Client<E> {
                     }
                 }
             };
-            let window = locked.page.window.clone();
             let vacancy = Some(vacancy)
                 .filter(|&v| locked.page.tail.is_some() && Some(v) != locked.page.vacancy);
-            self.hop_commit(locked, &window, &slots, vacancy, g).await?;
+            let spans = locked.page.window.writes(g, locked.page_no, &slots);
+            self.hop_release(locked, spans, vacancy, g).await?;
             return Ok(outcome);
         }
         Err(TreeError::TooManyRetries(shared.config.max_attempts))
@@ -387,21 +387,20 @@ impl<E: Endpoint> Client<E> {
         block: &mut Option<PendingBlock>,
         mut expected: Option<u64>,
     ) -> Result<Option<Locked<'s, HopRead>>, TreeError> {
-        let window_spans = g.neighbourhood_spans(g.home(key));
-        let mut spans = window_spans.clone();
-        spans.push(g.tail_span());
-        let n = span_words(&window_spans);
+        let (spans, in_window) = window_and_tail(g, key);
+        let window_spans = &spans[..in_window];
+        let n = span_words(window_spans);
         for _ in 0..shared.config.max_attempts {
             let page = page_no;
             let read = if expected.is_some() {
-                &window_spans
+                window_spans
             } else {
-                &spans
+                &spans[..]
             };
             let mut locked = self
                 .lock_with(shared, node, page_no, &ranges(read), block, |bytes| {
                     let words = words_of(bytes);
-                    let window = Window::decode(g, page, &window_spans, &words[..n])?;
+                    let window = Window::decode(g, page, window_spans, &words[..n])?;
                     if words.len() == n {
                         return Some(HopRead {
                             window,
@@ -485,27 +484,23 @@ impl<E: Endpoint> Client<E> {
             _ => return Ok(Some(locked)),
         };
         let after = chime::vacancy::mark(vacancy, g.after(h, d), true);
-        self.hop_commit(locked, &window, &slots, Some(after), g)
-            .await?;
+        let spans = window.writes(g, page_no, &slots);
+        self.hop_release(locked, spans, Some(after), g).await?;
         Ok(None)
     }
 
-    /// WRITEs `slots` of the locked leaf (runs of neighbours as one span each, see
-    /// [`Window::writes`]) and the vacancy word if it changed, with the unlock.
-    async fn hop_commit(
+    /// WRITEs `spans` of the locked leaf (each with its words) and the vacancy word if given,
+    /// with the unlock.
+    async fn hop_release(
         &mut self,
         locked: Locked<'_, HopRead>,
-        window: &Window,
-        slots: &[(usize, chime::word::Entry)],
+        spans: Vec<(Span, Vec<u64>)>,
         vacancy: Option<u64>,
         g: Geometry,
     ) -> Result<(), TreeError> {
-        let bytes =
-            |words: &[u64]| -> Vec<u8> { words.iter().flat_map(|w| w.to_le_bytes()).collect() };
-        let mut writes: Vec<(u64, Vec<u8>)> = window
-            .writes(g, locked.page_no, slots)
+        let mut writes: Vec<(u64, Vec<u8>)> = spans
             .into_iter()
-            .map(|(span, words)| (8 * span.start as u64, bytes(&words)))
+            .map(|(span, words)| (8 * span.start as u64, bytes_of(&words)))
             .collect();
         if let Some(v) = vacancy {
             writes.push((8 * g.tail_word() as u64, v.to_le_bytes().to_vec()));
@@ -541,18 +536,9 @@ impl<E: Endpoint> Client<E> {
             return Err(self.damaged(locked).await);
         };
         if let Ok(touched) = leaf.insert(key, value) {
-            let mut writes: Vec<(u64, Vec<u8>)> = leaf
-                .touched_words(page_no, touched)
-                .into_iter()
-                .map(|(span, w)| {
-                    let bytes = w.iter().flat_map(|w| w.to_le_bytes()).collect();
-                    (8 * span.start as u64, bytes)
-                })
-                .collect();
-            let vacancy = leaf.vacancy();
-            writes.push((8 * g.tail_word() as u64, vacancy.to_le_bytes().to_vec()));
-            let writes: Vec<(u64, &[u8])> = writes.iter().map(|(o, b)| (*o, &b[..])).collect();
-            self.release(locked, &writes).await?;
+            let spans = leaf.touched_words(page_no, touched);
+            self.hop_release(locked, spans, Some(leaf.vacancy()), g)
+                .await?;
             return Ok(false);
         }
         // Full: split, then put the key in its half.
@@ -572,13 +558,10 @@ impl<E: Endpoint> Client<E> {
             &mut right
         };
         let again = side.insert(key, value).is_err();
-        let bytes = |leaf: &Leaf, page: u64| -> Vec<u8> {
-            leaf.encode(page)
-                .iter()
-                .flat_map(|w| w.to_le_bytes())
-                .collect()
-        };
-        let (right_bytes, left_bytes) = (bytes(&right, right_no), bytes(&left, page_no));
+        let (right_bytes, left_bytes) = (
+            bytes_of(&right.encode(right_no)),
+            bytes_of(&left.encode(page_no)),
+        );
         self.write_split_bytes(locked, right_no, &right_bytes, &left_bytes)
             .await?;
         self.insert_separator(shared, node, 1, separator, right_no, page_no)

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use rdma_transport::Endpoint;
 
-use super::Client;
+use super::{Client, Shared};
 use crate::TreeError;
 use crate::layout::LeafKind;
 use crate::page::Page;
@@ -61,16 +61,13 @@ impl<E: Endpoint> Client<E> {
                         out.push((k, v));
                     }
                 }
-                match page.high {
-                    Some(high) => from = high,
-                    None => {
-                        // The node's last leaf: on to the next node, or done.
-                        match shared.nodes.get(node + 1) {
-                            Some(next) => from = next.layout.key_lo,
-                            None => return Ok(out),
-                        }
-                        break;
-                    }
+                let Some(next) = resume_after(&shared, node, page.high) else {
+                    return Ok(out);
+                };
+                from = next;
+                if page.high.is_none() {
+                    // The node's last leaf: on to the next node.
+                    break;
                 }
                 if out.len() >= n {
                     break;
@@ -124,15 +121,12 @@ impl<E: Endpoint> Client<E> {
                 let mut taken: Vec<(u64, u64)> = leaf.entries().filter(|e| e.0 >= from).collect();
                 taken.sort_unstable();
                 out.extend(taken.into_iter().take(n - out.len()));
-                match leaf.high {
-                    Some(high) => from = high,
-                    None => {
-                        match shared.nodes.get(node + 1) {
-                            Some(next) => from = next.layout.key_lo,
-                            None => return Ok(out),
-                        }
-                        break;
-                    }
+                let Some(next) = resume_after(&shared, node, leaf.high) else {
+                    return Ok(out);
+                };
+                from = next;
+                if leaf.high.is_none() {
+                    break;
                 }
                 if out.len() >= n {
                     break;
@@ -146,6 +140,15 @@ impl<E: Endpoint> Client<E> {
         }
         out.truncate(n);
         Ok(out)
+    }
+}
+
+/// Where a scan goes on after a leaf of memory node `node` whose high fence is `high`: the
+/// fence, or after the node's last leaf the next node's first key; `None` after the last node's.
+fn resume_after(shared: &Shared, node: usize, high: Option<u64>) -> Option<u64> {
+    match high {
+        Some(high) => Some(high),
+        None => shared.nodes.get(node + 1).map(|next| next.layout.key_lo),
     }
 }
 

@@ -135,10 +135,21 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<u64, TreeError> {
         let (node, page_no) = (locked.node, locked.page_no);
         self.release(locked, &[]).await?;
-        self.stats.moves_right += 1;
         if let Some(p) = parent {
             self.forget(node, p);
         }
+        self.step_right(page_no, sibling, key)
+    }
+
+    /// A move right from page `page_no`, which ends at or below `key`, to its right `sibling`
+    /// (counted); a page that ends below a key with no sibling is damage.
+    pub(super) fn step_right(
+        &mut self,
+        page_no: u64,
+        sibling: u64,
+        key: u64,
+    ) -> Result<u64, TreeError> {
+        self.stats.moves_right += 1;
         if sibling == 0 {
             return Err(TreeError::Corrupt(format!(
                 "page {page_no} ends below {key} with no sibling"
