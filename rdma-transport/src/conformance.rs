@@ -684,3 +684,55 @@ pub fn an_abandoned_batch_still_executes<E: Endpoint>(ep: &mut E, scratch: Scrat
         );
     }
 }
+
+/// The [`crate::Fence`] guarantee, with the memory node's `fence`: a fenced connection executes
+/// nothing more and says so — its batches fail with [`TransportError::Fenced`] naming the memory
+/// node, however the backend fences (the verbs one only breaks the connection), and keep failing
+/// so; other endpoints go on; fencing again is harmless. Not part of [`run_all`], which has no
+/// fence.
+pub fn a_fenced_connection_says_so<T: Transport, F: crate::Fence>(
+    transport: &T,
+    fence: &F,
+    scratch: Scratch,
+) {
+    let mut victim = transport.endpoint().expect("open an endpoint");
+    let mut other = transport.endpoint().expect("open an endpoint");
+    let w = scratch.at(0);
+    victim.write_word(w, 1).expect("write before the fence");
+    let id = victim
+        .connection_id(scratch.node)
+        .expect("a transport that fences must name its connections");
+    assert_ne!(
+        Some(id),
+        other.connection_id(scratch.node),
+        "two endpoints share a connection id"
+    );
+    assert_eq!(
+        fence.fence(id),
+        Ok(crate::Fenced::Done),
+        "fence an idle connection"
+    );
+    assert_eq!(
+        victim.write_word(w, 2),
+        Err(TransportError::Fenced(scratch.node)),
+        "a verb on a fenced connection must fail with Fenced"
+    );
+    assert_eq!(
+        victim.read_word(w),
+        Err(TransportError::Fenced(scratch.node)),
+        "a fenced connection must fail with Fenced every time"
+    );
+    assert_eq!(
+        other.read_word(w),
+        Ok(1),
+        "a WRITE posted after the fence took effect"
+    );
+    other
+        .write_word(scratch.at(8), 3)
+        .expect("fencing one connection must leave the others alone");
+    assert_eq!(
+        fence.fence(id),
+        Ok(crate::Fenced::Done),
+        "fencing a fenced connection again must be harmless"
+    );
+}

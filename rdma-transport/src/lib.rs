@@ -110,6 +110,7 @@ pub mod conformance;
 pub mod device_limits;
 mod endpoint;
 mod error;
+mod fence_notice;
 pub mod gid;
 mod limits;
 pub mod memlock;

@@ -57,6 +57,12 @@ impl<Q> Peers<Q> {
         Some(self.entries.swap_remove(at).1)
     }
 
+    /// Connection `id`, if it is in the table.
+    #[cfg(test)]
+    pub(crate) fn get(&self, id: u64) -> Option<&Q> {
+        self.entries.iter().find(|&&(i, _)| i == id).map(|(_, q)| q)
+    }
+
     /// Connections in the table.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

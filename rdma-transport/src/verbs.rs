@@ -366,8 +366,9 @@ impl std::fmt::Debug for VerbsServer {
 struct Served {
     device: Device,
     regions: Vec<RegionInfo>,
-    /// Queue pairs kept alive for their compute nodes, by connection id.
-    peers: Mutex<Peers<(GenericQueuePair, GenericCompletionQueue)>>,
+    /// Queue pairs kept alive for their compute nodes, by connection id, each with its bootstrap
+    /// stream to give the fence's notice on ([`crate::fence_notice`]).
+    peers: Mutex<Peers<(GenericQueuePair, GenericCompletionQueue, TcpStream)>>,
 }
 
 impl VerbsServer {
@@ -469,22 +470,25 @@ impl std::fmt::Debug for VerbsFence {
 }
 
 impl crate::Fence for VerbsFence {
-    /// Moves the queue pair of connection `id` to the error state — the NIC drops every request
-    /// arriving on it afterwards — and destroys it. An unknown id was fenced (or closed)
-    /// already: ids are never reused, so a stale one never reaches a newer connection.
+    /// Tells the compute node on its bootstrap stream that connection `id` is fenced (so its
+    /// failure reaches it as `Fenced`, docs/ARCHITECTURE.md §2), then moves the queue pair to the
+    /// error state — the NIC drops every request arriving on it afterwards — and destroys it. An
+    /// unknown id was fenced (or closed) already: ids are never reused, so a stale one never
+    /// reaches a newer connection.
     fn fence(&self, id: u64) -> Result<crate::Fenced, TransportError> {
         let mut peers = self
             .served
             .peers
             .lock()
             .map_err(|_| connection("server state poisoned"))?;
-        let Some((mut qp, cq)) = peers.remove(id) else {
+        let Some((mut qp, cq, mut bootstrap)) = peers.remove(id) else {
             return Ok(crate::Fenced::Done);
         };
+        crate::fence_notice::give(&mut bootstrap);
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Error);
         let moved = qp.modify(&attr);
-        drop((qp, cq));
+        drop((qp, cq, bootstrap));
         moved.map_err(|e| connection(format!("moving connection {id} to error: {e}")))?;
         Ok(crate::Fenced::Done)
     }
@@ -500,11 +504,12 @@ fn serve_one(served: &Served, mut stream: TcpStream) -> Result<(), TransportErro
     let here = stream.local_addr().map_err(connection)?.ip();
     let (mut qp, cq, local, gid_index) = served.device.queue_pair(here)?;
     served.device.connect(&mut qp, &local, gid_index, &remote)?;
+    let notice = stream.try_clone().map_err(connection)?;
     let id = served
         .peers
         .lock()
         .map_err(|_| connection("server state poisoned"))?
-        .insert((qp, cq));
+        .insert((qp, cq, notice));
     let mut reply = Vec::new();
     encode_qp(&mut reply, &local);
     put(&mut reply, &id.to_le_bytes());
@@ -640,7 +645,7 @@ impl VerbsTransport {
             wrs_out: 0,
             runs_out: 0,
             connection_id,
-            _bootstrap: stream,
+            notice: crate::fence_notice::Listener::new(stream),
             _pinned: pinned,
         })
     }
@@ -682,10 +687,11 @@ pub struct VerbsEndpoint {
     links: Vec<Link>,
     nodes: Vec<MemoryNodeInfo>,
     stats: Stats,
-    /// Why the endpoint stopped working: a batch timed out or completed with an error. Its work
-    /// requests may still be in flight and the NIC may still write into the staging buffer, so
-    /// nothing is posted any more; every later call fails with [`TransportError::Broken`].
-    broken: Option<String>,
+    /// Why the endpoint stopped working: a batch timed out or completed with an error, or the
+    /// memory node fenced it. Its work requests may still be in flight and the NIC may still
+    /// write into the staging buffer, so nothing is posted any more; every later call fails with
+    /// this error ([`TransportError::Broken`], or [`TransportError::Fenced`]).
+    broken: Option<TransportError>,
     /// Batches posted and not yet taken back.
     flights: in_flight::Flights,
 }
@@ -707,9 +713,9 @@ struct Link {
     runs_out: usize,
     /// The id the server gave this link's connection: what the memory node fences it by.
     connection_id: u64,
-    /// The bootstrap stream, held open while the link lives: the server destroys its queue pair
-    /// when it closes.
-    _bootstrap: TcpStream,
+    /// The bootstrap stream, held open while the link lives (the server destroys its queue pair
+    /// when it closes), on which the server says it fenced the connection.
+    notice: crate::fence_notice::Listener,
     /// The staging buffer's bytes, counted against the lock limit while registered (dropped
     /// after the memory region: field order).
     _pinned: crate::memlock::Pinned,

@@ -62,6 +62,21 @@ fn the_conformance_suite_passes_over_a_loopback_queue_pair() {
 }
 
 #[test]
+fn a_fenced_queue_pair_reaches_its_compute_node_as_fenced() {
+    if !device_present() {
+        eprintln!("skipped: no RDMA device on this machine (fencing a queue pair needs one)");
+        return;
+    }
+    let (server, region) = loopback_server(1 << 12);
+    let transport = VerbsTransport::connect(server.local_addr(), None).expect("connect");
+    conformance::a_fenced_connection_says_so(
+        &transport,
+        &server.fence(),
+        Scratch::new(0, 0, region.len),
+    );
+}
+
+#[test]
 fn a_failed_batch_breaks_the_endpoint_and_a_fresh_one_works() {
     if !device_present() {
         eprintln!("skipped: no RDMA device on this machine (breaking a queue pair needs one)");

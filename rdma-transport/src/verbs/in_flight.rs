@@ -73,8 +73,8 @@ impl VerbsEndpoint {
     /// [`crate::Endpoint::post`]: validated, copied, cut into runs; posted as far as the queue
     /// pairs allow now.
     pub(super) fn post_batch(&mut self, verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
-        if let Some(why) = &self.broken {
-            return Err(TransportError::Broken(why.clone()));
+        if let Some(error) = &self.broken {
+            return Err(error.clone());
         }
         crate::validate_batch(verbs)?;
         for verb in verbs {
@@ -148,11 +148,11 @@ impl VerbsEndpoint {
         if self.broken.is_none() {
             self.post_waiting();
         }
-        if let Some(why) = &self.broken {
+        if let Some(error) = &self.broken {
             // Nothing more completes: every batch without an outcome fails.
             for flight in &mut self.flights.queue {
                 if flight.outcome.is_none() {
-                    flight.outcome = Some(Err(TransportError::Broken(why.clone())));
+                    flight.outcome = Some(Err(error.clone()));
                 }
             }
         }
@@ -182,11 +182,11 @@ impl VerbsEndpoint {
                 let more = seen.len() == POLL_BATCH;
                 for (wr_id, status, vendor_err) in seen {
                     if status != 0 {
-                        self.broken = Some(self.failed(link, wr_id, status, vendor_err));
+                        self.failed(link, wr_id, status, vendor_err);
                         return;
                     }
                     if let Err(why) = self.completed(link, wr_id) {
-                        self.broken = Some(why);
+                        self.break_on(link, why);
                         return;
                     }
                 }
@@ -204,21 +204,36 @@ impl VerbsEndpoint {
                 ..
             }) = late
             {
-                self.broken = Some(format!(
+                let why = format!(
                     "no completion for work request {} within {} s",
                     last_wr,
                     COMPLETION_TIMEOUT.as_secs()
-                ));
+                );
+                self.break_on(link, why);
                 return;
             }
         }
     }
 
-    /// Takes the failed completion of work request `wr_id` on `link`: the verbs of its run before
-    /// it executed (a queue pair executes a run in order), so their results (READs, atomics'
-    /// `old`) are copied out and delivered with the batch's failure; why the endpoint breaks.
-    fn failed(&mut self, link: usize, wr_id: u64, status: u32, vendor_err: u32) -> String {
-        let why = crate::work_completion::failure(wr_id, status, vendor_err);
+    /// The endpoint breaks, `link` having failed for reason `why`: nothing is posted any more,
+    /// and every batch without an outcome fails with the error returned — `Fenced` if the link's
+    /// memory node said it fenced the connection ([`crate::fence_notice`]), `Broken` otherwise.
+    fn break_on(&mut self, link: usize, why: String) -> TransportError {
+        let link = &mut self.links[link];
+        let node = link.regions.first().map_or(0, |r| r.id);
+        let error = link.notice.failure(node, why);
+        self.broken = Some(error.clone());
+        error
+    }
+
+    /// Takes the failed completion of work request `wr_id` on `link`, which breaks the endpoint:
+    /// the verbs of its run before it executed (a queue pair executes a run in order), so their
+    /// results (READs, atomics' `old`) are copied out and delivered with the batch's failure.
+    fn failed(&mut self, link: usize, wr_id: u64, status: u32, vendor_err: u32) {
+        let error = self.break_on(
+            link,
+            crate::work_completion::failure(wr_id, status, vendor_err),
+        );
         let found = self.flights.queue.iter_mut().find_map(|flight| {
             flight
                 .runs
@@ -247,9 +262,8 @@ impl VerbsEndpoint {
                     &mut self.stats,
                 );
             }
-            flight.outcome = Some(Err(TransportError::Broken(why.clone())));
+            flight.outcome = Some(Err(error));
         }
-        why
     }
 
     /// Takes the completion of work request `wr_id` on `link`: the end of the run it signals,
@@ -322,7 +336,7 @@ impl VerbsEndpoint {
                     Ok(Some(state)) => flight.runs[next].state = state,
                     Ok(None) => {}
                     Err(why) => {
-                        self.broken = Some(why);
+                        self.break_on(link, why);
                         return;
                     }
                 }

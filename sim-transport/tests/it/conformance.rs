@@ -46,3 +46,12 @@ fn latency_mode_conforms() {
         conformance::run_all(&transport, Scratch::new(node, 0, POOL));
     }
 }
+
+#[test]
+fn a_fenced_connection_says_so_on_every_memory_node() {
+    let transport = SimTransport::anonymous_with(&[POOL, POOL], SimConfig::harsh()).expect("pools");
+    for node in 0..2 {
+        let fence = transport.fence(node).expect("a fence for each memory node");
+        conformance::a_fenced_connection_says_so(&transport, &fence, Scratch::new(node, 0, POOL));
+    }
+}
