@@ -64,7 +64,8 @@ pub struct Options {
     /// choices as before).
     pub inflight: Option<usize>,
     /// The NIC's atomicity (`SimConfig::nic_atomics`): a WRITE landing on a word between an
-    /// atomic's read and its write is lost.
+    /// atomic's read and its write is lost. On by default: atomics as a NIC runs them; off,
+    /// as a CPU does (a pool file shared by processes without a NIC).
     pub nic_atomics: bool,
 }
 
@@ -75,7 +76,7 @@ impl Default for Options {
             faults: true,
             byte_values: false,
             inflight: None,
-            nic_atomics: false,
+            nic_atomics: true,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! ```text
 //! simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K]   run seeds S, S+1, ... (N of them)
 //! simulate --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]     replay one seed
-//! (either with `--nic-atomics`: a WRITE landing between an atomic's read and write is lost)
+//! (either with `--cpu-atomics`: every atomic is atomic with respect to WRITEs too, as a CPU's are;
+//! by default atomics are a NIC's, and a WRITE landing between an atomic's read and write is lost)
 //!
 //! With `--values`, the pools store byte values and every operation goes through value blocks.
 //! With `--inflight K` (1 to 8), every client thread keeps K operations in flight; without it,
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --nic-atomics: a WRITE landing between an atomic's read and write is lost, as on a NIC)";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --cpu-atomics: atomics as a CPU's, never losing a WRITE that lands between an atomic's read and write, as a NIC's do by default)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -46,7 +47,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "--history",
         "--keep-going",
         "--inflight",
-        "--nic-atomics",
+        "--cpu-atomics",
         "--help",
     ];
     let mut i = 0;
@@ -57,7 +58,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         i += if matches!(
             a.as_str(),
-            "--no-faults" | "--values" | "--history" | "--keep-going" | "--nic-atomics" | "--help"
+            "--no-faults" | "--values" | "--history" | "--keep-going" | "--cpu-atomics" | "--help"
         ) {
             1
         } else {
@@ -89,7 +90,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         faults: !args.iter().any(|a| a == "--no-faults"),
         byte_values: args.iter().any(|a| a == "--values"),
         inflight,
-        nic_atomics: args.iter().any(|a| a == "--nic-atomics"),
+        nic_atomics: !args.iter().any(|a| a == "--cpu-atomics"),
     };
     let flags = replay_flags(&options);
     if args.iter().any(|a| a == "--seed") {
@@ -176,8 +177,8 @@ fn replay_flags(options: &Options) -> String {
     if let Some(k) = options.inflight {
         flags.push_str(&format!(" --inflight {k}"));
     }
-    if options.nic_atomics {
-        flags.push_str(" --nic-atomics");
+    if !options.nic_atomics {
+        flags.push_str(" --cpu-atomics");
     }
     flags
 }
