@@ -9,33 +9,33 @@
 //! word, which a broken connection cannot read), so a fence reported as `Broken` leaves a store
 //! renewing and reconnecting forever.
 //!
-//! **Invariant.** Before the memory node moves a connection to the error state, it writes one
-//! byte, [`NOTICE`], on that connection's bootstrap stream, which it holds open for as long as
-//! the connection lives and which carries nothing else after the bootstrap exchange. A compute
-//! endpoint whose connection fails looks for that byte, waiting at most [`PATIENCE`], and
-//! reports [`TransportError::Fenced`] if it is there and [`TransportError::Broken`] otherwise.
-//! The byte leaves before the queue pair breaks and the failure surfaces only after the retries
-//! run out, hundreds of times later than a byte takes to cross a working network: a fenced
-//! compute node finds the notice unless the network itself failed, when `Broken` is as true.
-//! Once heard, the notice is kept: every later failure of the connection says `Fenced` too.
+//! **Invariants.**
+//! * Once the memory node has moved a connection to the error state, it writes one byte,
+//!   [`NOTICE`], on that connection's bootstrap stream, which it holds open for as long as the
+//!   connection lives and on which nothing else is written after the bootstrap exchange. So a
+//!   compute node hears the notice only if it was fenced, and once it does, nothing it posts on
+//!   that connection executes any more.
+//! * A compute endpoint stops when one of its connections fails ([`Stopped`]). The batches in
+//!   flight then fail with `Broken`: whether they executed is unknown (a request may have
+//!   executed and its acknowledgement been lost, fence or no fence). Every later call posts
+//!   nothing and fails with `Broken` until the failed connection's notice is heard — listened for
+//!   without waiting, at each such call — and with `Fenced` from then on: so `Fenced` always
+//!   means "executed nothing", as on the simulator. The notice leaves as the fence returns, and
+//!   the failure surfaces only once the retries run out, about half a second later: in a working
+//!   network the first call after the failure hears it; over a cut one, a later call does.
 
 #![cfg_attr(not(feature = "verbs"), allow(dead_code))]
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
 use crate::TransportError;
 
 /// The byte a memory node writes on a bootstrap stream to say "this connection is fenced".
 pub(crate) const NOTICE: u8 = 0xFE;
 
-/// How long a compute endpoint whose connection failed waits for a notice that has not arrived.
-/// Paid only when a connection fails, which ends the endpoint anyway.
-pub(crate) const PATIENCE: Duration = Duration::from_millis(200);
-
-/// Memory-node side: tells the compute end of `stream` that its connection is being fenced.
-/// Best effort — a compute node already gone reads nothing, and needs to.
+/// Memory-node side: tells the compute end of `stream` that its connection is fenced. Best
+/// effort — a compute node already gone reads nothing, and needs to.
 pub(crate) fn give(stream: &mut impl Write) {
     let _ = stream.write_all(&[NOTICE]).and_then(|()| stream.flush());
 }
@@ -44,40 +44,79 @@ pub(crate) fn give(stream: &mut impl Write) {
 #[derive(Debug)]
 pub(crate) struct Listener {
     stream: TcpStream,
+    /// Whether the stream can still carry a notice (open, and made non-blocking).
+    listening: bool,
     heard: bool,
 }
 
 impl Listener {
-    /// Listens on `stream`, the bootstrap stream once its exchange is over.
+    /// Listens on `stream`, the bootstrap stream once its exchange is over (it is made
+    /// non-blocking: listening never waits).
     pub(crate) fn new(stream: TcpStream) -> Self {
+        let listening = stream.set_nonblocking(true).is_ok();
         Self {
             stream,
+            listening,
             heard: false,
         }
     }
 
-    /// Whether the memory node fenced this connection, waiting at most `patience` for its
-    /// notice. A stream that closed, failed or carried anything else says no.
-    pub(crate) fn heard(&mut self, patience: Duration) -> bool {
-        if !self.heard
-            && self
-                .stream
-                .set_read_timeout(Some(patience.max(Duration::from_millis(1))))
-                .is_ok()
-        {
+    /// Whether the memory node said it fenced this connection, from what the stream holds now.
+    /// A stream that closed or failed carries no notice; other bytes are not one. Once heard, the
+    /// notice is kept.
+    pub(crate) fn heard(&mut self) -> bool {
+        while self.listening && !self.heard {
             let mut byte = [0u8];
-            self.heard = matches!(self.stream.read(&mut byte), Ok(1) if byte[0] == NOTICE);
+            match self.stream.read(&mut byte) {
+                Ok(1) => self.heard = byte[0] == NOTICE,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Ok(_) | Err(_) => self.listening = false,
+            }
         }
         self.heard
     }
+}
 
-    /// What a failure of this connection to memory node `node`, for reason `why`, is: `Fenced`
-    /// if the memory node said so, `Broken` otherwise.
-    pub(crate) fn failure(&mut self, node: u16, why: String) -> TransportError {
-        if self.heard(PATIENCE) {
-            TransportError::Fenced(node)
+/// Why a compute endpoint stopped: connection `link` (to memory node `node`) failed.
+#[derive(Debug)]
+pub(crate) struct Stopped {
+    link: usize,
+    node: u16,
+    why: String,
+    fenced: bool,
+}
+
+impl Stopped {
+    /// Connection `link`, to memory node `node`, failed for reason `why`.
+    pub(crate) fn new(link: usize, node: u16, why: String) -> Self {
+        Self {
+            link,
+            node,
+            why,
+            fenced: false,
+        }
+    }
+
+    /// The connection that failed (whose listener [`Stopped::later`] wants).
+    pub(crate) fn link(&self) -> usize {
+        self.link
+    }
+
+    /// What a batch in flight when the endpoint stopped fails with: `Broken`, whether it
+    /// executed being unknown.
+    pub(crate) fn in_flight(&self) -> TransportError {
+        TransportError::Broken(self.why.clone())
+    }
+
+    /// What a later call, which posts nothing, fails with: `Fenced` once `notice` (the failed
+    /// connection's) has been heard, `Broken` until then.
+    pub(crate) fn later(&mut self, notice: &mut Listener) -> TransportError {
+        self.fenced = self.fenced || notice.heard();
+        if self.fenced {
+            TransportError::Fenced(self.node)
         } else {
-            TransportError::Broken(why)
+            self.in_flight()
         }
     }
 }
@@ -92,6 +131,7 @@ mod tests {
     use std::net::{SocketAddr, TcpListener};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     use super::*;
     use crate::conformance::{self, Scratch};
@@ -161,10 +201,10 @@ mod tests {
             else {
                 return Ok(Fenced::Done);
             };
+            error.store(true, Ordering::SeqCst);
             if self.served.gives_notice {
                 give(&mut stream);
             }
-            error.store(true, Ordering::SeqCst);
             Ok(Fenced::Done)
         }
     }
@@ -175,7 +215,7 @@ mod tests {
         id: u64,
         error: Arc<AtomicBool>,
         notice: Listener,
-        broken: Option<TransportError>,
+        stopped: Option<Stopped>,
         stats: Stats,
     }
 
@@ -196,7 +236,7 @@ mod tests {
                 id,
                 error,
                 notice: Listener::new(stream),
-                broken: None,
+                stopped: None,
                 stats: Stats::default(),
             })
         }
@@ -208,8 +248,8 @@ mod tests {
 
     impl Endpoint for VerbsLikeEndpoint {
         fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
-            if let Some(why) = &self.broken {
-                return Err(why.clone());
+            if let Some(stopped) = &mut self.stopped {
+                return Err(stopped.later(&mut self.notice));
             }
             crate::validate_batch(verbs)?;
             for verb in verbs.iter() {
@@ -218,9 +258,10 @@ mod tests {
             if self.error.load(Ordering::SeqCst) {
                 // The requests go out, are dropped, and are retried until the retries run out.
                 std::thread::sleep(RETRIES_RUN_OUT);
-                let why = self.notice.failure(0, "retries exhausted".into());
-                self.broken = Some(why.clone());
-                return Err(why);
+                let stopped = Stopped::new(0, 0, "retries exhausted".into());
+                let error = stopped.in_flight();
+                self.stopped = Some(stopped);
+                return Err(error);
             }
             let mut memory = self.served.memory.lock().expect("memory");
             for verb in verbs.iter_mut() {
@@ -275,31 +316,63 @@ mod tests {
         conformance::a_fenced_connection_says_so(&transport, &transport, Scratch::new(0, 0, LEN));
     }
 
-    #[test]
-    fn a_closed_or_silent_stream_is_no_notice_and_a_heard_one_is_kept() {
+    /// A connected pair of streams: (memory node's end, compute node's end).
+    fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        let (mut server, _) = listener.accept().expect("accept");
-        let mut notice = Listener::new(client);
+        let compute = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        (listener.accept().expect("accept").0, compute)
+    }
+
+    /// Until `notice` has heard what the memory node wrote (loopback delivers within
+    /// milliseconds), or 5 s.
+    fn settle(notice: &mut Listener) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !notice.heard() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_closed_or_silent_stream_is_no_notice_another_byte_neither_and_a_heard_one_is_kept() {
+        let (mut memory_node, compute) = pair();
+        let mut notice = Listener::new(compute);
         assert!(
-            !notice.heard(Duration::from_millis(5)),
-            "silence is no notice"
+            !notice.heard(),
+            "silence is no notice, and listening does not wait"
         );
-        server.write_all(&[NOTICE ^ 1]).expect("write");
-        assert!(
-            !notice.heard(Duration::from_millis(5)),
-            "another byte is no notice"
-        );
-        give(&mut server);
-        assert_eq!(notice.failure(3, "x".into()), TransportError::Fenced(3));
-        drop(server);
-        assert!(notice.heard(Duration::ZERO), "a heard notice is kept");
-        let second = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        drop(listener.accept().expect("accept"));
-        let mut closed = Listener::new(second);
+        memory_node.write_all(&[NOTICE ^ 1]).expect("write");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!notice.heard(), "another byte is no notice");
+        give(&mut memory_node);
+        settle(&mut notice);
+        assert!(notice.heard(), "the notice was given");
+        drop(memory_node);
+        assert!(notice.heard(), "a heard notice is kept");
+        let (memory_node, compute) = pair();
+        let mut closed = Listener::new(compute);
+        drop(memory_node);
+        settle(&mut closed);
+        assert!(!closed.heard(), "a closed stream is no notice");
+    }
+
+    #[test]
+    fn a_stopped_endpoint_says_broken_for_what_was_in_flight_and_fenced_once_it_hears_so() {
+        let (mut memory_node, compute) = pair();
+        let mut notice = Listener::new(compute);
+        let mut stopped = Stopped::new(1, 4, "retries exhausted".into());
+        assert_eq!(stopped.link(), 1);
+        let broken = TransportError::Broken("retries exhausted".into());
+        assert_eq!(stopped.in_flight(), broken);
+        assert_eq!(stopped.later(&mut notice), broken, "no notice: broken");
+        give(&mut memory_node);
+        settle(&mut notice);
+        assert_eq!(stopped.later(&mut notice), TransportError::Fenced(4));
         assert_eq!(
-            closed.failure(3, "gone".into()),
-            TransportError::Broken("gone".into())
+            stopped.in_flight(),
+            broken,
+            "what was in flight may have executed: never Fenced"
         );
+        drop(memory_node);
+        assert_eq!(stopped.later(&mut notice), TransportError::Fenced(4));
     }
 }

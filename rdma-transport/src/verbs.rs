@@ -470,25 +470,27 @@ impl std::fmt::Debug for VerbsFence {
 }
 
 impl crate::Fence for VerbsFence {
-    /// Tells the compute node on its bootstrap stream that connection `id` is fenced (so its
-    /// failure reaches it as `Fenced`, docs/ARCHITECTURE.md §2), then moves the queue pair to the
-    /// error state — the NIC drops every request arriving on it afterwards — and destroys it. An
-    /// unknown id was fenced (or closed) already: ids are never reused, so a stale one never
-    /// reaches a newer connection.
+    /// Moves the queue pair of connection `id` to the error state — the NIC drops every request
+    /// arriving on it afterwards — and destroys it, then tells the compute node on its bootstrap
+    /// stream (so it reaches the compute node as `Fenced`, docs/ARCHITECTURE.md §2). An unknown id
+    /// was fenced (or closed) already: ids are never reused, so a stale one never reaches a
+    /// newer connection.
     fn fence(&self, id: u64) -> Result<crate::Fenced, TransportError> {
-        let mut peers = self
+        let taken = self
             .served
             .peers
             .lock()
-            .map_err(|_| connection("server state poisoned"))?;
-        let Some((mut qp, cq, mut bootstrap)) = peers.remove(id) else {
+            .map_err(|_| connection("server state poisoned"))?
+            .remove(id);
+        let Some((mut qp, cq, mut bootstrap)) = taken else {
             return Ok(crate::Fenced::Done);
         };
-        crate::fence_notice::give(&mut bootstrap);
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Error);
         let moved = qp.modify(&attr);
-        drop((qp, cq, bootstrap));
+        drop((qp, cq));
+        // Destroyed whether or not the move went through: nothing arriving on it executes.
+        crate::fence_notice::give(&mut bootstrap);
         moved.map_err(|e| connection(format!("moving connection {id} to error: {e}")))?;
         Ok(crate::Fenced::Done)
     }
@@ -687,11 +689,12 @@ pub struct VerbsEndpoint {
     links: Vec<Link>,
     nodes: Vec<MemoryNodeInfo>,
     stats: Stats,
-    /// Why the endpoint stopped working: a batch timed out or completed with an error, or the
-    /// memory node fenced it. Its work requests may still be in flight and the NIC may still
-    /// write into the staging buffer, so nothing is posted any more; every later call fails with
-    /// this error ([`TransportError::Broken`], or [`TransportError::Fenced`]).
-    broken: Option<TransportError>,
+    /// Why the endpoint stopped working: a batch timed out or completed with an error (the
+    /// memory node may have fenced it). Its work requests may still be in flight and the NIC may
+    /// still write into the staging buffer, so nothing is posted any more; every later call fails
+    /// with [`TransportError::Broken`], or [`TransportError::Fenced`] once the memory node said
+    /// so.
+    broken: Option<crate::fence_notice::Stopped>,
     /// Batches posted and not yet taken back.
     flights: in_flight::Flights,
 }

@@ -73,8 +73,8 @@ impl VerbsEndpoint {
     /// [`crate::Endpoint::post`]: validated, copied, cut into runs; posted as far as the queue
     /// pairs allow now.
     pub(super) fn post_batch(&mut self, verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
-        if let Some(error) = &self.broken {
-            return Err(error.clone());
+        if let Some(stopped) = &mut self.broken {
+            return Err(stopped.later(&mut self.links[stopped.link()].notice));
         }
         crate::validate_batch(verbs)?;
         for verb in verbs {
@@ -148,11 +148,11 @@ impl VerbsEndpoint {
         if self.broken.is_none() {
             self.post_waiting();
         }
-        if let Some(error) = &self.broken {
-            // Nothing more completes: every batch without an outcome fails.
+        if let Some(stopped) = &self.broken {
+            // Nothing more completes: every batch without an outcome fails, executed or not.
             for flight in &mut self.flights.queue {
                 if flight.outcome.is_none() {
-                    flight.outcome = Some(Err(error.clone()));
+                    flight.outcome = Some(Err(stopped.in_flight()));
                 }
             }
         }
@@ -216,13 +216,15 @@ impl VerbsEndpoint {
     }
 
     /// The endpoint breaks, `link` having failed for reason `why`: nothing is posted any more,
-    /// and every batch without an outcome fails with the error returned — `Fenced` if the link's
-    /// memory node said it fenced the connection ([`crate::fence_notice`]), `Broken` otherwise.
+    /// every batch without an outcome fails with the error returned (`Broken`), and later calls
+    /// with `Broken` until the link's memory node says it fenced the connection, and with
+    /// `Fenced` from then on ([`crate::fence_notice`]; a server serves one memory node, the one
+    /// `Fenced` names).
     fn break_on(&mut self, link: usize, why: String) -> TransportError {
-        let link = &mut self.links[link];
-        let node = link.regions.first().map_or(0, |r| r.id);
-        let error = link.notice.failure(node, why);
-        self.broken = Some(error.clone());
+        let node = self.links[link].regions.first().map_or(0, |r| r.id);
+        let stopped = crate::fence_notice::Stopped::new(link, node, why);
+        let error = stopped.in_flight();
+        self.broken = Some(stopped);
         error
     }
 
