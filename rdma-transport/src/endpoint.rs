@@ -33,7 +33,10 @@ pub trait Transport: Send + Sync {
 ///
 /// Guarantee: once [`Fence::fence`] returns `Ok(Fenced::Done)`, no verb posted through the named
 /// connection — earlier or later — takes effect any more, and later ones fail with
-/// [`TransportError::Fenced`]. A verb that was executing when the fence came completed before
+/// [`TransportError::Fenced`]; on a backend whose fence only breaks the connection (verbs), the
+/// compute side learns it a moment later: batches in flight when its connection fails, and calls
+/// until it has heard the memory node's notice, fail with `Broken` first. `Fenced` always means
+/// that the batch executed nothing. A verb that was executing when the fence came completed before
 /// `fence` returned or never takes effect — except a WRITE larger than one packet
 /// ([`Endpoint::packet_bytes`]): its packets land whole, in order, so a prefix of them may have
 /// landed and the rest never will. Whoever writes such a WRITE in place must be able to finish

@@ -78,29 +78,18 @@ impl Listener {
     }
 }
 
-/// Why a compute endpoint stopped: connection `link` (to memory node `node`) failed.
+/// Why a compute endpoint stopped: one of its connections failed.
 #[derive(Debug)]
 pub(crate) struct Stopped {
-    link: usize,
-    node: u16,
     why: String,
-    fenced: bool,
+    /// The memory node whose notice was heard.
+    fenced: Option<u16>,
 }
 
 impl Stopped {
-    /// Connection `link`, to memory node `node`, failed for reason `why`.
-    pub(crate) fn new(link: usize, node: u16, why: String) -> Self {
-        Self {
-            link,
-            node,
-            why,
-            fenced: false,
-        }
-    }
-
-    /// The connection that failed (whose listener [`Stopped::later`] wants).
-    pub(crate) fn link(&self) -> usize {
-        self.link
+    /// A connection failed for reason `why`.
+    pub(crate) fn new(why: String) -> Self {
+        Self { why, fenced: None }
     }
 
     /// What a batch in flight when the endpoint stopped fails with: `Broken`, whether it
@@ -109,14 +98,22 @@ impl Stopped {
         TransportError::Broken(self.why.clone())
     }
 
-    /// What a later call, which posts nothing, fails with: `Fenced` once `notice` (the failed
-    /// connection's) has been heard, `Broken` until then.
-    pub(crate) fn later(&mut self, notice: &mut Listener) -> TransportError {
-        self.fenced = self.fenced || notice.heard();
-        if self.fenced {
-            TransportError::Fenced(self.node)
-        } else {
-            self.in_flight()
+    /// What a later call, which posts nothing, fails with: `Fenced`, naming its memory node,
+    /// once the notice of any of the endpoint's connections (`notices`, each with the memory
+    /// node it serves) has been heard — the one that failed, or another the memory node fenced
+    /// meanwhile — and `Broken` until then.
+    pub(crate) fn later<'a>(
+        &mut self,
+        notices: impl IntoIterator<Item = (u16, &'a mut Listener)>,
+    ) -> TransportError {
+        if self.fenced.is_none() {
+            self.fenced = notices
+                .into_iter()
+                .find_map(|(node, notice)| notice.heard().then_some(node));
+        }
+        match self.fenced {
+            Some(node) => TransportError::Fenced(node),
+            None => self.in_flight(),
         }
     }
 }
@@ -249,7 +246,7 @@ mod tests {
     impl Endpoint for VerbsLikeEndpoint {
         fn batch(&mut self, verbs: &mut [Verb<'_>]) -> Result<(), TransportError> {
             if let Some(stopped) = &mut self.stopped {
-                return Err(stopped.later(&mut self.notice));
+                return Err(stopped.later([(0, &mut self.notice)]));
             }
             crate::validate_batch(verbs)?;
             for verb in verbs.iter() {
@@ -258,7 +255,7 @@ mod tests {
             if self.error.load(Ordering::SeqCst) {
                 // The requests go out, are dropped, and are retried until the retries run out.
                 std::thread::sleep(RETRIES_RUN_OUT);
-                let stopped = Stopped::new(0, 0, "retries exhausted".into());
+                let stopped = Stopped::new("retries exhausted".into());
                 let error = stopped.in_flight();
                 self.stopped = Some(stopped);
                 return Err(error);
@@ -304,7 +301,12 @@ mod tests {
     #[test]
     fn a_fence_that_only_breaks_the_connection_still_reaches_the_compute_node_as_fenced() {
         let transport = VerbsLike::start(true);
-        conformance::a_fenced_connection_says_so(&transport, &transport, Scratch::new(0, 0, LEN));
+        conformance::a_fenced_connection_says_so(
+            &transport,
+            &transport,
+            Scratch::new(0, 0, LEN),
+            Duration::from_secs(5),
+        );
     }
 
     /// The broken variant: a fence without its notice is reported as `Broken`, and the
@@ -313,7 +315,12 @@ mod tests {
     #[should_panic(expected = "must fail with Fenced")]
     fn without_the_notice_the_compute_node_sees_broken_and_the_case_catches_it() {
         let transport = VerbsLike::start(false);
-        conformance::a_fenced_connection_says_so(&transport, &transport, Scratch::new(0, 0, LEN));
+        conformance::a_fenced_connection_says_so(
+            &transport,
+            &transport,
+            Scratch::new(0, 0, LEN),
+            Duration::from_secs(1),
+        );
     }
 
     /// A connected pair of streams: (memory node's end, compute node's end).
@@ -351,28 +358,38 @@ mod tests {
         let (memory_node, compute) = pair();
         let mut closed = Listener::new(compute);
         drop(memory_node);
-        settle(&mut closed);
+        std::thread::sleep(Duration::from_millis(20));
         assert!(!closed.heard(), "a closed stream is no notice");
+        assert!(!closed.heard(), "and stays none");
     }
 
     #[test]
     fn a_stopped_endpoint_says_broken_for_what_was_in_flight_and_fenced_once_it_hears_so() {
         let (mut memory_node, compute) = pair();
         let mut notice = Listener::new(compute);
-        let mut stopped = Stopped::new(1, 4, "retries exhausted".into());
-        assert_eq!(stopped.link(), 1);
+        let (_other_node, other) = pair();
+        let mut other = Listener::new(other);
+        let mut stopped = Stopped::new("retries exhausted".into());
         let broken = TransportError::Broken("retries exhausted".into());
         assert_eq!(stopped.in_flight(), broken);
-        assert_eq!(stopped.later(&mut notice), broken, "no notice: broken");
+        assert_eq!(
+            stopped.later([(2, &mut other), (4, &mut notice)]),
+            broken,
+            "no notice: broken"
+        );
         give(&mut memory_node);
         settle(&mut notice);
-        assert_eq!(stopped.later(&mut notice), TransportError::Fenced(4));
+        // Heard on the second of the endpoint's connections: named by its memory node.
+        assert_eq!(
+            stopped.later([(2, &mut other), (4, &mut notice)]),
+            TransportError::Fenced(4)
+        );
         assert_eq!(
             stopped.in_flight(),
             broken,
             "what was in flight may have executed: never Fenced"
         );
         drop(memory_node);
-        assert_eq!(stopped.later(&mut notice), TransportError::Fenced(4));
+        assert_eq!(stopped.later([]), TransportError::Fenced(4), "kept");
     }
 }

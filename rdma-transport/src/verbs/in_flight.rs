@@ -74,7 +74,10 @@ impl VerbsEndpoint {
     /// pairs allow now.
     pub(super) fn post_batch(&mut self, verbs: &[Verb<'_>]) -> Result<Ticket, TransportError> {
         if let Some(stopped) = &mut self.broken {
-            return Err(stopped.later(&mut self.links[stopped.link()].notice));
+            return Err(stopped.later(self.links.iter_mut().map(|link| {
+                let node = link.regions.first().map_or(0, |r| r.id);
+                (node, &mut link.notice)
+            })));
         }
         crate::validate_batch(verbs)?;
         for verb in verbs {
@@ -186,7 +189,7 @@ impl VerbsEndpoint {
                         return;
                     }
                     if let Err(why) = self.completed(link, wr_id) {
-                        self.break_on(link, why);
+                        self.break_on(why);
                         return;
                     }
                 }
@@ -209,20 +212,19 @@ impl VerbsEndpoint {
                     last_wr,
                     COMPLETION_TIMEOUT.as_secs()
                 );
-                self.break_on(link, why);
+                self.break_on(why);
                 return;
             }
         }
     }
 
-    /// The endpoint breaks, `link` having failed for reason `why`: nothing is posted any more,
+    /// The endpoint breaks, a link having failed for reason `why`: nothing is posted any more,
     /// every batch without an outcome fails with the error returned (`Broken`), and later calls
-    /// with `Broken` until the link's memory node says it fenced the connection, and with
-    /// `Fenced` from then on ([`crate::fence_notice`]; a server serves one memory node, the one
-    /// `Fenced` names).
-    fn break_on(&mut self, link: usize, why: String) -> TransportError {
-        let node = self.links[link].regions.first().map_or(0, |r| r.id);
-        let stopped = crate::fence_notice::Stopped::new(link, node, why);
+    /// with `Broken` until a link's memory node says it fenced the connection, and with `Fenced`
+    /// from then on ([`crate::fence_notice`]; a server serves one memory node, the one `Fenced`
+    /// names).
+    fn break_on(&mut self, why: String) -> TransportError {
+        let stopped = crate::fence_notice::Stopped::new(why);
         let error = stopped.in_flight();
         self.broken = Some(stopped);
         error
@@ -232,10 +234,7 @@ impl VerbsEndpoint {
     /// the verbs of its run before it executed (a queue pair executes a run in order), so their
     /// results (READs, atomics' `old`) are copied out and delivered with the batch's failure.
     fn failed(&mut self, link: usize, wr_id: u64, status: u32, vendor_err: u32) {
-        let error = self.break_on(
-            link,
-            crate::work_completion::failure(wr_id, status, vendor_err),
-        );
+        let error = self.break_on(crate::work_completion::failure(wr_id, status, vendor_err));
         let found = self.flights.queue.iter_mut().find_map(|flight| {
             flight
                 .runs
@@ -338,7 +337,7 @@ impl VerbsEndpoint {
                     Ok(Some(state)) => flight.runs[next].state = state,
                     Ok(None) => {}
                     Err(why) => {
-                        self.break_on(link, why);
+                        self.break_on(why);
                         return;
                     }
                 }
