@@ -8,6 +8,8 @@
 //! * `--memory-nodes`: 1 to [`MAX_MEMORY_NODES`] embedded memory nodes (each a pool, a retrainer
 //!   thread and its share of the keys; a harness on one machine gains nothing from more).
 //! * `--duration`: a positive, finite number of seconds, at most [`MAX_SECONDS`] (115 days).
+//! * `--target-rate`: a positive, finite number of operations per second, at most
+//!   [`MAX_TARGET_RATE`] (a nanosecond between two operations of one thread).
 //! * `--delta`, `--epsilon`: what the learned models take (`learned_model::MAX_DELTA`,
 //!   `MAX_EPSILON`).
 //! * cost-model figures: positive and finite.
@@ -298,6 +300,22 @@ pub fn seconds(s: &str) -> Result<f64, String> {
         Err(format!(
             "{s} is not a number of seconds above 0 and at most {MAX_SECONDS:e}"
         ))
+    }
+}
+
+/// The highest `--target-rate`: one operation a nanosecond (the schedule's resolution).
+pub const MAX_TARGET_RATE: f64 = 1e9;
+
+/// `--target-rate` (operations per second, over all client threads).
+pub fn target_rate(s: &str) -> Result<f64, String> {
+    let needs =
+        format!("a number of operations per second above 0 and at most {MAX_TARGET_RATE:e}");
+    not_negative(s, &needs)?;
+    let x = finite_number(s)?;
+    if x > 0.0 && x <= MAX_TARGET_RATE {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not {needs}"))
     }
 }
 

@@ -276,6 +276,9 @@ pub struct Report {
     pub phases: Phases,
     /// Operations run before the measured ones (`--warmup`) and left out of every figure.
     pub warmup_ops: u64,
+    /// Open loop (`--target-rate`): operations per second offered, in all; latencies count from
+    /// each operation's scheduled start. Null for a closed-loop run.
+    pub target_rate: Option<f64>,
     /// Throughput per `--report-interval` over the measured stretch (empty without it).
     pub intervals: Vec<Interval>,
     /// Ctrl-C stopped the run: its figures cover the operations done until then.
@@ -474,6 +477,17 @@ impl Report {
             out.push_str(&format!(
                 "warm-up: {} operations first, left out of every figure\n",
                 self.warmup_ops
+            ));
+        }
+        if let Some(rate) = self.target_rate {
+            out.push_str(&format!(
+                "open loop: {rate:.0} ops/s offered, {:.0} done{}; latencies from each operation's scheduled start\n",
+                self.throughput_ops_s,
+                if self.throughput_ops_s < 0.95 * rate {
+                    " (the store fell behind: operations waited, and their latencies say how long)"
+                } else {
+                    ""
+                }
             ));
         }
         out.push_str(&format!(

@@ -59,7 +59,7 @@ fn axis_label(v: f64, top: f64) -> String {
 }
 
 /// A readable number for a value label.
-fn short(v: f64) -> String {
+pub(crate) fn short(v: f64) -> String {
     let a = v.abs();
     if a >= 1e9 {
         format!("{:.1}G", v / 1e9)
@@ -150,7 +150,8 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-fn legend(out: &mut String, names: &[(String, bool)]) {
+/// The legend: a line and a name per series, series in groups of `group` of one colour each.
+fn legend(out: &mut String, names: &[(String, bool)], group: usize) {
     let mut y = TOP + 10.0;
     for (i, (name, dashed)) in names.iter().enumerate() {
         let x = WIDTH - RIGHT + 14.0;
@@ -158,7 +159,7 @@ fn legend(out: &mut String, names: &[(String, bool)]) {
             out,
             r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="3"{}/>"#,
             x + 24.0,
-            COLOURS[i % COLOURS.len()],
+            COLOURS[(i / group.max(1)) % COLOURS.len()],
             if *dashed {
                 r#" stroke-dasharray="6 4""#
             } else {
@@ -330,12 +331,14 @@ pub fn line_chart(
             );
         }
     }
-    legend(&mut out, &names);
+    legend(&mut out, &names, 1);
     out.push_str("</svg>\n");
     out
 }
 
-/// Latency against percentile: x positions given with their labels, y on a log scale.
+/// Latency against percentile (or throughput): x positions given with their labels (the axis
+/// spans them and the points), y on a log scale. Series come in groups of `group` of one colour
+/// each (a quantile solid and another dashed, say).
 pub fn latency_chart(
     title: &str,
     subtitle: &str,
@@ -343,13 +346,17 @@ pub fn latency_chart(
     y_label: &str,
     series: &[Series],
     x_ticks: &[(f64, String)],
+    group: usize,
 ) -> String {
     let mut out = String::new();
     frame(&mut out, title, subtitle, x_label, y_label);
     let values = || series.iter().flat_map(|s| s.points.iter());
-    let (x_lo, x_hi) = values().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-        (lo.min(p.0), hi.max(p.0))
-    });
+    let (x_lo, x_hi) = values()
+        .map(|p| p.0)
+        .chain(x_ticks.iter().map(|t| t.0))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
     let (x_lo, x_hi) = if x_hi > x_lo {
         (x_lo, x_hi)
     } else {
@@ -394,8 +401,17 @@ pub fn latency_chart(
     }
     axes(&mut out);
     for (i, s) in series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
+        let colour = COLOURS[(i / group.max(1)) % COLOURS.len()];
         polyline(&mut out, s, colour, &x, &y);
+        // A few measured points are marked; a spectrum of many is a line.
+        for &(px, py) in s.points.iter().filter(|_| s.points.len() <= 20) {
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{colour}"/>"#,
+                x(px),
+                y(py)
+            );
+        }
     }
     legend(
         &mut out,
@@ -403,6 +419,7 @@ pub fn latency_chart(
             .iter()
             .map(|s| (s.name.clone(), s.dashed))
             .collect::<Vec<_>>(),
+        group,
     );
     out.push_str("</svg>\n");
     out
@@ -516,6 +533,7 @@ pub fn bar_chart_with_errors(
             .iter()
             .map(|s| (s.0.clone(), false))
             .collect::<Vec<_>>(),
+        1,
     );
     out.push_str("</svg>\n");
     out

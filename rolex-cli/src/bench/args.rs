@@ -196,10 +196,12 @@ pub struct BenchArgs {
     pub model_clients: Option<u64>,
 }
 
-/// How long a run lasts: `--duration` instead of a count of operations, after a `--warmup`.
-/// `rolex bench` and `rolex compare` both take these flags (flattened into each), so they mean
-/// the same and are checked the same in both (by [`crate::checks::seconds`] and
-/// [`crate::checks::warmup`]); each run of `compare`, of either index, is a bench run with them.
+/// How long a run lasts and how work is offered: `--duration` instead of a count of operations,
+/// after a `--warmup`; `--target-rate` for an open-loop run. `rolex bench` and `rolex compare`
+/// both take these flags (flattened into each), so they mean the same and are checked the same
+/// in both (by [`crate::checks::seconds`], [`crate::checks::warmup`] and
+/// [`crate::checks::target_rate`]); each run of `compare`, of each index, is a bench run with
+/// them.
 /// A command that takes them gives its `--ops` `conflicts_with = "duration"`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, clap::Args, serde::Serialize)]
 pub struct RunLength {
@@ -210,10 +212,17 @@ pub struct RunLength {
     /// (`2s`). The measured run (`--ops` or `--duration`) starts when it ends.
     #[arg(long, value_parser = crate::checks::warmup)]
     pub warmup: Option<crate::checks::Warmup>,
+    /// Open loop: start operations at this many per second in all (each client thread its share,
+    /// evenly spaced), however long earlier ones take, and count each one's latency from its
+    /// scheduled start — a stall shows in every operation it held up. Without it, each thread
+    /// starts an operation when one ends (closed loop).
+    #[arg(long, value_name = "OPS", value_parser = crate::checks::target_rate)]
+    pub target_rate: Option<f64>,
 }
 
 impl RunLength {
-    /// The flags as typed (` --duration 2 --warmup 1000`; empty when neither was given).
+    /// The flags as typed (` --duration 2 --warmup 1000 --target-rate 5000`; empty when none was
+    /// given).
     pub fn flags(&self) -> String {
         let mut out = String::new();
         if let Some(s) = self.duration {
@@ -221,6 +230,9 @@ impl RunLength {
         }
         if let Some(w) = self.warmup {
             out.push_str(&format!(" --warmup {}", w.flag()));
+        }
+        if let Some(r) = self.target_rate {
+            out.push_str(&format!(" --target-rate {r}"));
         }
         out
     }

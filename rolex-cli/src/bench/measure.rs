@@ -75,6 +75,10 @@ pub(super) fn run_workload<I: BenchIndex>(
         churn: args.workload == Workload::Churn && args.workload_file.is_none(),
         threads: args.threads,
         stop: AtomicBool::new(false),
+        pace_ns: args
+            .length
+            .target_rate
+            .map(|rate| args.threads as f64 * 1e9 / rate),
     });
     let measured = run_threads(args, &store, &shared, retrain_progress)?;
     stop_retrainers.store(true, Ordering::Release);
@@ -413,6 +417,7 @@ fn assemble<I: BenchIndex>(
         inserts_missing,
         phases,
         warmup_ops,
+        target_rate: args.length.target_rate,
         intervals,
         interrupted: shared.stop.load(Ordering::Acquire),
         latency_histograms: histograms,

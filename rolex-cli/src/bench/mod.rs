@@ -14,6 +14,7 @@ use crate::error::{CliError, failed, input};
 pub use args::{BenchArgs, CliCacheMode, CliTransport, RunLength};
 use bplus::run_bplus;
 use measure::run_workload;
+pub(crate) use thread::latency_histogram;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

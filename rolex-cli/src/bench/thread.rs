@@ -1,5 +1,10 @@
 //! One client thread's loop: pick an operation, run it, and (once the warm-up is over) record its
 //! latency and verbs.
+//!
+//! Closed loop by default: a thread starts an operation when one ends, and an operation's latency
+//! runs from its start. Open loop with `--target-rate` ([`Schedule`]): operations start on a
+//! schedule, and an operation's latency runs from its scheduled start, so a thread that fell
+//! behind counts the time its operations waited (no coordinated omission).
 
 use crate::error::{CliError, failed};
 use std::sync::Arc;
@@ -26,7 +31,7 @@ const FLUSH_EVERY: u64 = 256;
 pub(super) const MAX_LATENCY_NS: u64 = 60_000_000_000;
 
 /// A histogram of latencies in nanoseconds (three significant digits).
-pub(super) fn latency_histogram() -> Result<Histogram<u64>, CliError> {
+pub(crate) fn latency_histogram() -> Result<Histogram<u64>, CliError> {
     Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).map_err(CliError::from)
 }
 
@@ -56,6 +61,85 @@ pub(super) struct Shared {
     pub threads: u64,
     /// Ctrl-C: every thread stops after the operation under way (set by the sampling loop).
     pub stop: AtomicBool,
+    /// Open loop (`--target-rate`): nanoseconds between two scheduled starts of one thread.
+    pub pace_ns: Option<f64>,
+}
+
+impl Shared {
+    /// Whether the measured stretch is over by its clock (`--duration`).
+    fn past_deadline(&self) -> bool {
+        self.timed
+            && self.started.elapsed().as_nanos() as u64 >= self.deadline_ns.load(Ordering::Acquire)
+    }
+}
+
+/// An open-loop thread's schedule: its `n`th operation of a stretch starts at `origin + n ×
+/// interval`, however long the ones before it took. Threads' schedules are offset by a share of
+/// the interval each, so the run's operations are spread evenly, not started in bursts.
+struct Schedule {
+    origin: Instant,
+    interval_ns: f64,
+    offset_ns: f64,
+    next: u64,
+}
+
+impl Schedule {
+    /// Thread `t`'s schedule, if the run is open-loop; from now on.
+    fn of(shared: &Shared, t: u64) -> Option<Self> {
+        shared.pace_ns.map(|interval_ns| Self {
+            origin: Instant::now(),
+            interval_ns,
+            offset_ns: interval_ns * t as f64 / shared.threads as f64,
+            next: 0,
+        })
+    }
+
+    /// Starts the schedule again from now (a new stretch: the warm-up's backlog is not the
+    /// measured stretch's).
+    fn restart(&mut self) {
+        self.origin = Instant::now();
+        self.next = 0;
+    }
+
+    /// When the next operation is due.
+    fn due(&self) -> Instant {
+        let ns = self.offset_ns + self.interval_ns * self.next as f64;
+        self.origin + std::time::Duration::from_nanos(ns as u64)
+    }
+
+    /// The next operation's scheduled start, taken.
+    fn take(&mut self) -> Instant {
+        let due = self.due();
+        self.next += 1;
+        due
+    }
+}
+
+/// Waits until `due`; false if the run stopped meanwhile (Ctrl-C, or the measured stretch's
+/// deadline while `measuring`), or a warm-up ended.
+fn wait_until(due: Instant, shared: &Shared, measuring: bool) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        if shared.stop.load(Ordering::Acquire)
+            || (measuring && shared.past_deadline())
+            || (!measuring && shared.measuring.load(Ordering::Acquire))
+        {
+            return false;
+        }
+        // Asleep until a millisecond before it is due (a millisecond at a time: a stop is seen
+        // within one), then spinning: a sleep wakes late by the scheduler's slack, which the
+        // operation's latency would count.
+        let left = due - now;
+        let margin = std::time::Duration::from_millis(1);
+        if left > 2 * margin {
+            std::thread::sleep((left - margin).min(margin));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// Per thread: latency histograms and network counters per operation type.
@@ -122,6 +206,7 @@ pub(super) fn run_thread<I: BenchIndex>(
     let mut result = empty_result(shared, t)?;
     let (mut measured, mut unflushed, mut warm_unflushed) = (0u64, 0u64, 0u64);
     let mut value_bytes_at_start = None;
+    let mut schedule = Schedule::of(shared, t);
     loop {
         if shared.stop.load(Ordering::Acquire) {
             break;
@@ -134,10 +219,12 @@ pub(super) fn run_thread<I: BenchIndex>(
                     .warm_done
                     .fetch_add(warm_unflushed, Ordering::Relaxed);
                 warm_unflushed = 0;
+                if let Some(schedule) = &mut schedule {
+                    schedule.restart();
+                }
             }
             let over = if shared.timed {
-                shared.started.elapsed().as_nanos() as u64
-                    >= shared.deadline_ns.load(Ordering::Acquire)
+                shared.past_deadline()
             } else {
                 measured >= shared.per_thread
             };
@@ -145,10 +232,21 @@ pub(super) fn run_thread<I: BenchIndex>(
                 break;
             }
         }
+        // Open loop: the operation's scheduled start (waited for if it is ahead), from which its
+        // latency counts; closed loop: now.
+        let at = match &mut schedule {
+            Some(schedule) => {
+                let due = schedule.take();
+                if !wait_until(due, shared, measuring) {
+                    continue;
+                }
+                due
+            }
+            None => Instant::now(),
+        };
         let op = next_op(shared, &mut rng, &mut result.owned);
         let before = client.net_stats();
         let locks_before = client.lock_verbs();
-        let at = Instant::now();
         let inserted_before = result.inserted.len();
         let kind = match execute(&mut client, op, &mut result.inserted) {
             Ok(kind) => kind,
@@ -311,6 +409,7 @@ fn run_pipelined<I: BenchIndex>(
     let mut rng = StdRng::seed_from_u64(seed);
     let mut result = empty_result(shared, t)?;
     let mut value_bytes_at_start = 0;
+    let mut schedule = Schedule::of(shared, t);
     for measuring in [false, true] {
         if measuring {
             if !shared.measuring.load(Ordering::Acquire) {
@@ -325,7 +424,17 @@ fn run_pipelined<I: BenchIndex>(
         } else if shared.measuring.load(Ordering::Acquire) {
             continue;
         }
-        drive(shared, &mut lanes, &mut rng, &mut result, measuring)?;
+        if let Some(schedule) = &mut schedule {
+            schedule.restart();
+        }
+        drive(
+            shared,
+            &mut lanes,
+            &mut rng,
+            &mut result,
+            measuring,
+            schedule.as_mut(),
+        )?;
     }
     result.finished = Instant::now();
     result.value_bytes =
@@ -334,13 +443,16 @@ fn run_pipelined<I: BenchIndex>(
 }
 
 /// One stretch of a pipelined thread: the warm-up (until the run's warm-up ends) or the measured
-/// operations (its share, or until the deadline).
+/// operations (its share, or until the deadline). Open loop (`schedule`): an operation starts
+/// once it is due and a lane is free; meanwhile the session is polled, not waited on, so a due
+/// operation is not held up by one in flight.
 fn drive<C: BenchClient>(
     shared: &Shared,
     lanes: &mut [C],
     rng: &mut StdRng,
     result: &mut ThreadResult,
     measuring: bool,
+    mut schedule: Option<&mut Schedule>,
 ) -> Result<(), CliError> {
     let mut session = kv_session::session(lanes);
     let mut flights: std::collections::HashMap<u64, InFlight> = std::collections::HashMap::new();
@@ -353,13 +465,18 @@ fn drive<C: BenchClient>(
             return shared.measuring.load(Ordering::Acquire);
         }
         if shared.timed {
-            shared.started.elapsed().as_nanos() as u64 >= shared.deadline_ns.load(Ordering::Acquire)
+            shared.past_deadline()
         } else {
             started >= shared.per_thread
         }
     };
     loop {
         while session.has_room() && !over(started) {
+            let at = match schedule.as_deref_mut() {
+                Some(schedule) if schedule.due() > Instant::now() => break,
+                Some(schedule) => schedule.take(),
+                None => Instant::now(),
+            };
             let op = next_op(shared, rng, &mut result.owned);
             let (request, kind) = first_request(op);
             flights.insert(
@@ -367,7 +484,7 @@ fn drive<C: BenchClient>(
                 InFlight {
                     op,
                     kind,
-                    started: Instant::now(),
+                    started: at,
                     measured: measuring,
                     net: Stats::default(),
                     updating: false,
@@ -379,8 +496,23 @@ fn drive<C: BenchClient>(
             next_tag += 1;
             started += 1;
         }
-        let Some(done) = session.wait() else {
-            break;
+        let done = match schedule.as_deref() {
+            // Open loop, more to start: whatever completed, else wait for the next start.
+            Some(schedule) if !over(started) => match session.poll() {
+                Some(done) => done,
+                None => {
+                    if session.in_flight() == 0 {
+                        wait_until(schedule.due(), shared, measuring);
+                    } else {
+                        C::idle();
+                    }
+                    continue;
+                }
+            },
+            _ => match session.wait() {
+                Some(done) => done,
+                None => break,
+            },
         };
         let Some(mut flight) = flights.remove(&done.tag) else {
             return Err(failed!("a pipelined session returned an unknown operation"));
@@ -434,4 +566,32 @@ fn drive<C: BenchClient>(
     }
     shared.done.fetch_add(unflushed, Ordering::Relaxed);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_spaces_a_thread_s_starts_evenly_and_offsets_the_threads() {
+        let at = |s: &Schedule| s.due().duration_since(s.origin).as_nanos() as u64;
+        let mut third = Schedule {
+            origin: Instant::now(),
+            interval_ns: 3_000.0,
+            offset_ns: 3_000.0 * 2.0 / 3.0,
+            next: 0,
+        };
+        let starts: Vec<u64> = (0..4)
+            .map(|_| {
+                let due = third.take();
+                due.duration_since(third.origin).as_nanos() as u64
+            })
+            .collect();
+        assert_eq!(starts, [2_000, 5_000, 8_000, 11_000]);
+        // However late the thread is, the next start is the schedule's, not now.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(at(&third), 14_000);
+        third.restart();
+        assert_eq!(at(&third), 2_000, "a new stretch starts its schedule again");
+    }
 }

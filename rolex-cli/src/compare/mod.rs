@@ -6,6 +6,7 @@
 
 mod budget;
 mod plots;
+mod rate;
 
 use crate::error::{CliError, failed, input};
 use std::io::Write as _;
@@ -84,6 +85,14 @@ pub struct CompareArgs {
     /// Leave the budget sweep out.
     #[arg(long, conflicts_with = "budget_sweep")]
     pub no_budget_sweep: bool,
+    /// Open-loop rates (operations per second, comma-separated) at which YCSB C and A (uniform
+    /// requests) are run again, for every index, each at `--target-rate` the rate: measured
+    /// throughput and latency from scheduled starts, a table and a plot of latency against
+    /// throughput per workload. Each point runs `--duration`, or `--ops` up to five seconds'
+    /// worth. Default: none.
+    #[arg(long, value_delimiter = ',', value_name = "OPS,...",
+          value_parser = crate::checks::target_rate)]
+    pub rate_sweep: Vec<f64>,
     /// Hide progress.
     #[arg(long)]
     pub quiet: bool,
@@ -234,7 +243,8 @@ const RATIO_STATISTIC: &str = "under each baseline's name (bplus, chime): ROLEX'
 /// 3: more than one baseline — each case holds each baseline's report under its name (`bplus`,
 /// `chime`), `ratios` and `spread` are keyed by index name, `clients_sweep` points hold
 /// `ops_s: {rolex, bplus, chime}`, `budget_sweep` points each index's figures under its name,
-/// and `indexes` lists the indexes run. (2: the ratios of means with an interval.)
+/// and `indexes` lists the indexes run; later, fields added (`rate_sweep`, `target_rate`), none
+/// changed. (2: the ratios of means with an interval.)
 const COMPARE_SCHEMA_VERSION: u32 = 3;
 
 /// The whole comparison, as written to `--json`.
@@ -265,9 +275,12 @@ struct Comparison {
     cache_budget: Option<crate::checks::CacheBudget>,
     /// YCSB C and A (uniform) at each budget of `--budget-sweep`.
     budget_sweep: Vec<BudgetPoint>,
+    /// YCSB C and A (uniform) at each open-loop rate of `--rate-sweep`: measured throughput and
+    /// latencies from scheduled starts.
+    rate_sweep: Vec<rate::RatePoint>,
     /// How each case's `ratios` are computed ([`RATIO_STATISTIC`]).
     ratio_statistic: &'static str,
-    /// Ctrl-C stopped the comparison: `cases` and `budget_sweep` hold what finished before.
+    /// Ctrl-C stopped the comparison: `cases` and the sweeps hold what finished before.
     interrupted: bool,
 }
 
@@ -402,7 +415,7 @@ fn spread_of(
 /// The command line that made the table, as its first line.
 fn command_line(args: &CompareArgs, defaults: &BenchArgs, indexes: &[IndexKind]) -> String {
     format!(
-        "`rolex compare --keys {}{} --threads {} --seed {} --index {}{}{}{}{}`\n\n",
+        "`rolex compare --keys {}{} --threads {} --seed {} --index {}{}{}{}{}{}`\n\n",
         args.keys,
         match args.length.duration {
             // --duration replaces --ops; --warmup comes with either.
@@ -432,7 +445,19 @@ fn command_line(args: &CompareArgs, defaults: &BenchArgs, indexes: &[IndexKind])
         args.value_size
             .map_or(String::new(), |v| format!(" --value-size {}", v.flag())),
         args.cache_budget
-            .map_or(String::new(), |b| format!(" --cache-budget {}", b.flag()))
+            .map_or(String::new(), |b| format!(" --cache-budget {}", b.flag())),
+        if args.rate_sweep.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " --rate-sweep {}",
+                args.rate_sweep
+                    .iter()
+                    .map(f64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        }
     )
 }
 
@@ -695,16 +720,22 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
     } else {
         budget::budget_sweep(args, &defaults, &indexes, &profile, &mut emit)?
     };
+    let rate_sweep =
+        if args.rate_sweep.is_empty() || stopped_at.is_some() || crate::interrupt::interrupted() {
+            Vec::new()
+        } else {
+            rate::rate_sweep(args, &defaults, &indexes, &mut emit)?
+        };
     let interrupted = crate::interrupt::interrupted();
     if interrupted {
         emit(format!(
             "\ninterrupted (Ctrl-C) during {}: the tables hold what finished before it",
-            stopped_at.as_deref().unwrap_or("the budget sweep")
+            stopped_at.as_deref().unwrap_or("the sweeps")
         ));
     }
     let table_path = args.out.join("table.md");
     std::fs::write(&table_path, &table).map_err(|e| failed!("{}: {e}", table_path.display()))?;
-    let plots = plots::plots(
+    let mut plots = plots::plots(
         &cases,
         &clients_sweep,
         &budget_sweep,
@@ -712,6 +743,14 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         args,
         &profile,
     );
+    plots.extend(rate::plots(
+        &rate_sweep,
+        &indexes,
+        &format!(
+            "{} keys, {} threads x {} in flight, uniform requests; measured here, not modeled: tails include this host's scheduling",
+            args.keys, args.threads, args.inflight
+        ),
+    ));
     for (file, svg) in &plots {
         let path = args.out.join(file);
         std::fs::write(&path, svg).map_err(|e| failed!("{}: {e}", path.display()))?;
@@ -720,7 +759,10 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         "table and plots: {} (table.md, {}); {} runs in {:.0} s",
         args.out.display(),
         plots.iter().map(|p| p.0).collect::<Vec<_>>().join(", "),
-        indexes.len() as u64 * (cases.len() as u64 * args.runs + budget_sweep.len() as u64),
+        indexes.len() as u64
+            * (cases.len() as u64 * args.runs
+                + budget_sweep.len() as u64
+                + rate_sweep.len() as u64),
         started.elapsed().as_secs_f64()
     );
     if let Some(path) = &args.json {
@@ -741,6 +783,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
             clients_sweep,
             cache_budget: args.cache_budget,
             budget_sweep,
+            rate_sweep,
             ratio_statistic: RATIO_STATISTIC,
             interrupted,
         })?;

@@ -337,6 +337,7 @@ fn latency_cdf(cases: &[Case], indexes: &[IndexKind], subtitle: &str) -> String 
         "latency, µs (log scale)",
         &series,
         &ticks,
+        1,
     )
 }
 

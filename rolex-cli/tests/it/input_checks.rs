@@ -24,6 +24,21 @@ fn what_cannot_run_is_refused_with_its_limit() {
     refused(&["bench", "--duration", "nan"], &["--duration"]);
     refused(&["bench", "--duration", "0"], &["above 0"]);
     refused(
+        &["bench", "--target-rate", "0"],
+        &["--target-rate", "operations per second above 0"],
+    );
+    refused(
+        &["bench", "--target-rate", "inf"],
+        &["--target-rate", "finite"],
+    );
+    refused(&["bench", "--target-rate", "nan"], &["--target-rate"]);
+    refused(&["bench", "--target-rate", "2e9"], &["at most 1e9"]);
+    refused(
+        &["compare", "--rate-sweep", "1000,0"],
+        &["--rate-sweep", "above 0"],
+    );
+    refused(&["compare", "--rate-sweep", "1000,fast"], &["--rate-sweep"]);
+    refused(
         &[
             "memnode",
             "--pool",
@@ -458,6 +473,7 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
             "--report-interval",
             "--runs",
             "--seed",
+            "--target-rate",
             "--theta",
             "--threads",
             "--value-size",
@@ -474,8 +490,10 @@ const NUMERIC_FLAGS: [(&str, &[&str]); 5] = [
             "--keys",
             "--ops",
             "--page-size",
+            "--rate-sweep",
             "--runs",
             "--seed",
+            "--target-rate",
             "--threads",
             "--value-size",
             "--warmup",

@@ -11,6 +11,7 @@ mod harness;
 mod input_checks;
 mod interrupt;
 mod multiprocess;
+mod open_loop;
 mod values;
 mod verbs_cli;
 mod workloads;
