@@ -303,6 +303,18 @@ pub fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `-p KEY=VALUE`: a property name and a value (checked as the workload file's are).
+pub fn property(s: &str) -> Result<String, String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() && !value.trim().is_empty() => {
+            Ok(s.to_string())
+        }
+        _ => Err(format!(
+            "{s:?} is not KEY=VALUE (a workload-file property and its value)"
+        )),
+    }
+}
+
 /// The highest `--target-rate`: one operation a nanosecond (the schedule's resolution).
 pub const MAX_TARGET_RATE: f64 = 1e9;
 

@@ -132,6 +132,31 @@ impl Workload {
     }
 }
 
+/// Every property [`read_property_file`] reads (the others a file may hold are ignored).
+pub const PROPERTIES: [&str; 21] = [
+    "recordcount",
+    "operationcount",
+    "readproportion",
+    "updateproportion",
+    "insertproportion",
+    "scanproportion",
+    "readmodifywriteproportion",
+    "requestdistribution",
+    "maxscanlength",
+    "scanlengthdistribution",
+    "zipfianconstant",
+    "insertorder",
+    "insertstart",
+    "insertcount",
+    "fieldcount",
+    "fieldlength",
+    "fieldlengthdistribution",
+    "hotspotdatafraction",
+    "hotspotopnfraction",
+    "exponential.percentile",
+    "exponential.frac",
+];
+
 /// What a YCSB property file sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PropertyFile {
@@ -179,12 +204,30 @@ impl PropertyFile {
 /// ordered), `scanlengthdistribution` (uniform only: another is refused), and `fieldcount` and
 /// `fieldlength` (their product is the record size, stored as a byte value). Unknown keys are
 /// ignored, as YCSB does; malformed values and proportions that do not sum to 1 are errors.
-pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
+///
+/// `overrides` are `-p KEY=VALUE`s, read after the file's lines, so they win, as YCSB's `-p` over
+/// its `-P` file; a key among them that this list does not name is refused (on the command line,
+/// a property read by nobody is a mistake, not a file's leftover).
+pub fn read_property_file(path: &Path, overrides: &[String]) -> Result<PropertyFile, String> {
     let what = format!("--workload-file {}", path.display());
     let bytes = crate::checks::read_at_most(path, crate::checks::MAX_WORKLOAD_FILE_BYTES, &what)?;
     let text = String::from_utf8(bytes).map_err(|_| {
         format!("{what}: not a text file (a YCSB property file is key=value lines)")
     })?;
+    for o in overrides {
+        let key = o.split_once('=').map_or(o.as_str(), |(k, _)| k.trim());
+        if !PROPERTIES.contains(&key) {
+            return Err(format!(
+                "-p {o}: rolex bench reads no property {key:?} (it reads {})",
+                PROPERTIES.join(", ")
+            ));
+        }
+    }
+    let lines = text
+        .lines()
+        .enumerate()
+        .map(|(n, line)| (format!("{}:{}", path.display(), n + 1), line))
+        .chain(overrides.iter().map(|o| (format!("-p {o}"), o.as_str())));
     let mut mix = Mix {
         read: 0.0,
         update: 0.0,
@@ -200,12 +243,12 @@ pub fn read_property_file(path: &Path) -> Result<PropertyFile, String> {
     let (mut field_count, mut field_length) = (None, None);
     let mut uniform_fields = false;
     let (mut insert_start, mut insert_count) = (None, None);
-    for (n, line) in text.lines().enumerate() {
+    for (place, line) in lines {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let where_ = || format!("{}:{}", path.display(), n + 1);
+        let where_ = || place.clone();
         let (key, value) = line
             .split_once('=')
             .ok_or_else(|| format!("{}: expected key=value", where_()))?;
@@ -544,7 +587,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let good = dir.path().join("workloada");
         std::fs::write(&good, "# YCSB A\nrecordcount=1000\noperationcount=5000\nreadproportion=0.5\nupdateproportion=0.5\nrequestdistribution=uniform\nworkload=site.ycsb.workloads.CoreWorkload\n").expect("write");
-        let p = read_property_file(&good).expect("parse");
+        let p = read_property_file(&good, &[]).expect("parse");
         assert_eq!(
             (p.record_count, p.operation_count),
             (Some(1000), Some(5000))
@@ -555,26 +598,70 @@ mod tests {
         );
         let bad = dir.path().join("bad");
         std::fs::write(&bad, "readproportion=0.7\nupdateproportion=0.5\n").expect("write");
-        assert!(read_property_file(&bad).unwrap_err().contains("sum to 1"));
+        assert!(
+            read_property_file(&bad, &[])
+                .unwrap_err()
+                .contains("sum to 1")
+        );
         std::fs::write(&bad, "readproportion=lots\n").expect("write");
         assert!(
-            read_property_file(&bad)
+            read_property_file(&bad, &[])
                 .unwrap_err()
                 .contains("readproportion")
         );
         std::fs::write(&bad, "requestdistribution=pareto\nreadproportion=1\n").expect("write");
-        assert!(read_property_file(&bad).unwrap_err().contains("pareto"));
+        assert!(
+            read_property_file(&bad, &[])
+                .unwrap_err()
+                .contains("pareto")
+        );
         std::fs::write(
             &bad,
             "requestdistribution=hotspot\nhotspotdatafraction=1.5\nreadproportion=1\n",
         )
         .expect("write");
         assert!(
-            read_property_file(&bad)
+            read_property_file(&bad, &[])
                 .unwrap_err()
                 .contains("hotspotdatafraction")
         );
-        assert!(read_property_file(&dir.path().join("missing")).is_err());
+        assert!(read_property_file(&dir.path().join("missing"), &[]).is_err());
+    }
+
+    #[test]
+    fn a_p_override_wins_over_the_file_and_a_property_nobody_reads_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("workloada");
+        std::fs::write(
+            &file,
+            "operationcount=5000\nreadproportion=0.5\nupdateproportion=0.5\nrequestdistribution=zipfian\nreadallfields=true\n",
+        )
+        .expect("write");
+        let overrides = [
+            "requestdistribution=uniform".to_string(),
+            "operationcount = 700".to_string(),
+            "readproportion=0.9".to_string(),
+            "updateproportion=0.1".to_string(),
+        ];
+        let p = read_property_file(&file, &overrides).expect("parse");
+        assert_eq!(p.operation_count, Some(700));
+        assert_eq!(
+            (p.mix.read, p.mix.update, p.mix.request_dist),
+            (0.9, 0.1, RequestDist::Uniform)
+        );
+        // The file's readallfields is ignored, as YCSB's own unknown keys are; on the command
+        // line it is refused, naming it.
+        let e = read_property_file(&file, &["readallfields=false".into()]).unwrap_err();
+        assert!(
+            e.contains("-p readallfields=false") && e.contains("\"readallfields\""),
+            "{e}"
+        );
+        // A bad value names the -p it came from.
+        let e = read_property_file(&file, &["operationcount=many".into()]).unwrap_err();
+        assert!(
+            e.starts_with("-p operationcount=many: operationcount"),
+            "{e}"
+        );
     }
 
     #[test]

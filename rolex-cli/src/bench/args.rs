@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// A YCSB workload property file (overrides --workload, and --keys/--ops where it sets them).
     #[arg(long)]
     pub workload_file: Option<PathBuf>,
+    /// Sets one of the workload file's properties, over the file's (YCSB's `-p`; repeat it for
+    /// more): `-p requestdistribution=uniform -p operationcount=500000`.
+    #[arg(short = 'p', long = "property", value_name = "KEY=VALUE",
+          value_parser = crate::checks::property)]
+    pub properties: Vec<String>,
     /// Store byte values of this many bytes (`N`, or `MIN-MAX` uniform; at most 65536) instead
     /// of 8-byte integers: each leaf entry then names a block of the memory node's value region,
     /// and a GET reads the leaf and the block. A workload file's fieldcount x fieldlength sets

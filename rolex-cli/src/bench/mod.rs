@@ -74,6 +74,25 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
             "does not apply with --keys-file (the file gives the keys)",
         )?;
     }
+    if let (None, Some(p)) = (&args.workload_file, args.properties.first()) {
+        return Err(input!(
+            "-p {p} sets a property of --workload-file over the file's: give the file (--workload and its flags set the rest)"
+        ));
+    }
+    // A flag and a -p that set the same thing: one would be ignored.
+    for (property, id, given) in [
+        ("recordcount", "keys", args.keys_given),
+        ("operationcount", "ops", args.ops_given),
+        ("zipfianconstant", "theta", typed("theta")),
+        ("insertorder", "insert_order", typed("insert_order")),
+        ("fieldcount", "value_size", typed("value_size")),
+        ("fieldlength", "value_size", typed("value_size")),
+    ] {
+        let set = |p: &String| p.split_once('=').is_some_and(|(k, _)| k.trim() == property);
+        if let Some(p) = args.properties.iter().find(|p| set(p)).filter(|_| given) {
+            return Err(input!("-p {p} and {} both set it: give one", flag(id)));
+        }
+    }
     if !args.attach.is_empty() {
         refuse(
             &[
@@ -207,7 +226,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     }
     let mut mix: Mix = args.workload.mix();
     if let Some(path) = &args.workload_file {
-        let file = crate::workload::read_property_file(path)?;
+        let file = crate::workload::read_property_file(path, &args.properties)?;
         mix = file.mix.clone();
         // Flags on the command line win (as YCSB's own -p overrides do).
         let typed = |id: &str| args.typed.iter().any(|t| t == id);

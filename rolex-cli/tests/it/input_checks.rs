@@ -386,6 +386,92 @@ fn a_workload_files_settings_are_honoured_or_refused_and_the_report_says_what_ra
     );
 }
 
+/// `-p KEY=VALUE` sets a workload file's property over the file's, as YCSB's `-p` does; one that
+/// nothing reads, one without a file, one malformed, or one a flag also sets, is refused.
+#[test]
+fn a_p_property_overrides_the_workload_file_and_every_misuse_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("w");
+    std::fs::write(
+        &file,
+        "recordcount=2000\noperationcount=1500\nreadproportion=1\nrequestdistribution=zipfian\n",
+    )
+    .expect("write");
+    let path = file.to_str().expect("utf-8");
+    let report = dir.path().join("r.json");
+    let out = Command::new(ROLEX)
+        .args(["bench", "--quiet", "--workload-file", path])
+        .args([
+            "-p",
+            "operationcount=700",
+            "--property",
+            "requestdistribution=uniform",
+        ])
+        .args(["-p", "readproportion=0.5", "-p", "updateproportion=0.5"])
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    let config = &r["config"];
+    assert_eq!(config["ops"], 700, "{config}");
+    assert_eq!(config["keys"], 2000, "{config}");
+    assert_eq!(config["mix"]["request_dist"], "uniform", "{config}");
+    assert_eq!(config["mix"]["update"], 0.5, "{config}");
+    assert_eq!(
+        r["ops"]["update"]["count"].as_u64().map(|n| n > 0),
+        Some(true)
+    );
+    refused(
+        &["bench", "--workload-file", path, "-p", "readallfields=true"],
+        &[
+            "-p readallfields=true",
+            "\"readallfields\"",
+            "operationcount",
+        ],
+    );
+    refused(
+        &["bench", "-p", "operationcount=5"],
+        &["-p operationcount=5", "--workload-file"],
+    );
+    refused(
+        &["bench", "--workload-file", path, "-p", "operationcount"],
+        &["KEY=VALUE"],
+    );
+    refused(
+        &[
+            "bench",
+            "--workload-file",
+            path,
+            "-p",
+            "operationcount=lots",
+        ],
+        &["-p operationcount=lots"],
+    );
+    refused(
+        &[
+            "bench",
+            "--workload-file",
+            path,
+            "--ops",
+            "5",
+            "-p",
+            "operationcount=9",
+        ],
+        &["-p operationcount=9", "--ops", "give one"],
+    );
+    refused(
+        &["bench", "--workload-file", path, "-p", "readproportion=0.7"],
+        &["sum to 1"],
+    );
+}
+
 /// `refused`, and the refusal came at once, before any key was generated or loaded: the runs
 /// below ask for 10^8 keys, which take far longer to make; one still running after five seconds
 /// is stopped, and fails the test.
@@ -546,6 +632,7 @@ fn a_negative_number_says_what_its_flag_needs() {
         "--load",
         "--out",
         "--pool",
+        "--property",
         "--workload-file",
         // Names from a list.
         "--cache-mode",
