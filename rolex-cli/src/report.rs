@@ -39,7 +39,7 @@ impl Latency {
 pub type Sample = (f64, u64, u64, u64);
 
 /// One interval of the throughput series (`--report-interval`).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Interval {
     /// Seconds from the start of the measured stretch to the interval's end.
     pub end_s: f64,
@@ -50,6 +50,13 @@ pub struct Interval {
     pub ops_per_s: f64,
     /// Retrainings the embedded memory nodes completed in it.
     pub retrainings: u64,
+    /// The latencies of the operations that completed in it, every type together (null if
+    /// none did).
+    pub latency_us: Option<Latency>,
+    /// Per operation type that had any: its latencies, a compressed HdrHistogram (nanoseconds),
+    /// for the histogram log.
+    #[serde(skip)]
+    pub histograms: Vec<(&'static str, Vec<u8>)>,
     #[serde(skip)]
     pub end: Sample,
 }
@@ -65,6 +72,8 @@ impl Interval {
             ops,
             ops_per_s: ops as f64 / seconds.max(1e-9),
             retrainings: to.2.saturating_sub(from.2),
+            latency_us: None,
+            histograms: Vec::new(),
             end: to,
         }
     }
@@ -78,12 +87,21 @@ impl Interval {
     }
 }
 
-/// Writes every operation type's latency histogram (nanoseconds) to `path` in HdrHistogram's
-/// interval log format: one interval per type, tagged with its name, spanning the measured runs
-/// (`seconds` in all).
+/// One entry of the histogram log: from `start_s` seconds into the measured stretch, for
+/// `seconds`, operation type `name`'s latencies (nanoseconds).
+pub struct LogEntry {
+    pub start_s: f64,
+    pub seconds: f64,
+    pub name: &'static str,
+    pub hist: hdrhistogram::Histogram<u64>,
+}
+
+/// Writes latency histograms (nanoseconds) to `path` in HdrHistogram's interval log format, an
+/// interval per entry tagged with its operation type: one per type spanning the measured runs, or
+/// one per type and `--report-interval` (`seconds` in all).
 pub fn write_histogram_log(
     path: &std::path::Path,
-    histograms: &[(&'static str, hdrhistogram::Histogram<u64>)],
+    entries: &[LogEntry],
     seconds: f64,
 ) -> Result<(), CliError> {
     use hdrhistogram::serialization::V2DeflateSerializer;
@@ -95,15 +113,15 @@ pub fn write_histogram_log(
         .checked_sub(std::time::Duration::from_secs_f64(seconds.max(0.0)))
         .unwrap_or(now);
     let mut log = IntervalLogWriterBuilder::new()
-        .add_comment("rolex bench: operation latencies in nanoseconds, one interval per type")
+        .add_comment("rolex bench: operation latencies in nanoseconds, tagged by operation type")
         .with_start_time(start)
         .with_base_time(start)
         .with_max_value_divisor(1e3)
         .begin_log_with(&mut out, &mut serializer)
         .map_err(|e| failed!("--latency-histogram: {e}"))?;
-    let length = std::time::Duration::from_secs_f64(seconds.max(0.0));
-    for (name, hist) in histograms {
-        log.write_histogram(hist, std::time::Duration::ZERO, length, Tag::new(name))
+    let secs = |s: f64| std::time::Duration::from_secs_f64(s.max(0.0));
+    for e in entries {
+        log.write_histogram(&e.hist, secs(e.start_s), secs(e.seconds), Tag::new(e.name))
             .map_err(|e| failed!("--latency-histogram: {e:?}"))?;
     }
     std::fs::write(path, out).map_err(|e| failed!("{}: {e}", path.display()))

@@ -79,6 +79,8 @@ pub(super) fn run_workload<I: BenchIndex>(
             .length
             .target_rate
             .map(|rate| args.threads as f64 * 1e9 / rate),
+        per_interval: args.report_interval.is_some(),
+        interval_seq: AtomicU64::new(0),
     });
     let measured = run_threads(args, &store, &shared, retrain_progress)?;
     stop_retrainers.store(true, Ordering::Release);
@@ -197,6 +199,8 @@ fn run_threads<I: BenchIndex>(
                 let interval = Interval::between(from, sample);
                 bar.suspend(|| eprintln!("{}", interval.line()));
                 intervals.push(interval);
+                // Operations completing from now on count in the next interval.
+                shared.interval_seq.fetch_add(1, Ordering::AcqRel);
             }
         }
     }
@@ -220,13 +224,26 @@ fn run_threads<I: BenchIndex>(
         // The last, shorter interval (if it holds anything).
         let from = intervals.last().map_or(samples[0], |i| i.end);
         let last = *samples.last().unwrap_or(&from);
-        if last.1 > from.1 {
+        let next = intervals.len() as u64;
+        let latencies_in_it = results
+            .iter()
+            .any(|r| r.interval_latencies.iter().any(|f| f.0 == next));
+        if last.1 > from.1 || latencies_in_it {
             let interval = Interval::between(from, last);
             if !args.quiet || interval.seconds >= every / 2.0 {
                 eprintln!("{}", interval.line());
             }
             intervals.push(interval);
         }
+    }
+    // Each interval's latencies, from what every thread filed.
+    let filed = results
+        .iter_mut()
+        .flat_map(|r| std::mem::take(&mut r.interval_latencies));
+    let latencies = super::intervals::merge(filed, intervals.len())?;
+    for (interval, latency) in intervals.iter_mut().zip(latencies) {
+        interval.latency_us = latency.all;
+        interval.histograms = latency.by_type;
     }
     let window = &samples[..=all_ran_until.unwrap_or(samples.len() - 1)];
     let phases = crate::report::Phases {

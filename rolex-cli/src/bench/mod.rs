@@ -7,6 +7,7 @@
 
 mod args;
 mod bplus;
+mod intervals;
 mod measure;
 mod thread;
 
@@ -792,18 +793,40 @@ pub(crate) fn command(args: &BenchArgs) -> Result<(), CliError> {
         show(&spread.table());
     }
     if let Some(path) = &args.latency_histogram {
-        // Every run's latencies pooled, per operation type.
-        let mut pooled: Vec<(&'static str, hdrhistogram::Histogram<u64>)> = Vec::new();
-        for report in &reports {
-            for (name, hist) in &report.latency_histograms {
-                match pooled.iter_mut().find(|p| p.0 == *name) {
-                    Some(p) => p.1.add(hist)?,
-                    None => pooled.push((name, hist.clone())),
+        let seconds = reports.iter().map(|r| r.wall_seconds).sum();
+        let mut entries: Vec<crate::report::LogEntry> = Vec::new();
+        match reports.as_slice() {
+            // One run with --report-interval: an entry per interval and operation type.
+            [one] if args.report_interval.is_some() => {
+                for interval in &one.intervals {
+                    for (name, bytes) in &interval.histograms {
+                        entries.push(crate::report::LogEntry {
+                            start_s: interval.end_s - interval.seconds,
+                            seconds: interval.seconds,
+                            name,
+                            hist: intervals::decode(bytes)?,
+                        });
+                    }
+                }
+            }
+            // Otherwise every run's latencies pooled, an entry per operation type.
+            _ => {
+                for report in &reports {
+                    for (name, hist) in &report.latency_histograms {
+                        match entries.iter_mut().find(|e| e.name == *name) {
+                            Some(e) => e.hist.add(hist)?,
+                            None => entries.push(crate::report::LogEntry {
+                                start_s: 0.0,
+                                seconds,
+                                name,
+                                hist: hist.clone(),
+                            }),
+                        }
+                    }
                 }
             }
         }
-        let seconds = reports.iter().map(|r| r.wall_seconds).sum();
-        crate::report::write_histogram_log(path, &pooled, seconds)?;
+        crate::report::write_histogram_log(path, &entries, seconds)?;
     }
     if let Some(path) = &args.interval_plot {
         let svg = interval_plot(args, &reports);

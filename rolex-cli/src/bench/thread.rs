@@ -16,6 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_transport::Stats;
 
+use super::intervals::ThreadIntervals;
 use crate::error::Failed;
 use crate::index::{BenchClient, BenchIndex};
 use crate::workload::{Chooser, Mix, Op};
@@ -63,6 +64,10 @@ pub(super) struct Shared {
     pub stop: AtomicBool,
     /// Open loop (`--target-rate`): nanoseconds between two scheduled starts of one thread.
     pub pace_ns: Option<f64>,
+    /// With `--report-interval`: latencies are kept per interval ([`super::intervals`]).
+    pub per_interval: bool,
+    /// The interval under way (the sampler advances it as it closes one).
+    pub interval_seq: AtomicU64,
 }
 
 impl Shared {
@@ -159,6 +164,8 @@ pub(super) struct ThreadResult {
     pub value_bytes: u64,
     /// When its last operation finished.
     pub finished: Instant,
+    /// Its latencies per interval (with `--report-interval`; [`super::intervals`]).
+    pub interval_latencies: Vec<(u64, usize, Vec<u8>)>,
 }
 
 /// A thread's result before its first operation.
@@ -175,6 +182,7 @@ fn empty_result(shared: &Shared, t: u64) -> Result<ThreadResult, CliError> {
         reconnects: 0,
         value_bytes: 0,
         finished: Instant::now(),
+        interval_latencies: Vec::new(),
     };
     if shared.churn {
         result.owned = shared
@@ -207,6 +215,7 @@ pub(super) fn run_thread<I: BenchIndex>(
     let (mut measured, mut unflushed, mut warm_unflushed) = (0u64, 0u64, 0u64);
     let mut value_bytes_at_start = None;
     let mut schedule = Schedule::of(shared, t);
+    let mut per_interval = ThreadIntervals::new()?;
     loop {
         if shared.stop.load(Ordering::Acquire) {
             break;
@@ -282,6 +291,7 @@ pub(super) fn run_thread<I: BenchIndex>(
             continue;
         }
         let _ = result.latency[kind].record(ns.clamp(1, MAX_LATENCY_NS));
+        per_interval.record(shared, kind, ns.clamp(1, MAX_LATENCY_NS));
         result.net[kind] += client.net_stats() - before;
         result.lock_verbs[kind] += client.lock_verbs() - locks_before;
         measured += 1;
@@ -294,6 +304,8 @@ pub(super) fn run_thread<I: BenchIndex>(
     shared.done.fetch_add(unflushed, Ordering::Relaxed);
     result.finished = Instant::now();
     result.value_bytes = client.value_bytes() - value_bytes_at_start.unwrap_or(0);
+    per_interval.file();
+    result.interval_latencies = per_interval.filed;
     Ok(result)
 }
 
@@ -410,6 +422,7 @@ fn run_pipelined<I: BenchIndex>(
     let mut result = empty_result(shared, t)?;
     let mut value_bytes_at_start = 0;
     let mut schedule = Schedule::of(shared, t);
+    let mut per_interval = ThreadIntervals::new()?;
     for measuring in [false, true] {
         if measuring {
             if !shared.measuring.load(Ordering::Acquire) {
@@ -434,11 +447,14 @@ fn run_pipelined<I: BenchIndex>(
             &mut result,
             measuring,
             schedule.as_mut(),
+            &mut per_interval,
         )?;
     }
     result.finished = Instant::now();
     result.value_bytes =
         lanes.iter().map(BenchClient::value_bytes).sum::<u64>() - value_bytes_at_start;
+    per_interval.file();
+    result.interval_latencies = per_interval.filed;
     Ok(result)
 }
 
@@ -453,6 +469,7 @@ fn drive<C: BenchClient>(
     result: &mut ThreadResult,
     measuring: bool,
     mut schedule: Option<&mut Schedule>,
+    per_interval: &mut ThreadIntervals,
 ) -> Result<(), CliError> {
     let mut session = kv_session::session(lanes);
     let mut flights: std::collections::HashMap<u64, InFlight> = std::collections::HashMap::new();
@@ -557,6 +574,7 @@ fn drive<C: BenchClient>(
         }
         let ns = flight.started.elapsed().as_nanos() as u64;
         let _ = result.latency[flight.kind].record(ns.clamp(1, MAX_LATENCY_NS));
+        per_interval.record(shared, flight.kind, ns.clamp(1, MAX_LATENCY_NS));
         result.net[flight.kind] += flight.net;
         unflushed += 1;
         if unflushed == FLUSH_EVERY {

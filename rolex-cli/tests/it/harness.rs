@@ -138,6 +138,70 @@ fn latencies_have_their_distribution_and_an_hdrhistogram_log() {
     }
 }
 
+/// With `--report-interval`, each interval has its latency percentiles in the JSON, and the
+/// HdrHistogram log an entry per interval and operation type, in time order, their maxima the
+/// run's.
+#[test]
+fn latencies_are_kept_per_interval_in_the_json_and_the_log() {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    let log = dir.path().join("lat.hlog");
+    rolex(&[
+        "bench",
+        "--keys",
+        "20000",
+        "--duration",
+        "0.6",
+        "--report-interval",
+        "0.1",
+        "--inflight",
+        "2",
+        "--quiet",
+        "--json",
+        report.to_str().expect("utf-8"),
+        "--latency-histogram",
+        log.to_str().expect("utf-8"),
+    ]);
+    let r = json(&report);
+    let intervals = r["intervals"].as_array().expect("intervals");
+    assert!(intervals.len() >= 4, "{intervals:?}");
+    for i in intervals.iter().filter(|i| i["ops"].as_u64() > Some(0)) {
+        let l = &i["latency_us"];
+        let at = |f: &str| l[f].as_f64().unwrap_or_else(|| panic!("{f} in {i}"));
+        assert!(
+            at("p50") > 0.0 && at("p50") <= at("p99") && at("p99") <= at("max"),
+            "{i}"
+        );
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    let entries: Vec<(String, f64, f64, f64)> = IntervalLogIterator::new(text.as_bytes())
+        .filter_map(|e| match e {
+            Ok(LogEntry::Interval(h)) => Some((
+                h.tag().map(|t| t.as_str().to_string()).expect("tagged"),
+                h.start_timestamp().as_secs_f64(),
+                h.duration().as_secs_f64(),
+                h.max(),
+            )),
+            _ => None,
+        })
+        .collect();
+    for op in ["read", "update"] {
+        let mine: Vec<_> = entries.iter().filter(|e| e.0 == op).collect();
+        assert!(mine.len() >= 4, "{op}: {mine:?}");
+        assert!(
+            mine.windows(2).all(|w| w[0].1 + w[0].2 <= w[1].1 + 1e-3),
+            "{op}: intervals out of order or overlapping: {mine:?}"
+        );
+        let run_max = r["ops"][op]["latency_us"]["max"].as_f64().expect("max");
+        let logged_max = mine.iter().map(|e| e.3).fold(0.0, f64::max);
+        assert!(
+            (logged_max - run_max).abs() <= 0.01 * run_max + 0.01,
+            "{op}: the intervals' slowest {logged_max} µs, the run's {run_max} µs"
+        );
+    }
+}
+
 #[test]
 fn repeated_runs_report_their_spread() {
     let dir = tempfile::tempdir().expect("tempdir");
