@@ -74,10 +74,13 @@ pub(crate) fn short(v: f64) -> String {
     }
 }
 
-fn frame(out: &mut String, title: &str, subtitle: &str, x_label: &str, y_label: &str) {
+/// The canvas, title, subtitle and axis titles; `extra` pixels below the plot's usual height
+/// (for slanted category labels, which the x axis's title then goes below).
+fn frame(out: &mut String, title: &str, subtitle: &str, x_label: &str, y_label: &str, extra: f64) {
+    let height = HEIGHT + extra;
     let _ = write!(
         out,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>
 {}<text x="{}" y="{}" text-anchor="middle">{}</text>
@@ -90,13 +93,13 @@ fn frame(out: &mut String, title: &str, subtitle: &str, x_label: &str, y_label: 
             .enumerate()
             .map(|(i, line)| format!(
                 "<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#555\" text-anchor=\"middle\">{}</text>\n",
-                WIDTH / 2.0,
+                (LEFT + WIDTH - RIGHT) / 2.0,
                 35.0 + 11.0 * i as f64,
                 escape(line)
             ))
             .collect::<String>(),
         (LEFT + WIDTH - RIGHT) / 2.0,
-        HEIGHT - 6.0,
+        height - 6.0,
         escape(x_label),
         (TOP + HEIGHT - BOTTOM) / 2.0,
         (TOP + HEIGHT - BOTTOM) / 2.0,
@@ -240,7 +243,7 @@ pub fn line_chart(
     log2_x: bool,
 ) -> String {
     let mut out = String::new();
-    frame(&mut out, title, subtitle, x_label, y_label);
+    frame(&mut out, title, subtitle, x_label, y_label, 0.0);
     let xs: Vec<f64> = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
@@ -349,7 +352,7 @@ pub fn latency_chart(
     group: usize,
 ) -> String {
     let mut out = String::new();
-    frame(&mut out, title, subtitle, x_label, y_label);
+    frame(&mut out, title, subtitle, x_label, y_label, 0.0);
     let values = || series.iter().flat_map(|s| s.points.iter());
     let (x_lo, x_hi) = values()
         .map(|p| p.0)
@@ -456,8 +459,25 @@ pub fn bar_chart_with_errors(
     errors: &[Vec<f64>],
 ) -> String {
     let err = |i: usize, c: usize| errors.get(i).and_then(|e| e.get(c)).copied().unwrap_or(0.0);
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let group = plot_w / categories.len().max(1) as f64;
+    // Crowded categories: labels slanted, and no value printed over each bar.
+    let longest = categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0);
+    let crowded = group < 70.0 || 6.5 * longest as f64 > group;
+    // Slanted 30 degrees, a label of n characters (about 5.5 pixels each at size 10) reaches
+    // n x 2.75 pixels below where it starts, 16 below the axis: the canvas grows so that it ends
+    // above the x axis's title.
+    let extra = if crowded {
+        (16.0 + 2.75 * longest as f64 + 10.0 + 18.0 - BOTTOM).max(0.0)
+    } else {
+        0.0
+    };
     let mut out = String::new();
-    frame(&mut out, title, subtitle, x_label, y_label);
+    frame(&mut out, title, subtitle, x_label, y_label, extra);
     let y_max = nice_max(
         series
             .iter()
@@ -468,16 +488,7 @@ pub fn bar_chart_with_errors(
             * 1.1,
     );
     let y = y_axis(&mut out, y_max);
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let group = plot_w / categories.len().max(1) as f64;
     let bar = group * 0.8 / series.len().max(1) as f64;
-    // Crowded categories: labels slanted, and no value printed over each bar.
-    let longest = categories
-        .iter()
-        .map(|c| c.chars().count())
-        .max()
-        .unwrap_or(0);
-    let crowded = group < 70.0 || 6.5 * longest as f64 > group;
     for (c, name) in categories.iter().enumerate() {
         let gx = LEFT + group * c as f64 + group * 0.1;
         let (lx, ly) = (gx + group * 0.4, HEIGHT - BOTTOM + 16.0);
@@ -606,5 +617,44 @@ mod tests {
         assert!(!chart.contains(">900k<") && chart.contains("M<"));
         // The x labels 0 and 5 would overlap: only one is drawn.
         assert!(chart.contains(">0<") && !chart.contains(">5<"));
+    }
+
+    /// Slanted category labels end above the x axis's title, inside the canvas (they ran into
+    /// it, and off the canvas, before).
+    #[test]
+    fn slanted_labels_leave_room_for_the_axis_title() {
+        let categories: Vec<String> = [
+            "GET (YCSB C)",
+            "UPDATE (YCSB A)",
+            "INSERT (100% inserts)",
+            "SCAN (YCSB E)",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let values = vec![1.0, 2.0, 3.0, 4.0];
+        let chart = bar_chart("t", "s", "y", &categories, &[("a".into(), values)]);
+        let number_after = |text: &str, key: &str| -> f64 {
+            let at = text.find(key).expect(key) + key.len();
+            text[at..]
+                .split('"')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("a number")
+        };
+        let height = number_after(&chart, "height=\"");
+        let title = chart
+            .lines()
+            .find(|l| l.ends_with(">operation</text>"))
+            .expect("the x axis's title");
+        let title_y = number_after(title, "y=\"");
+        assert!(chart.contains("rotate(-30"), "crowded: slanted");
+        // The longest label starts 16 below the axis and reaches 21 x 2.75 lower still.
+        let lowest = HEIGHT - BOTTOM + 16.0 + 21.0 * 2.75;
+        assert!(
+            title_y > lowest + 10.0,
+            "title at {title_y}, labels to {lowest}"
+        );
+        assert!(height > title_y && height > HEIGHT, "{height}");
     }
 }

@@ -95,31 +95,41 @@ pub(super) fn plots(
             )
         }),
     );
-    // Measured throughput of the zipfian cases, with their spread.
-    let zipfian: Vec<&Case> = cases.iter().filter(|c| c.dist == "zipfian").collect();
-    let zipfian_categories: Vec<String> = zipfian
-        .iter()
-        .map(|c| match c.name.strip_prefix("ycsb-") {
-            Some(w) => format!("YCSB {}", w.to_uppercase()),
-            None => c.name.clone(),
-        })
-        .collect();
-    let mut measured: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut measured_sd: Vec<Vec<f64>> = Vec::new();
-    for &index in indexes {
-        let (values, sd): (Vec<f64>, Vec<f64>) = zipfian
+    // Measured throughput of the cases of one request distribution, with their spread.
+    let of_dist = |dist: &str| -> Vec<&Case> { cases.iter().filter(|c| c.dist == dist).collect() };
+    let categories_of = |cases: &[&Case]| -> Vec<String> {
+        cases
             .iter()
-            .map(|c| match (&c.spread, c.report(index)) {
-                (Some(s), _) => s.get(index).map_or((0.0, 0.0), |s| {
-                    (s.throughput_ops_s.mean, s.throughput_ops_s.sd)
-                }),
-                (None, Some(r)) => (r.throughput_ops_s, 0.0),
-                (None, None) => (0.0, 0.0),
+            .map(|c| match c.name.strip_prefix("ycsb-") {
+                Some(w) => format!("YCSB {}", w.to_uppercase()),
+                None => c.name.clone(),
             })
-            .unzip();
-        measured.push((label(index).to_string(), values));
-        measured_sd.push(sd);
-    }
+            .collect()
+    };
+    let measured_of = |cases: &[&Case]| {
+        let mut measured: Vec<(String, Vec<f64>)> = Vec::new();
+        let mut measured_sd: Vec<Vec<f64>> = Vec::new();
+        for &index in indexes {
+            let (values, sd): (Vec<f64>, Vec<f64>) = cases
+                .iter()
+                .map(|c| match (&c.spread, c.report(index)) {
+                    (Some(s), _) => s.get(index).map_or((0.0, 0.0), |s| {
+                        (s.throughput_ops_s.mean, s.throughput_ops_s.sd)
+                    }),
+                    (None, Some(r)) => (r.throughput_ops_s, 0.0),
+                    (None, None) => (0.0, 0.0),
+                })
+                .unzip();
+            measured.push((label(index).to_string(), values));
+            measured_sd.push(sd);
+        }
+        (measured, measured_sd)
+    };
+    let zipfian = of_dist("zipfian");
+    let zipfian_categories = categories_of(&zipfian);
+    let (measured, measured_sd) = measured_of(&zipfian);
+    let uniform = of_dist("uniform");
+    let (measured_uniform, measured_uniform_sd) = measured_of(&uniform);
     // ROLEX's modeled throughput at 64 threads over each baseline's, zipfian.
     let ratios: Vec<(String, Vec<f64>)> = indexes
         .iter()
@@ -223,6 +233,18 @@ pub(super) fn plots(
                 &zipfian_categories,
                 &measured,
                 &measured_sd,
+            ),
+        ),
+        (
+            "measured_throughput_uniform.svg",
+            svg::bar_chart_with_errors(
+                "Measured throughput on the simulator (uniform)",
+                &format!("{} compute threads, wall clock; {subtitle}", args.threads),
+                "workload",
+                "operations per second",
+                &categories_of(&uniform),
+                &measured_uniform,
+                &measured_uniform_sd,
             ),
         ),
         (

@@ -241,6 +241,7 @@ fn compare_runs_every_index_by_default_and_writes_a_table_json_and_plots() {
         "throughput_vs_write_ratio.svg",
         "throughput_vs_clients.svg",
         "measured_throughput.svg",
+        "measured_throughput_uniform.svg",
         "bytes_per_op.svg",
         "rtts_per_op.svg",
         "latency_cdf.svg",
