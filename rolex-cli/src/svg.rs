@@ -233,7 +233,8 @@ fn error_bar(out: &mut String, cx: f64, lo: f64, hi: f64, half: f64, colour: &st
     );
 }
 
-/// A line chart; `log2_x` spaces the x axis by powers of two.
+/// A line chart; `log2_x` spaces the x axis by powers of two. The x axis spans the points and is
+/// labelled at their x values.
 pub fn line_chart(
     title: &str,
     subtitle: &str,
@@ -242,11 +243,45 @@ pub fn line_chart(
     series: &[Series],
     log2_x: bool,
 ) -> String {
+    lines(title, subtitle, x_label, y_label, series, log2_x, None)
+}
+
+/// A line chart over time: the x axis spans `ticks` (from 0, say) and the points, and is
+/// labelled at `ticks` (regular steps), not at the points.
+pub fn time_chart(
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    ticks: &[f64],
+) -> String {
+    lines(
+        title,
+        subtitle,
+        x_label,
+        y_label,
+        series,
+        false,
+        Some(ticks),
+    )
+}
+
+fn lines(
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log2_x: bool,
+    explicit_ticks: Option<&[f64]>,
+) -> String {
     let mut out = String::new();
     frame(&mut out, title, subtitle, x_label, y_label, 0.0);
     let xs: Vec<f64> = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(explicit_ticks.unwrap_or_default().iter().copied())
         .collect();
     let tx = |v: f64| if log2_x { v.max(1e-9).log2() } else { v };
     let (x_lo, x_hi) = xs
@@ -291,7 +326,7 @@ pub fn line_chart(
             }
         }
     }
-    let mut ticks: Vec<f64> = xs.clone();
+    let mut ticks: Vec<f64> = explicit_ticks.map_or_else(|| xs.clone(), <[f64]>::to_vec);
     ticks.sort_by(f64::total_cmp);
     ticks.dedup();
     // A label too close to the previous one drawn is left out (0 and 5 on a 0–100 axis).

@@ -907,6 +907,15 @@ fn verify_outcome(reports: &[Report]) -> Result<(), CliError> {
 
 /// Throughput over time, one line per run.
 fn interval_plot(args: &BenchArgs, reports: &[Report]) -> String {
+    let every = args.report_interval.unwrap_or(1.0);
+    // A last interval shorter than half the others is left out: its rate rests on too little.
+    let kept = |r: &Report| -> Vec<(f64, f64)> {
+        r.intervals
+            .iter()
+            .filter(|v| v.seconds >= every / 2.0)
+            .map(|v| (v.end_s, v.ops_per_s))
+            .collect()
+    };
     let series: Vec<crate::svg::Series> = reports
         .iter()
         .enumerate()
@@ -916,22 +925,32 @@ fn interval_plot(args: &BenchArgs, reports: &[Report]) -> String {
             } else {
                 r.index.to_string()
             },
-            points: r.intervals.iter().map(|v| (v.end_s, v.ops_per_s)).collect(),
+            points: kept(r),
             dashed: false,
             err: Vec::new(),
         })
         .collect();
-    crate::svg::line_chart(
+    // From 0, at whole multiples of the interval, at most about ten of them.
+    let end = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let count = (end / every).ceil().max(1.0);
+    let step = every * (count / 10.0).ceil().max(1.0);
+    let ticks: Vec<f64> = (0..)
+        .map(|k| f64::from(k) * step)
+        .take_while(|&t| t <= end + step / 2.0)
+        .collect();
+    crate::svg::time_chart(
         "Throughput over time (measured)",
         &format!(
-            "rolex bench, {} index, {} threads, every {} s",
+            "{} index, {} threads; a point per interval of {every} s, at its end; a short last one left out",
             reports.first().map_or("", |r| r.index),
             args.threads,
-            args.report_interval.unwrap_or(0.0)
         ),
         "seconds into the measured run",
         "operations per second",
         &series,
-        false,
+        &ticks,
     )
 }

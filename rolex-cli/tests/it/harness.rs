@@ -95,6 +95,10 @@ fn throughput_over_time_is_printed_kept_and_plotted() {
     );
     let svg = std::fs::read_to_string(&plot).expect("plot");
     assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
+    // The time axis starts at 0 and is labelled at whole intervals, not at the samples' ends.
+    for tick in [">0<", ">0.10<", ">0.20<"] {
+        assert!(svg.contains(tick), "no tick {tick}");
+    }
 }
 
 #[test]
