@@ -363,6 +363,70 @@ fn a_joining_member_takes_the_free_tag_taken_fewest_times() {
     assert_eq!(third.lease.incarnation(), 1);
 }
 
+/// Recovery clears a dead member's connection row with a WRITE of zeros. On a NIC, a sleeper's
+/// register CAS (through a fresh connection, issued before it learnt it was dead) can land in
+/// that WRITE's gap and survive it, leaving a freed entry whose word names the sleeper's
+/// connection (docs/nic-atomicity.md, connection words). This is that state, made directly: the
+/// next member of the tag registers its own connection over the leftover, and only its own is
+/// then fenced when it dies; the leftover is never used (the sleeper's register read the lease
+/// dead and failed).
+#[test]
+fn a_connection_word_left_in_a_freed_entry_is_replaced_by_the_next_member_of_its_tag() {
+    use leaf_store::members::{MEMBER_TAGS, MemberTable};
+    let mut f = fixture(None);
+    let table = MemberTable::new(&f.layout);
+    let dead = table.join(&mut f.ep).expect("join");
+    table
+        .register(&mut f.ep, dead, 0, 0xa11ce, 0)
+        .expect("register");
+    // Declared dead, fenced, its row zeroed — and the sleeper's CAS over the zeroing WRITE.
+    let lease = table.lease_addr(dead.tag);
+    let declared = dead.lease.dead();
+    assert_eq!(
+        f.ep.cas(lease, dead.lease.raw(), declared.raw()),
+        Ok(dead.lease.raw())
+    );
+    let word = table.connection_addr(dead.tag, 0);
+    f.ep.write_word(word, 0).expect("recovery's zeroing");
+    let sleeper = 0x51eeb;
+    f.ep.write_word(word, sleeper)
+        .expect("the sleeper's CAS, surviving the WRITE");
+    // A sleeper's register of a new index fails, its lease being dead, but its CAS into the
+    // empty word stays (with a CPU's atomics too: register's doc accepts it).
+    let slept = leaf_store::members::Membership {
+        tag: dead.tag,
+        lease: dead.lease,
+    };
+    assert!(table.register(&mut f.ep, slept, 1, 0x51ee2, 0).is_err());
+    assert_eq!(
+        f.ep.cas(lease, declared.raw(), declared.freed().raw()),
+        Ok(declared.raw()),
+        "recovery frees the entry"
+    );
+    // Every other tag taken, so that the next member gets this one.
+    let others: Vec<_> = (1..MEMBER_TAGS)
+        .map(|_| table.join(&mut f.ep).expect("join"))
+        .collect();
+    assert!(others.iter().all(|m| m.tag != dead.tag));
+    let next = table.join(&mut f.ep).expect("join");
+    assert_eq!(next.tag, dead.tag);
+    assert_eq!(
+        table.read_connections(&mut f.ep, next.tag),
+        Ok(vec![sleeper, 0x51ee2]),
+        "the leftovers, before the next member registers"
+    );
+    for (index, connection) in [(0, 0xb0b), (1, 0xb0b2)] {
+        table
+            .register(&mut f.ep, next, index, connection, 0)
+            .expect("a new client's register replaces what it finds");
+    }
+    assert_eq!(
+        table.read_connections(&mut f.ep, next.tag),
+        Ok(vec![0xb0b, 0xb0b2]),
+        "its death fences its own connections, and only those"
+    );
+}
+
 #[test]
 fn verify_reports_claims_missing_overlapping_outside_their_chain_and_stray() {
     // Bulk load: leaf n holds keys 1000·(4n+1) ..= 1000·(4n+4) and claims up to the next leaf's
