@@ -399,26 +399,23 @@ fn a_p_property_overrides_the_workload_file_and_every_misuse_is_refused() {
     .expect("write");
     let path = file.to_str().expect("utf-8");
     let report = dir.path().join("r.json");
-    let out = Command::new(ROLEX)
-        .args(["bench", "--quiet", "--workload-file", path])
-        .args([
-            "-p",
-            "operationcount=700",
-            "--property",
-            "requestdistribution=uniform",
-        ])
-        .args(["-p", "readproportion=0.5", "-p", "updateproportion=0.5"])
-        .arg("--json")
-        .arg(&report)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    crate::common::run(&[
+        "bench",
+        "--quiet",
+        "--workload-file",
+        path,
+        "-p",
+        "operationcount=700",
+        "--property",
+        "requestdistribution=uniform",
+        "-p",
+        "readproportion=0.5",
+        "-p",
+        "updateproportion=0.5",
+        "--json",
+        report.to_str().expect("utf-8"),
+    ]);
+    let r = crate::common::json(&report);
     let config = &r["config"];
     assert_eq!(config["ops"], 700, "{config}");
     assert_eq!(config["keys"], 2000, "{config}");
