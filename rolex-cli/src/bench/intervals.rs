@@ -4,17 +4,15 @@
 //! operation type).
 //!
 //! **Invariant.** An operation counts in the interval the sampler was in when the operation
-//! completed: the sampler advances `Shared::interval_seq` as it closes an interval, and a thread
+//! completed: the sampler advances the run's interval counter as it closes an interval, and a thread
 //! that sees it advanced files what it kept for the interval before and starts afresh. What a
 //! thread files is compressed at once (HdrHistogram's V2 deflate encoding, a few hundred bytes),
 //! so a long run at a short interval keeps kilobytes per interval, not a histogram's hundreds.
 
-use std::sync::atomic::Ordering;
-
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2DeflateSerializer};
 
-use super::thread::{OP_NAMES, Shared, latency_histogram};
+use super::latency::{OP_NAMES, latency_histogram};
 use crate::error::{CliError, failed};
 use crate::report::Latency;
 
@@ -39,13 +37,12 @@ impl ThreadIntervals {
         })
     }
 
-    /// An operation of type `kind` took `ns`: counted in the interval under way (nothing is kept
-    /// without `--report-interval`).
-    pub(super) fn record(&mut self, shared: &Shared, kind: usize, ns: u64) {
-        if !shared.per_interval {
+    /// An operation of type `kind` took `ns`: counted in the interval under way, `now` (none
+    /// without `--report-interval`: nothing is kept).
+    pub(super) fn record(&mut self, now: Option<u64>, kind: usize, ns: u64) {
+        let Some(now) = now else {
             return;
-        }
-        let now = shared.interval_seq.load(Ordering::Acquire);
+        };
         if now != self.at {
             self.file();
             self.at = now;

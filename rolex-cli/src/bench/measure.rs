@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use rdma_transport::Stats;
 use sim_transport::cost_model::NetworkProfile;
 
-use super::thread::{OP_NAMES, Shared, latency_histogram, run_thread};
+use super::latency::{OP_NAMES, latency_histogram};
+use super::thread::{Shared, run_thread};
 use super::{BenchArgs, RetrainProgress, progress};
 use crate::checks::Warmup;
 use crate::index::{BenchClient, BenchIndex};

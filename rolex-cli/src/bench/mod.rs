@@ -8,14 +8,15 @@
 mod args;
 mod bplus;
 mod intervals;
+mod latency;
 mod measure;
 mod thread;
 
 use crate::error::{CliError, failed, input};
 pub use args::{BenchArgs, CliCacheMode, CliTransport, RunLength};
 use bplus::run_bplus;
+pub(crate) use latency::latency_histogram;
 use measure::run_workload;
-pub(crate) use thread::latency_histogram;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

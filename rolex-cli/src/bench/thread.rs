@@ -17,24 +17,14 @@ use rand::{Rng, SeedableRng};
 use rdma_transport::Stats;
 
 use super::intervals::ThreadIntervals;
+use super::latency::{MAX_LATENCY_NS, OP_NAMES, latency_histogram};
 use crate::error::Failed;
 use crate::index::{BenchClient, BenchIndex};
 use crate::workload::{Chooser, Mix, Op};
 use kv_session::{Lane, Request};
 
-/// The operation types, in the order of the per-thread arrays.
-pub(super) const OP_NAMES: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"];
-
 /// Operations a thread does between two updates of the shared counters.
 const FLUSH_EVERY: u64 = 256;
-
-/// The highest latency recorded, in nanoseconds (a minute).
-pub(super) const MAX_LATENCY_NS: u64 = 60_000_000_000;
-
-/// A histogram of latencies in nanoseconds (three significant digits).
-pub(crate) fn latency_histogram() -> Result<Histogram<u64>, CliError> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).map_err(CliError::from)
-}
 
 /// What every thread of a run shares.
 pub(super) struct Shared {
@@ -71,6 +61,12 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The interval under way, if latencies are kept per interval (`--report-interval`).
+    fn interval_now(&self) -> Option<u64> {
+        self.per_interval
+            .then(|| self.interval_seq.load(Ordering::Acquire))
+    }
+
     /// Whether the measured stretch is over by its clock (`--duration`).
     fn past_deadline(&self) -> bool {
         self.timed
@@ -291,7 +287,7 @@ pub(super) fn run_thread<I: BenchIndex>(
             continue;
         }
         let _ = result.latency[kind].record(ns.clamp(1, MAX_LATENCY_NS));
-        per_interval.record(shared, kind, ns.clamp(1, MAX_LATENCY_NS));
+        per_interval.record(shared.interval_now(), kind, ns.clamp(1, MAX_LATENCY_NS));
         result.net[kind] += client.net_stats() - before;
         result.lock_verbs[kind] += client.lock_verbs() - locks_before;
         measured += 1;
@@ -574,7 +570,11 @@ fn drive<C: BenchClient>(
         }
         let ns = flight.started.elapsed().as_nanos() as u64;
         let _ = result.latency[flight.kind].record(ns.clamp(1, MAX_LATENCY_NS));
-        per_interval.record(shared, flight.kind, ns.clamp(1, MAX_LATENCY_NS));
+        per_interval.record(
+            shared.interval_now(),
+            flight.kind,
+            ns.clamp(1, MAX_LATENCY_NS),
+        );
         result.net[flight.kind] += flight.net;
         unflushed += 1;
         if unflushed == FLUSH_EVERY {
