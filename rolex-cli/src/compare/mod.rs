@@ -747,7 +747,7 @@ pub fn run(args: &CompareArgs, defaults: BenchArgs) -> Result<(), CliError> {
         &rate_sweep,
         &indexes,
         &format!(
-            "{} keys, {} threads x {} in flight, uniform requests; measured here, not modeled: tails include this host's scheduling",
+            "{} keys, {} threads x {} in flight, uniform; measured, not modeled (tails: this host's scheduling too)",
             args.keys, args.threads, args.inflight
         ),
     ));
