@@ -592,3 +592,74 @@ fn inflight_sweeps_every_index_and_plots_them() {
             .contains("connection indexes")
     );
 }
+
+/// Whether `text` names `flag` as a whole flag (`--seed`, not the start of `--seeds`).
+fn names_flag(text: &str, flag: &str) -> bool {
+    text.match_indices(flag).any(|(at, _)| {
+        let after = text[at + flag.len()..].chars().next();
+        let before = text[..at].chars().next_back();
+        !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+/// The README's synopsis of each command names every flag `--help` lists for it, so that a flag
+/// added to a command is added there too (the synopsis once lacked four of compare's).
+#[test]
+fn the_readme_synopsis_names_every_flag_of_every_command() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README");
+    let block = readme
+        .split("## The `rolex` command")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("the synopsis block");
+    let mut missing = Vec::new();
+    for command in ["bench", "memnode", "inspect", "suite", "compare"] {
+        // The command's lines, each with the indented lines that continue it.
+        let mut text = String::new();
+        let mut mine = false;
+        for line in block.lines() {
+            if line.starts_with("rolex ") {
+                mine = line.starts_with(&format!("rolex {command} "));
+            }
+            if mine {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        assert!(!text.is_empty(), "no synopsis of rolex {command}");
+        let help = std::process::Command::new(crate::common::ROLEX)
+            .args([command, "--help"])
+            .output()
+            .expect("run");
+        let help = String::from_utf8_lossy(&help.stdout).into_owned();
+        for line in help.lines() {
+            let line = line.trim_start();
+            // `--flag`, `--flag <VALUE>`, or `-p, --flag <VALUE>`.
+            let line = line.split_once(", ").map_or(line, |(short, long)| {
+                if short.starts_with('-') && !short.starts_with("--") {
+                    long
+                } else {
+                    line
+                }
+            });
+            let Some(rest) = line.strip_prefix("--") else {
+                continue;
+            };
+            let name = rest.split([' ', '\t']).next().unwrap_or(rest);
+            let flag = format!("--{name}");
+            if name == "help" || name.is_empty() {
+                continue;
+            }
+            if !names_flag(&text, &flag) {
+                missing.push(format!("rolex {command} {flag}"));
+            }
+        }
+    }
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "the README's synopsis lacks {missing:?}"
+    );
+}
