@@ -85,9 +85,11 @@ fn keys_moved_by_displacements_and_splits_are_never_missed() {
         hits += stats.speculative_hits;
         misses += stats.speculative_misses;
     }
+    // Misses depend on how the threads happen to interleave (a busy machine may run the reader
+    // apart from the writers): the next test makes one for certain.
     assert!(
-        hits > 0 && misses > 0,
-        "GETs read speculatively, some slots had moved on: {hits} hits, {misses} misses"
+        hits > 0,
+        "GETs read speculatively: {hits} hits, {misses} misses"
     );
     let start: BTreeMap<u64, u64> = initial.into_iter().collect();
     if let Err(violation) = check(&start, &history) {
@@ -304,4 +306,36 @@ fn a_chain_longer_than_a_page_under_an_uninstalled_root_gets_a_root() {
     for k in 0..200u64 {
         assert_eq!(client.get(k * 20 + 1), Ok(Some(k)), "inserted key {k}");
     }
+}
+
+/// A GET whose hot-entry slot no longer holds its key (another compute node deleted it there)
+/// finds so in its one-slot READ, reads the key's neighbourhood instead and answers right: a
+/// speculative miss, made for certain (the stress test above meets them only as threads
+/// interleave).
+#[test]
+fn a_speculative_read_of_a_slot_that_moved_on_is_a_miss_and_reads_again() {
+    let config = common::tiny_hopscotch();
+    let initial: Vec<(u64, u64)> = (1..=40).map(|k| (k * 10, k)).collect();
+    let (transport, _) = common::loaded_pool(initial, &config, 400, SimConfig::default());
+    let reader = Tree::open(transport.clone(), common::tree_config()).expect("open");
+    let writer = Tree::open(transport.clone(), common::tree_config()).expect("open");
+    let (mut reader, mut writer) = (
+        reader.client().expect("client"),
+        writer.client().expect("client"),
+    );
+    let key = 200;
+    assert_eq!(reader.get(key), Ok(Some(20)));
+    assert_eq!(reader.get(key), Ok(Some(20)), "found where it was last");
+    let before = reader.stats();
+    assert!(before.speculative_hits > 0, "{before:?}");
+    assert_eq!(writer.delete(key), Ok(true));
+    assert_eq!(reader.get(key), Ok(None), "the slot moved on: read again");
+    let after = reader.stats();
+    assert_eq!(
+        after.speculative_misses,
+        before.speculative_misses + 1,
+        "{after:?}"
+    );
+    assert_eq!(writer.insert(key, 7), Ok(true));
+    assert_eq!(reader.get(key), Ok(Some(7)));
 }
