@@ -18,8 +18,9 @@
 //! * A compute endpoint stops when one of its connections fails ([`Stopped`]). The batches in
 //!   flight then fail with `Broken`: whether they executed is unknown (a request may have
 //!   executed and its acknowledgement been lost, fence or no fence). Every later call posts
-//!   nothing and fails with `Broken` until the failed connection's notice is heard — listened for
-//!   without waiting, at each such call — and with `Fenced` from then on: so `Fenced` always
+//!   nothing and fails with `Broken` until a notice is heard on any of the endpoint's connections
+//!   — listened for without waiting, at each such call — and with `Fenced` from then on (naming
+//!   that connection's memory node): so `Fenced` always
 //!   means "executed nothing", as on the simulator. The notice leaves as the fence returns, and
 //!   the failure surfaces only once the retries run out, about half a second later: in a working
 //!   network the first call after the failure hears it; over a cut one, a later call does.
