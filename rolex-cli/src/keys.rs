@@ -123,6 +123,63 @@ pub fn generate(dist: KeyDist, loaded: usize, extra: usize, seed: u64) -> KeySet
     }
 }
 
+/// One key in this many is bulk-loaded before a measured load phase (`--load-phase`); the
+/// load phase inserts the rest.
+pub const LOAD_PHASE_BULK_EVERY: usize = 100;
+
+/// How a measured load phase (`--load-phase`, YCSB's `load`) puts a run's keys in the store. A
+/// store cannot start empty (ROLEX trains its first models on a bulk load, and every index
+/// range-partitions its memory nodes by the keys it is given), so one key in
+/// [`LOAD_PHASE_BULK_EVERY`] (at least one per memory node) is bulk-loaded and the load phase
+/// inserts the rest, measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadPlan {
+    /// The keys bulk-loaded, sorted.
+    pub bulk: Vec<u64>,
+    /// The keys the load phase inserts, in insertion order.
+    pub inserts: Vec<u64>,
+}
+
+impl LoadPlan {
+    /// The plan for `keys` (the run's loaded keys, sorted or not) over `memory_nodes`:
+    /// - `Random` insert order (YCSB's hashed order): every hundredth key of the sorted keys is
+    ///   bulk-loaded, so the bulk load spans the key space; the rest arrive in a random order
+    ///   drawn from `seed`.
+    /// - `Append`: the smallest keys are bulk-loaded and the rest arrive ascending above them,
+    ///   as time-stamped keys do.
+    pub fn new(keys: &[u64], order: InsertOrder, seed: u64, memory_nodes: u64) -> Self {
+        let mut sorted = keys.to_vec();
+        sorted.sort_unstable();
+        let wanted = sorted
+            .len()
+            .div_ceil(LOAD_PHASE_BULK_EVERY)
+            .max(memory_nodes as usize)
+            .min(sorted.len());
+        match order {
+            InsertOrder::Append => {
+                let inserts = sorted.split_off(wanted);
+                LoadPlan {
+                    bulk: sorted,
+                    inserts,
+                }
+            }
+            InsertOrder::Random => {
+                let step = (sorted.len() / wanted.max(1)).max(1);
+                let (mut bulk, mut inserts) = (Vec::with_capacity(wanted), Vec::new());
+                for (i, &k) in sorted.iter().enumerate() {
+                    if i % step == 0 && bulk.len() < wanted {
+                        bulk.push(k);
+                    } else {
+                        inserts.push(k);
+                    }
+                }
+                inserts.shuffle(&mut StdRng::seed_from_u64(seed ^ 0x6c6f_6164));
+                LoadPlan { bulk, inserts }
+            }
+        }
+    }
+}
+
 /// The most keys read from a SOSD key file (32 GiB of keys; SOSD's largest data sets hold
 /// 800 million).
 pub const MAX_SOSD_KEYS: u64 = 1 << 32;
@@ -237,5 +294,34 @@ mod order_tests {
         assert!(set.to_insert.windows(2).all(|w| w[0] < w[1]));
         assert!(set.to_insert.iter().all(|&k| k > top));
         assert!(set.loaded.is_sorted());
+    }
+
+    #[test]
+    fn a_load_plan_bulk_loads_one_key_in_a_hundred_and_inserts_each_other_key_once() {
+        let set = generate(KeyDist::Uniform, 10_000, 0, 5);
+        for order in [InsertOrder::Random, InsertOrder::Append] {
+            let plan = LoadPlan::new(&set.loaded, order, 9, 2);
+            assert_eq!(plan.bulk.len(), 100, "{order:?}");
+            assert!(plan.bulk.is_sorted());
+            let mut all: Vec<u64> = plan.bulk.iter().chain(&plan.inserts).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, set.loaded, "{order:?}: every key exactly once");
+        }
+        let random = LoadPlan::new(&set.loaded, InsertOrder::Random, 9, 2);
+        // Spread over the key space: the bulk load's first and last keys are near the ends.
+        assert_eq!(random.bulk[0], set.loaded[0]);
+        assert!(random.bulk[99] >= set.loaded[9_800]);
+        assert!(
+            !random.inserts.is_sorted(),
+            "inserts arrive in a random order"
+        );
+        let append = LoadPlan::new(&set.loaded, InsertOrder::Append, 9, 2);
+        assert_eq!(append.bulk[..], set.loaded[..100]);
+        assert!(append.inserts.is_sorted(), "appends ascend");
+        // Tiny key sets: at least one key per memory node, never more keys than there are.
+        let tiny = LoadPlan::new(&[5, 1, 9], InsertOrder::Random, 1, 2);
+        assert_eq!(tiny.bulk, [1, 5]);
+        assert_eq!(tiny.inserts, [9]);
+        assert_eq!(LoadPlan::new(&[7], InsertOrder::Random, 1, 4).bulk, [7]);
     }
 }

@@ -140,6 +140,55 @@ pub struct OpReport {
     pub latency_us: Latency,
 }
 
+/// A measured load phase (`--load-phase`, YCSB's `load`): the store's keys inserted by the
+/// client threads before the run, reported apart from it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// Keys bulk-loaded before it (one in 100: a store cannot start empty).
+    pub bulk_loaded: u64,
+    /// Keys it inserted (each added a key).
+    pub inserted: u64,
+    /// From its first insert to its last thread's last.
+    pub wall_seconds: f64,
+    pub throughput_ops_s: f64,
+    /// Its inserts' counters and latencies.
+    pub insert: OpReport,
+    /// The cost model's throughput for its inserts (same profile and clients as the run's).
+    pub modeled_throughput_ops_s: f64,
+    /// With `--check-inserts`: its keys that did not read back right after it (null otherwise).
+    pub inserts_missing: Option<u64>,
+    /// Ctrl-C stopped it: the run after it did not start.
+    pub interrupted: bool,
+}
+
+impl LoadReport {
+    /// Its line in the human-readable table.
+    pub fn line(&self) -> String {
+        let i = &self.insert;
+        format!(
+            "load phase: {} keys inserted after a bulk load of {}, in {}: {:.0} ops/s; per insert {:.3} RTT, {:.2} verbs, {:.1} bytes, p50 {:.2} µs, p99 {:.2} µs; modeled {:.0} ops/s{}{}\n",
+            self.inserted,
+            self.bulk_loaded,
+            duration(self.wall_seconds),
+            self.throughput_ops_s,
+            i.rtts_per_op,
+            i.verbs_per_op,
+            i.bytes_per_op,
+            i.latency_us.p50,
+            i.latency_us.p99,
+            self.modeled_throughput_ops_s,
+            self.inserts_missing.map_or(String::new(), |m| format!(
+                "; {m} of its keys missing after it"
+            )),
+            if self.interrupted {
+                " (interrupted by Ctrl-C)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// The network cost model's figures — always labelled as modeled.
 #[derive(Debug, Clone, Serialize)]
 pub struct Modeled {
@@ -289,6 +338,8 @@ pub struct Report {
     /// null for the B+-tree baseline).
     pub open_seconds: Option<f64>,
     pub inserts_missing: Option<u64>,
+    /// The measured load phase before the run (`--load-phase`; null without it).
+    pub load: Option<LoadReport>,
     /// Throughput and retraining in the first and the last tenth of the operations done while
     /// every thread ran (how the store holds up as the data grows).
     pub phases: Phases,
@@ -445,6 +496,9 @@ impl Report {
             text(&c["ops_run"]),
             text(&c["threads"]),
         ));
+        if let Some(load) = &self.load {
+            out.push_str(&load.line());
+        }
         if self.interrupted {
             out.push_str("interrupted (Ctrl-C): the figures cover the operations run until then\n");
         }

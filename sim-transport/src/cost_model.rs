@@ -41,7 +41,11 @@ impl NetworkProfile {
     /// Modeled throughput (operations per second) of `clients` client threads issuing operations
     /// that together used `net` over `ops` operations, against `memory_nodes` NICs:
     /// `min(clients / mean latency, NIC verb limit / verbs per op, NIC byte limit / bytes per op)`.
+    /// No operations (a run stopped before its first): zero, not a limit of nothing.
     pub fn throughput_ops_s(&self, net: &Stats, ops: u64, clients: u64, memory_nodes: u64) -> f64 {
+        if ops == 0 {
+            return 0.0;
+        }
         let ops_f = ops.max(1) as f64;
         let latency_s = self.latency_us(net, ops) / 1e6;
         let by_latency = if latency_s > 0.0 {
@@ -85,5 +89,11 @@ mod tests {
         assert!((p.throughput_ops_s(&net, 10, 64, 1) - 25e6).abs() < 1.0);
         // Two memory nodes double the NIC limits; latency now binds.
         assert!((p.throughput_ops_s(&net, 10, 64, 2) - 64.0 / 2.0224e-6).abs() < 1.0);
+    }
+
+    #[test]
+    fn no_operations_model_no_throughput() {
+        let p = NetworkProfile::default();
+        assert_eq!(p.throughput_ops_s(&Stats::default(), 0, 64, 1), 0.0);
     }
 }

@@ -32,6 +32,12 @@ pub struct BenchArgs {
     /// workload file's `recordcount`.
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::checks::positive_count)]
     pub keys: u64,
+    /// Put the keys in the store with a measured load phase (YCSB's `load`), reported apart
+    /// before the run: one key in 100 (at least one per memory node) is bulk-loaded, then the
+    /// client threads insert the rest (in `--insert-order`: random, or ascending above the bulk
+    /// load's keys). Embedded memory nodes only.
+    #[arg(long)]
+    pub load_phase: bool,
     /// Operations in total (over all threads). Given on the command line, it wins over a
     /// workload file's `operationcount`.
     #[arg(long, default_value_t = 1_000_000, conflicts_with = "duration",

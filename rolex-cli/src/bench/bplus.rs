@@ -3,13 +3,12 @@
 
 use crate::error::CliError;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use leaf_store::BulkLoadConfig;
 use rdma_transport::Transport;
 use sim_transport::SimTransport;
 
-use super::measure::run_workload;
+use super::measure::{Retraining, RunKeys, run_workload};
 use super::{BenchArgs, progress};
 use crate::index::IndexKind;
 use crate::keys;
@@ -23,11 +22,15 @@ pub(super) fn run_bplus(
     ops: u64,
     mix: &Mix,
     set: keys::KeySet,
+    plan: Option<keys::LoadPlan>,
     expected_inserts: u64,
 ) -> Result<Report, CliError> {
     let nodes = args.memory_nodes;
-    let mut sorted = set.loaded.clone();
+    // What the bulk load holds: every key, or a measured load phase's share.
+    let mut sorted = plan.as_ref().map_or(&set.loaded, |p| &p.bulk).clone();
     sorted.sort_unstable();
+    // Room for the load phase's inserts as for the run's.
+    let expected_inserts = expected_inserts + plan.as_ref().map_or(0, |p| p.inserts.len() as u64);
     if (sorted.len() as u64) < nodes {
         return Err("more memory nodes than loaded keys".into());
     }
@@ -92,29 +95,21 @@ pub(super) fn run_bplus(
         },
     )?;
     let tree = Arc::new(tree);
+    let keys = RunKeys {
+        loaded: set.loaded,
+        to_insert: set.to_insert,
+        load: plan,
+    };
     match args.value_size {
         Some(size) => run_workload(
             args,
             ops,
             mix,
             Arc::new(crate::index::ValueStore::new(tree, size)),
-            set.loaded,
-            set.to_insert,
-            Vec::new(),
-            &AtomicBool::new(false),
-            &[],
+            keys,
+            Retraining::default(),
         ),
-        None => run_workload(
-            args,
-            ops,
-            mix,
-            tree,
-            set.loaded,
-            set.to_insert,
-            Vec::new(),
-            &AtomicBool::new(false),
-            &[],
-        ),
+        None => run_workload(args, ops, mix, tree, keys, Retraining::default()),
     }
 }
 

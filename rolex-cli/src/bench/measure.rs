@@ -4,6 +4,9 @@
 //! whose operations run but are recorded nowhere, then the measured operations. Every figure of
 //! the report, the phases and the throughput series (`--report-interval`) cover the measured
 //! stretch only; its clock starts when the warm-up ends.
+//!
+//! A measured load phase (`--load-phase`) comes before both: the client threads insert the keys
+//! the bulk load left out, each once, and its figures are reported apart (`load`).
 
 use crate::error::{CliError, failed};
 use std::collections::BTreeMap;
@@ -27,25 +30,52 @@ use crate::workload::{Chooser, Mix, Workload};
 /// The embedded retrainers' threads.
 pub(super) type Retrainers = Vec<std::thread::JoinHandle<Result<RetrainerSummary, CliError>>>;
 
+/// The embedded memory nodes' retrainers beside a run: their threads, the flag that stops them
+/// when the run ends, and the counters they publish as they go (none for an attached pool, a
+/// verbs run or a baseline).
+#[derive(Default)]
+pub(super) struct Retraining {
+    pub threads: Retrainers,
+    pub stop: Arc<AtomicBool>,
+    pub progress: Vec<Arc<RetrainProgress>>,
+}
+
 /// How often the run is sampled (`--report-interval` is at least this).
 const SAMPLE_EVERY: Duration = crate::checks::SAMPLE_EVERY;
 
-/// Runs the workload on `store` (either index) and assembles the report.
-#[allow(clippy::too_many_arguments)]
+/// The keys of a run.
+pub(super) struct RunKeys {
+    /// The keys the run's operations start from (after the load phase, if there is one).
+    pub loaded: Vec<u64>,
+    /// Keys for the run's inserts, in insertion order.
+    pub to_insert: Vec<u64>,
+    /// With `--load-phase`: what was bulk-loaded, and the keys the load phase inserts.
+    pub load: Option<crate::keys::LoadPlan>,
+}
+
+/// Runs the workload on `store` (any index), after its load phase if there is one, and
+/// assembles the report.
 pub(super) fn run_workload<I: BenchIndex>(
     args: &BenchArgs,
     ops: u64,
     mix: &Mix,
     store: Arc<I>,
-    loaded: Vec<u64>,
-    to_insert: Vec<u64>,
-    retrainers: Retrainers,
-    stop_retrainers: &AtomicBool,
-    retrain_progress: &[Arc<RetrainProgress>],
+    keys: RunKeys,
+    retraining: Retraining,
 ) -> Result<Report, CliError> {
+    let retrain_progress = &retraining.progress[..];
+    let RunKeys {
+        loaded,
+        to_insert,
+        load,
+    } = keys;
     if loaded.is_empty() {
         return Err("the store holds no keys to run a workload on".into());
     }
+    let load = match load {
+        Some(plan) => Some(load_phase(args, &store, plan, retrain_progress)?),
+        None => None,
+    };
     let chooser = Chooser::with_params(
         mix.request_dist,
         loaded.len() as u64,
@@ -75,18 +105,20 @@ pub(super) fn run_workload<I: BenchIndex>(
         // --workload, has no deletes).
         churn: args.workload == Workload::Churn && args.workload_file.is_none(),
         threads: args.threads,
-        stop: AtomicBool::new(false),
+        // Ctrl-C during the load phase: the run does not start.
+        stop: AtomicBool::new(crate::interrupt::interrupted()),
         pace_ns: args
             .length
             .target_rate
             .map(|rate| args.threads as f64 * 1e9 / rate),
         per_interval: args.report_interval.is_some(),
         interval_seq: AtomicU64::new(0),
+        load_only: false,
     });
     let measured = run_threads(args, &store, &shared, retrain_progress)?;
-    stop_retrainers.store(true, Ordering::Release);
+    retraining.stop.store(true, Ordering::Release);
     let mut retrainer: Option<RetrainerSummary> = None;
-    for r in retrainers {
+    for r in retraining.threads {
         let summary = r.join().map_err(|_| failed!("the retrainer panicked"))??;
         retrainer = Some(match retrainer {
             Some(total) => total.plus(&summary),
@@ -94,7 +126,148 @@ pub(super) fn run_workload<I: BenchIndex>(
         });
     }
 
-    assemble(args, &*store, &shared, measured, retrainer)
+    let mut report = assemble(args, &*store, &shared, measured, retrainer)?;
+    report.load = load;
+    Ok(report)
+}
+
+/// The measured load phase: the client threads insert `plan.inserts` (each key once, by whichever
+/// thread takes it next) into the store bulk-loaded with `plan.bulk`. No warm-up, no pacing and
+/// no intervals: those are the run's.
+fn load_phase<I: BenchIndex>(
+    args: &BenchArgs,
+    store: &Arc<I>,
+    plan: crate::keys::LoadPlan,
+    retrain_progress: &[Arc<RetrainProgress>],
+) -> Result<crate::report::LoadReport, CliError> {
+    use crate::workload::{DistParams, RequestDist};
+    let crate::keys::LoadPlan { bulk, inserts } = plan;
+    let (bulk_loaded, to_load) = (bulk.len() as u64, inserts.len() as u64);
+    let shared = Arc::new(Shared {
+        // Unused: every operation is the next key's insert.
+        chooser: Chooser::with_params(
+            RequestDist::Uniform,
+            bulk_loaded,
+            args.theta,
+            DistParams::default(),
+        )?,
+        mix: Mix {
+            read: 0.0,
+            update: 0.0,
+            insert: 1.0,
+            scan: 0.0,
+            read_modify_write: 0.0,
+            max_scan_length: 1,
+            request_dist: RequestDist::Uniform,
+            dist_params: DistParams::default(),
+        },
+        loaded: bulk,
+        to_insert: inserts,
+        claimed: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        warm_done: AtomicU64::new(0),
+        measuring: AtomicBool::new(true),
+        deadline_ns: AtomicU64::new(u64::MAX),
+        started: Instant::now(),
+        per_thread: u64::MAX,
+        timed: false,
+        churn: false,
+        threads: args.threads,
+        stop: AtomicBool::new(false),
+        pace_ns: None,
+        per_interval: false,
+        interval_seq: AtomicU64::new(0),
+        load_only: true,
+    });
+    let phase_args = BenchArgs {
+        length: super::args::RunLength::default(),
+        report_interval: None,
+        ..args.clone()
+    };
+    let measured = run_threads(&phase_args, store, &shared, retrain_progress)?;
+    let interrupted = shared.stop.load(Ordering::Acquire);
+    let (hist, net, lock_verbs) = merged(&measured.results, INSERT)?;
+    let inserted: u64 = measured.results.iter().map(|r| r.inserted_count).sum();
+    if !interrupted && inserted != to_load {
+        return Err(failed!(
+            "the load phase inserted {inserted} of its {to_load} keys: the others were found present already"
+        ));
+    }
+    let inserts_missing = if args.check_inserts {
+        let mut client = store.client()?;
+        let mut missing = 0;
+        for r in &measured.results {
+            for &k in &r.inserted {
+                if client.get(k)?.is_none() {
+                    missing += 1;
+                }
+            }
+        }
+        Some(missing)
+    } else {
+        None
+    };
+    let count = hist.len();
+    let clients = args
+        .model_clients
+        .unwrap_or(args.threads.saturating_mul(args.inflight));
+    Ok(crate::report::LoadReport {
+        bulk_loaded,
+        inserted,
+        wall_seconds: measured.wall,
+        throughput_ops_s: count as f64 / measured.wall.max(1e-9),
+        insert: op_report(&hist, &net, lock_verbs),
+        modeled_throughput_ops_s: network_profile(args).throughput_ops_s(
+            &net,
+            count,
+            clients,
+            store.memory_nodes(),
+        ),
+        inserts_missing,
+        interrupted,
+    })
+}
+
+/// Where inserts are filed in [`OP_NAMES`].
+const INSERT: usize = 2;
+
+/// Every thread's latencies, verbs and lock-table verbs of operation type `kind`, together.
+fn merged(
+    results: &[super::thread::ThreadResult],
+    kind: usize,
+) -> Result<(hdrhistogram::Histogram<u64>, Stats, u64), CliError> {
+    let mut hist = latency_histogram()?;
+    let (mut net, mut lock_verbs) = (Stats::default(), 0);
+    for r in results {
+        hist.add(&r.latency[kind])?;
+        net += r.net[kind];
+        lock_verbs += r.lock_verbs[kind];
+    }
+    Ok((hist, net, lock_verbs))
+}
+
+/// One operation type's figures, from what [`merged`] gathered.
+fn op_report(hist: &hdrhistogram::Histogram<u64>, net: &Stats, lock_verbs: u64) -> OpReport {
+    let count = hist.len();
+    let per = |v: u64| v as f64 / count.max(1) as f64;
+    OpReport {
+        count,
+        rtts_per_op: per(net.batches),
+        verbs_per_op: per(net.verbs()),
+        bytes_per_op: per(net.bytes_read + net.bytes_written),
+        lock_verbs_per_op: per(lock_verbs),
+        latency_us: Latency::of(hist),
+    }
+}
+
+/// The cost model's network, from the `--model-*` flags.
+fn network_profile(args: &BenchArgs) -> NetworkProfile {
+    NetworkProfile {
+        rtt_us: args.model_rtt_us,
+        link_gbps: args.model_link_gbps,
+        nic_verbs_per_s: args.model_nic_verbs,
+        nic_bytes_per_s: args.model_nic_bytes,
+    }
 }
 
 /// What the client threads measured.
@@ -116,8 +289,14 @@ fn run_threads<I: BenchIndex>(
 ) -> Result<Measured, CliError> {
     let bar = progress(
         args.quiet,
-        (!shared.timed).then_some(shared.per_thread * args.threads),
-        if args.length.warmup.is_some() {
+        (!shared.timed).then_some(if shared.load_only {
+            shared.to_insert.len() as u64
+        } else {
+            shared.per_thread.saturating_mul(args.threads)
+        }),
+        if shared.load_only {
+            "load phase"
+        } else if args.length.warmup.is_some() {
             "warming up"
         } else {
             "running"
@@ -335,44 +514,21 @@ fn assemble<I: BenchIndex>(
     };
 
     // Assemble.
-    let profile = NetworkProfile {
-        rtt_us: args.model_rtt_us,
-        link_gbps: args.model_link_gbps,
-        nic_verbs_per_s: args.model_nic_verbs,
-        nic_bytes_per_s: args.model_nic_bytes,
-    };
+    let profile = network_profile(args);
     let mut total_ops = 0u64;
     let mut total_net = Stats::default();
     let mut ops_report = BTreeMap::new();
     let mut modeled_by_op = BTreeMap::new();
     let mut histograms = Vec::new();
     for (kind, name) in OP_NAMES.iter().enumerate() {
-        let mut hist = latency_histogram()?;
-        let mut net = Stats::default();
-        let mut lock_verbs = 0;
-        for r in &results {
-            hist.add(&r.latency[kind])?;
-            net += r.net[kind];
-            lock_verbs += r.lock_verbs[kind];
-        }
+        let (hist, net, lock_verbs) = merged(&results, kind)?;
         let count = hist.len();
         if count == 0 {
             continue;
         }
         total_ops += count;
         total_net += net;
-        let per = |v: u64| v as f64 / count as f64;
-        ops_report.insert(
-            name.to_string(),
-            OpReport {
-                count,
-                rtts_per_op: per(net.batches),
-                verbs_per_op: per(net.verbs()),
-                bytes_per_op: per(net.bytes_read + net.bytes_written),
-                lock_verbs_per_op: per(lock_verbs),
-                latency_us: Latency::of(&hist),
-            },
-        );
+        ops_report.insert(name.to_string(), op_report(&hist, &net, lock_verbs));
         modeled_by_op.insert(name.to_string(), profile.latency_us(&net, count));
         histograms.push((*name, hist));
     }
@@ -433,6 +589,7 @@ fn assemble<I: BenchIndex>(
         reconnects,
         open_seconds: None,
         inserts_missing,
+        load: None,
         phases,
         warmup_ops,
         target_rate: args.length.target_rate,

@@ -106,6 +106,7 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
                 "delta",
                 "fill",
                 "no_retrainer",
+                "load_phase",
             ],
             "does not apply with --attach (the pool has its keys, layout and retrainer)",
         )?;
@@ -159,6 +160,10 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
             &["attach"],
             "attaches to the simulator's pool files; --transport verbs reaches its memory nodes with --connect",
         )?;
+        refuse(
+            &["load_phase"],
+            "runs on embedded memory nodes; with --transport verbs, `rolex memnode` bulk-loads the keys",
+        )?;
     }
     let clients = args.threads.saturating_mul(args.inflight);
     if clients > crate::checks::MAX_THREADS {
@@ -183,7 +188,8 @@ fn check_workload_flags(args: &BenchArgs, mix: &Mix) -> Result<(), CliError> {
             name(mix.request_dist)
         ));
     }
-    if mix.insert <= 0.0 {
+    if mix.insert <= 0.0 && !args.load_phase {
+        // (A load phase inserts, in --insert-order, and --check-inserts checks its keys.)
         // --insert-ratio overrides a workload file, which overrides --workload.
         let workload = match (args.insert_ratio, &args.workload_file) {
             (Some(ratio), _) => format!("--insert-ratio {ratio}"),
@@ -195,7 +201,9 @@ fn check_workload_flags(args: &BenchArgs, mix: &Mix) -> Result<(), CliError> {
             ("check_inserts", "--check-inserts"),
         ] {
             if typed(id) {
-                return Err(input!("{flag} does not apply: {workload} inserts no keys"));
+                return Err(input!(
+                    "{flag} does not apply: {workload} inserts no keys (nor is there a --load-phase)"
+                ));
             }
         }
     }
@@ -299,7 +307,6 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         return run_verbs(args, mix, expected_inserts);
     }
     // The memory node(s): embedded, or an attached pool file.
-    let mut retrain_progress: Vec<Arc<RetrainProgress>> = Vec::new();
     if args.index.is_tree() && !args.attach.is_empty() {
         return Err(format!(
             "--attach serves ROLEX pools; the {} baseline runs embedded only",
@@ -308,7 +315,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         .into());
     }
     let mut unserved = Vec::new();
-    let (transport, loaded, to_insert, retrainers, stop_retrainers) = if !args.attach.is_empty() {
+    let (transport, keys, retraining) = if !args.attach.is_empty() {
         let transport = crate::pools::attach_files_with(&args.attach, true, sim_config(args))?;
         unserved = unserved_pools(args)?;
         let loaded = existing_keys(&transport, args.quiet)?;
@@ -318,13 +325,12 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
                 keys::ascending_above(loaded.iter().copied().max().unwrap_or(0), expected_inserts)
             }
         };
-        (
-            transport,
+        let keys = measure::RunKeys {
             loaded,
             to_insert,
-            Vec::new(),
-            Arc::new(AtomicBool::new(false)),
-        )
+            load: None,
+        };
+        (transport, keys, measure::Retraining::default())
     } else {
         let bar = progress(args.quiet, None, "key set");
         let set = match &args.keys_file {
@@ -354,12 +360,20 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         } else {
             set.in_order(args.insert_order)
         };
+        // With a measured load phase, the bulk load holds a share of the keys.
+        let plan = args.load_phase.then(|| {
+            keys::LoadPlan::new(&set.loaded, args.insert_order, args.seed, args.memory_nodes)
+        });
         if args.index.is_tree() {
             bar.finish_and_clear();
-            return run_bplus(args, ops, &mix, set, expected_inserts);
+            return run_bplus(args, ops, &mix, set, plan, expected_inserts);
         }
+        let bulk = plan.as_ref().map_or(&set.loaded, |plan| &plan.bulk);
+        // Room for the load phase's inserts as for the run's.
+        let expected_inserts =
+            expected_inserts + plan.as_ref().map_or(0, |p| p.inserts.len() as u64);
         bar.set_message("bulk load");
-        let per_node = (set.loaded.len() as u64).div_ceil(args.memory_nodes);
+        let per_node = (bulk.len() as u64).div_ceil(args.memory_nodes);
         let load = BulkLoadConfig {
             epsilon: args.epsilon,
             delta: args.delta,
@@ -386,8 +400,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         match args.value_size {
             Some(size) => index_core::bootstrap_values(
                 &transport,
-                set.loaded
-                    .iter()
+                bulk.iter()
                     .map(|&k| (k, crate::index::value_bytes(size, k, k)))
                     .collect(),
                 &load,
@@ -395,7 +408,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
             ),
             None => index_core::bootstrap_with_progress(
                 &transport,
-                set.loaded.iter().map(|&k| (k, k)).collect(),
+                bulk.iter().map(|&k| (k, k)).collect(),
                 &load,
                 show,
             ),
@@ -403,7 +416,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         load_bar.finish_and_clear();
         bar.finish_and_clear();
         let stop = Arc::new(AtomicBool::new(false));
-        let mut retrainers = Vec::new();
+        let (mut retrainers, mut retrain_progress) = (Vec::new(), Vec::new());
         if !args.no_retrainer {
             for &node in transport.memory_nodes() {
                 let (transport, stop) = (transport.clone(), Arc::clone(&stop));
@@ -441,37 +454,27 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
                 ));
             }
         }
-        (transport, set.loaded, set.to_insert, retrainers, stop)
+        let keys = measure::RunKeys {
+            loaded: set.loaded,
+            to_insert: set.to_insert,
+            load: plan,
+        };
+        let retraining = measure::Retraining {
+            threads: retrainers,
+            stop,
+            progress: retrain_progress,
+        };
+        (transport, keys, retraining)
     };
     let opening = std::time::Instant::now();
-    let store = open_rolex(args, transport, loaded.len() as u64)?;
+    let store = open_rolex(args, transport, keys.loaded.len() as u64)?;
     let open_seconds = opening.elapsed().as_secs_f64();
     let mut report = match args.value_size {
         Some(size) => {
             let store = Arc::new(crate::index::ValueStore::new(store, size));
-            run_workload(
-                args,
-                ops,
-                &mix,
-                store,
-                loaded,
-                to_insert,
-                retrainers,
-                &stop_retrainers,
-                &retrain_progress,
-            )?
+            run_workload(args, ops, &mix, store, keys, retraining)?
         }
-        None => run_workload(
-            args,
-            ops,
-            &mix,
-            store,
-            loaded,
-            to_insert,
-            retrainers,
-            &stop_retrainers,
-            &retrain_progress,
-        )?,
+        None => run_workload(args, ops, &mix, store, keys, retraining)?,
     };
     report.open_seconds = Some(open_seconds);
     report.unserved_pools = unserved;
@@ -719,11 +722,12 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
         args.ops,
         &mix,
         store,
-        loaded,
-        to_insert,
-        Vec::new(),
-        &AtomicBool::new(false),
-        &[],
+        measure::RunKeys {
+            loaded,
+            to_insert,
+            load: None,
+        },
+        measure::Retraining::default(),
     )?;
     report.open_seconds = Some(open_seconds);
     Ok(report)

@@ -58,6 +58,9 @@ pub(super) struct Shared {
     pub per_interval: bool,
     /// The interval under way (the sampler advances it as it closes one).
     pub interval_seq: AtomicU64,
+    /// A load phase (`--load-phase`): every operation inserts the next key of `to_insert`, and
+    /// the phase ends when they run out (each is inserted once, by one thread).
+    pub load_only: bool,
 }
 
 impl Shared {
@@ -249,7 +252,9 @@ pub(super) fn run_thread<I: BenchIndex>(
             }
             None => Instant::now(),
         };
-        let op = next_op(shared, &mut rng, &mut result.owned);
+        let Some(op) = next_op(shared, &mut rng, &mut result.owned) else {
+            break;
+        };
         let before = client.net_stats();
         let locks_before = client.lock_verbs();
         let inserted_before = result.inserted.len();
@@ -305,11 +310,16 @@ pub(super) fn run_thread<I: BenchIndex>(
     Ok(result)
 }
 
-/// The next operation: a churn thread's delete of a key it owns half the time, else the mix's.
-fn next_op(shared: &Shared, rng: &mut StdRng, owned: &mut Vec<u64>) -> Op {
+/// The next operation: a churn thread's delete of a key it owns half the time, else the mix's;
+/// in a load phase, the next key's insert, or none once every key is handed out.
+fn next_op(shared: &Shared, rng: &mut StdRng, owned: &mut Vec<u64>) -> Option<Op> {
+    if shared.load_only {
+        let n = shared.claimed.fetch_add(1, Ordering::AcqRel) as usize;
+        return shared.to_insert.get(n).map(|&k| Op::Insert(k));
+    }
     if shared.churn && !owned.is_empty() && rng.random::<bool>() {
         let at = rng.random_range(0..owned.len());
-        return Op::Delete(owned.swap_remove(at));
+        return Some(Op::Delete(owned.swap_remove(at)));
     }
     let (loaded, to_insert) = (&shared.loaded, &shared.to_insert);
     let live = loaded.len() as u64
@@ -331,7 +341,7 @@ fn next_op(shared: &Shared, rng: &mut StdRng, owned: &mut Vec<u64>) -> Op {
             .copied()
             .unwrap_or_else(rand::random::<u64>)
     };
-    shared.mix.next(rng, &shared.chooser, live, key_at, new_key)
+    Some(shared.mix.next(rng, &shared.chooser, live, key_at, new_key))
 }
 
 /// Issues one operation; returns its index in [`OP_NAMES`].
@@ -470,8 +480,10 @@ fn drive<C: BenchClient>(
     let mut session = kv_session::session(lanes);
     let mut flights: std::collections::HashMap<u64, InFlight> = std::collections::HashMap::new();
     let (mut next_tag, mut started, mut unflushed) = (0u64, 0u64, 0u64);
+    // A load phase's keys all handed out.
+    let exhausted = std::cell::Cell::new(false);
     let over = |started: u64| {
-        if shared.stop.load(Ordering::Acquire) {
+        if shared.stop.load(Ordering::Acquire) || exhausted.get() {
             return true;
         }
         if !measuring {
@@ -490,7 +502,10 @@ fn drive<C: BenchClient>(
                 Some(schedule) => schedule.take(),
                 None => Instant::now(),
             };
-            let op = next_op(shared, rng, &mut result.owned);
+            let Some(op) = next_op(shared, rng, &mut result.owned) else {
+                exhausted.set(true);
+                break;
+            };
             let (request, kind) = first_request(op);
             flights.insert(
                 next_tag,

@@ -435,6 +435,7 @@ fn the_readme_schema_names_every_field_of_the_json() {
         "2",
         "--report-interval",
         "0.01",
+        "--load-phase",
         "--quiet",
         "--json",
         report.to_str().expect("utf-8"),
@@ -452,11 +453,12 @@ fn the_readme_schema_names_every_field_of_the_json() {
     check(&r["spread"]);
     let run = &r["runs"][0];
     check(run);
-    for part in ["modeled", "retrainer", "values", "phases"] {
+    for part in ["modeled", "retrainer", "values", "phases", "load"] {
         check(&run[part]);
     }
     check(&run["ops"]["read"]);
     check(&run["ops"]["read"]["latency_us"]);
+    check(&run["load"]["insert"]);
     check(&run["intervals"][0]);
     check(&run["values"]);
     assert!(missing.is_empty(), "the README's schema lacks {missing:?}");

@@ -297,16 +297,21 @@ fn a_flag_the_run_would_ignore_is_refused() {
         &["--key-dist"],
     );
     for flag in [
-        ["--keys", "5"],
-        ["--memory-nodes", "2"],
-        ["--key-dist", "normal"],
-        ["--delta", "8"],
+        &["--keys", "5"][..],
+        &["--memory-nodes", "2"],
+        &["--key-dist", "normal"],
+        &["--delta", "8"],
+        &["--load-phase"],
     ] {
         refused(
-            &["bench", "--attach", pool, flag[0], flag[1]],
+            &[&["bench", "--attach", pool][..], flag].concat(),
             &[flag[0], "--attach"],
         );
     }
+    refused(
+        &["bench", "--transport", "verbs", "--load-phase"],
+        &["--load-phase", "embedded memory nodes", "rolex memnode"],
+    );
     refused(
         &["bench", "--index", "bplus", "--delta", "8"],
         &["ROLEX setting"],
@@ -714,7 +719,7 @@ fn a_flag_the_workload_does_not_use_is_refused() {
     for flag in [&["--insert-order", "append"][..], &["--check-inserts"]] {
         refused_at_once(
             &[&["bench"][..], &huge, flag].concat(),
-            &[flag[0], "ycsb-a inserts no keys"],
+            &[flag[0], "ycsb-a inserts no keys", "--load-phase"],
         );
         refused_at_once(
             &[&["bench", "--workload", "ycsb-c"][..], &huge, flag].concat(),

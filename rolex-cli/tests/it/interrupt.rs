@@ -78,6 +78,56 @@ fn ctrl_c_stops_a_bench_and_writes_what_it_measured() {
     );
 }
 
+/// Ctrl-C during a load phase stops it at its next sample; the run after it does not start, and
+/// the report says how far the load got.
+#[test]
+fn ctrl_c_during_a_load_phase_reports_it_and_runs_nothing_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    // Four million keys on one thread: a load phase of many seconds.
+    let mut child = Command::new(ROLEX)
+        .args([
+            "bench",
+            "--quiet",
+            "--keys",
+            "4000000",
+            "--threads",
+            "1",
+            "--load-phase",
+            "--json",
+        ])
+        .arg(&report)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run rolex");
+    std::thread::sleep(Duration::from_millis(2500));
+    interrupt(&child);
+    assert_eq!(wait_at_most(&mut child, Duration::from_secs(30)), Some(130));
+    let text = {
+        use std::io::Read;
+        let mut s = String::new();
+        if let Some(mut pipe) = child.stdout.take() {
+            pipe.read_to_string(&mut s).expect("stdout");
+        }
+        s
+    };
+    let r = json(&report);
+    assert_eq!(r["interrupted"], true, "{r}");
+    assert_eq!(r["load"]["interrupted"], true, "{r}");
+    let inserted = r["load"]["inserted"].as_u64().expect("inserted");
+    assert!(inserted < 3_960_000, "the load stopped early: {inserted}");
+    assert_eq!(
+        r["config"]["ops_run"], 0,
+        "no run after an interrupted load"
+    );
+    assert_eq!(
+        r["modeled"]["throughput_ops_s"], 0.0,
+        "nothing run, nothing modeled"
+    );
+    assert!(text.contains("(interrupted by Ctrl-C)"), "{text}");
+}
+
 /// The first Ctrl-C lets the work under way before the run (here: waiting for a key file on a
 /// named pipe no one writes) go on; a second one does not wait: the command ends with 130 at
 /// once, writing no report.

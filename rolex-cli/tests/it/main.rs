@@ -10,6 +10,7 @@ mod compare;
 mod harness;
 mod input_checks;
 mod interrupt;
+mod load_phase;
 mod multiprocess;
 mod open_loop;
 mod values;
