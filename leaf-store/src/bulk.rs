@@ -92,6 +92,46 @@ impl Default for BulkLoadConfig {
     }
 }
 
+/// About what one trained leaf costs a compute node's cache with pivots (ARCHITECTURE §6, "Cache
+/// budget"): its pivot (8 bytes) and its share of the models, about 2.6 bytes at ε = 16 (measured:
+/// 0.88 bytes per key at 12 keys a leaf, uniform keys). [`BulkLoadConfig::sized_for_cache`]
+/// sizes leaves by it.
+pub const CACHE_BYTES_PER_LEAF: f64 = 11.0;
+
+/// Free slots a leaf sized for a cache budget keeps for inserts (the default geometry keeps 4).
+pub const SIZED_LEAF_ROOM: u64 = 2;
+
+/// The most keys per leaf [`BulkLoadConfig::sized_for_cache`] chooses: beyond it a GET's whole
+/// leaf moves more bytes than reading two smaller leaves without pivots does.
+pub const MAX_SIZED_FILL: u64 = 24;
+
+impl BulkLoadConfig {
+    /// This configuration with its leaves sized for a compute-side cache of `bytes_per_key`, or
+    /// unchanged where no size fits. A GET READs one whole leaf when its view has pivots, so the
+    /// smallest leaf whose pivots fit the budget moves the fewest bytes: the fewest keys per
+    /// leaf (at least the default 12) whose [`CACHE_BYTES_PER_LEAF`] fit `bytes_per_key`, and
+    /// [`SIZED_LEAF_ROOM`] more slots (1 byte per key: 12 keys in leaves of 14 slots, 248 bytes
+    /// instead of 280; 0.5: 22 in 24). Where that would take more than [`MAX_SIZED_FILL`] keys
+    /// a leaf, the budget holds no pivots anyway and the default leaves read least. The fewer
+    /// free slots cost inserts: a leaf splits sooner, and its keys go to synonym leaves until a
+    /// retraining.
+    pub fn sized_for_cache(self, bytes_per_key: f64) -> Self {
+        // Not a positive number of bytes (NaN included): nothing fits.
+        if bytes_per_key.is_nan() || bytes_per_key <= 0.0 {
+            return self;
+        }
+        let fill = ((CACHE_BYTES_PER_LEAF / bytes_per_key).ceil() as u64).max(Self::default().fill);
+        if fill > MAX_SIZED_FILL {
+            return self;
+        }
+        Self {
+            fill,
+            delta: fill + SIZED_LEAF_ROOM,
+            ..self
+        }
+    }
+}
+
 /// What a bulk load built, and what it cost.
 #[derive(Debug, Clone)]
 pub struct BulkLoadReport {

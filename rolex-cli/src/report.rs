@@ -496,6 +496,13 @@ impl Report {
             text(&c["ops_run"]),
             text(&c["threads"]),
         ));
+        if c["leaves_sized_for_budget"] == true {
+            out.push_str(&format!(
+                "leaves sized for the cache budget: {} keys in leaves of {} slots (--delta and --fill choose otherwise)\n",
+                text(&c["fill"]),
+                text(&c["delta"]),
+            ));
+        }
         if let Some(load) = &self.load {
             out.push_str(&load.line());
         }

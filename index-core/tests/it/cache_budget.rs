@@ -193,3 +193,56 @@ fn a_budgeted_reader_on_another_store_follows_writes_and_retrainings() {
     let mut ep = transport.endpoint().expect("endpoint");
     assert!(verify(&mut ep, node).expect("verify").is_clean());
 }
+
+/// Leaves sized for a budget (`BulkLoadConfig::sized_for_cache`) keep every view's pivots within
+/// it, so each GET READs one leaf of the sized geometry (smaller than the default's at 1 byte per
+/// key); the default leaves under the same half-byte budget drop pivots and READ more than one.
+#[test]
+fn leaves_sized_for_a_budget_keep_one_small_leaf_per_get_within_it() {
+    const KEYS: u64 = 100_000;
+    let mut rng = XorShift64::new(11);
+    let mut keys: Vec<u64> = (0..KEYS + KEYS / 10).map(|_| rng.next_u64() >> 1).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.truncate(KEYS as usize);
+    // GETs of every key, in a scrambled order: (verbs, bytes) per GET, and the bytes cached.
+    let gets = |load: &BulkLoadConfig, budget: f64| {
+        let size = required_pool_bytes(KEYS, load, 4096).next_multiple_of(4096);
+        let transport = SimTransport::anonymous_with(&[size], SimConfig::default()).expect("pool");
+        bootstrap(&transport, keys.iter().map(|&k| (k, k)).collect(), load).expect("load");
+        let limit = (budget * KEYS as f64) as u64;
+        let store = open(&transport, Some(limit));
+        let mut client = store.client().expect("client");
+        for i in 0..KEYS {
+            let k = keys[(i * 7_919 % KEYS) as usize];
+            assert_eq!(client.get(k).expect("get"), Some(k));
+        }
+        assert!(store.cache_bytes() <= limit);
+        let net = client.stats().get(OpKind::Get).net;
+        let per = |v: u64| v as f64 / KEYS as f64;
+        (per(net.verbs()), per(net.bytes_read + net.bytes_written))
+    };
+    for (budget, delta, fill) in [(1.0, 14, 12), (0.5, 24, 22)] {
+        let sized = BulkLoadConfig::default().sized_for_cache(budget);
+        assert_eq!(
+            (sized.delta, sized.fill),
+            (delta, fill),
+            "at {budget} bytes per key"
+        );
+        let (verbs, bytes) = gets(&sized, budget);
+        assert_eq!(verbs, 1.0, "one leaf per GET at {budget} bytes per key");
+        assert_eq!(bytes, leaf_store::leaf_bytes(delta) as f64);
+    }
+    // The default leaves at half a byte per key: pivots dropped, more than a leaf per GET.
+    let (verbs, bytes) = gets(&BulkLoadConfig::default(), 0.5);
+    assert!(verbs > 1.5, "{verbs} verbs per GET");
+    assert!(
+        bytes > leaf_store::leaf_bytes(24) as f64,
+        "{bytes} bytes per GET"
+    );
+    // Where no leaf size fits, the configuration stays as it was.
+    assert_eq!(
+        BulkLoadConfig::default().sized_for_cache(0.1),
+        BulkLoadConfig::default()
+    );
+}

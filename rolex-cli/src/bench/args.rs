@@ -115,6 +115,10 @@ pub struct BenchArgs {
     /// Where the value size came from, when not from `--value-size` (a workload file's fields).
     #[arg(skip)]
     pub value_source: Option<String>,
+    /// Whether ROLEX's leaves were sized for `--cache-budget` (a budget in bytes per key, with
+    /// neither `--delta` nor `--fill` given): `delta` and `fill` say what ran.
+    #[arg(skip)]
+    pub leaves_sized_for_budget: bool,
     /// Request distribution (default: the workload's own: zipfian, or latest for YCSB D).
     #[arg(long, value_enum)]
     pub request_dist: Option<RequestDist>,

@@ -210,6 +210,34 @@ fn check_workload_flags(args: &BenchArgs, mix: &Mix) -> Result<(), CliError> {
     Ok(())
 }
 
+/// ROLEX's leaves sized for a cache budget in bytes per key (`BulkLoadConfig::sized_for_cache`),
+/// where this run bulk-loads them and neither `--delta` nor `--fill` was given: the smallest
+/// leaves whose pivots fit, so each GET reads one small leaf.
+fn size_leaves_for_budget(args: &mut BenchArgs) {
+    let typed = |id: &str| args.typed.iter().any(|t| t == id);
+    let Some(crate::checks::CacheBudget::PerKey(budget)) = args.cache_budget else {
+        return;
+    };
+    if args.index != IndexKind::Rolex
+        || !args.attach.is_empty()
+        || args.transport == CliTransport::Verbs
+        || typed("delta")
+        || typed("fill")
+    {
+        return;
+    }
+    let sized = BulkLoadConfig {
+        delta: args.delta,
+        fill: args.fill,
+        ..BulkLoadConfig::default()
+    }
+    .sized_for_cache(budget);
+    if (sized.delta, sized.fill) != (args.delta, args.fill) {
+        (args.delta, args.fill) = (sized.delta, sized.fill);
+        args.leaves_sized_for_budget = true;
+    }
+}
+
 /// The simulator's configuration for this run: its latency mode, if asked for.
 pub(crate) fn sim_config(args: &BenchArgs) -> SimConfig {
     SimConfig {
@@ -272,6 +300,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
     {
         return Err("--value-size: byte values run on embedded memory nodes only (for now)".into());
     }
+    size_leaves_for_budget(&mut args);
     let args = &args;
     let (keys_wanted, ops) = (args.keys, args.ops);
     if let Some(ratio) = args.insert_ratio {

@@ -3,7 +3,7 @@
 //! repeated runs with their spread, YCSB's hot-spot and exponential distributions, and
 //! `compare --runs` with error bars.
 
-use crate::common::{bad_input_line, json, run as rolex};
+use crate::common::{bad_input_line, bench, json, run as rolex};
 
 #[test]
 fn a_warm_up_is_run_and_left_out_of_every_figure() {
@@ -664,4 +664,44 @@ fn the_readme_synopsis_names_every_flag_of_every_command() {
         missing.is_empty(),
         "the README's synopsis lacks {missing:?}"
     );
+}
+
+/// A cache budget in bytes per key sizes ROLEX's leaves so their pivots fit it (one leaf of 24
+/// slots per GET at half a byte per key), unless `--delta` or `--fill` chooses; an absolute
+/// budget, or one too small for any size, leaves the default leaves.
+#[test]
+fn leaves_are_sized_for_a_cache_budget_per_key_unless_chosen() {
+    let run = |extra: &[&str]| {
+        let args = [
+            &["--keys", "20000", "--ops", "4000", "--workload", "ycsb-c"][..],
+            extra,
+        ]
+        .concat();
+        bench(&args)
+    };
+    let (r, text) = run(&["--cache-budget", "0.5"]);
+    let config = &r["config"];
+    assert_eq!(
+        (&config["delta"], &config["fill"]),
+        (&24.into(), &22.into())
+    );
+    assert_eq!(config["leaves_sized_for_budget"], true);
+    assert_eq!(r["ops"]["read"]["verbs_per_op"], 1.0, "{r}");
+    assert_eq!(r["ops"]["read"]["bytes_per_op"], 408.0, "{r}");
+    assert!(r["cache_bytes_per_key"].as_f64().expect("cache") <= 0.5);
+    assert!(
+        text.contains("leaves sized for the cache budget: 22 keys in leaves of 24 slots"),
+        "{text}"
+    );
+    for extra in [
+        &["--cache-budget", "0.5", "--delta", "16"][..],
+        &["--cache-budget", "0.5", "--fill", "12"],
+        &["--cache-budget", "1MiB"],
+        &["--cache-budget", "0.1"],
+    ] {
+        let (r, text) = run(extra);
+        assert_eq!(r["config"]["leaves_sized_for_budget"], false, "{extra:?}");
+        assert_eq!(r["config"]["delta"], 16, "{extra:?}");
+        assert!(!text.contains("leaves sized"), "{extra:?}: {text}");
+    }
 }
