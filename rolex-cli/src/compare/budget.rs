@@ -15,9 +15,20 @@ use crate::workload::{self, RequestDist, Workload};
 /// The table's line saying what the compute nodes may cache.
 pub(super) fn emit_budget_line(table: &mut String, budget: Option<crate::checks::CacheBudget>) {
     table.push_str(&match budget {
-        Some(b) => format!("compute-side cache budget, every index: {b}\n\n"),
-        None => "compute-side cache budget: none (each index caches what it uses)\n\n".into(),
+        Some(b) => format!("compute-side cache budget, every index: {b}\n"),
+        None => "compute-side cache budget: none (each index caches what it uses)\n".into(),
     });
+    // ROLEX's leaves, where a budget per key sizes them (as each bench run does).
+    if let Some(crate::checks::CacheBudget::PerKey(per_key)) = budget {
+        let sized = leaf_store::BulkLoadConfig::default().sized_for_cache(per_key);
+        if sized != leaf_store::BulkLoadConfig::default() {
+            table.push_str(&format!(
+                "ROLEX's leaves sized for it: {} keys in leaves of {} slots (the default: 12 in 16)\n",
+                sized.fill, sized.delta
+            ));
+        }
+    }
+    table.push('\n');
 }
 
 /// YCSB C and A, uniform requests, at each budget of `--budget-sweep` (one run of each of

@@ -601,10 +601,20 @@ fn compare_holds_every_case_to_a_cache_budget_and_says_so() {
         table.contains("compute-side cache budget, every index: 0.5 bytes per key"),
         "{table}"
     );
+    assert!(
+        table.contains("ROLEX's leaves sized for it: 22 keys in leaves of 24 slots"),
+        "{table}"
+    );
     assert!(!out.join("throughput_vs_cache_budget.svg").exists());
     let r = json(&report);
     assert_eq!(r["cache_budget"]["per_key"], 0.5);
     for case in r["cases"].as_array().expect("cases") {
+        // Each ROLEX run had its leaves sized for the budget.
+        let config = &case["rolex"]["config"];
+        assert_eq!(
+            (&config["delta"], &config["fill"]),
+            (&24.into(), &22.into())
+        );
         // Without inserts no view grows: every index stays within the budget. Inserts grow a slot's view
         // (its synonym leaves), and ROLEX keeps the one its last operation used, whole, even
         // when the directories and that view alone exceed the budget.
