@@ -98,8 +98,12 @@ impl Default for BulkLoadConfig {
 /// sizes leaves by it.
 pub const CACHE_BYTES_PER_LEAF: f64 = 11.0;
 
-/// Free slots a leaf sized for a cache budget keeps for inserts (the default geometry keeps 4).
-pub const SIZED_LEAF_ROOM: u64 = 2;
+/// A leaf sized for a cache budget keeps a free slot for inserts per this many keys it is loaded
+/// with, rounded up (12 keys: 2 free slots; 22: 4). The default geometry keeps 4 for 12. Fewer
+/// free slots split leaves sooner, and each split adds a pivot the budget must hold: with 2 free
+/// slots for 22 keys, a quarter of inserts at half a byte per key outgrew the budget and cost a
+/// third of the modeled throughput (4 free slots: none).
+pub const SIZED_LEAF_KEYS_PER_FREE_SLOT: u64 = 6;
 
 /// The most keys per leaf [`BulkLoadConfig::sized_for_cache`] chooses: beyond it a GET's whole
 /// leaf moves more bytes than reading two smaller leaves without pivots does.
@@ -109,12 +113,12 @@ impl BulkLoadConfig {
     /// This configuration with its leaves sized for a compute-side cache of `bytes_per_key`, or
     /// unchanged where no size fits. A GET READs one whole leaf when its view has pivots, so the
     /// smallest leaf whose pivots fit the budget moves the fewest bytes: the fewest keys per
-    /// leaf (at least the default 12) whose [`CACHE_BYTES_PER_LEAF`] fit `bytes_per_key`, and
-    /// [`SIZED_LEAF_ROOM`] more slots (1 byte per key: 12 keys in leaves of 14 slots, 248 bytes
-    /// instead of 280; 0.5: 22 in 24). Where that would take more than [`MAX_SIZED_FILL`] keys
-    /// a leaf, the budget holds no pivots anyway and the default leaves read least. The fewer
-    /// free slots cost inserts: a leaf splits sooner, and its keys go to synonym leaves until a
-    /// retraining.
+    /// leaf (at least the default 12) whose [`CACHE_BYTES_PER_LEAF`] fit `bytes_per_key`, and a
+    /// free slot per [`SIZED_LEAF_KEYS_PER_FREE_SLOT`] keys (1 byte per key: 12 keys in leaves
+    /// of 14 slots, 248 bytes instead of 280; 0.5: 22 in 26, one leaf instead of about two).
+    /// Where that would take more than [`MAX_SIZED_FILL`] keys a leaf, the budget holds no
+    /// pivots anyway and the default leaves read least. Fewer free slots than the default's cost
+    /// inserts: a leaf splits sooner, and its keys go to synonym leaves until a retraining.
     pub fn sized_for_cache(self, bytes_per_key: f64) -> Self {
         // Not a positive number of bytes (NaN included): nothing fits.
         if bytes_per_key.is_nan() || bytes_per_key <= 0.0 {
@@ -126,7 +130,7 @@ impl BulkLoadConfig {
         }
         Self {
             fill,
-            delta: fill + SIZED_LEAF_ROOM,
+            delta: fill + fill.div_ceil(SIZED_LEAF_KEYS_PER_FREE_SLOT),
             ..self
         }
     }

@@ -602,7 +602,7 @@ fn compare_holds_every_case_to_a_cache_budget_and_says_so() {
         "{table}"
     );
     assert!(
-        table.contains("ROLEX's leaves sized for it: 22 keys in leaves of 24 slots"),
+        table.contains("ROLEX's leaves sized for it: 22 keys in leaves of 26 slots"),
         "{table}"
     );
     assert!(!out.join("throughput_vs_cache_budget.svg").exists());
@@ -613,7 +613,7 @@ fn compare_holds_every_case_to_a_cache_budget_and_says_so() {
         let config = &case["rolex"]["config"];
         assert_eq!(
             (&config["delta"], &config["fill"]),
-            (&24.into(), &22.into())
+            (&26.into(), &22.into())
         );
         // Without inserts no view grows: every index stays within the budget. Inserts grow a slot's view
         // (its synonym leaves), and ROLEX keeps the one its last operation used, whole, even

@@ -666,7 +666,7 @@ fn the_readme_synopsis_names_every_flag_of_every_command() {
     );
 }
 
-/// A cache budget in bytes per key sizes ROLEX's leaves so their pivots fit it (one leaf of 24
+/// A cache budget in bytes per key sizes ROLEX's leaves so their pivots fit it (one leaf of 26
 /// slots per GET at half a byte per key), unless `--delta` or `--fill` chooses; an absolute
 /// budget, or one too small for any size, leaves the default leaves.
 #[test]
@@ -683,14 +683,14 @@ fn leaves_are_sized_for_a_cache_budget_per_key_unless_chosen() {
     let config = &r["config"];
     assert_eq!(
         (&config["delta"], &config["fill"]),
-        (&24.into(), &22.into())
+        (&26.into(), &22.into())
     );
     assert_eq!(config["leaves_sized_for_budget"], true);
     assert_eq!(r["ops"]["read"]["verbs_per_op"], 1.0, "{r}");
-    assert_eq!(r["ops"]["read"]["bytes_per_op"], 408.0, "{r}");
+    assert_eq!(r["ops"]["read"]["bytes_per_op"], 440.0, "{r}");
     assert!(r["cache_bytes_per_key"].as_f64().expect("cache") <= 0.5);
     assert!(
-        text.contains("leaves sized for the cache budget: 22 keys in leaves of 24 slots"),
+        text.contains("leaves sized for the cache budget: 22 keys in leaves of 26 slots"),
         "{text}"
     );
     for extra in [
