@@ -25,7 +25,8 @@ pub(crate) struct MemnodeArgs {
     /// Serve an existing pool file (created by an earlier `rolex memnode`, which stopped or was
     /// killed) instead of creating one: its keys stay as they are, and the retrainer repairs what
     /// a retraining cut short left behind.
-    #[arg(long, conflicts_with_all = ["size", "load", "keys", "force", "node", "nodes"])]
+    #[arg(long, conflicts_with_all = ["size", "load", "keys", "key_dist", "force", "node", "nodes",
+                                      "epsilon", "delta", "fill", "seed"])]
     resume: bool,
     /// Keys to generate and bulk-load (all memory nodes' together: each takes its share).
     #[arg(long, default_value_t = 1_000_000, conflicts_with = "load",
@@ -39,7 +40,7 @@ pub(crate) struct MemnodeArgs {
     #[arg(long, default_value_t = 1, value_parser = crate::checks::node_count)]
     nodes: u16,
     /// Key distribution of the generated keys.
-    #[arg(long, value_enum, default_value_t = keys::KeyDist::Uniform)]
+    #[arg(long, value_enum, default_value_t = keys::KeyDist::Uniform, conflicts_with = "load")]
     key_dist: keys::KeyDist,
     /// Bulk-load a SOSD key file instead (u64 count, then sorted u64 keys).
     #[arg(long)]
@@ -103,6 +104,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
 pub(crate) fn run(args: &MemnodeArgs) -> Result<(), CliError> {
     if args.transport == bench::CliTransport::Verbs {
         verbs_available(args)?;
+    } else if let Some(flag) = [("--listen", &args.listen), ("--device", &args.device)]
+        .iter()
+        .find_map(|(flag, value)| value.is_some().then_some(flag))
+    {
+        return Err(crate::error::input!(
+            "{flag} needs --transport verbs (the simulator serves the pool file itself)"
+        ));
     }
     let (transport, _lock) = if args.resume {
         resume_pool(args)?

@@ -89,11 +89,31 @@ fn check_combinations(args: &BenchArgs) -> Result<(), CliError> {
         ("insertorder", "insert_order", typed("insert_order")),
         ("fieldcount", "value_size", typed("value_size")),
         ("fieldlength", "value_size", typed("value_size")),
+        ("requestdistribution", "request_dist", typed("request_dist")),
     ] {
         let set = |p: &String| p.split_once('=').is_some_and(|(k, _)| k.trim() == property);
         if let Some(p) = args.properties.iter().find(|p| set(p)).filter(|_| given) {
             return Err(input!("-p {p} and {} both set it: give one", flag(id)));
         }
+    }
+    // One workload runs: --insert-ratio's, else the file's, else --workload's.
+    if args.insert_ratio.is_some() {
+        refuse(
+            &["workload", "workload_file"],
+            "does not apply with --insert-ratio (it sets the whole mix: R inserts, the rest GETs)",
+        )?;
+    }
+    if args.workload_file.is_some() {
+        refuse(
+            &["workload"],
+            "does not apply with --workload-file (the file gives the mix)",
+        )?;
+    }
+    if args.load_phase {
+        refuse(
+            &["no_retrainer"],
+            "does not apply with --load-phase: its inserts into one key in 100 need retraining (without it a model slot fills its synonym leaves and the load fails)",
+        )?;
     }
     if !args.attach.is_empty() {
         refuse(

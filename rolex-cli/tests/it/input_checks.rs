@@ -345,6 +345,73 @@ fn a_flag_the_run_would_ignore_is_refused() {
         &["bench", "--connect", "127.0.0.1:9"],
         &["--transport verbs"],
     );
+    // One workload runs: --insert-ratio's, else a file's, else --workload's.
+    let file = dir.path().join("workload");
+    std::fs::write(&file, "readproportion=1\n").expect("write");
+    let file = file.to_str().expect("utf-8");
+    refused(
+        &["bench", "--workload-file", file, "--workload", "ycsb-c"],
+        &["--workload ", "--workload-file"],
+    );
+    refused(
+        &["bench", "--workload", "ycsb-d", "--insert-ratio", "0.5"],
+        &["--workload ", "--insert-ratio"],
+    );
+    refused(
+        &["bench", "--workload-file", file, "--insert-ratio", "0.5"],
+        &["--workload-file", "--insert-ratio"],
+    );
+    refused(
+        &[
+            "bench",
+            "--workload-file",
+            file,
+            "-p",
+            "requestdistribution=uniform",
+            "--request-dist",
+            "zipfian",
+        ],
+        &["-p requestdistribution=uniform", "--request-dist"],
+    );
+    refused(
+        &["bench", "--load-phase", "--no-retrainer"],
+        &["--no-retrainer", "--load-phase"],
+    );
+    // The memory node's flags, likewise.
+    let new_pool = dir.path().join("new.pool");
+    let new_pool = new_pool.to_str().expect("utf-8");
+    for flag in [["--listen", "0.0.0.0:7000"], ["--device", "mlx5_0"]] {
+        refused(
+            &[
+                "memnode", "--pool", new_pool, "--size", "1M", flag[0], flag[1],
+            ],
+            &[flag[0], "--transport verbs"],
+        );
+    }
+    refused(
+        &[
+            "memnode",
+            "--pool",
+            new_pool,
+            "--size",
+            "1M",
+            "--key-dist",
+            "normal",
+            "--load",
+            sosd,
+        ],
+        &["--key-dist", "--load"],
+    );
+    for flag in [["--epsilon", "8"], ["--seed", "3"], ["--fill", "10"]] {
+        refused(
+            &["memnode", "--pool", new_pool, "--resume", flag[0], flag[1]],
+            &[flag[0], "--resume"],
+        );
+    }
+    assert!(
+        !std::path::Path::new(new_pool).exists(),
+        "no pool made for refused input"
+    );
 }
 
 #[test]
