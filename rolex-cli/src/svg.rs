@@ -306,24 +306,30 @@ fn lines(
     );
     let y = y_axis(&mut out, y_max);
     // A series that coincides with an earlier one is not drawn; the earlier one's legend names
-    // both.
+    // both: "ROLEX, uniform" and "ROLEX, zipfian" read "ROLEX, uniform and zipfian (one line)".
     let mut names: Vec<(String, bool)> = Vec::new();
+    let mut hidden: Vec<Vec<&str>> = Vec::new();
     let mut drawn: Vec<usize> = Vec::new();
     for (i, s) in series.iter().enumerate() {
         match drawn.iter().position(|&d| series[d].coincides(s)) {
             Some(at) => {
-                // "ROLEX, uniform" and "ROLEX, zipfian" read "ROLEX, uniform = zipfian".
                 let first = &series[drawn[at]].name;
                 let shared = match (first.rsplit_once(", "), s.name.rsplit_once(", ")) {
                     (Some((a, _)), Some((b, rest))) if a == b => rest,
                     _ => s.name.as_str(),
                 };
-                names[at].0.push_str(&format!(" = {shared}"));
+                hidden[at].push(shared);
             }
             None => {
                 drawn.push(i);
                 names.push((s.name.clone(), s.dashed));
+                hidden.push(Vec::new());
             }
+        }
+    }
+    for ((name, _), under) in names.iter_mut().zip(&hidden) {
+        if !under.is_empty() {
+            *name = format!("{name} and {} (one line)", under.join(" and "));
         }
     }
     let mut ticks: Vec<f64> = explicit_ticks.map_or_else(|| xs.clone(), <[f64]>::to_vec);
@@ -647,7 +653,16 @@ mod tests {
             false,
         );
         assert_eq!(chart.matches("<polyline").count(), 1);
-        assert!(chart.contains(">uniform = zipfian<"), "{chart}");
+        // The legend's words, across the lines it wraps to.
+        let legend: Vec<&str> = chart
+            .split("<text ")
+            .filter_map(|t| t.split_once('>').and_then(|(_, rest)| rest.split_once('<')))
+            .map(|(text, _)| text)
+            .collect();
+        assert!(
+            legend.join(" ").contains("uniform and zipfian (one line)"),
+            "{legend:?}"
+        );
         // Labels of one axis in one unit: no "900k" beside "1.2M".
         assert!(!chart.contains(">900k<") && chart.contains("M<"));
         // The x labels 0 and 5 would overlap: only one is drawn.

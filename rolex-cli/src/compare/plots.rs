@@ -183,6 +183,15 @@ pub(super) fn plots(
             ""
         }
     );
+    // The modeled figures of runs differ only as their counters do, often by far less than a
+    // pixel: the subtitle says so rather than promise bars no one can see.
+    let ratio_subtitle = |series: &[svg::Series]| {
+        format!(
+            "modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}{}",
+            bars_too_short(series, args.runs)
+        )
+    };
+    let (at_64, at_2) = (by_ratio(64), by_ratio(2));
     let mut plots = vec![
         (
             "throughput_vs_write_ratio.svg",
@@ -191,10 +200,10 @@ pub(super) fn plots(
                     "Modeled throughput, 64 threads x {} in flight, against the share of inserts",
                     args.inflight
                 ),
-                &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
+                &ratio_subtitle(&at_64),
                 "inserts, % of operations",
                 "modeled operations per second",
-                &by_ratio(64),
+                &at_64,
                 false,
             ),
         ),
@@ -205,10 +214,10 @@ pub(super) fn plots(
                     "Modeled throughput, 2 threads x {} in flight, against the share of inserts",
                     args.inflight
                 ),
-                &format!("modeled: RTT 2 µs, 100 Gb/s, NIC 50 Mverbs/s; rest GETs; {subtitle}"),
+                &ratio_subtitle(&at_2),
                 "inserts, % of operations",
                 "modeled operations per second",
-                &by_ratio(2),
+                &at_2,
                 false,
             ),
         ),
@@ -391,4 +400,46 @@ fn per_index<'a>(
         }
     }
     series
+}
+
+/// What a plot of `runs` runs' means says when its ±1 sd bars are too short to see: every bar
+/// under 1% of its point (the runs' modeled figures agree, as their counters do); else nothing.
+fn bars_too_short(series: &[svg::Series], runs: u64) -> String {
+    let widest = series
+        .iter()
+        .flat_map(|s| s.points.iter().zip(&s.err))
+        .map(|(p, e)| e / p.1.max(1.0))
+        .fold(0.0, f64::max);
+    if runs > 1 && widest < 0.01 {
+        format!(
+            " (the runs' figures differ by {:.2}% of a point at most: too little for a bar to show)",
+            100.0 * widest
+        )
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_too_short_to_see_are_said_so_and_visible_ones_are_left_to_show() {
+        let series = |sd: f64| {
+            vec![svg::Series {
+                name: "ROLEX, uniform".into(),
+                points: vec![(0.0, 1000.0), (50.0, 2000.0)],
+                err: vec![0.0, sd],
+                dashed: false,
+            }]
+        };
+        assert!(bars_too_short(&series(4.0), 3).contains("0.20% of a point at most"));
+        assert_eq!(bars_too_short(&series(100.0), 3), "", "5%: the bar shows");
+        assert_eq!(
+            bars_too_short(&series(0.0), 1),
+            "",
+            "one run: no bars at all"
+        );
+    }
 }

@@ -617,7 +617,9 @@ fn the_readme_synopsis_names_every_flag_of_every_command() {
         .and_then(|s| s.split("```").nth(1))
         .expect("the synopsis block");
     let mut missing = Vec::new();
-    for command in ["bench", "memnode", "inspect", "suite", "inflight", "compare"] {
+    for command in [
+        "bench", "memnode", "inspect", "suite", "inflight", "compare",
+    ] {
         // The command's lines, each with the indented lines that continue it.
         let mut text = String::new();
         let mut mine = false;
