@@ -6,7 +6,7 @@
 //! stretch only; its clock starts when the warm-up ends.
 //!
 //! A measured load phase (`--load-phase`) comes before both: the client threads insert the keys
-//! the bulk load left out, each once, and its figures are reported apart (`load`).
+//! the bulk load left out, each once, and its figures are reported apart (`load`; `load.rs`).
 
 use crate::error::{CliError, failed};
 use std::collections::BTreeMap;
@@ -73,7 +73,12 @@ pub(super) fn run_workload<I: BenchIndex>(
         return Err("the store holds no keys to run a workload on".into());
     }
     let load = match load {
-        Some(plan) => Some(load_phase(args, &store, plan, retrain_progress)?),
+        Some(plan) => Some(super::load::load_phase(
+            args,
+            &store,
+            plan,
+            retrain_progress,
+        )?),
         None => None,
     };
     let chooser = Chooser::with_params(
@@ -131,108 +136,8 @@ pub(super) fn run_workload<I: BenchIndex>(
     Ok(report)
 }
 
-/// The measured load phase: the client threads insert `plan.inserts` (each key once, by whichever
-/// thread takes it next) into the store bulk-loaded with `plan.bulk`. No warm-up, no pacing and
-/// no intervals: those are the run's.
-fn load_phase<I: BenchIndex>(
-    args: &BenchArgs,
-    store: &Arc<I>,
-    plan: crate::keys::LoadPlan,
-    retrain_progress: &[Arc<RetrainProgress>],
-) -> Result<crate::report::LoadReport, CliError> {
-    use crate::workload::{DistParams, RequestDist};
-    let crate::keys::LoadPlan { bulk, inserts } = plan;
-    let (bulk_loaded, to_load) = (bulk.len() as u64, inserts.len() as u64);
-    let shared = Arc::new(Shared {
-        // Unused: every operation is the next key's insert.
-        chooser: Chooser::with_params(
-            RequestDist::Uniform,
-            bulk_loaded,
-            args.theta,
-            DistParams::default(),
-        )?,
-        mix: Mix {
-            read: 0.0,
-            update: 0.0,
-            insert: 1.0,
-            scan: 0.0,
-            read_modify_write: 0.0,
-            max_scan_length: 1,
-            request_dist: RequestDist::Uniform,
-            dist_params: DistParams::default(),
-        },
-        loaded: bulk,
-        to_insert: inserts,
-        claimed: AtomicU64::new(0),
-        done: AtomicU64::new(0),
-        warm_done: AtomicU64::new(0),
-        measuring: AtomicBool::new(true),
-        deadline_ns: AtomicU64::new(u64::MAX),
-        started: Instant::now(),
-        per_thread: u64::MAX,
-        timed: false,
-        churn: false,
-        threads: args.threads,
-        stop: AtomicBool::new(false),
-        pace_ns: None,
-        per_interval: false,
-        interval_seq: AtomicU64::new(0),
-        load_only: true,
-    });
-    let phase_args = BenchArgs {
-        length: super::args::RunLength::default(),
-        report_interval: None,
-        ..args.clone()
-    };
-    let measured = run_threads(&phase_args, store, &shared, retrain_progress)?;
-    let interrupted = shared.stop.load(Ordering::Acquire);
-    let (hist, net, lock_verbs) = merged(&measured.results, INSERT)?;
-    let inserted: u64 = measured.results.iter().map(|r| r.inserted_count).sum();
-    if !interrupted && inserted != to_load {
-        return Err(failed!(
-            "the load phase inserted {inserted} of its {to_load} keys: the others were found present already"
-        ));
-    }
-    let inserts_missing = if args.check_inserts {
-        let mut client = store.client()?;
-        let mut missing = 0;
-        for r in &measured.results {
-            for &k in &r.inserted {
-                if client.get(k)?.is_none() {
-                    missing += 1;
-                }
-            }
-        }
-        Some(missing)
-    } else {
-        None
-    };
-    let count = hist.len();
-    let clients = args
-        .model_clients
-        .unwrap_or(args.threads.saturating_mul(args.inflight));
-    Ok(crate::report::LoadReport {
-        bulk_loaded,
-        inserted,
-        wall_seconds: measured.wall,
-        throughput_ops_s: count as f64 / measured.wall.max(1e-9),
-        insert: op_report(&hist, &net, lock_verbs),
-        modeled_throughput_ops_s: network_profile(args).throughput_ops_s(
-            &net,
-            count,
-            clients,
-            store.memory_nodes(),
-        ),
-        inserts_missing,
-        interrupted,
-    })
-}
-
-/// Where inserts are filed in [`OP_NAMES`].
-const INSERT: usize = 2;
-
 /// Every thread's latencies, verbs and lock-table verbs of operation type `kind`, together.
-fn merged(
+pub(super) fn merged(
     results: &[super::thread::ThreadResult],
     kind: usize,
 ) -> Result<(hdrhistogram::Histogram<u64>, Stats, u64), CliError> {
@@ -247,7 +152,11 @@ fn merged(
 }
 
 /// One operation type's figures, from what [`merged`] gathered.
-fn op_report(hist: &hdrhistogram::Histogram<u64>, net: &Stats, lock_verbs: u64) -> OpReport {
+pub(super) fn op_report(
+    hist: &hdrhistogram::Histogram<u64>,
+    net: &Stats,
+    lock_verbs: u64,
+) -> OpReport {
     let count = hist.len();
     let per = |v: u64| v as f64 / count.max(1) as f64;
     OpReport {
@@ -261,7 +170,7 @@ fn op_report(hist: &hdrhistogram::Histogram<u64>, net: &Stats, lock_verbs: u64) 
 }
 
 /// The cost model's network, from the `--model-*` flags.
-fn network_profile(args: &BenchArgs) -> NetworkProfile {
+pub(super) fn network_profile(args: &BenchArgs) -> NetworkProfile {
     NetworkProfile {
         rtt_us: args.model_rtt_us,
         link_gbps: args.model_link_gbps,
@@ -271,17 +180,17 @@ fn network_profile(args: &BenchArgs) -> NetworkProfile {
 }
 
 /// What the client threads measured.
-struct Measured {
-    results: Vec<super::thread::ThreadResult>,
+pub(super) struct Measured {
+    pub results: Vec<super::thread::ThreadResult>,
     phases: crate::report::Phases,
     intervals: Vec<Interval>,
     warmup_ops: u64,
     /// Seconds from the end of the warm-up to the last thread's last operation.
-    wall: f64,
+    pub wall: f64,
 }
 
 /// Runs the client threads through the warm-up and the measured stretch, sampling as they go.
-fn run_threads<I: BenchIndex>(
+pub(super) fn run_threads<I: BenchIndex>(
     args: &BenchArgs,
     store: &Arc<I>,
     shared: &Arc<Shared>,

@@ -9,6 +9,7 @@ mod args;
 mod bplus;
 mod intervals;
 mod latency;
+mod load;
 mod measure;
 mod thread;
 

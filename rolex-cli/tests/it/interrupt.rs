@@ -16,6 +16,15 @@ fn interrupt(child: &Child) {
     assert!(status.success(), "kill -INT {}", child.id());
 }
 
+/// What is left in an ended child's `pipe` (its stdout or stderr), as text.
+fn drained(pipe: Option<impl std::io::Read>) -> String {
+    let mut text = String::new();
+    if let Some(mut pipe) = pipe {
+        pipe.read_to_string(&mut text).expect("read the pipe");
+    }
+    text
+}
+
 /// Waits for `child` at most `limit`, killing it (and failing) past that; its exit code.
 fn wait_at_most(child: &mut Child, limit: Duration) -> Option<i32> {
     let started = std::time::Instant::now();
@@ -55,14 +64,7 @@ fn ctrl_c_stops_a_bench_and_writes_what_it_measured() {
     std::thread::sleep(Duration::from_millis(1500));
     interrupt(&child);
     let code = wait_at_most(&mut child, Duration::from_secs(20));
-    let stderr = {
-        use std::io::Read;
-        let mut s = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            pipe.read_to_string(&mut s).expect("stderr");
-        }
-        s
-    };
+    let stderr = drained(child.stderr.take());
     assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("interrupted (Ctrl-C)"), "{stderr}");
     let r = json(&report);
@@ -104,14 +106,7 @@ fn ctrl_c_during_a_load_phase_reports_it_and_runs_nothing_after() {
     std::thread::sleep(Duration::from_millis(2500));
     interrupt(&child);
     assert_eq!(wait_at_most(&mut child, Duration::from_secs(30)), Some(130));
-    let text = {
-        use std::io::Read;
-        let mut s = String::new();
-        if let Some(mut pipe) = child.stdout.take() {
-            pipe.read_to_string(&mut s).expect("stdout");
-        }
-        s
-    };
+    let text = drained(child.stdout.take());
     let r = json(&report);
     assert_eq!(r["interrupted"], true, "{r}");
     assert_eq!(r["load"]["interrupted"], true, "{r}");
