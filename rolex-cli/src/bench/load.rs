@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::measure::{merged, network_profile, op_report, run_threads};
+use super::measure::{merged, missing, network_profile, op_report, run_threads};
 use super::thread::Shared;
 use super::{BenchArgs, RetrainProgress};
 use crate::error::{CliError, failed};
-use crate::index::{BenchClient, BenchIndex};
+use crate::index::BenchIndex;
 use crate::workload::{Chooser, Mix};
 
 /// The measured load phase: the client threads insert `plan.inserts` (each key once, by whichever
@@ -79,16 +79,12 @@ pub(super) fn load_phase<I: BenchIndex>(
         ));
     }
     let inserts_missing = if args.check_inserts {
-        let mut client = store.client()?;
-        let mut missing = 0;
-        for r in &measured.results {
-            for &k in &r.inserted {
-                if client.get(k)?.is_none() {
-                    missing += 1;
-                }
-            }
-        }
-        Some(missing)
+        let loaded: Vec<u64> = measured
+            .results
+            .iter()
+            .flat_map(|r| r.inserted.iter().copied())
+            .collect();
+        Some(missing(&**store, &loaded)?)
     } else {
         None
     };

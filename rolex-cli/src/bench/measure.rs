@@ -151,6 +151,18 @@ pub(super) fn merged(
     Ok((hist, net, lock_verbs))
 }
 
+/// How many of `keys` a GET on `store` does not find (`--check-inserts`).
+pub(super) fn missing<I: BenchIndex>(store: &I, keys: &[u64]) -> Result<u64, CliError> {
+    let mut client = store.client()?;
+    let mut missing = 0;
+    for &k in keys {
+        if client.get(k)?.is_none() {
+            missing += 1;
+        }
+    }
+    Ok(missing)
+}
+
 /// One operation type's figures, from what [`merged`] gathered.
 pub(super) fn op_report(
     hist: &hdrhistogram::Histogram<u64>,
@@ -386,14 +398,7 @@ fn assemble<I: BenchIndex>(
     let inserted_count: u64 = results.iter().map(|r| r.inserted_count).sum();
     let reconnects: u64 = results.iter().map(|r| r.reconnects).sum();
     let inserts_missing = if args.check_inserts {
-        let mut client = store.client()?;
-        let mut missing = 0;
-        for &k in &inserted {
-            if client.get(k)?.is_none() {
-                missing += 1;
-            }
-        }
-        Some(missing)
+        Some(missing(store, &inserted)?)
     } else {
         None
     };
