@@ -363,7 +363,9 @@ fn latency_cdf(cases: &[Case], indexes: &[IndexKind], subtitle: &str) -> String 
         .collect();
     svg::latency_chart(
         "Latency by percentile, YCSB A (zipfian)",
-        &format!("measured on the simulator, every run pooled; {subtitle}"),
+        &format!(
+            "measured on the simulator, every run pooled; the tails include this host's scheduling; {subtitle}"
+        ),
         "percentile",
         "latency, µs (log scale)",
         &series,

@@ -255,6 +255,9 @@ fn compare_runs_every_index_by_default_and_writes_a_table_json_and_plots() {
             "{svg}"
         );
     }
+    // Measured latency tails say where they come from on a shared machine.
+    let cdf = std::fs::read_to_string(out.join("latency_cdf.svg")).expect("plot");
+    assert!(cdf.contains("the tails include this host's scheduling"));
     // ROLEX over each baseline: a series each.
     let ratios = std::fs::read_to_string(out.join("ratio_over_baselines.svg")).expect("plot");
     assert!(ratios.contains(">ROLEX/B+-tree<") && ratios.contains(">ROLEX/CHIME<"));
