@@ -72,7 +72,8 @@ mod walk;
 
 pub use alloc::{alloc_leaf, alloc_leaf_verb, check_allocation};
 pub use bulk::{
-    BulkLoadConfig, BulkLoadReport, MODEL_BYTES_PER_GROWN_LEAF, Phase, ValueConfig, bulk_load,
+    BulkLoadConfig, BulkLoadReport, CACHE_BYTES_PER_LEAF, MAX_SIZED_FILL,
+    MODEL_BYTES_PER_GROWN_LEAF, Phase, SIZED_LEAF_KEYS_PER_FREE_SLOT, ValueConfig, bulk_load,
     bulk_load_values, bulk_load_with_progress, grown_leaf_model_bytes, required_pool_bytes,
     slot_capacity_for,
 };
