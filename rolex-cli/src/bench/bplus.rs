@@ -16,7 +16,8 @@ use crate::report::Report;
 use crate::workload::Mix;
 
 /// A baseline (`--index bplus` or `chime`) on embedded memory nodes: the same key set, range-partitioned over the
-/// nodes as ROLEX's bootstrap does, then the same workload.
+/// nodes as ROLEX's bootstrap does, then the same workload. `expected_inserts` is the room the
+/// pools keep for inserts: the run's and a load phase's.
 pub(super) fn run_bplus(
     args: &BenchArgs,
     ops: u64,
@@ -29,8 +30,6 @@ pub(super) fn run_bplus(
     // What the bulk load holds: every key, or a measured load phase's share.
     let mut sorted = plan.as_ref().map_or(&set.loaded, |p| &p.bulk).clone();
     sorted.sort_unstable();
-    // Room for the load phase's inserts as for the run's.
-    let expected_inserts = expected_inserts + plan.as_ref().map_or(0, |p| p.inserts.len() as u64);
     if (sorted.len() as u64) < nodes {
         return Err("more memory nodes than loaded keys".into());
     }

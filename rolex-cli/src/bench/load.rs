@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::measure::{merged, missing, network_profile, op_report, run_threads};
+use super::measure::{merged, missing, modeled_clients, network_profile, op_report, run_threads};
 use super::thread::Shared;
 use super::{BenchArgs, RetrainProgress};
 use crate::error::{CliError, failed};
@@ -89,9 +89,7 @@ pub(super) fn load_phase<I: BenchIndex>(
         None
     };
     let count = hist.len();
-    let clients = args
-        .model_clients
-        .unwrap_or(args.threads.saturating_mul(args.inflight));
+    let clients = modeled_clients(args);
     Ok(crate::report::LoadReport {
         bulk_loaded,
         inserted,

@@ -181,6 +181,12 @@ pub(super) fn op_report(
     }
 }
 
+/// The clients the cost model counts: `--model-clients`, or every operation in flight.
+pub(super) fn modeled_clients(args: &BenchArgs) -> u64 {
+    args.model_clients
+        .unwrap_or(args.threads.saturating_mul(args.inflight))
+}
+
 /// The cost model's network, from the `--model-*` flags.
 pub(super) fn network_profile(args: &BenchArgs) -> NetworkProfile {
     NetworkProfile {
@@ -447,9 +453,7 @@ fn assemble<I: BenchIndex>(
         histograms.push((*name, hist));
     }
 
-    let clients = args
-        .model_clients
-        .unwrap_or(args.threads.saturating_mul(args.inflight));
+    let clients = modeled_clients(args);
     let nodes = store.memory_nodes();
     let mut config = serde_json::to_value(args)?;
     if let Some(obj) = config.as_object_mut() {

@@ -414,14 +414,14 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
         let plan = args.load_phase.then(|| {
             keys::LoadPlan::new(&set.loaded, args.insert_order, args.seed, args.memory_nodes)
         });
+        // Room in the pools for the load phase's inserts as for the run's.
+        let expected_inserts =
+            expected_inserts + plan.as_ref().map_or(0, |p| p.inserts.len() as u64);
         if args.index.is_tree() {
             bar.finish_and_clear();
             return run_bplus(args, ops, &mix, set, plan, expected_inserts);
         }
         let bulk = plan.as_ref().map_or(&set.loaded, |plan| &plan.bulk);
-        // Room for the load phase's inserts as for the run's.
-        let expected_inserts =
-            expected_inserts + plan.as_ref().map_or(0, |p| p.inserts.len() as u64);
         bar.set_message("bulk load");
         let per_node = (bulk.len() as u64).div_ceil(args.memory_nodes);
         let load = BulkLoadConfig {
