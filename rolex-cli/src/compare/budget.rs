@@ -20,11 +20,12 @@ pub(super) fn emit_budget_line(table: &mut String, budget: Option<crate::checks:
     });
     // ROLEX's leaves, where a budget per key sizes them (as each bench run does).
     if let Some(crate::checks::CacheBudget::PerKey(per_key)) = budget {
-        let sized = leaf_store::BulkLoadConfig::default().sized_for_cache(per_key);
-        if sized != leaf_store::BulkLoadConfig::default() {
+        let default = leaf_store::BulkLoadConfig::default();
+        let sized = default.clone().sized_for_cache(per_key);
+        if sized != default {
             table.push_str(&format!(
-                "ROLEX's leaves sized for it: {} keys in leaves of {} slots (the default: 12 in 16)\n",
-                sized.fill, sized.delta
+                "ROLEX's leaves sized for it: {} keys in leaves of {} slots (the default: {} in {})\n",
+                sized.fill, sized.delta, default.fill, default.delta
             ));
         }
     }
