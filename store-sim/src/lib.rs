@@ -5,6 +5,7 @@
 //!
 //! A failing seed replays: `cargo run --release -p store-sim --bin simulate -- --seed S`.
 
+mod fault_mix;
 pub mod history;
 mod images;
 mod ledger;

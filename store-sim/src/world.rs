@@ -43,6 +43,7 @@ use sim_transport::{Reordering, SimConfig, SimEndpoint, SimTransport};
 use testkit::XorShift64;
 use testkit::linearizability::{KvOp, KvResult};
 
+use crate::fault_mix::{FAULT_NAMES, FaultMix};
 use crate::history::{Entry, Op, Recorder, Returned};
 use crate::liveness::{Began, Liveness, LivenessStats, gives_up};
 use crate::times::{LEASE, RECOVERY_LIMIT, RENEWAL};
@@ -143,7 +144,7 @@ fn value_region(seed: u64) -> leaf_store::ValueConfig {
 
 /// A number drawn from the run's `seed` by a generator of its own (`salt` tells choices apart):
 /// a choice added to the simulation leaves every choice a seed made before it as it was.
-fn side_draw(seed: u64, salt: u64) -> u64 {
+pub(crate) fn side_draw(seed: u64, salt: u64) -> u64 {
     XorShift64::new(seed ^ salt | 1).next_u64()
 }
 
@@ -244,7 +245,7 @@ struct World {
     /// The keys clients pick from: `keys.0 + 10 * (0..keys.1)`, each also `+ 5` now and then.
     keys: (u64, u64),
     /// Set by the fault thread for a run whose faults cannot leak a leaf (see
-    /// [`LEAK_FREE_FAULTS`]): the orphan sweeps must then reclaim exactly the leaves the stores
+    /// [`crate::fault_mix::LEAK_FREE_FAULTS`]): the orphan sweeps must then reclaim exactly the leaves the stores
     /// say they forgot.
     leak_free: AtomicBool,
     /// The sum of every store's `leaves_forgotten`, added as each closes.
@@ -257,6 +258,9 @@ struct World {
     /// Whether the memory nodes' workers stop inside every slot split (see
     /// [`watch_slot_splits`]).
     split_window: bool,
+    /// Whether the clients only grow their keys (a run watching slot splits, on the last slot's
+    /// keys: see [`main`]).
+    split_prone: bool,
     /// Set while a worker is stopped inside a slot split: the prober (see [`probe`]) opens a
     /// store and scans every key.
     probe: AtomicBool,
@@ -474,12 +478,26 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     if grow_then_shrink {
         key_space = (100, 8);
     }
+    // A third of the runs stop the worker in every slot split's window (while a prober scans),
+    // and slot splits are the rarest retraining: a slot must grow past twice its leaves. In half
+    // of those (neither contended nor grown then shrunk), the clients insert on the last slot's
+    // keys and the keys past them, which route to it, so that it splits, and again.
+    let split_window = side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3);
+    let split_prone = split_window
+        && !contended
+        && !grow_then_shrink
+        && side_draw(seed, 0x5b11_7e1d_0000_0002).is_multiple_of(2);
+    if split_prone {
+        key_space = (160, 13);
+    }
     let mix = FaultMix::drawn(seed, options.swarm);
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients of {ops_per_client} operations, {inflight} in flight, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}, {mix}",
+        "{compute_nodes} compute nodes x {clients} clients of {ops_per_client} operations, {inflight} in flight, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}, {mix}{}",
         key_space.1 * 2,
         if grow_then_shrink {
             " grown then shrunk"
+        } else if split_prone {
+            " of the last slot and past it, grown"
         } else {
             ""
         },
@@ -496,6 +514,11 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         config
             .generation_bits
             .unwrap_or(leaf_store::ModelHeader::GENERATION_BITS),
+        if split_window {
+            ", the worker stopped in slot splits"
+        } else {
+            ""
+        },
     );
     {
         let mut s = summary.lock().unwrap_or_else(|e| e.into_inner());
@@ -524,7 +547,8 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         in_hand: Mutex::new(None),
         byte_values: options.byte_values,
         grow_then_shrink,
-        split_window: side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3),
+        split_window,
+        split_prone,
         probe: AtomicBool::new(false),
         liveness: Liveness::new(),
         errors: Mutex::new(BTreeMap::new()),
@@ -1055,7 +1079,8 @@ impl Draws {
             };
         let value = self.first_value + done as u64 + 1;
         let draw = rng.next_u64() % 20;
-        match (world.grow_then_shrink, done < ops / 2) {
+        let growing = world.split_prone || (world.grow_then_shrink && done < ops / 2);
+        match (world.grow_then_shrink || world.split_prone, growing) {
             // Growing: mostly inserts, which split leaves.
             (true, true) => match draw {
                 0..=2 => Op::Kv(key, KvOp::Get),
@@ -1605,131 +1630,6 @@ fn run_pipelined(
             }
             pipeline = kv_session::Pipeline::new(lanes);
         }
-    }
-}
-
-/// What each draw of [`inject_faults`] does (some draws fall through to another, as logged).
-const FAULT_NAMES: [&str; 18] = [
-    "kill (at most 3 a run)",
-    "kill (at most 3 a run)",
-    "compute pause",
-    "compute pause",
-    "verb failures",
-    "verb failures",
-    "verb failures",
-    "lost completion",
-    "lost completion",
-    "worker kill",
-    "worker pause",
-    "late landing or worker lost completion",
-    "worker pause at a step",
-    "worker pause at a step",
-    "stalled batch",
-    "store reopen",
-    "late or stalled batch at a write's step",
-    "worker pause at a retraining step, a store reopened there",
-];
-
-/// The faults of a leak-free run (one in six): none that may leave a leaf in nobody's hands —
-/// no kill, no lost completion or late batch, no worker restart, no pause past a lease (a
-/// compute node declared dead leaves its leaves in hand to the orphan sweep). Transient verb
-/// failures, short pauses, worker pauses, stalled batches and reopened stores stay: every leaf
-/// they touch must find its way back to a chain, a box or a free list by the protocols
-/// themselves, so the orphan sweep, which would hide a leak, must reclaim nothing.
-const LEAK_FREE_FAULTS: [u64; 10] = [2, 3, 4, 5, 6, 10, 12, 13, 14, 15];
-
-/// The fault kinds a run draws from: every one, or (swarm testing) a subset drawn from the seed.
-///
-/// A run that spreads its faults over all eighteen draws meets few of any one kind, and the
-/// disruptive ones (kills, reopened stores) often end the window another needs: a worker stopped
-/// between two steps of a retraining while writers with stale views pass through it, say. In
-/// three runs of four, each of the twelve kinds (draws that do the same thing count as one) is in
-/// the run's subset with even odds, so a run has about half of them at twice their density and
-/// never meets the others — the remedy of swarm testing (Groce et al., ISSTA 2012), and what
-/// FoundationDB does with its fault points, each on or off for a whole run. The fourth run draws
-/// from every kind, so mixes of them all are still met. Decided from the seed by generators of
-/// their own: with every kind in, a run's faults are the ones it drew before swarm faults.
-#[derive(Debug, Clone, Copy)]
-struct FaultMix {
-    /// Bit `g` set: draws of kind group `g` ([`fault_group`]) are in.
-    groups: u16,
-}
-
-/// How many kinds [`FAULT_NAMES`]' eighteen draws make ([`fault_group`]).
-const FAULT_GROUPS: u32 = 12;
-
-/// The kind a draw of [`inject_faults`] is (the draws that do the same thing are one kind).
-fn fault_group(draw: u64) -> u32 {
-    match draw {
-        0 | 1 => 0,
-        2 | 3 => 1,
-        4..=6 => 2,
-        7 | 8 => 3,
-        9 => 4,
-        10 => 5,
-        11 => 6,
-        12 | 13 => 7,
-        14 => 8,
-        15 => 9,
-        16 => 10,
-        _ => 11,
-    }
-}
-
-impl FaultMix {
-    const EVERY: u16 = (1 << FAULT_GROUPS) - 1;
-
-    /// The run's mix: every kind when `swarm` is off or in one run of four, a subset otherwise.
-    fn drawn(seed: u64, swarm: bool) -> Self {
-        if !swarm || side_draw(seed, 0x5ea2_3f00_0000_0001).is_multiple_of(4) {
-            return Self {
-                groups: Self::EVERY,
-            };
-        }
-        Self {
-            groups: side_draw(seed, 0x5ea2_3f00_0000_0002) as u16 & Self::EVERY,
-        }
-    }
-
-    fn has(self, draw: u64) -> bool {
-        self.groups & (1 << fault_group(draw)) != 0
-    }
-
-    /// The next fault's draw, from `rng`: of every kind, or of [`LEAK_FREE_FAULTS`] in a leak-free
-    /// run, skipping the kinds not in the mix (all of them in, if the mix has none of a
-    /// leak-free run's kinds).
-    fn draw(self, rng: &mut XorShift64, leak_free: bool) -> u64 {
-        let from = |r: u64| {
-            if leak_free {
-                LEAK_FREE_FAULTS[(r % LEAK_FREE_FAULTS.len() as u64) as usize]
-            } else {
-                r % FAULT_NAMES.len() as u64
-            }
-        };
-        let any = if leak_free {
-            LEAK_FREE_FAULTS.iter().any(|&d| self.has(d))
-        } else {
-            self.groups != 0
-        };
-        loop {
-            let draw = from(rng.next_u64());
-            if !any || self.has(draw) {
-                return draw;
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for FaultMix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.groups == Self::EVERY {
-            return write!(f, "faults of every kind");
-        }
-        let kinds: Vec<_> = (0..FAULT_NAMES.len() as u64)
-            .filter(|&d| self.has(d) && (d == 0 || fault_group(d) != fault_group(d - 1)))
-            .map(|d| FAULT_NAMES[d as usize])
-            .collect();
-        write!(f, "faults only of: {}", kinds.join(", "))
     }
 }
 
