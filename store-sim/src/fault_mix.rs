@@ -2,7 +2,7 @@
 //!
 //! *Invariant:* a run's mix is a function of its seed alone, drawn by generators of its own, and a
 //! mix of every kind draws exactly the stream the fault thread drew before mixes existed — so one
-//! run in four keeps its old schedule, and `simulate --all-faults` replays every old one.
+//! run in four keeps its old schedule, and `simulate --no-swarm` replays every old one.
 
 use testkit::XorShift64;
 

@@ -68,10 +68,12 @@ pub struct Options {
     /// atomic's read and its write is lost. On by default: atomics as a NIC runs them; off,
     /// as a CPU does (a pool file shared by processes without a NIC).
     pub nic_atomics: bool,
-    /// Swarm faults: in three runs of four, the faults come from a subset of their kinds drawn
+    /// Swarm runs: in three runs of four, the faults come from a subset of their kinds drawn
     /// from the seed (each kind in it with even odds), so a run piles up the few kinds it has
-    /// instead of spreading over all of them ([`FaultMix`]). Off: every run draws from every kind,
-    /// as the streams did before (`simulate --all-faults`).
+    /// instead of spreading over all of them (`fault_mix.rs`); and half the runs that stop the
+    /// worker in slot splits grow the last slot's keys, so that it splits. Off: every run is
+    /// drawn as before swarm runs, every fault kind in each (`simulate --no-swarm`; CI's
+    /// regression seeds).
     pub swarm: bool,
 }
 
@@ -483,7 +485,8 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     // of those (neither contended nor grown then shrunk), the clients insert on the last slot's
     // keys and the keys past them, which route to it, so that it splits, and again.
     let split_window = side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3);
-    let split_prone = split_window
+    let split_prone = options.swarm
+        && split_window
         && !contended
         && !grow_then_shrink
         && side_draw(seed, 0x5b11_7e1d_0000_0002).is_multiple_of(2);

@@ -28,8 +28,9 @@ fn seeds(var: &str, default: u64) -> u64 {
 
 /// Seeds that find a bug when it is restored (docs/ARCHITECTURE.md §11, "Mutations"), kept as
 /// regression cases and run with one operation in flight per client thread (`Options::inflight`
-/// pinned at 1) and a CPU's atomics (`Options::nic_atomics` off): the schedules that found them
-/// predate pipelined clients and the NIC's atomicity, which would change them. Checked against the restored bug at the commit that last changed the faults'
+/// pinned at 1), a CPU's atomics (`Options::nic_atomics` off) and no swarm (`Options::swarm`
+/// off): the schedules that found them predate pipelined clients, the NIC's atomicity and swarm
+/// runs, which would change them. Checked against the restored bug at the commit that last changed the faults'
 /// streams (a seed that found a bug under older faults need not find it now, and is dropped):
 /// recovery going on while a fenced batch is in flight (1067). And a false alarm of the leaf
 /// ledger: a worker killed between a retraining's redirect and its free-listing of the leaves
@@ -44,6 +45,7 @@ fn the_ci_budget_of_seeds_passes_every_check() {
     let one_at_a_time = Options {
         inflight: Some(1),
         nic_atomics: false,
+        swarm: false,
         ..Options::default()
     };
     let (mut ops, mut faults, mut steps, mut runs) = (0, 0, 0, 0);
@@ -59,7 +61,7 @@ fn the_ci_budget_of_seeds_passes_every_check() {
             report.outcome,
             report.summary.shape,
             if options.inflight.is_some() {
-                " --inflight 1 --cpu-atomics"
+                " --inflight 1 --cpu-atomics --no-swarm"
             } else {
                 ""
             }
@@ -85,7 +87,7 @@ fn the_ci_budget_of_seeds_passes_every_check() {
 const TEST_VALUE_SEEDS: u64 = 60;
 
 /// Byte-value seeds past CI's kept as regression cases (run with one operation in
-/// flight per client thread and a CPU's atomics, as [`REGRESSIONS`]): the liveness oracle once took a stalled
+/// flight per client thread, a CPU's atomics and no swarm, as [`REGRESSIONS`]): the liveness oracle once took a stalled
 /// batch's hold from the fault's injection instead of its gate's timer, and failed a read at 861
 /// with no bug.
 const VALUE_REGRESSIONS: &[u64] = &[861];
@@ -100,6 +102,7 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     let one_at_a_time = Options {
         inflight: Some(1),
         nic_atomics: false,
+        swarm: false,
         ..drawn.clone()
     };
     let (mut ops, mut faults, mut runs) = (0, 0, 0);
@@ -115,7 +118,7 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
             report.outcome,
             report.summary.shape,
             if options.inflight.is_some() {
-                " --inflight 1 --cpu-atomics"
+                " --inflight 1 --cpu-atomics --no-swarm"
             } else {
                 ""
             }

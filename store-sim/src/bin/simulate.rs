@@ -6,8 +6,9 @@
 //! simulate --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]     replay one seed
 //! (either with `--cpu-atomics`: every atomic is atomic with respect to WRITEs too, as a CPU's are;
 //! by default atomics are a NIC's, and a WRITE landing between an atomic's read and write is lost;
-//! and with `--all-faults`: every run draws faults of every kind, where by default three runs in
-//! four draw them from a subset of the kinds, drawn from the seed)
+//! and with `--no-swarm`: every run drawn as before swarm runs, with faults of every kind, where
+//! by default three runs in four draw them from a subset of the kinds, drawn from the seed, and
+//! half the runs that stop the worker in slot splits grow the last slot's keys)
 //!
 //! With `--values`, the pools store byte values and every operation goes through value blocks.
 //! With `--inflight K` (1 to 8), every client thread keeps K operations in flight; without it,
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --cpu-atomics: atomics as a CPU's, never losing a WRITE that lands between an atomic's read and write, as a NIC's do by default; --all-faults: every run draws faults of every kind, where by default three runs in four draw from a subset of the kinds)";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --cpu-atomics: atomics as a CPU's, never losing a WRITE that lands between an atomic's read and write, as a NIC's do by default; --no-swarm: every run drawn as before swarm runs, with faults of every kind, where by default three runs in four draw from a subset of the kinds and half the runs watching slot splits grow the last slot)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -50,7 +51,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         "--keep-going",
         "--inflight",
         "--cpu-atomics",
-        "--all-faults",
+        "--no-swarm",
         "--help",
     ];
     let mut i = 0;
@@ -66,7 +67,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 | "--history"
                 | "--keep-going"
                 | "--cpu-atomics"
-                | "--all-faults"
+                | "--no-swarm"
                 | "--help"
         ) {
             1
@@ -100,7 +101,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         byte_values: args.iter().any(|a| a == "--values"),
         inflight,
         nic_atomics: !args.iter().any(|a| a == "--cpu-atomics"),
-        swarm: !args.iter().any(|a| a == "--all-faults"),
+        swarm: !args.iter().any(|a| a == "--no-swarm"),
     };
     let flags = replay_flags(&options);
     if args.iter().any(|a| a == "--seed") {
@@ -191,7 +192,7 @@ fn replay_flags(options: &Options) -> String {
         flags.push_str(" --cpu-atomics");
     }
     if !options.swarm {
-        flags.push_str(" --all-faults");
+        flags.push_str(" --no-swarm");
     }
     flags
 }
