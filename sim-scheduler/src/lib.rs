@@ -28,8 +28,9 @@ pub mod thread;
 pub mod time;
 
 pub use run::{
-    Config, Group, Outcome, Report, current_group, disarm_step_pause, fail, is_simulated,
-    new_group, pause, pause_at_step, pause_at_step_then, point, random_u64, run, step,
+    Config, Group, Outcome, Report, current_group, disarm_step_pause, fail, is_paused,
+    is_simulated, new_group, pause, pause_at_step, pause_at_step_then, point, random_u64, run,
+    step,
 };
 pub use strategy::Strategy;
 

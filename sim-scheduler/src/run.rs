@@ -708,6 +708,18 @@ pub fn pause(group: Group, d: Duration) {
     }
 }
 
+/// Whether every thread of `group` is paused now (by [`pause`], or a met [`pause_at_step`]
+/// plan). Outside a run, false.
+pub fn is_paused(group: Group) -> bool {
+    current().is_some_and(|cur| {
+        let state = lock(&cur.shared);
+        state
+            .paused_until
+            .get(group.0)
+            .is_some_and(|&until| until > state.now)
+    })
+}
+
 /// A named step of a protocol — a place between two of its verbs where a process stopped by
 /// the operating system would leave the others a window (a retraining between retiring a
 /// record and redirecting its slot, say): a sync point at which an armed [`pause_at_step`] plan

@@ -147,6 +147,20 @@ fn a_paused_group_does_not_run_until_its_time() {
 }
 
 #[test]
+fn a_paused_group_says_so_until_its_pause_ends() {
+    let report = run(config(3, Strategy::Random), || {
+        let group = crate::new_group();
+        assert!(!crate::is_paused(group));
+        crate::pause(group, Duration::from_millis(10));
+        assert!(crate::is_paused(group));
+        thread::sleep(Duration::from_millis(11));
+        assert!(!crate::is_paused(group));
+    });
+    assert_eq!(report.outcome, Outcome::Finished);
+    assert!(!crate::is_paused(crate::Group(0)), "outside a run");
+}
+
+#[test]
 fn a_step_pause_stops_the_group_at_the_named_step_it_counts_to() {
     for seed in 0..20 {
         let report = run(config(seed, Strategy::Random), || {

@@ -91,6 +91,11 @@ impl FaultMix {
         }
     }
 
+    /// Whether the mix is a subset (a swarm run's), not every kind.
+    pub(crate) fn is_subset(self) -> bool {
+        self.groups != Self::EVERY
+    }
+
     fn has(self, draw: u64) -> bool {
         self.groups & (1 << fault_group(draw)) != 0
     }
@@ -118,6 +123,11 @@ impl FaultMix {
             }
         }
     }
+}
+
+/// Whether a draw stops a memory node's worker (at once, or at a step of one of its protocols).
+pub(crate) fn pauses_worker(draw: u64) -> bool {
+    matches!(draw, 10 | 12 | 13 | 17)
 }
 
 impl std::fmt::Display for FaultMix {
