@@ -92,6 +92,12 @@ const TEST_VALUE_SEEDS: u64 = 60;
 /// with no bug.
 const VALUE_REGRESSIONS: &[u64] = &[861];
 
+/// Byte-value seeds past CI's kept as regression cases as they are drawn today (swarm runs): a
+/// swarm run whose few fault kinds were mostly worker pauses stacked them and kept the worker
+/// stopped nearly throughout, so writers waiting for the value blocks it reclaims never finished
+/// and the run met the step limit, no check failed (403).
+const VALUE_REGRESSIONS_DRAWN: &[u64] = &[403];
+
 #[test]
 fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     let started = Instant::now();
@@ -109,6 +115,7 @@ fn the_ci_budget_of_byte_value_seeds_passes_every_check() {
     let mut coverage = Coverage::default();
     let seeds = (0..seeds("STORE_SIM_VALUE_SEEDS", TEST_VALUE_SEEDS))
         .map(|s| (s, &drawn))
+        .chain(VALUE_REGRESSIONS_DRAWN.iter().map(|&s| (s, &drawn)))
         .chain(VALUE_REGRESSIONS.iter().map(|&s| (s, &one_at_a_time)));
     for (seed, options) in seeds {
         let report = run_seed(seed, options);
