@@ -127,6 +127,8 @@ pub struct Coverage {
     pub ledger: Ledger,
     /// Seeds by the operations each client thread kept in flight.
     pub inflight: BTreeMap<usize, u64>,
+    /// Seeds whose faults came from a subset of the kinds (swarm runs).
+    pub swarm_runs: u64,
 }
 
 impl Coverage {
@@ -152,6 +154,7 @@ impl Coverage {
         self.ledger.leaves.add(&report.summary.ledger.leaves);
         self.ledger.blocks.add(&report.summary.ledger.blocks);
         *self.inflight.entry(report.summary.inflight).or_default() += 1;
+        self.swarm_runs += u64::from(report.summary.swarm);
     }
 }
 
@@ -188,6 +191,11 @@ impl std::fmt::Display for Coverage {
                 .map(|(k, n)| format!("K = {k}: {n}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        )?;
+        writeln!(
+            f,
+            "  seeds with faults of a subset of the kinds (swarm runs): {} of {}",
+            self.swarm_runs, self.seeds
         )?;
         let (l, b) = (&self.ledger.leaves, &self.ledger.blocks);
         writeln!(

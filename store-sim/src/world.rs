@@ -226,6 +226,8 @@ pub struct Summary {
     pub ledger: crate::Ledger,
     /// Operations each client thread kept in flight.
     pub inflight: usize,
+    /// Whether the run's faults came from a subset of the kinds (a swarm run).
+    pub swarm: bool,
 }
 
 struct World {
@@ -527,6 +529,7 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         let mut s = summary.lock().unwrap_or_else(|e| e.into_inner());
         s.shape = shape;
         s.inflight = inflight;
+        s.swarm = options.faults && mix.is_subset();
     }
     let world = Arc::new(World {
         compute: (0..compute_nodes)
