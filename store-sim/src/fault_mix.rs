@@ -6,7 +6,7 @@
 
 use testkit::XorShift64;
 
-use crate::world::side_draw;
+use crate::side_draw::side_draw;
 
 /// What each draw of the fault thread (`world::inject_faults`) does (some draws fall through to another, as logged).
 pub(crate) const FAULT_NAMES: [&str; 18] = [

@@ -11,6 +11,7 @@ mod images;
 mod ledger;
 pub mod liveness;
 pub mod oracle;
+mod side_draw;
 mod times;
 mod world;
 

@@ -46,6 +46,7 @@ use testkit::linearizability::{KvOp, KvResult};
 use crate::fault_mix::{FAULT_NAMES, FaultMix, pauses_worker};
 use crate::history::{Entry, Op, Recorder, Returned};
 use crate::liveness::{Began, Liveness, LivenessStats, gives_up};
+use crate::side_draw::side_draw;
 use crate::times::{LEASE, RECOVERY_LIMIT, RENEWAL};
 
 /// How a run is shaped (the seed fills in the rest).
@@ -142,12 +143,6 @@ fn value_region(seed: u64) -> leaf_store::ValueConfig {
         bytes: if small { 32 * 2048 } else { 1 << 20 },
         chunk_bytes: 2048,
     }
-}
-
-/// A number drawn from the run's `seed` by a generator of its own (`salt` tells choices apart):
-/// a choice added to the simulation leaves every choice a seed made before it as it was.
-pub(crate) fn side_draw(seed: u64, salt: u64) -> u64 {
-    XorShift64::new(seed ^ salt | 1).next_u64()
 }
 
 /// Faults injected in a run, by kind.
