@@ -8,8 +8,8 @@ use leaf_store::BulkLoadConfig;
 use rdma_transport::Transport;
 use sim_transport::SimTransport;
 
-use super::measure::{Retraining, RunKeys, run_workload};
-use super::{BenchArgs, progress};
+use super::measure::{Retraining, RunKeys};
+use super::{BenchArgs, progress, run_workload};
 use crate::index::IndexKind;
 use crate::keys;
 use crate::report::Report;

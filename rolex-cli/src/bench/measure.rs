@@ -5,8 +5,9 @@
 //! the report, the phases and the throughput series (`--report-interval`) cover the measured
 //! stretch only; its clock starts when the warm-up ends.
 //!
-//! A measured load phase (`--load-phase`) comes before both: the client threads insert the keys
-//! the bulk load left out, each once, and its figures are reported apart (`load`; `load.rs`).
+//! A measured load phase (`--load-phase`) comes before both (`load.rs`, run first by
+//! `super::run_workload`): the client threads insert the keys the bulk load left out, each once,
+//! and its figures are reported apart (`load`).
 
 use crate::error::{CliError, failed};
 use std::collections::BTreeMap;
@@ -53,34 +54,17 @@ pub(super) struct RunKeys {
     pub load: Option<crate::keys::LoadPlan>,
 }
 
-/// Runs the workload on `store` (any index), after its load phase if there is one, and
-/// assembles the report.
-pub(super) fn run_workload<I: BenchIndex>(
+/// Runs the workload on `store` (any index) from `loaded`, inserting from `to_insert`, and
+/// assembles the report (the load phase, if there is one, has run: `super::run_workload`).
+pub(super) fn run_measured<I: BenchIndex>(
     args: &BenchArgs,
     ops: u64,
     mix: &Mix,
     store: Arc<I>,
-    keys: RunKeys,
+    (loaded, to_insert): (Vec<u64>, Vec<u64>),
     retraining: Retraining,
 ) -> Result<Report, CliError> {
     let retrain_progress = &retraining.progress[..];
-    let RunKeys {
-        loaded,
-        to_insert,
-        load,
-    } = keys;
-    if loaded.is_empty() {
-        return Err("the store holds no keys to run a workload on".into());
-    }
-    let load = match load {
-        Some(plan) => Some(super::load::load_phase(
-            args,
-            &store,
-            plan,
-            retrain_progress,
-        )?),
-        None => None,
-    };
     let chooser = Chooser::with_params(
         mix.request_dist,
         loaded.len() as u64,
@@ -131,9 +115,7 @@ pub(super) fn run_workload<I: BenchIndex>(
         });
     }
 
-    let mut report = assemble(args, &*store, &shared, measured, retrainer)?;
-    report.load = load;
-    Ok(report)
+    assemble(args, &*store, &shared, measured, retrainer)
 }
 
 /// Every thread's latencies, verbs and lock-table verbs of operation type `kind`, together.

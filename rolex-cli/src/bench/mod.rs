@@ -17,7 +17,7 @@ use crate::error::{CliError, failed, input};
 pub use args::{BenchArgs, CliCacheMode, CliTransport, RunLength};
 use bplus::run_bplus;
 pub(crate) use latency::latency_histogram;
-use measure::run_workload;
+use measure::{Retraining, RunKeys, run_measured};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,6 +59,33 @@ fn progress(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar
+}
+
+/// Runs the workload on `store` (any index), after its load phase if there is one (`load.rs`),
+/// and assembles the report (`measure.rs`), the load phase's figures in it apart (`load`).
+fn run_workload<I: crate::index::BenchIndex>(
+    args: &BenchArgs,
+    ops: u64,
+    mix: &crate::workload::Mix,
+    store: Arc<I>,
+    keys: RunKeys,
+    retraining: Retraining,
+) -> Result<crate::report::Report, CliError> {
+    let RunKeys {
+        loaded,
+        to_insert,
+        load,
+    } = keys;
+    if loaded.is_empty() {
+        return Err("the store holds no keys to run a workload on".into());
+    }
+    let load = match load {
+        Some(plan) => Some(load::load_phase(args, &store, plan, &retraining.progress)?),
+        None => None,
+    };
+    let mut report = run_measured(args, ops, mix, store, (loaded, to_insert), retraining)?;
+    report.load = load;
+    Ok(report)
 }
 
 /// Refuses a flag typed on the command line that the run would not use.
@@ -375,12 +402,12 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
                 keys::ascending_above(loaded.iter().copied().max().unwrap_or(0), expected_inserts)
             }
         };
-        let keys = measure::RunKeys {
+        let keys = RunKeys {
             loaded,
             to_insert,
             load: None,
         };
-        (transport, keys, measure::Retraining::default())
+        (transport, keys, Retraining::default())
     } else {
         let bar = progress(args.quiet, None, "key set");
         let set = match &args.keys_file {
@@ -504,12 +531,12 @@ pub fn run(args: &BenchArgs) -> Result<Report, CliError> {
                 ));
             }
         }
-        let keys = measure::RunKeys {
+        let keys = RunKeys {
             loaded: set.loaded,
             to_insert: set.to_insert,
             load: plan,
         };
-        let retraining = measure::Retraining {
+        let retraining = Retraining {
             threads: retrainers,
             stop,
             progress: retrain_progress,
@@ -772,12 +799,12 @@ fn run_verbs(args: &BenchArgs, mix: Mix, expected_inserts: u64) -> Result<Report
         args.ops,
         &mix,
         store,
-        measure::RunKeys {
+        RunKeys {
             loaded,
             to_insert,
             load: None,
         },
-        measure::Retraining::default(),
+        Retraining::default(),
     )?;
     report.open_seconds = Some(open_seconds);
     Ok(report)
