@@ -1,8 +1,16 @@
 //! The faults a run draws, and which of them it draws: every kind, or a subset (swarm testing).
 //!
 //! *Invariant:* a run's mix is a function of its seed alone, drawn by generators of its own, and a
-//! mix of every kind draws exactly the stream the fault thread drew before mixes existed — so one
-//! run in four keeps its old schedule, and `simulate --no-swarm` replays every old one.
+//! mix of every kind draws exactly the stream the fault thread drew before mixes existed — so a
+//! run with every kind that is not split-prone (`world::main`) keeps its old schedule, and
+//! `simulate --no-swarm` replays every old one.
+//!
+//! *Known limit:* the mix comes from [`side_draw`], which is linear in the seed (XorShift), so the
+//! choices it makes are not independent of each other nor of the run's other choices: each kind
+//! is in about half the swarm runs, but kills, for one, are in exactly the untorn ones, and no
+//! run with one operation in flight is a swarm run. A non-linear mixer (splitmix64) would make
+//! them independent, at the price of every swarm schedule, so of a re-run of the mutation table
+//! (`docs/figures.md` §11), which measured the mixes as they are.
 
 use testkit::XorShift64;
 
@@ -44,7 +52,7 @@ pub(crate) const LEAK_FREE_FAULTS: [u64; 10] = [2, 3, 4, 5, 6, 10, 12, 13, 14, 1
 /// disruptive ones (kills, reopened stores) often end the window another needs: a worker stopped
 /// between two steps of a retraining while writers with stale views pass through it, say. In
 /// three runs of four, each of the twelve kinds (draws that do the same thing count as one) is in
-/// the run's subset with even odds, so a run has about half of them at twice their density and
+/// the run's subset with even odds (overall: see the module's known limit), so a run has about half of them at twice their density and
 /// never meets the others — the remedy of swarm testing (Groce et al., ISSTA 2012), and what
 /// FoundationDB does with its fault points, each on or off for a whole run. The fourth run draws
 /// from every kind, so mixes of them all are still met. Decided from the seed by generators of
@@ -135,6 +143,9 @@ impl std::fmt::Display for FaultMix {
         if self.groups == Self::EVERY {
             return write!(f, "faults of every kind");
         }
+        if self.groups == 0 {
+            return write!(f, "faults of every kind (an empty subset)");
+        }
         let kinds: Vec<_> = (0..FAULT_NAMES.len() as u64)
             .filter(|&d| self.has(d) && (d == 0 || fault_group(d) != fault_group(d - 1)))
             .map(|d| FAULT_NAMES[d as usize])
@@ -184,7 +195,11 @@ mod tests {
                     "seed {seed}: draw {d} not in {mix}"
                 );
                 let leak_free = mix.draw(&mut rng, true);
-                assert!(LEAK_FREE_FAULTS.contains(&leak_free));
+                let any_leak_free = LEAK_FREE_FAULTS.iter().any(|&d| mix.has(d));
+                assert!(
+                    LEAK_FREE_FAULTS.contains(&leak_free) && (!any_leak_free || mix.has(leak_free)),
+                    "seed {seed}: leak-free draw {leak_free} not in {mix}"
+                );
             }
             if mix.groups != 0 {
                 assert!(mix.to_string().starts_with("faults only of: "));

@@ -70,9 +70,10 @@ pub struct Options {
     /// as a CPU does (a pool file shared by processes without a NIC).
     pub nic_atomics: bool,
     /// Swarm runs: in three runs of four, the faults come from a subset of their kinds drawn
-    /// from the seed (each kind in it with even odds), so a run piles up the few kinds it has
+    /// from the seed (each kind in about half of them), so a run piles up the few kinds it has
     /// instead of spreading over all of them (`fault_mix.rs`); and half the runs that stop the
-    /// worker in slot splits grow the last slot's keys, so that it splits. Off: every run is
+    /// worker in slot splits (of those neither contended nor grown then shrunk) grow the last
+    /// slot's keys, so that it splits. Off: every run is
     /// drawn as before swarm runs, every fault kind in each (`simulate --no-swarm`; CI's
     /// regression seeds).
     pub swarm: bool,
@@ -480,7 +481,8 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
     // A third of the runs stop the worker in every slot split's window (while a prober scans),
     // and slot splits are the rarest retraining: a slot must grow past twice its leaves. In half
     // of those (neither contended nor grown then shrunk), the clients insert on the last slot's
-    // keys and the keys past them, which route to it, so that it splits, and again.
+    // keys and the keys past them, which route to it, so that it splits, and again. (With two
+    // memory nodes the second holds 120-230, and 160-190 fall in its second-to-last slot.)
     let split_window = side_draw(seed, 0x5b11_7e1d_0000_0001).is_multiple_of(3);
     let split_prone = options.swarm
         && split_window
@@ -491,8 +493,13 @@ pub(crate) fn main(options: &Options, summary: &Mutex<Summary>) {
         key_space = (160, 13);
     }
     let mix = FaultMix::drawn(seed, options.swarm);
+    let faults_shown = if options.faults {
+        mix.to_string()
+    } else {
+        "no faults".to_string()
+    };
     let shape = format!(
-        "{compute_nodes} compute nodes x {clients} clients of {ops_per_client} operations, {inflight} in flight, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}, {mix}{}",
+        "{compute_nodes} compute nodes x {clients} clients of {ops_per_client} operations, {inflight} in flight, {} keys{}{}, {memory_nodes} memory node{}, torn {}, {:?}, packets of {} bytes, model region x{}, {}-bit generations, boxes filled every {box_fill_interval:?}, {faults_shown}{}",
         key_space.1 * 2,
         if grow_then_shrink {
             " grown then shrunk"

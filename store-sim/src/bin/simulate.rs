@@ -8,7 +8,7 @@
 //! by default atomics are a NIC's, and a WRITE landing between an atomic's read and write is lost;
 //! and with `--no-swarm`: every run drawn as before swarm runs, with faults of every kind, where
 //! by default three runs in four draw them from a subset of the kinds, drawn from the seed, and
-//! half the runs that stop the worker in slot splits grow the last slot's keys)
+//! half the uncontended runs that stop the worker in slot splits grow the last slot's keys)
 //!
 //! With `--values`, the pools store byte values and every operation goes through value blocks.
 //! With `--inflight K` (1 to 8), every client thread keeps K operations in flight; without it,
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use store_sim::{Options, SeedReport, run_seed};
 use testkit::flag_u64;
 
-const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --cpu-atomics: atomics as a CPU's, never losing a WRITE that lands between an atomic's read and write, as a NIC's do by default; --no-swarm: every run drawn as before swarm runs, with faults of every kind, where by default three runs in four draw from a subset of the kinds and half the runs watching slot splits grow the last slot)";
+const USAGE: &str = "usage: simulate [--from S] [--seeds N] [--ops N] [--no-faults] [--values] [--inflight K] [--keep-going] | --seed S [--ops N] [--no-faults] [--values] [--inflight K] [--history]  (--inflight: operations in flight per client thread, 1-8; default drawn per seed; --cpu-atomics: atomics as a CPU's, never losing a WRITE that lands between an atomic's read and write, as a NIC's do by default; --no-swarm: every run drawn as before swarm runs, with faults of every kind, where by default three runs in four draw from a subset of the kinds and half the uncontended runs watching slot splits grow the last slot)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
