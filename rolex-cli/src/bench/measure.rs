@@ -61,7 +61,8 @@ pub(super) fn run_measured<I: BenchIndex>(
     ops: u64,
     mix: &Mix,
     store: Arc<I>,
-    (loaded, to_insert): (Vec<u64>, Vec<u64>),
+    loaded: Vec<u64>,
+    to_insert: Vec<u64>,
     retraining: Retraining,
 ) -> Result<Report, CliError> {
     let retrain_progress = &retraining.progress[..];

@@ -83,7 +83,7 @@ fn run_workload<I: crate::index::BenchIndex>(
         Some(plan) => Some(load::load_phase(args, &store, plan, &retraining.progress)?),
         None => None,
     };
-    let mut report = run_measured(args, ops, mix, store, (loaded, to_insert), retraining)?;
+    let mut report = run_measured(args, ops, mix, store, loaded, to_insert, retraining)?;
     report.load = load;
     Ok(report)
 }
