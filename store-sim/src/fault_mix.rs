@@ -16,7 +16,8 @@ use testkit::XorShift64;
 
 use crate::side_draw::side_draw;
 
-/// What each draw of the fault thread (`world::inject_faults`) does (some draws fall through to another, as logged).
+/// What each draw of the fault thread (`world::inject_faults`) does (some draws fall through to
+/// another, as logged).
 pub(crate) const FAULT_NAMES: [&str; 18] = [
     "kill (at most 3 a run)",
     "kill (at most 3 a run)",
@@ -52,11 +53,12 @@ pub(crate) const LEAK_FREE_FAULTS: [u64; 10] = [2, 3, 4, 5, 6, 10, 12, 13, 14, 1
 /// disruptive ones (kills, reopened stores) often end the window another needs: a worker stopped
 /// between two steps of a retraining while writers with stale views pass through it, say. In
 /// three runs of four, each of the twelve kinds (draws that do the same thing count as one) is in
-/// the run's subset with even odds (overall: see the module's known limit), so a run has about half of them at twice their density and
-/// never meets the others — the remedy of swarm testing (Groce et al., ISSTA 2012), and what
-/// FoundationDB does with its fault points, each on or off for a whole run. The fourth run draws
-/// from every kind, so mixes of them all are still met. Decided from the seed by generators of
-/// their own: with every kind in, a run's faults are the ones it drew before swarm faults.
+/// about half the runs' subsets (not independently: see the module's known limit), so a run has
+/// about half of them at twice their density and never meets the others — the remedy of swarm
+/// testing (Groce et al., ISSTA 2012), and what FoundationDB does with its fault points, each on
+/// or off for a whole run. The fourth run draws from every kind, so mixes of them all are still
+/// met. Decided from the seed by generators of their own: with every kind in, a run's faults are
+/// the ones it drew before swarm faults.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FaultMix {
     /// Bit `g` set: draws of kind group `g` ([`fault_group`]) are in.

@@ -73,9 +73,8 @@ pub struct Options {
     /// from the seed (each kind in about half of them), so a run piles up the few kinds it has
     /// instead of spreading over all of them (`fault_mix.rs`); and half the runs that stop the
     /// worker in slot splits (of those neither contended nor grown then shrunk) grow the last
-    /// slot's keys, so that it splits. Off: every run is
-    /// drawn as before swarm runs, every fault kind in each (`simulate --no-swarm`; CI's
-    /// regression seeds).
+    /// slot's keys, so that it splits. Off: every run is drawn as before swarm runs, every fault
+    /// kind in each (`simulate --no-swarm`; CI's regression seeds).
     pub swarm: bool,
 }
 
@@ -245,8 +244,8 @@ struct World {
     /// The keys clients pick from: `keys.0 + 10 * (0..keys.1)`, each also `+ 5` now and then.
     keys: (u64, u64),
     /// Set by the fault thread for a run whose faults cannot leak a leaf (see
-    /// [`crate::fault_mix::LEAK_FREE_FAULTS`]): the orphan sweeps must then reclaim exactly the leaves the stores
-    /// say they forgot.
+    /// [`crate::fault_mix::LEAK_FREE_FAULTS`]): the orphan sweeps must then reclaim exactly the
+    /// leaves the stores say they forgot.
     leak_free: AtomicBool,
     /// The sum of every store's `leaves_forgotten`, added as each closes.
     forgotten: AtomicU64,

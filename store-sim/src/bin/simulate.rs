@@ -40,39 +40,26 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &[String]) -> Result<ExitCode, String> {
-    let known = [
-        "--from",
-        "--seeds",
-        "--ops",
-        "--seed",
+    // Flags that take a value, and flags that stand alone.
+    let with_value = ["--from", "--seeds", "--ops", "--seed", "--inflight"];
+    let switches = [
         "--no-faults",
         "--values",
         "--history",
         "--keep-going",
-        "--inflight",
         "--cpu-atomics",
         "--no-swarm",
         "--help",
     ];
     let mut i = 0;
     while i < args.len() {
-        let a = &args[i];
-        if !known.contains(&a.as_str()) {
-            return Err(format!("unknown argument {a:?}"));
-        }
-        i += if matches!(
-            a.as_str(),
-            "--no-faults"
-                | "--values"
-                | "--history"
-                | "--keep-going"
-                | "--cpu-atomics"
-                | "--no-swarm"
-                | "--help"
-        ) {
+        let a = args[i].as_str();
+        i += if switches.contains(&a) {
             1
-        } else {
+        } else if with_value.contains(&a) {
             2
+        } else {
+            return Err(format!("unknown argument {a:?}"));
         };
     }
     if args.iter().any(|a| a == "--help") {
